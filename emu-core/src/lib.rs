@@ -1,0 +1,2 @@
+//! The emulated RDMA NIC (the engine lands in the next commit).
+#![forbid(unsafe_code)]

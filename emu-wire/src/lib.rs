@@ -1,0 +1,2 @@
+//! RoCEv2 wire formats (land in a later commit).
+#![forbid(unsafe_code)]
