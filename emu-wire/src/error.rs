@@ -1,0 +1,38 @@
+//! Parse errors.
+
+use core::fmt;
+
+/// Why bytes are not a RoCEv2 packet this crate accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// Shorter than the headers the opcode needs (or than the ICRC).
+    Truncated,
+    /// An opcode outside the RC, UC and UD tables this crate implements.
+    UnknownOpcode(u8),
+    /// BTH transport header version is not 0 (IBTA 9.2).
+    BadVersion(u8),
+    /// The pad count exceeds the payload, or is set on an opcode without payload.
+    BadPadding,
+    /// A reserved AETH syndrome (IBTA 9.7.5.1).
+    BadSyndrome(u8),
+    /// More bytes than a packet of this opcode may carry (e.g. payload on an ACK).
+    BadLength,
+}
+
+/// A result with [`Error`].
+pub type Result<T> = core::result::Result<T, Error>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Truncated => write!(f, "packet truncated"),
+            Error::UnknownOpcode(o) => write!(f, "unknown or unsupported opcode {o:#04x}"),
+            Error::BadVersion(v) => write!(f, "BTH transport version {v} is not 0"),
+            Error::BadPadding => write!(f, "pad count larger than the payload"),
+            Error::BadSyndrome(s) => write!(f, "reserved AETH syndrome {s:#04x}"),
+            Error::BadLength => write!(f, "payload not allowed for this opcode"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,131 @@
+//! Ethernet II + IPv4/IPv6 + UDP framing around a RoCEv2 UDP payload: splitting captured
+//! frames, and building the frames the pcap writer records.
+
+use std::net::Ipv4Addr;
+
+use crate::error::{Error, Result};
+use crate::icrc::Ipv4Endpoints;
+
+/// The RoCEv2 UDP destination port (IBTA Annex A17.2.?).
+pub const ROCEV2_PORT: u16 = 4791;
+
+/// The parts of a captured frame that the ICRC covers.
+#[derive(Clone, Copy, Debug)]
+pub struct FrameParts<'a> {
+    /// The IP header (20 bytes IPv4 without options, 40 bytes IPv6).
+    pub ip_header: &'a [u8],
+    /// The 8-byte UDP header.
+    pub udp_header: &'a [u8],
+    /// The UDP payload (BTH through ICRC), its length taken from the UDP header.
+    pub udp_payload: &'a [u8],
+    /// Whether the frame is IPv6.
+    pub ipv6: bool,
+}
+
+/// Splits an Ethernet II frame carrying IPv4 or IPv6 and UDP. Lengths come from the IP
+/// and UDP headers, so frames shorter than the Ethernet minimum (captured before
+/// padding) and padded ones both work.
+pub fn split_frame(frame: &[u8]) -> Result<FrameParts<'_>> {
+    if frame.len() < 14 {
+        return Err(Error::Truncated);
+    }
+    let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
+    let ip = &frame[14..];
+    let (ip_header, l4, ipv6) = match ethertype {
+        0x0800 => {
+            if ip.len() < 20 || ip[0] >> 4 != 4 {
+                return Err(Error::Truncated);
+            }
+            let ihl = usize::from(ip[0] & 0xF) * 4;
+            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+            if ihl != 20 || ip[9] != 17 || total < ihl || total > ip.len() {
+                return Err(Error::BadLength);
+            }
+            (&ip[..20], &ip[20..total], false)
+        }
+        0x86DD => {
+            if ip.len() < 40 {
+                return Err(Error::Truncated);
+            }
+            let plen = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+            if ip[6] != 17 || 40 + plen > ip.len() {
+                return Err(Error::BadLength);
+            }
+            (&ip[..40], &ip[40..40 + plen], true)
+        }
+        _ => return Err(Error::BadLength),
+    };
+    if l4.len() < 8 {
+        return Err(Error::Truncated);
+    }
+    let ulen = usize::from(u16::from_be_bytes([l4[4], l4[5]]));
+    if ulen < 8 || ulen > l4.len() {
+        return Err(Error::BadLength);
+    }
+    Ok(FrameParts {
+        ip_header,
+        udp_header: &l4[..8],
+        udp_payload: &l4[8..ulen],
+        ipv6,
+    })
+}
+
+/// The IPv4 header checksum of `hdr` (its checksum field counted as zero).
+pub fn ipv4_checksum(hdr: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for (i, w) in hdr.chunks(2).enumerate() {
+        if i == 5 {
+            continue;
+        }
+        let hi = u32::from(w[0]) << 8;
+        sum += hi | u32::from(*w.get(1).unwrap_or(&0));
+    }
+    while sum > 0xFFFF {
+        sum = (sum & 0xFFFF) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// The IPv4 header a Linux sender with DF set and TTL 64 puts before `udp_len` bytes of
+/// UDP (header included).
+pub fn ipv4_header(ep: &Ipv4Endpoints, udp_len: usize) -> [u8; 20] {
+    let mut h = [0u8; 20];
+    h[0] = 0x45;
+    h[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+    h[4..6].copy_from_slice(&ep.ip_id.to_be_bytes());
+    h[6] = 0x40;
+    h[8] = 64;
+    h[9] = 17;
+    h[12..16].copy_from_slice(&ep.src.octets());
+    h[16..20].copy_from_slice(&ep.dst.octets());
+    let c = ipv4_checksum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h
+}
+
+/// The UDP header (checksum 0, as kernel rxe sends) before `payload_len` bytes.
+pub fn udp_header(ep: &Ipv4Endpoints, payload_len: usize) -> [u8; 8] {
+    let mut h = [0u8; 8];
+    h[0..2].copy_from_slice(&ep.src_port.to_be_bytes());
+    h[2..4].copy_from_slice(&ep.dst_port.to_be_bytes());
+    h[4..6].copy_from_slice(&((8 + payload_len) as u16).to_be_bytes());
+    h
+}
+
+/// A locally administered MAC derived from an IPv4 address: 02:00:a:b:c:d.
+pub fn mac_for(ip: Ipv4Addr) -> [u8; 6] {
+    let o = ip.octets();
+    [0x02, 0x00, o[0], o[1], o[2], o[3]]
+}
+
+/// A whole Ethernet II + IPv4 + UDP frame around `udp_payload`.
+pub fn build_frame(ep: &Ipv4Endpoints, udp_payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(14 + 28 + udp_payload.len());
+    f.extend_from_slice(&mac_for(ep.dst));
+    f.extend_from_slice(&mac_for(ep.src));
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    f.extend_from_slice(&ipv4_header(ep, 8 + udp_payload.len()));
+    f.extend_from_slice(&udp_header(ep, udp_payload.len()));
+    f.extend_from_slice(udp_payload);
+    f
+}
