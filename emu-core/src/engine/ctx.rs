@@ -1,0 +1,59 @@
+//! What a queue pair reaches outside itself while it handles an input: the memory
+//! tables, the CQs, the event queues and the counters.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use verbs_api::{AsyncEvent, AsyncEventType, EventElement, WorkCompletion};
+
+use super::counters::Counters;
+use super::cq::{CompletionQueue, CqHandle, Pushed};
+use super::mr::MrTable;
+use super::Limits;
+
+/// Borrowed engine state handed to a QP for one input.
+pub(crate) struct Ctx<'a> {
+    pub(crate) now: Instant,
+    pub(crate) mrs: &'a MrTable,
+    pub(crate) cqs: &'a mut HashMap<u32, CompletionQueue>,
+    pub(crate) events: &'a mut VecDeque<AsyncEvent>,
+    pub(crate) cq_events: &'a mut VecDeque<CqHandle>,
+    /// CQs that overran during this input; the engine moves their QPs to error after.
+    pub(crate) overrun: &'a mut Vec<CqHandle>,
+    pub(crate) counters: &'a mut Counters,
+    pub(crate) limits: &'a Limits,
+}
+
+impl Ctx<'_> {
+    /// Delivers a work completion to `cq`.
+    pub(crate) fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) {
+        let Some(queue) = self.cqs.get_mut(&cq.0) else {
+            return;
+        };
+        match queue.push(wc, solicited) {
+            Pushed::Queued { notify } => {
+                if notify {
+                    self.cq_events.push_back(cq);
+                }
+            }
+            Pushed::Overrun { first } => {
+                self.counters.cq_overruns += 1;
+                if first {
+                    self.events.push_back(AsyncEvent {
+                        event_type: AsyncEventType::CqErr,
+                        element: EventElement::Cq(cq.0),
+                    });
+                    self.overrun.push(cq);
+                }
+            }
+        }
+    }
+
+    /// Raises an asynchronous event affiliated with QP `qpn`.
+    pub(crate) fn qp_event(&mut self, event_type: AsyncEventType, qpn: u32) {
+        self.events.push_back(AsyncEvent {
+            event_type,
+            element: EventElement::Qp(qpn),
+        });
+    }
+}

@@ -1,0 +1,553 @@
+//! The sans-IO transport engine: every verb of one emulated device, and the RoCEv2
+//! transport that runs under them, as a deterministic state machine.
+//!
+//! The engine does no I/O and reads no clock. Inputs carry the time:
+//! [`Engine::handle_datagram`], [`Engine::handle_timeout`] and the verbs
+//! ([`Engine::post_send`], [`Engine::modify_qp`], ...). Outputs are polled, in this
+//! order after every input: [`Engine::poll_transmit`] until it returns `None`, then
+//! [`Engine::poll_timeout`]; completions with [`Engine::poll_cq`], completion-channel
+//! wake-ups with [`Engine::poll_cq_event`], asynchronous events with
+//! [`Engine::poll_event`]. This is quinn-proto's `Connection` shape.
+//!
+//! A transmitted packet is the UDP payload of a RoCEv2 datagram (BTH through a zeroed
+//! ICRC slot); the driver fills in the ICRC, because it covers the IP and UDP headers
+//! that only the driver knows (IBTA Annex A17.4).
+
+mod completer;
+mod counters;
+mod cq;
+mod ctx;
+mod modify;
+mod mr;
+mod qp;
+mod requester;
+mod responder;
+mod retry;
+mod rnr;
+mod timers;
+mod wqe;
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use emu_wire::{PacketRepr, Transport};
+use verbs_api::{
+    AccessFlags, AsyncEvent, AsyncEventType, Error, Gid, MemBuf, Mtu, PostError, QpAttr,
+    QpAttrMask, QpType, RecvWr, Result, SendWr, WorkCompletion,
+};
+
+pub use counters::Counters;
+pub use cq::CqHandle;
+pub use mr::{MrInfo, PdHandle};
+pub use qp::QpInitAttr;
+
+use ctx::Ctx;
+use qp::QueuePair;
+use timers::{Timer, TimerIndex};
+
+/// The largest UDP payload the engine produces: BTH, the largest header set, a 4096-byte
+/// payload, pad and ICRC. Buffers passed to [`Engine::poll_transmit`] must be this big.
+pub const MAX_PACKET: usize = 4096 + 128;
+
+/// Device limits, reported by `query_device` and enforced by the verbs. The defaults
+/// follow kernel rxe's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Queue pairs per device.
+    pub max_qp: u32,
+    /// Work requests per queue.
+    pub max_qp_wr: u32,
+    /// SGEs per work request.
+    pub max_sge: u32,
+    /// INLINE bytes per send work request.
+    pub max_inline_data: u32,
+    /// Completion queues per device.
+    pub max_cq: u32,
+    /// Entries per completion queue.
+    pub max_cqe: u32,
+    /// Largest memory region.
+    pub max_mr_size: u64,
+    /// Outstanding READ/ATOMIC a QP may answer (`max_dest_rd_atomic` bound).
+    pub max_qp_rd_atom: u32,
+    /// Outstanding READ/ATOMIC a QP may issue (`max_rd_atomic` bound).
+    pub max_qp_init_rd_atom: u32,
+    /// Largest message (port attribute `max_msg_sz`).
+    pub max_msg_sz: u32,
+    /// The port's active MTU: the largest `path_mtu` a QP may use.
+    pub active_mtu: Mtu,
+    /// P_Key table length.
+    pub pkey_tbl_len: u32,
+    /// GID table length.
+    pub gid_tbl_len: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_qp: 1 << 17,
+            max_qp_wr: 1 << 14,
+            max_sge: 32,
+            max_inline_data: 256,
+            max_cq: 1 << 16,
+            max_cqe: (1 << 15) - 1,
+            max_mr_size: u64::MAX,
+            max_qp_rd_atom: 128,
+            max_qp_init_rd_atom: 128,
+            max_msg_sz: 1 << 31,
+            active_mtu: Mtu::Mtu4096,
+            pkey_tbl_len: 64,
+            gid_tbl_len: 16,
+        }
+    }
+}
+
+/// A packet the engine wants sent: `size` bytes at the start of the buffer given to
+/// [`Engine::poll_transmit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// The destination GID (the peer's IPv4-mapped address on RoCEv2).
+    pub dest: Gid,
+    /// The sending QP (a driver may derive the UDP source port from it, as rxe does).
+    pub src_qpn: u32,
+    /// Bytes of UDP payload, ICRC slot included.
+    pub size: usize,
+}
+
+/// The first QP number handed out (kernel rxe starts at 0x11 too; 0 and 1 are the
+/// special QPs).
+const FIRST_QPN: u32 = 0x11;
+
+/// One emulated device's verbs objects and transport.
+#[derive(Debug)]
+pub struct Engine {
+    limits: Limits,
+    mrs: mr::MrTable,
+    cqs: HashMap<u32, cq::CompletionQueue>,
+    next_cq: u32,
+    qps: HashMap<u32, QueuePair>,
+    next_qpn: u32,
+    events: VecDeque<AsyncEvent>,
+    cq_events: VecDeque<CqHandle>,
+    ready: VecDeque<u32>,
+    timers: TimerIndex,
+    counters: Counters,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Engine::new(Limits::default())
+    }
+}
+
+impl Engine {
+    /// A device with these limits and no objects.
+    pub fn new(limits: Limits) -> Self {
+        Engine {
+            limits,
+            mrs: mr::MrTable::default(),
+            cqs: HashMap::new(),
+            next_cq: 0,
+            qps: HashMap::new(),
+            next_qpn: FIRST_QPN,
+            events: VecDeque::new(),
+            cq_events: VecDeque::new(),
+            ready: VecDeque::new(),
+            timers: TimerIndex::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The device's limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// What the engine has counted.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Runs `f` on QP `qpn` with the rest of the engine at hand, then brings the timer
+    /// index, the transmit scheduler and any CQ overrun up to date.
+    fn with_qp<R>(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        f: impl FnOnce(&mut QueuePair, &mut Ctx<'_>) -> R,
+    ) -> Option<R> {
+        let mut overrun = Vec::new();
+        let qp = self.qps.get_mut(&qpn)?;
+        let mut ctx = Ctx {
+            now,
+            mrs: &self.mrs,
+            cqs: &mut self.cqs,
+            events: &mut self.events,
+            cq_events: &mut self.cq_events,
+            overrun: &mut overrun,
+            counters: &mut self.counters,
+            limits: &self.limits,
+        };
+        let r = f(qp, &mut ctx);
+        qp.timers.sync(qpn, &mut self.timers);
+        if !qp.in_ready && qp.wants_transmit(&self.limits) {
+            qp.in_ready = true;
+            self.ready.push_back(qpn);
+        }
+        for cq in overrun {
+            self.cq_overrun(now, cq);
+        }
+        Some(r)
+    }
+
+    /// IBTA 11.6.2 (C11-33?): a CQ overrun puts every QP on the CQ into the error
+    /// state with `QP_FATAL`.
+    fn cq_overrun(&mut self, now: Instant, cq: CqHandle) {
+        let mut victims: Vec<u32> = self
+            .qps
+            .values()
+            .filter(|qp| qp.init.send_cq == cq || qp.init.recv_cq == cq)
+            .filter(|qp| qp.state() != verbs_api::QpState::Reset)
+            .map(|qp| qp.qpn)
+            .collect();
+        victims.sort_unstable();
+        for qpn in victims {
+            self.with_qp(now, qpn, |qp, ctx| {
+                if qp.state() != verbs_api::QpState::Err {
+                    ctx.qp_event(AsyncEventType::QpFatal, qp.qpn);
+                    qp.enter_error(ctx);
+                }
+            });
+        }
+    }
+
+    fn qp_missing() -> Error {
+        Error::InvalidArgument("no such QP")
+    }
+
+    // ---- protection domains and memory regions (manual 3.4) ----
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self) -> PdHandle {
+        self.mrs.alloc_pd()
+    }
+
+    /// `ibv_dealloc_pd`: EBUSY while MRs or QPs use it.
+    pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<()> {
+        self.mrs.dealloc_pd(pd)
+    }
+
+    /// `ibv_reg_mr` over `length` bytes of `buf` starting at `offset`.
+    pub fn reg_mr(
+        &mut self,
+        pd: PdHandle,
+        buf: &MemBuf,
+        offset: usize,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<MrInfo> {
+        self.mrs
+            .reg_mr(pd, buf, offset, length, access, self.limits.max_mr_size)
+    }
+
+    /// `ibv_dereg_mr`.
+    pub fn dereg_mr(&mut self, lkey: u32) -> Result<()> {
+        self.mrs.dereg_mr(lkey)
+    }
+
+    // ---- completion queues (manual 3.5) ----
+
+    /// `ibv_create_cq` with at least `cqe` entries: EINVAL for 0 or more than `max_cqe`.
+    pub fn create_cq(&mut self, cqe: u32) -> Result<CqHandle> {
+        if cqe == 0 || cqe > self.limits.max_cqe {
+            return Err(Error::InvalidArgument("cqe must be 1..=max_cqe"));
+        }
+        if self.cqs.len() >= self.limits.max_cq as usize {
+            return Err(Error::NoMemory("max_cq reached"));
+        }
+        self.next_cq += 1;
+        self.cqs
+            .insert(self.next_cq, cq::CompletionQueue::new(cqe as usize));
+        Ok(CqHandle(self.next_cq))
+    }
+
+    /// `ibv_destroy_cq`: EBUSY while a QP uses it.
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<()> {
+        match self.cqs.get(&cq.0) {
+            None => Err(Error::InvalidArgument("no such CQ")),
+            Some(q) if q.users > 0 => Err(Error::Busy("CQ is used by a QP")),
+            Some(_) => {
+                self.cqs.remove(&cq.0);
+                self.cq_events.retain(|c| *c != cq);
+                Ok(())
+            }
+        }
+    }
+
+    /// `ibv_resize_cq`: EINVAL if the completions it holds would not fit.
+    pub fn resize_cq(&mut self, cq: CqHandle, cqe: u32) -> Result<()> {
+        if cqe == 0 || cqe > self.limits.max_cqe {
+            return Err(Error::InvalidArgument("cqe must be 1..=max_cqe"));
+        }
+        let q = self
+            .cqs
+            .get_mut(&cq.0)
+            .ok_or(Error::InvalidArgument("no such CQ"))?;
+        if q.resize(cqe as usize) {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(
+                "CQ holds more completions than the new size",
+            ))
+        }
+    }
+
+    /// The capacity of a CQ.
+    pub fn cq_capacity(&self, cq: CqHandle) -> Result<u32> {
+        self.cqs
+            .get(&cq.0)
+            .map(|q| q.capacity() as u32)
+            .ok_or(Error::InvalidArgument("no such CQ"))
+    }
+
+    /// `ibv_poll_cq`: moves up to `max` completions into `out`, oldest first.
+    pub fn poll_cq(
+        &mut self,
+        cq: CqHandle,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize> {
+        let q = self
+            .cqs
+            .get_mut(&cq.0)
+            .ok_or(Error::InvalidArgument("no such CQ"))?;
+        Ok(q.poll(max, out))
+    }
+
+    /// Completions waiting on a CQ.
+    pub fn cq_len(&self, cq: CqHandle) -> usize {
+        self.cqs.get(&cq.0).map_or(0, |q| q.len())
+    }
+
+    /// `ibv_req_notify_cq`.
+    pub fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<()> {
+        let q = self
+            .cqs
+            .get_mut(&cq.0)
+            .ok_or(Error::InvalidArgument("no such CQ"))?;
+        q.req_notify(solicited_only);
+        Ok(())
+    }
+
+    /// The next CQ whose completion channel must be woken (one per arming).
+    pub fn poll_cq_event(&mut self) -> Option<CqHandle> {
+        self.cq_events.pop_front()
+    }
+
+    // ---- queue pairs (manual 3.5) ----
+
+    /// `ibv_create_qp`. Returns the QP number. EINVAL for an unknown PD or CQ or
+    /// capacities over the device limits; EOPNOTSUPP for QP types not implemented yet.
+    pub fn create_qp(&mut self, init: QpInitAttr) -> Result<u32> {
+        if !self.mrs.pd_exists(init.pd) {
+            return Err(Error::InvalidArgument("no such protection domain"));
+        }
+        if !self.cqs.contains_key(&init.send_cq.0) || !self.cqs.contains_key(&init.recv_cq.0) {
+            return Err(Error::InvalidArgument("no such CQ"));
+        }
+        match init.qp_type {
+            QpType::Rc | QpType::Uc => {}
+            QpType::Ud => return Err(Error::Unsupported("UD QPs are not implemented yet")),
+            _ => return Err(Error::Unsupported("QP type not supported by the emulator")),
+        }
+        let l = &self.limits;
+        let c = &init.cap;
+        if c.max_send_wr > l.max_qp_wr
+            || c.max_recv_wr > l.max_qp_wr
+            || c.max_send_sge > l.max_sge
+            || c.max_recv_sge > l.max_sge
+            || c.max_inline_data > l.max_inline_data
+        {
+            return Err(Error::InvalidArgument(
+                "QP capabilities over the device limits",
+            ));
+        }
+        if self.qps.len() >= l.max_qp as usize {
+            return Err(Error::NoMemory("max_qp reached"));
+        }
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) {
+            qpn = next_qpn(qpn);
+        }
+        self.next_qpn = next_qpn(qpn);
+        self.mrs.pd_ref(init.pd, 1);
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(q) = self.cqs.get_mut(&cq.0) {
+                q.users += 1;
+            }
+        }
+        self.qps.insert(qpn, QueuePair::new(qpn, init));
+        Ok(qpn)
+    }
+
+    /// `ibv_destroy_qp`. Outstanding work requests vanish without completions, as in
+    /// libibverbs.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        let mut qp = self.qps.remove(&qpn).ok_or_else(Self::qp_missing)?;
+        qp.timers.unindex(qpn, &mut self.timers);
+        self.ready.retain(|q| *q != qpn);
+        self.mrs.pd_ref(qp.init.pd, -1);
+        for cq in [qp.init.send_cq, qp.init.recv_cq] {
+            if let Some(q) = self.cqs.get_mut(&cq.0) {
+                q.users -= 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// `ibv_modify_qp` (see the module `modify` for the rules).
+    pub fn modify_qp(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<()> {
+        self.with_qp(now, qpn, |qp, ctx| qp.modify(ctx, attr, mask))
+            .unwrap_or_else(|| Err(Self::qp_missing()))
+    }
+
+    /// `ibv_query_qp`: the current attributes and the creation attributes.
+    pub fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpInitAttr)> {
+        let qp = self.qps.get(&qpn).ok_or_else(Self::qp_missing)?;
+        let mut attr = qp.attr;
+        attr.cur_qp_state = attr.qp_state;
+        Ok((attr, qp.init))
+    }
+
+    /// `ibv_post_send`: on failure, `PostError::index` is the first WR not posted.
+    pub fn post_send(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        wrs: &[SendWr],
+    ) -> std::result::Result<(), PostError> {
+        self.with_qp(now, qpn, |qp, ctx| qp.post_send(ctx, wrs))
+            .unwrap_or_else(|| {
+                Err(PostError {
+                    index: 0,
+                    error: Self::qp_missing(),
+                })
+            })
+    }
+
+    /// `ibv_post_recv`: on failure, `PostError::index` is the first WR not posted.
+    pub fn post_recv(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        wrs: &[RecvWr],
+    ) -> std::result::Result<(), PostError> {
+        self.with_qp(now, qpn, |qp, ctx| qp.post_recv(ctx, wrs))
+            .unwrap_or_else(|| {
+                Err(PostError {
+                    index: 0,
+                    error: Self::qp_missing(),
+                })
+            })
+    }
+
+    /// The next asynchronous event (`ibv_get_async_event`).
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    // ---- the transport ----
+
+    /// A RoCEv2 UDP payload (BTH through ICRC) arrived from `src`. The caller has
+    /// checked the ICRC. Malformed packets, packets for unknown QPs and packets the QP
+    /// cannot take are dropped and counted; none of them disturbs a live QP.
+    pub fn handle_datagram(&mut self, now: Instant, src: Gid, data: &[u8]) {
+        self.counters.rx_packets += 1;
+        let Ok((repr, payload)) = PacketRepr::parse(data) else {
+            self.counters.rx_malformed += 1;
+            return;
+        };
+        let qpn = repr.bth.dest_qp;
+        let Some(qp) = self.qps.get(&qpn) else {
+            self.counters.rx_unknown_qp += 1;
+            return;
+        };
+        let transport_ok = matches!(
+            (qp.init.qp_type, repr.bth.opcode.transport()),
+            (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
+        );
+        // IBTA 9.6.1.1 (C9-?): a P_Key that does not match the default full-member key
+        // 0xFFFF (the low 15 bits, with one side a full member) is dropped.
+        let pkey_ok = repr.bth.pkey & 0x7FFF == 0x7FFF;
+        // A connected QP takes packets only from its peer (kernel rxe's check_addr).
+        let from_peer = qp.init.qp_type == QpType::Ud || qp.attr.ah_attr.grh.dgid == src;
+        if !transport_ok || !pkey_ok || !from_peer {
+            self.counters.rx_dropped += 1;
+            return;
+        }
+        self.with_qp(now, qpn, |qp, ctx| {
+            if repr.bth.opcode.is_request() {
+                qp.handle_request(ctx, &repr, payload);
+            } else {
+                qp.handle_response(ctx, &repr, payload);
+            }
+        });
+    }
+
+    /// The next packet to send, written into `buf` (at least [`MAX_PACKET`] bytes).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        while let Some(qpn) = self.ready.pop_front() {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            qp.in_ready = false;
+            let t = self
+                .with_qp(now, qpn, |qp, ctx| match qp.next_response(buf) {
+                    Some(t) => Some(t),
+                    None => qp.next_request(ctx, buf),
+                })
+                .flatten();
+            if let Some(t) = t {
+                self.counters.tx_packets += 1;
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    /// When [`Engine::handle_timeout`] must next be called, if a timer is armed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.first().map(|e| e.0)
+    }
+
+    /// Runs every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&(at, qpn, timer)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            self.timers.pop_first();
+            self.with_qp(now, qpn, |qp, ctx| {
+                if qp.timers.take_expired(timer, now) {
+                    match timer {
+                        Timer::Retransmit => qp.on_retransmit_timeout(ctx),
+                        Timer::Rnr => qp.on_rnr_timeout(ctx),
+                    }
+                }
+            });
+        }
+    }
+}
+
+fn next_qpn(qpn: u32) -> u32 {
+    if qpn >= 0x00FF_FFFF {
+        FIRST_QPN
+    } else {
+        qpn + 1
+    }
+}

@@ -1,0 +1,282 @@
+//! QP state transitions (`ibv_modify_qp`, manual 3.5; IBTA 10.3 and table 10.3.1?).
+//!
+//! Each legal transition names, per QP type, the attributes it requires and the ones it
+//! allows. A call with a required attribute missing, a forbidden one present, an illegal
+//! transition or an out-of-range value fails with EINVAL and leaves the QP unchanged.
+//! Without `STATE` in the mask the call is a transition from the current state to
+//! itself (so RTS->RTS may change the allowed attributes, and RTR->RTR is illegal).
+
+use verbs_api::{AccessFlags, Error, QpAttr, QpAttrMask, QpState, QpType, Result};
+
+use super::ctx::Ctx;
+use super::qp::QueuePair;
+use super::retry::RetryBudget;
+use super::rnr::RnrState;
+use super::Limits;
+
+type M = QpAttrMask;
+
+/// (required, optional) attributes of a transition for a QP type, or `None` when the
+/// transition is illegal.
+pub(crate) fn transition_rules(qp_type: QpType, cur: QpState, next: QpState) -> Option<(M, M)> {
+    use QpState::*;
+    use QpType::*;
+    let none = M::empty();
+    let per = |rc: M, uc: M, ud: M| match qp_type {
+        Rc => Some(rc),
+        Uc => Some(uc),
+        Ud => Some(ud),
+        _ => None,
+    };
+    let rts_opt_ud = M::CUR_STATE | M::QKEY;
+    let rts_opt_uc = M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::PATH_MIG_STATE;
+    let rts_opt_rc = rts_opt_uc | M::MIN_RNR_TIMER;
+    match (cur, next) {
+        // Any state may go to RESET or ERR with no further attributes (IBTA 10.3.1).
+        (Reset | Init | Rtr | Rts | Sqd | Sqe | Err, Reset | Err) => Some((none, none)),
+        (Reset, Init) => {
+            let rc = M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
+            Some((per(rc, rc, M::PKEY_INDEX | M::PORT | M::QKEY)?, none))
+        }
+        (Init, Init) => {
+            let rc = M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
+            Some((none, per(rc, rc, M::PKEY_INDEX | M::PORT | M::QKEY)?))
+        }
+        (Init, Rtr) => {
+            let uc = M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+            let rc = uc | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+            let opt = M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX;
+            Some((per(rc, uc, none)?, per(opt, opt, M::PKEY_INDEX | M::QKEY)?))
+        }
+        (Rtr, Rts) => {
+            let rc = M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
+            Some((
+                per(rc, M::SQ_PSN, M::SQ_PSN)?,
+                per(rts_opt_rc, rts_opt_uc, rts_opt_ud)?,
+            ))
+        }
+        (Rts, Rts) | (Sqd, Rts) => Some((none, per(rts_opt_rc, rts_opt_uc, rts_opt_ud)?)),
+        (Rts, Sqd) => Some((none, M::EN_SQD_ASYNC_NOTIFY)),
+        (Sqd, Sqd) => {
+            let uc = M::AV | M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX | M::PATH_MIG_STATE;
+            let rc = uc
+                | M::PORT
+                | M::TIMEOUT
+                | M::RETRY_CNT
+                | M::RNR_RETRY
+                | M::MAX_QP_RD_ATOMIC
+                | M::MAX_DEST_RD_ATOMIC
+                | M::MIN_RNR_TIMER;
+            Some((none, per(rc, uc, M::PKEY_INDEX | M::QKEY)?))
+        }
+        // SQE exists only for UC and UD (IBTA 10.3.1.?).
+        (Sqe, Rts) => match qp_type {
+            Uc => Some((none, M::CUR_STATE | M::ACCESS_FLAGS)),
+            Ud => Some((none, M::CUR_STATE | M::QKEY)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The access rights a QP may grant its peer (manual 3.5 `qp_access_flags`).
+const QP_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC)
+    .union(AccessFlags::MW_BIND);
+
+/// Checks the values of the attributes in `mask` (manual 3.5, `struct ibv_qp_attr`).
+fn check_values(attr: &QpAttr, mask: M, limits: &Limits) -> Result<()> {
+    let bad = |what| Err(Error::InvalidArgument(what));
+    if mask.contains(M::PORT) && attr.port_num != 1 {
+        return bad("port_num must be 1");
+    }
+    if mask.contains(M::PKEY_INDEX) && u32::from(attr.pkey_index) >= limits.pkey_tbl_len {
+        return bad("pkey_index outside the P_Key table");
+    }
+    if mask.contains(M::ACCESS_FLAGS) && !QP_ACCESS.contains(attr.qp_access_flags) {
+        return bad("qp_access_flags has unknown bits");
+    }
+    if mask.contains(M::PATH_MTU) && attr.path_mtu.bytes() > limits.active_mtu.bytes() {
+        return bad("path_mtu larger than the port's active MTU");
+    }
+    if mask.contains(M::AV) {
+        let ah = &attr.ah_attr;
+        if !ah.is_global {
+            return bad("RoCE address vectors need a GRH (is_global)");
+        }
+        if u32::from(ah.grh.sgid_index) >= limits.gid_tbl_len {
+            return bad("sgid_index outside the GID table");
+        }
+        if ah.port_num > 1 {
+            return bad("ah_attr.port_num must be 1");
+        }
+    }
+    if mask.contains(M::DEST_QPN) && attr.dest_qp_num > 0x00FF_FFFF {
+        return bad("dest_qp_num has more than 24 bits");
+    }
+    if mask.contains(M::TIMEOUT) && attr.timeout > 31 {
+        return bad("timeout is 5 bits");
+    }
+    if mask.contains(M::RETRY_CNT) && attr.retry_cnt > 7 {
+        return bad("retry_cnt is 3 bits");
+    }
+    if mask.contains(M::RNR_RETRY) && attr.rnr_retry > 7 {
+        return bad("rnr_retry is 3 bits");
+    }
+    if mask.contains(M::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
+        return bad("min_rnr_timer is 5 bits");
+    }
+    if mask.contains(M::MAX_QP_RD_ATOMIC)
+        && u32::from(attr.max_rd_atomic) > limits.max_qp_init_rd_atom
+    {
+        return bad("max_rd_atomic larger than max_qp_init_rd_atom");
+    }
+    if mask.contains(M::MAX_DEST_RD_ATOMIC)
+        && u32::from(attr.max_dest_rd_atomic) > limits.max_qp_rd_atom
+    {
+        return bad("max_dest_rd_atomic larger than max_qp_rd_atom");
+    }
+    Ok(())
+}
+
+impl QueuePair {
+    /// `ibv_modify_qp`. On error nothing changes.
+    pub(crate) fn modify(&mut self, ctx: &mut Ctx<'_>, attr: &QpAttr, mask: M) -> Result<()> {
+        let cur = self.state();
+        let next = if mask.contains(M::STATE) {
+            attr.qp_state
+        } else {
+            cur
+        };
+        let (required, optional) = transition_rules(self.init.qp_type, cur, next)
+            .ok_or(Error::InvalidArgument("illegal QP state transition"))?;
+        if !mask.contains(required) {
+            return Err(Error::InvalidArgument("a required attribute is missing"));
+        }
+        if !(required | optional | M::STATE).contains(mask) {
+            return Err(Error::InvalidArgument(
+                "an attribute not allowed in this transition",
+            ));
+        }
+        if mask.contains(M::CUR_STATE) && attr.cur_qp_state != cur {
+            return Err(Error::InvalidArgument("cur_qp_state is not the QP's state"));
+        }
+        check_values(attr, mask, ctx.limits)?;
+
+        self.apply(attr, mask);
+        match (cur, next) {
+            (_, QpState::Reset) => self.reset(),
+            (_, QpState::Err) => self.enter_error(ctx),
+            (QpState::Init, QpState::Rtr) => {
+                self.attr.qp_state = QpState::Rtr;
+                self.resp.epsn = emu_wire::Psn::new(self.attr.rq_psn);
+            }
+            (QpState::Rtr, QpState::Rts) => {
+                self.attr.qp_state = QpState::Rts;
+                let psn = emu_wire::Psn::new(self.attr.sq_psn);
+                self.req.next_psn = psn;
+                self.req.sent_end = psn;
+                self.comp.psn = psn;
+            }
+            (QpState::Rts, QpState::Sqd) => {
+                self.attr.qp_state = QpState::Sqd;
+                self.attr.sq_draining = true;
+                self.check_drained(ctx);
+            }
+            (_, next) => {
+                self.attr.qp_state = next;
+                if next == QpState::Rts {
+                    self.attr.sq_draining = false;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the attributes named in `mask` into the QP.
+    fn apply(&mut self, a: &QpAttr, mask: M) {
+        let s = &mut self.attr;
+        if mask.contains(M::EN_SQD_ASYNC_NOTIFY) {
+            s.en_sqd_async_notify = a.en_sqd_async_notify;
+        }
+        if mask.contains(M::ACCESS_FLAGS) {
+            s.qp_access_flags = a.qp_access_flags;
+        }
+        if mask.contains(M::PKEY_INDEX) {
+            s.pkey_index = a.pkey_index;
+        }
+        if mask.contains(M::PORT) {
+            s.port_num = a.port_num;
+        }
+        if mask.contains(M::QKEY) {
+            s.qkey = a.qkey;
+        }
+        if mask.contains(M::AV) {
+            s.ah_attr = a.ah_attr;
+        }
+        if mask.contains(M::PATH_MTU) {
+            s.path_mtu = a.path_mtu;
+        }
+        if mask.contains(M::TIMEOUT) {
+            s.timeout = a.timeout;
+        }
+        if mask.contains(M::RETRY_CNT) {
+            s.retry_cnt = a.retry_cnt;
+            self.comp.retry = RetryBudget::transport(a.retry_cnt);
+        }
+        if mask.contains(M::RNR_RETRY) {
+            s.rnr_retry = a.rnr_retry;
+            self.comp.rnr = RnrState::new(a.rnr_retry);
+        }
+        if mask.contains(M::RQ_PSN) {
+            s.rq_psn = a.rq_psn & 0x00FF_FFFF;
+        }
+        if mask.contains(M::MAX_QP_RD_ATOMIC) {
+            s.max_rd_atomic = a.max_rd_atomic;
+        }
+        if mask.contains(M::ALT_PATH) {
+            s.alt_ah_attr = a.alt_ah_attr;
+            s.alt_pkey_index = a.alt_pkey_index;
+            s.alt_port_num = a.alt_port_num;
+            s.alt_timeout = a.alt_timeout;
+        }
+        if mask.contains(M::MIN_RNR_TIMER) {
+            s.min_rnr_timer = a.min_rnr_timer;
+        }
+        if mask.contains(M::SQ_PSN) {
+            s.sq_psn = a.sq_psn & 0x00FF_FFFF;
+        }
+        if mask.contains(M::MAX_DEST_RD_ATOMIC) {
+            s.max_dest_rd_atomic = a.max_dest_rd_atomic;
+        }
+        if mask.contains(M::PATH_MIG_STATE) {
+            s.path_mig_state = a.path_mig_state;
+        }
+        if mask.contains(M::DEST_QPN) {
+            s.dest_qp_num = a.dest_qp_num;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rc_connect_path_and_illegal_jumps() {
+        use QpState::*;
+        assert!(transition_rules(QpType::Rc, Reset, Init).is_some());
+        assert!(transition_rules(QpType::Rc, Reset, Rtr).is_none());
+        assert!(transition_rules(QpType::Rc, Init, Rts).is_none());
+        assert!(transition_rules(QpType::Rc, Rtr, Rtr).is_none());
+        assert!(transition_rules(QpType::Rc, Sqe, Rts).is_none());
+        assert!(transition_rules(QpType::Uc, Sqe, Rts).is_some());
+        assert!(transition_rules(QpType::Rc, Err, Rts).is_none());
+        let (req, _) = transition_rules(QpType::Rc, Init, Rtr).unwrap();
+        assert!(req.contains(M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER));
+        let (req, _) = transition_rules(QpType::Uc, Init, Rtr).unwrap();
+        assert!(!req.contains(M::MAX_DEST_RD_ATOMIC));
+    }
+}

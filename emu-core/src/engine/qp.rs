@@ -1,0 +1,384 @@
+//! The queue pair: its queues, its attributes, and the verbs that post to it.
+//!
+//! The transport behaviour is split by role as IBTA chapter 9 and kernel rxe split it:
+//! [`requester`](super::requester) turns send WQEs into packets,
+//! [`responder`](super::responder) executes incoming requests and answers them,
+//! [`completer`](super::completer) consumes ACKs and responses and completes send WQEs.
+//! State transitions live in [`modify`](super::modify).
+
+use std::collections::VecDeque;
+
+use emu_wire::Psn;
+use verbs_api::{
+    Error, MemBuf, PostError, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, WcOpcode,
+    WcStatus, WorkCompletion, WrOperation,
+};
+
+use super::cq::CqHandle;
+use super::ctx::Ctx;
+use super::mr::{PdHandle, Segment};
+use super::responder::ResponderState;
+use super::retry::RetryBudget;
+use super::rnr::RnrState;
+use super::timers::TimerTable;
+use super::wqe::{RecvWqe, SendWqe};
+use super::Limits;
+
+/// Attributes a QP is created with (`struct ibv_qp_init_attr`, manual 3.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpInitAttr {
+    /// The protection domain.
+    pub pd: PdHandle,
+    /// The CQ for send completions.
+    pub send_cq: CqHandle,
+    /// The CQ for receive completions.
+    pub recv_cq: CqHandle,
+    /// The transport service.
+    pub qp_type: QpType,
+    /// Requested queue sizes; the QP may get more (query it).
+    pub cap: QpCap,
+    /// Every send WR generates a completion, whatever its `SIGNALED` flag.
+    pub sq_sig_all: bool,
+}
+
+/// The requester's progress through the send queue.
+#[derive(Debug, Default)]
+pub(crate) struct RequesterState {
+    /// Index into `sq` of the WQE the next packet comes from.
+    pub(crate) idx: usize,
+    /// The PSN the next WQE to start gets.
+    pub(crate) next_psn: Psn,
+    /// One past the highest PSN transmitted so far.
+    pub(crate) sent_end: Psn,
+    /// READ and ATOMIC WQEs started and not yet completed (bounded by max_rd_atomic).
+    pub(crate) rd_atomic_outstanding: u32,
+    /// Packets sent since the last one that asked for an ACK.
+    pub(crate) noack_pkts: u32,
+}
+
+/// The completer's view: the oldest unacknowledged PSN and the retry budgets.
+#[derive(Debug, Default)]
+pub(crate) struct CompleterState {
+    /// The oldest PSN not yet acknowledged (or response not yet received).
+    pub(crate) psn: Psn,
+    pub(crate) retry: RetryBudget,
+    pub(crate) rnr: RnrState,
+    /// A go-back-N is under way; further implied or sequence NAKs before forward
+    /// progress are echoes of the same loss and start no new retry.
+    pub(crate) retry_started: bool,
+}
+
+/// One queue pair.
+#[derive(Debug)]
+pub(crate) struct QueuePair {
+    pub(crate) qpn: u32,
+    pub(crate) init: QpInitAttr,
+    pub(crate) attr: QpAttr,
+    pub(crate) sq: VecDeque<SendWqe>,
+    pub(crate) rq: VecDeque<RecvWqe>,
+    pub(crate) req: RequesterState,
+    pub(crate) comp: CompleterState,
+    pub(crate) resp: ResponderState,
+    pub(crate) timers: TimerTable,
+    /// `COMM_EST` was raised for this connection (IBTA 11.6.3).
+    pub(crate) comm_est_raised: bool,
+    /// The engine's transmit scheduler holds this QP.
+    pub(crate) in_ready: bool,
+}
+
+impl QueuePair {
+    pub(crate) fn new(qpn: u32, init: QpInitAttr) -> Self {
+        let attr = QpAttr {
+            cap: init.cap,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+        QueuePair {
+            qpn,
+            init,
+            attr,
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            req: RequesterState::default(),
+            comp: CompleterState::default(),
+            resp: ResponderState::default(),
+            timers: TimerTable::default(),
+            comm_est_raised: false,
+            in_ready: false,
+        }
+    }
+
+    pub(crate) fn state(&self) -> QpState {
+        self.attr.qp_state
+    }
+
+    pub(crate) fn path_mtu(&self) -> u32 {
+        self.attr.path_mtu.bytes()
+    }
+
+    /// `ibv_post_send` (manual 3.6). Immediate errors are those libibverbs returns:
+    /// EINVAL for a QP in RESET/INIT/RTR, too many SGEs, INLINE data over
+    /// `max_inline_data`, or an operation the transport cannot carry; ENOMEM when the
+    /// send queue is full. In ERR the WR is accepted and flushed at once.
+    pub(crate) fn post_send(&mut self, ctx: &mut Ctx<'_>, wrs: &[SendWr]) -> Result<(), PostError> {
+        for (index, wr) in wrs.iter().enumerate() {
+            let fail = |error| PostError { index, error };
+            match self.state() {
+                QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe => {}
+                _ => return Err(fail(Error::InvalidArgument("QP is not ready to send"))),
+            }
+            self.check_send_wr(wr).map_err(fail)?;
+            if self.sq.len() >= self.attr.cap.max_send_wr as usize {
+                return Err(fail(Error::NoMemory("send queue is full")));
+            }
+            let length = wr.sg_list.iter().map(|s| u64::from(s.length)).sum::<u64>();
+            let length = u32::try_from(length)
+                .map_err(|_| fail(Error::InvalidArgument("message longer than 2^32-1")))?;
+            let inline = if wr.send_flags.contains(SendFlags::INLINE) {
+                Some(self.copy_inline(ctx, wr).map_err(fail)?)
+            } else {
+                None
+            };
+            let wqe = SendWqe {
+                wr_id: wr.wr_id,
+                op: wr.op.clone(),
+                flags: wr.send_flags,
+                signaled: self.init.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
+                sges: wr.sg_list.clone(),
+                inline,
+                length,
+                local: Vec::new(),
+                started: false,
+                first_psn: Psn::default(),
+                npsn: 0,
+                next_off: 0,
+                done: None,
+            };
+            // IBTA 10.3.1?: WRs posted in ERR (and, for UC/UD, SQE) are flushed.
+            if matches!(self.state(), QpState::Err | QpState::Sqe) {
+                self.flush_send(ctx, &wqe);
+            } else {
+                self.sq.push_back(wqe);
+            }
+        }
+        Ok(())
+    }
+
+    fn check_send_wr(&self, wr: &SendWr) -> verbs_api::Result<()> {
+        if wr.sg_list.len() > self.attr.cap.max_send_sge as usize {
+            return Err(Error::InvalidArgument("more SGEs than max_send_sge"));
+        }
+        match (&wr.op, self.init.qp_type) {
+            (WrOperation::LocalInv { .. } | WrOperation::BindMw { .. }, _) => Err(
+                Error::Unsupported("memory windows and LOCAL_INV are not implemented yet"),
+            ),
+            (_, QpType::Rc) => Ok(()),
+            // IBTA 9.8 (table 38): UC carries SEND and RDMA WRITE, with or without
+            // immediate; no READ, no atomics, no SEND with invalidate.
+            (
+                WrOperation::Send
+                | WrOperation::SendWithImm { .. }
+                | WrOperation::RdmaWrite { .. }
+                | WrOperation::RdmaWriteWithImm { .. },
+                QpType::Uc,
+            ) => Ok(()),
+            _ => Err(Error::InvalidArgument(
+                "operation not supported by this QP type",
+            )),
+        }?;
+        if let WrOperation::AtomicCmpAndSwp { remote_addr, .. }
+        | WrOperation::AtomicFetchAndAdd { remote_addr, .. } = wr.op
+        {
+            // As rdma-core's rxe provider: 8 local bytes and an 8-byte aligned target.
+            let total: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+            if total < 8 || remote_addr % 8 != 0 {
+                return Err(Error::InvalidArgument(
+                    "atomics need 8 local bytes and an 8-byte aligned remote address",
+                ));
+            }
+        }
+        if wr.send_flags.contains(SendFlags::INLINE) {
+            let total: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+            if total > u64::from(self.attr.cap.max_inline_data) {
+                return Err(Error::InvalidArgument(
+                    "INLINE data larger than max_inline_data",
+                ));
+            }
+            if matches!(
+                wr.op,
+                WrOperation::RdmaRead { .. }
+                    | WrOperation::AtomicCmpAndSwp { .. }
+                    | WrOperation::AtomicFetchAndAdd { .. }
+            ) {
+                return Err(Error::InvalidArgument(
+                    "INLINE is only for SEND and RDMA WRITE",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// INLINE data is copied when posted; libibverbs does not check the SGE keys, so
+    /// the bytes are found by address among the PD's registered regions.
+    fn copy_inline(&self, ctx: &Ctx<'_>, wr: &SendWr) -> verbs_api::Result<Vec<u8>> {
+        let mut data = Vec::new();
+        for sge in &wr.sg_list {
+            let seg = ctx
+                .mrs
+                .resolve_local(self.init.pd, sge.lkey, sge.addr, sge.length, false)
+                .ok()
+                .or_else(|| ctx.mrs.find_containing(self.init.pd, sge.addr, sge.length))
+                .ok_or(Error::InvalidArgument(
+                    "INLINE data is not in registered memory",
+                ))?;
+            let start = data.len();
+            data.resize(start + seg.len, 0);
+            seg.buf
+                .read(seg.offset, &mut data[start..])
+                .map_err(|_| Error::InvalidArgument("INLINE data out of range"))?;
+        }
+        Ok(data)
+    }
+
+    /// `ibv_post_recv` (manual 3.6): EINVAL in RESET, for too many SGEs; ENOMEM when
+    /// full. In ERR the WR is accepted and flushed at once.
+    pub(crate) fn post_recv(&mut self, ctx: &mut Ctx<'_>, wrs: &[RecvWr]) -> Result<(), PostError> {
+        for (index, wr) in wrs.iter().enumerate() {
+            let fail = |error| PostError { index, error };
+            if self.state() == QpState::Reset {
+                return Err(fail(Error::InvalidArgument("QP is in RESET")));
+            }
+            if wr.sg_list.len() > self.attr.cap.max_recv_sge as usize {
+                return Err(fail(Error::InvalidArgument("more SGEs than max_recv_sge")));
+            }
+            let in_progress = usize::from(self.resp.has_current_recv());
+            if self.rq.len() + in_progress >= self.attr.cap.max_recv_wr as usize {
+                return Err(fail(Error::NoMemory("receive queue is full")));
+            }
+            let wqe = RecvWqe {
+                wr_id: wr.wr_id,
+                sges: wr.sg_list.clone(),
+                length: wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+            };
+            if self.state() == QpState::Err {
+                self.flush_recv(ctx, &wqe);
+            } else {
+                self.rq.push_back(wqe);
+            }
+        }
+        Ok(())
+    }
+
+    /// A send completion for `wqe` with `status`.
+    pub(crate) fn send_wc(&self, wqe: &SendWqe, status: WcStatus) -> WorkCompletion {
+        let mut wc = WorkCompletion::new(wqe.wr_id, status, wqe.op.wc_opcode(), self.qpn);
+        wc.byte_len = match wqe.op {
+            WrOperation::AtomicCmpAndSwp { .. } | WrOperation::AtomicFetchAndAdd { .. } => 8,
+            _ => wqe.length,
+        };
+        wc
+    }
+
+    fn flush_send(&self, ctx: &mut Ctx<'_>, wqe: &SendWqe) {
+        ctx.complete(
+            self.init.send_cq,
+            self.send_wc(wqe, WcStatus::WrFlushErr),
+            true,
+        );
+    }
+
+    pub(crate) fn flush_recv(&self, ctx: &mut Ctx<'_>, wqe: &RecvWqe) {
+        let wc = WorkCompletion::new(wqe.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
+        ctx.complete(self.init.recv_cq, wc, true);
+    }
+
+    /// Moves the QP to the error state (IBTA 10.3.1, 11.4.2.?): every outstanding WR
+    /// completes with `WR_FLUSH_ERR`, in posting order, send queue then receive queue.
+    pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state() == QpState::Err {
+            return;
+        }
+        self.attr.qp_state = QpState::Err;
+        self.attr.sq_draining = false;
+        self.timers.stop_all();
+        self.comp.rnr.waiting = false;
+        let sq = std::mem::take(&mut self.sq);
+        for wqe in &sq {
+            self.flush_send(ctx, wqe);
+        }
+        if let Some(wqe) = self.resp.take_current_recv() {
+            self.flush_recv(ctx, &wqe);
+        }
+        let rq = std::mem::take(&mut self.rq);
+        for wqe in &rq {
+            self.flush_recv(ctx, wqe);
+        }
+        self.resp.clear_output();
+        self.req = RequesterState::default();
+    }
+
+    /// UC/UD send queue error (IBTA 10.3.1?, SQE): the send queue is flushed and stops;
+    /// the receive side keeps working; SQE->RTS resumes.
+    pub(crate) fn enter_sq_error(&mut self, ctx: &mut Ctx<'_>) {
+        self.attr.qp_state = QpState::Sqe;
+        let sq = std::mem::take(&mut self.sq);
+        for wqe in &sq {
+            self.flush_send(ctx, wqe);
+        }
+        let next = self.req.next_psn;
+        self.req = RequesterState {
+            next_psn: next,
+            sent_end: next,
+            ..RequesterState::default()
+        };
+        self.comp.psn = next;
+    }
+
+    /// Fails the oldest WQE with `status` (it always generates a completion), then moves
+    /// the QP to the error state. Used for every requester-side error (IBTA 9.9.2).
+    pub(crate) fn fail_head(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+        // WQEs this very packet acknowledged complete first, successfully.
+        self.complete_ready(ctx);
+        if matches!(self.state(), QpState::Err | QpState::Sqe) {
+            return;
+        }
+        if let Some(wqe) = self.sq.pop_front() {
+            let wc = self.send_wc(&wqe, status);
+            ctx.complete(self.init.send_cq, wc, true);
+        }
+        self.enter_error(ctx);
+    }
+
+    /// Back to RESET: every queue emptied, every counter back to its initial value
+    /// (IBTA 10.3.1: completions already on the CQ stay there).
+    pub(crate) fn reset(&mut self) {
+        let (qpn, init, cap) = (self.qpn, self.init, self.attr.cap);
+        let in_ready = self.in_ready;
+        let mut timers = std::mem::take(&mut self.timers);
+        timers.stop_all();
+        *self = QueuePair::new(qpn, init);
+        self.attr.cap = cap;
+        self.timers = timers;
+        self.in_ready = in_ready;
+    }
+
+    /// Whether the QP has a packet to send now.
+    pub(crate) fn wants_transmit(&self, limits: &Limits) -> bool {
+        self.resp.has_output() || self.requester_ready(limits)
+    }
+
+    /// Reads `len` bytes of `segs` starting at `offset` into `dst`; a helper for the
+    /// requester and the responder.
+    pub(crate) fn read_segments(segs: &[Segment], offset: usize, dst: &mut [u8]) {
+        super::mr::gather(segs, offset, dst);
+    }
+
+    /// Private registered copy of INLINE data, so it reads like any other segment.
+    pub(crate) fn inline_segment(data: &[u8]) -> Segment {
+        Segment {
+            buf: MemBuf::from_vec(data.to_vec()),
+            offset: 0,
+            len: data.len(),
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! The requester (IBTA 9.7.1-9.7.4): turns send WQEs into request packets.
+//!
+//! Segmentation by path MTU into FIRST/MIDDLE/LAST/ONLY packets, one PSN per packet
+//! (a READ request takes as many PSNs as its response has packets, IBTA 9.7.1.1), the
+//! AckReq bit on the last packet of every message and at least every
+//! [`ACK_REQ_EVERY`] packets, a window of [`MAX_UNACKED_PSNS`] unacknowledged PSNs,
+//! `max_rd_atomic` outstanding READ/ATOMIC requests (IBTA 9.7.7? C9-?), and FENCE
+//! (a fenced WQE waits for every earlier READ/ATOMIC to complete, manual 3.6).
+
+use emu_wire::{pad_count, Opcode, PacketRepr, Position, Transport, ICRC_LEN};
+use emu_wire::{AtomicEthRepr, RethRepr};
+use verbs_api::{QpState, QpType, SendFlags, WcStatus, WrOperation};
+
+use super::ctx::Ctx;
+use super::qp::QueuePair;
+use super::retry::local_ack_timeout;
+use super::timers::Timer;
+use super::wqe::ReqKind;
+use super::{Limits, Transmit};
+
+/// The requester asks for an ACK at least this often (kernel rxe uses the same
+/// spacing; IBTA 9.7.5.1.? lets the requester choose).
+pub(crate) const ACK_REQ_EVERY: u32 = 64;
+
+/// The requester stops when this many PSNs are unacknowledged (as kernel rxe does).
+pub(crate) const MAX_UNACKED_PSNS: i32 = 128;
+
+/// Why the requester can or cannot send now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gate {
+    Go,
+    Wait,
+}
+
+impl QueuePair {
+    /// Whether the requester has a packet it may send now.
+    pub(crate) fn requester_ready(&self, limits: &Limits) -> bool {
+        self.gate(limits) == Gate::Go
+    }
+
+    fn gate(&self, _limits: &Limits) -> Gate {
+        let state = self.state();
+        if !matches!(state, QpState::Rts | QpState::Sqd) || self.comp.rnr.waiting {
+            return Gate::Wait;
+        }
+        let Some(wqe) = self.sq.get(self.req.idx) else {
+            return Gate::Wait;
+        };
+        if wqe.done.is_some() {
+            return Gate::Wait;
+        }
+        let next_psn = if wqe.started {
+            wqe.first_psn.add(wqe.next_off)
+        } else {
+            // IBTA 10.3.1: in SQD no new WQE starts; the started ones finish.
+            if state == QpState::Sqd {
+                return Gate::Wait;
+            }
+            if wqe.flags.contains(SendFlags::FENCE) && self.req.rd_atomic_outstanding > 0 {
+                return Gate::Wait;
+            }
+            if wqe.is_rd_atomic()
+                && self.attr.max_rd_atomic > 0
+                && self.req.rd_atomic_outstanding >= u32::from(self.attr.max_rd_atomic)
+            {
+                return Gate::Wait;
+            }
+            self.req.next_psn
+        };
+        if self.init.qp_type == QpType::Rc && next_psn.distance(self.comp.psn) >= MAX_UNACKED_PSNS {
+            return Gate::Wait;
+        }
+        Gate::Go
+    }
+
+    /// Produces the next request packet into `buf`, if the requester may send one.
+    pub(crate) fn next_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Transmit> {
+        if self.gate(ctx.limits) != Gate::Go {
+            return None;
+        }
+        let idx = self.req.idx;
+        if !self.sq[idx].started && !self.start_wqe(ctx, idx) {
+            self.complete_ready(ctx);
+            return None;
+        }
+        let mtu = self.path_mtu();
+        let dest_qp = self.attr.dest_qp_num;
+        let wqe = &mut self.sq[idx];
+        let psn = wqe.first_psn.add(wqe.next_off);
+        let (repr, payload_off, payload_len, consumed) = match wqe.kind() {
+            ReqKind::Send | ReqKind::Write => {
+                let k = wqe.next_off;
+                let n = wqe.npsn;
+                let position = match (n, k) {
+                    (1, _) => Position::Only,
+                    (_, 0) => Position::First,
+                    (_, k) if k == n - 1 => Position::Last,
+                    _ => Position::Middle,
+                };
+                let start = k as usize * mtu as usize;
+                let len = (wqe.length as usize - start).min(mtu as usize);
+                let mut repr = PacketRepr::new(request_opcode(&wqe.op, position), dest_qp, psn);
+                let tail = matches!(position, Position::Last | Position::Only);
+                match wqe.op {
+                    WrOperation::RdmaWrite { remote_addr, rkey }
+                    | WrOperation::RdmaWriteWithImm {
+                        remote_addr, rkey, ..
+                    } => {
+                        if matches!(position, Position::First | Position::Only) {
+                            repr.reth = Some(RethRepr {
+                                va: remote_addr,
+                                rkey,
+                                dma_len: wqe.length,
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+                if tail {
+                    match wqe.op {
+                        WrOperation::SendWithImm { imm_data }
+                        | WrOperation::RdmaWriteWithImm { imm_data, .. } => {
+                            repr.imm_dt = Some(imm_data)
+                        }
+                        WrOperation::SendWithInv { invalidate_rkey } => {
+                            repr.ieth = Some(invalidate_rkey)
+                        }
+                        _ => {}
+                    }
+                    // IBTA 9.2.3: SE only on the last packet of a SEND or WRITE with immediate.
+                    repr.bth.solicited = wqe.flags.contains(SendFlags::SOLICITED)
+                        && (wqe.kind() == ReqKind::Send || repr.imm_dt.is_some());
+                }
+                repr.bth.ack_req = tail;
+                (repr, start, len, 1)
+            }
+            ReqKind::Read => {
+                let WrOperation::RdmaRead { remote_addr, rkey } = wqe.op else {
+                    unreachable!()
+                };
+                let skip = (wqe.next_off as u64 * u64::from(mtu)).min(u64::from(wqe.length));
+                let mut repr = PacketRepr::new(Opcode::RcRdmaReadRequest, dest_qp, psn);
+                repr.reth = Some(RethRepr {
+                    va: remote_addr.wrapping_add(skip),
+                    rkey,
+                    dma_len: wqe.length - skip as u32,
+                });
+                repr.bth.ack_req = true;
+                (repr, 0, 0, wqe.npsn - wqe.next_off)
+            }
+            ReqKind::Atomic => {
+                let (opcode, eth) = match wqe.op {
+                    WrOperation::AtomicCmpAndSwp {
+                        remote_addr,
+                        rkey,
+                        compare,
+                        swap,
+                    } => (
+                        Opcode::RcCompareSwap,
+                        AtomicEthRepr {
+                            va: remote_addr,
+                            rkey,
+                            swap_add: swap,
+                            compare,
+                        },
+                    ),
+                    WrOperation::AtomicFetchAndAdd {
+                        remote_addr,
+                        rkey,
+                        add,
+                    } => (
+                        Opcode::RcFetchAdd,
+                        AtomicEthRepr {
+                            va: remote_addr,
+                            rkey,
+                            swap_add: add,
+                            compare: 0,
+                        },
+                    ),
+                    _ => unreachable!("atomic kind"),
+                };
+                let mut repr = PacketRepr::new(opcode, dest_qp, psn);
+                repr.atomic_eth = Some(eth);
+                repr.bth.ack_req = true;
+                (repr, 0, 0, 1)
+            }
+        };
+        let mut repr = repr;
+        let reliable = self.init.qp_type == QpType::Rc;
+        if reliable {
+            self.req.noack_pkts += 1;
+            if self.req.noack_pkts >= ACK_REQ_EVERY {
+                repr.bth.ack_req = true;
+            }
+            if repr.bth.ack_req {
+                self.req.noack_pkts = 0;
+            }
+        } else {
+            // IBTA 9.8: UC has no acknowledgements; the twin opcode, never AckReq.
+            repr.bth.opcode = repr
+                .bth
+                .opcode
+                .with_transport(Transport::Uc)
+                .expect("post checked the opcode");
+            repr.bth.ack_req = false;
+        }
+        let wqe = &mut self.sq[idx];
+        let size = emit(buf, &mut repr, payload_len, |dst| {
+            QueuePair::read_segments(&wqe.local, payload_off, dst)
+        });
+        wqe.next_off += consumed;
+        if wqe.fully_sent() {
+            self.req.idx += 1;
+            if !reliable {
+                // UC: the WQE is done when its last packet is on the wire (IBTA 9.8.?).
+                wqe.done = Some(WcStatus::Success);
+            }
+        }
+        let end = psn.add(consumed);
+        if end.distance(self.req.sent_end) > 0 {
+            self.req.sent_end = end;
+        }
+        if !reliable {
+            self.comp.psn = self.req.sent_end;
+            self.complete_ready(ctx);
+        } else if !self.timers.is_armed(Timer::Retransmit) {
+            if let Some(t) = local_ack_timeout(self.attr.timeout) {
+                self.timers.set(Timer::Retransmit, ctx.now + t);
+            }
+        }
+        Some(Transmit {
+            dest: self.attr.ah_attr.grh.dgid,
+            src_qpn: self.qpn,
+            size,
+        })
+    }
+
+    /// Resolves the WQE's local memory and assigns its PSNs. A local error marks the
+    /// WQE done with that status; the completer reports it in order (IBTA 10.8.3.?).
+    fn start_wqe(&mut self, ctx: &mut Ctx<'_>, idx: usize) -> bool {
+        let mtu = self.path_mtu();
+        let pd = self.init.pd;
+        let max_rd_atomic = self.attr.max_rd_atomic;
+        let wqe = &mut self.sq[idx];
+        let kind = wqe.kind();
+        let result: Result<(), WcStatus> = (|| {
+            if u64::from(wqe.length) > u64::from(ctx.limits.max_msg_sz) {
+                return Err(WcStatus::LocLenErr);
+            }
+            if kind == ReqKind::Atomic && wqe.length < 8 {
+                return Err(WcStatus::LocLenErr);
+            }
+            if wqe.length.div_ceil(mtu) >= super::responder::MAX_PSNS_PER_MESSAGE {
+                return Err(WcStatus::LocLenErr);
+            }
+            if wqe.is_rd_atomic() && max_rd_atomic == 0 {
+                // IBTA 9.4.? max_rd_atomic 0: the QP may not initiate READ/ATOMIC.
+                return Err(WcStatus::LocQpOpErr);
+            }
+            if let Some(data) = &wqe.inline {
+                wqe.local = vec![QueuePair::inline_segment(data)];
+                return Ok(());
+            }
+            let write = matches!(kind, ReqKind::Read | ReqKind::Atomic);
+            let mut local = Vec::with_capacity(wqe.sges.len());
+            for sge in wqe.sges.iter().filter(|s| s.length > 0) {
+                local.push(
+                    ctx.mrs
+                        .resolve_local(pd, sge.lkey, sge.addr, sge.length, write)?,
+                );
+            }
+            wqe.local = local;
+            Ok(())
+        })();
+        if let Err(status) = result {
+            wqe.done = Some(status);
+            return false;
+        }
+        wqe.started = true;
+        wqe.first_psn = self.req.next_psn;
+        wqe.next_off = 0;
+        wqe.npsn = match kind {
+            ReqKind::Atomic => 1,
+            _ => wqe.length.div_ceil(mtu).max(1),
+        };
+        self.req.next_psn = self.req.next_psn.add(wqe.npsn);
+        if wqe.is_rd_atomic() {
+            self.req.rd_atomic_outstanding += 1;
+        }
+        true
+    }
+}
+
+/// The RC opcode for a SEND or WRITE packet at `position` (IBTA 9.2.1 table 38).
+fn request_opcode(op: &WrOperation, position: Position) -> Opcode {
+    use Opcode::*;
+    use Position::*;
+    match (op, position) {
+        (WrOperation::RdmaWrite { .. } | WrOperation::RdmaWriteWithImm { .. }, First) => {
+            RcRdmaWriteFirst
+        }
+        (WrOperation::RdmaWrite { .. } | WrOperation::RdmaWriteWithImm { .. }, Middle) => {
+            RcRdmaWriteMiddle
+        }
+        (WrOperation::RdmaWrite { .. }, Last) => RcRdmaWriteLast,
+        (WrOperation::RdmaWrite { .. }, Only) => RcRdmaWriteOnly,
+        (WrOperation::RdmaWriteWithImm { .. }, Last) => RcRdmaWriteLastWithImmediate,
+        (WrOperation::RdmaWriteWithImm { .. }, Only) => RcRdmaWriteOnlyWithImmediate,
+        (_, First) => RcSendFirst,
+        (_, Middle) => RcSendMiddle,
+        (WrOperation::SendWithImm { .. }, Last) => RcSendLastWithImmediate,
+        (WrOperation::SendWithImm { .. }, Only) => RcSendOnlyWithImmediate,
+        (WrOperation::SendWithInv { .. }, Last) => RcSendLastWithInvalidate,
+        (WrOperation::SendWithInv { .. }, Only) => RcSendOnlyWithInvalidate,
+        (_, Last) => RcSendLast,
+        (_, Only) => RcSendOnly,
+    }
+}
+
+/// Writes headers, `payload_len` bytes from `fill`, zero pad and a zero ICRC slot
+/// into `buf`; returns the UDP payload length. The link fills in the ICRC, since it
+/// covers the IP and UDP headers only the link knows (IBTA Annex A17.4).
+pub(crate) fn emit(
+    buf: &mut [u8],
+    repr: &mut PacketRepr,
+    payload_len: usize,
+    fill: impl FnOnce(&mut [u8]),
+) -> usize {
+    repr.bth.pad_count = pad_count(payload_len);
+    let h = repr.emit_headers(buf);
+    fill(&mut buf[h..h + payload_len]);
+    let end = h + payload_len;
+    let total = end + usize::from(repr.bth.pad_count) + ICRC_LEN;
+    buf[end..total].fill(0);
+    total
+}

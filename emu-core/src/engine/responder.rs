@@ -1,0 +1,792 @@
+//! The responder (IBTA 9.7.4-9.7.5, 9.9.3): checks and executes incoming requests and
+//! answers them.
+//!
+//! Checks run in this order, before any byte moves: PSN (duplicate or out of
+//! sequence), opcode sequence, opcode allowed by the QP, resources (a receive WQE for
+//! SEND and WRITE with immediate, else an RNR NAK — see [`rnr`](super::rnr)), lengths,
+//! then the R_Key. Then the request executes and is acknowledged when the requester
+//! asked (AckReq), which coalesces ACKs. READ and ATOMIC requests are remembered in a
+//! ring of `max_dest_rd_atomic` resources, so that a duplicate READ is replayed and a
+//! duplicate ATOMIC answered with its saved result, never executed twice.
+
+use std::collections::VecDeque;
+
+use emu_wire::{AethRepr, AtomicAckEthRepr, NakCode, Opcode, PacketRepr, Position, Psn, Syndrome};
+use verbs_api::{
+    AccessFlags, AsyncEventType, QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+};
+
+use super::ctx::Ctx;
+use super::mr::{AccessError, Segment};
+use super::qp::QueuePair;
+use super::requester::emit;
+use super::wqe::RecvWqe;
+use super::Transmit;
+
+/// A message may span fewer PSNs than half the PSN space less the requester's window,
+/// or PSN comparisons would flip (IBTA 9.7.1).
+pub(crate) const MAX_PSNS_PER_MESSAGE: u32 = (1 << 23) - 256;
+
+/// A multi-packet request in progress.
+#[derive(Debug)]
+enum InProgress {
+    Send {
+        wqe: RecvWqe,
+        segs: Vec<Segment>,
+        received: u64,
+    },
+    Write {
+        seg: Option<Segment>,
+        received: u64,
+        length: u64,
+    },
+}
+
+/// A remembered READ or ATOMIC (IBTA 9.7.5.1.2: responder resources).
+#[derive(Debug, Clone, Copy)]
+struct RdAtomicResource {
+    first_psn: Psn,
+    npsn: u32,
+    kind: ResourceKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ResourceKind {
+    Read { va: u64, length: u64, rkey: u32 },
+    Atomic { orig: u64 },
+}
+
+/// A response waiting to be sent.
+#[derive(Debug)]
+enum Response {
+    /// An ACK, NAK or RNR NAK.
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: u32,
+    },
+    /// READ response packets still to send.
+    Read {
+        first_psn: Psn,
+        next: u32,
+        seg: Option<Segment>,
+        length: usize,
+        msn: u32,
+    },
+    /// An ATOMIC ACK.
+    Atomic { psn: Psn, orig: u64, msn: u32 },
+}
+
+/// The responder's state.
+#[derive(Debug, Default)]
+pub(crate) struct ResponderState {
+    /// The expected PSN.
+    pub(crate) epsn: Psn,
+    /// The message sequence number: messages completed (24 bits, IBTA 9.7.5.1.?).
+    pub(crate) msn: u32,
+    /// A sequence-error or RNR NAK was sent for `epsn`; later out-of-sequence packets
+    /// are dropped silently until `epsn` arrives (IBTA 9.7.5.1.1, C9-?).
+    nak_outstanding: bool,
+    /// UC: the message in progress was damaged; drop packets until the next FIRST or
+    /// ONLY (IBTA 9.8.3?).
+    drop_msg: bool,
+    cur: Option<InProgress>,
+    resources: VecDeque<RdAtomicResource>,
+    out: VecDeque<Response>,
+}
+
+impl ResponderState {
+    pub(crate) fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    pub(crate) fn clear_output(&mut self) {
+        self.out.clear();
+        self.cur = None;
+    }
+
+    /// UC: abandons the message in progress; its receive WQE goes back to the head
+    /// of the receive queue for the next message (IBTA 9.8.3?).
+    fn abort_message(&mut self, rq: &mut VecDeque<RecvWqe>) {
+        if let Some(wqe) = self.take_current_recv() {
+            rq.push_front(wqe);
+        }
+        self.cur = None;
+        self.drop_msg = true;
+    }
+
+    pub(crate) fn has_current_recv(&self) -> bool {
+        matches!(self.cur, Some(InProgress::Send { .. }))
+    }
+
+    pub(crate) fn take_current_recv(&mut self) -> Option<RecvWqe> {
+        match self.cur.take() {
+            Some(InProgress::Send { wqe, .. }) => Some(wqe),
+            other => {
+                self.cur = other;
+                None
+            }
+        }
+    }
+
+    fn push(&mut self, r: Response) {
+        // Coalesce: a newer positive ACK supersedes one not yet sent (IBTA 9.7.5.1.?).
+        if let (
+            Response::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            },
+            Some(Response::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            }),
+        ) = (&r, self.out.back())
+        {
+            self.out.pop_back();
+        }
+        self.out.push_back(r);
+    }
+
+    fn ack(&mut self, psn: Psn, syndrome: Syndrome) {
+        let msn = self.msn;
+        self.push(Response::Ack { psn, syndrome, msn });
+    }
+
+    fn remember(&mut self, r: RdAtomicResource, max: u8) {
+        self.resources.push_back(r);
+        while self.resources.len() > usize::from(max.max(1)) {
+            self.resources.pop_front();
+        }
+    }
+
+    fn complete_message(&mut self) {
+        self.msn = (self.msn + 1) & 0x00FF_FFFF;
+    }
+}
+
+/// What a request error does (IBTA 9.9.3.1). On RC every one is fatal: a NAK, the
+/// receive WQE in progress completes in error, an event, the QP to error. On UC only
+/// class A errors (the responder's own receive WQE is bad) are; the others drop the
+/// message silently (IBTA 9.9.3.2?, "class D").
+struct Fatal {
+    nak: NakCode,
+    /// The status of the receive WQE in progress, if one is.
+    recv_status: Option<WcStatus>,
+    event: Option<AsyncEventType>,
+    class_a: bool,
+}
+
+/// Why a request was not executed.
+enum Refusal {
+    /// No receive WQE (RC: RNR NAK; UC: the message is dropped).
+    NotReady,
+    Error(Fatal),
+}
+
+impl From<Fatal> for Refusal {
+    fn from(f: Fatal) -> Self {
+        Refusal::Error(f)
+    }
+}
+
+const INVALID_REQUEST: Fatal = Fatal {
+    nak: NakCode::InvalidRequest,
+    recv_status: Some(WcStatus::RemInvReqErr),
+    event: Some(AsyncEventType::QpReqErr),
+    class_a: false,
+};
+
+/// Length errors, misaligned atomics, READ/ATOMIC beyond the responder resources: an
+/// invalid request NAK, and the "local access violation" event (manual 6.1.4).
+const LENGTH_ERROR: Fatal = Fatal {
+    nak: NakCode::InvalidRequest,
+    recv_status: Some(WcStatus::RemInvReqErr),
+    event: Some(AsyncEventType::QpAccessErr),
+    class_a: false,
+};
+
+/// The largest RDMA length a RETH may ask for (IBTA C9-94?: 2^31, as kernel rxe).
+const MAX_DMA_LEN: u32 = 1 << 31;
+
+const ACCESS_ERROR: Fatal = Fatal {
+    nak: NakCode::RemoteAccessError,
+    recv_status: Some(WcStatus::RemAccessErr),
+    event: Some(AsyncEventType::QpAccessErr),
+    class_a: false,
+};
+
+impl QueuePair {
+    /// Handles a request packet (SEND, WRITE, READ request, ATOMIC).
+    pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, repr: &PacketRepr, payload: &[u8]) {
+        if !matches!(
+            self.state(),
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        ) {
+            ctx.counters.rx_dropped += 1;
+            return;
+        }
+        if self.init.qp_type == QpType::Uc {
+            self.handle_uc_request(ctx, repr, payload);
+            return;
+        }
+        let psn = repr.bth.psn;
+        let d = psn.distance(self.resp.epsn);
+        if d > 0 {
+            // IBTA 9.7.5.1.1: out of sequence: one NAK, then silence until epsn arrives.
+            ctx.counters.out_of_sequence += 1;
+            if !self.resp.nak_outstanding {
+                self.resp.nak_outstanding = true;
+                ctx.counters.seq_naks_sent += 1;
+                let epsn = self.resp.epsn;
+                self.resp
+                    .ack(epsn, Syndrome::Nak(NakCode::PsnSequenceError));
+            }
+            return;
+        }
+        if d < 0 {
+            ctx.counters.duplicate_requests += 1;
+            self.handle_duplicate(ctx, repr);
+            return;
+        }
+        match self.execute(ctx, repr, payload) {
+            Ok(()) => self.communication_established(ctx),
+            Err(Refusal::NotReady) => {
+                // IBTA 9.7.5.2.8: RNR NAK; the PSN does not advance.
+                ctx.counters.rnr_naks_sent += 1;
+                self.resp.nak_outstanding = true;
+                let timer = self.attr.min_rnr_timer;
+                self.resp.ack(psn, Syndrome::RnrNak { timer });
+            }
+            Err(Refusal::Error(fatal)) => self.fatal_request_error(ctx, psn, fatal),
+        }
+    }
+
+    /// UC (IBTA 9.8): no ACK, no NAK, no duplicates. A PSN gap or any error drops the
+    /// message in progress silently; the responder resynchronises on the next FIRST or
+    /// ONLY packet, whatever its PSN.
+    fn handle_uc_request(&mut self, ctx: &mut Ctx<'_>, repr: &PacketRepr, payload: &[u8]) {
+        let psn = repr.bth.psn;
+        let starts = matches!(repr.bth.opcode.position(), Position::First | Position::Only);
+        if psn != self.resp.epsn {
+            ctx.counters.out_of_sequence += 1;
+            if self.resp.cur.is_some() {
+                ctx.counters.uc_dropped_messages += 1;
+            }
+            self.resp.abort_message(&mut self.rq);
+        }
+        self.resp.epsn = psn.add(1);
+        if starts {
+            self.resp.drop_msg = false;
+        }
+        if self.resp.drop_msg {
+            ctx.counters.rx_dropped += 1;
+            return;
+        }
+        match self.execute(ctx, repr, payload) {
+            Ok(()) => self.communication_established(ctx),
+            Err(Refusal::Error(fatal)) if fatal.class_a => {
+                self.fatal_request_error(ctx, psn, fatal)
+            }
+            Err(_) => {
+                ctx.counters.uc_dropped_messages += 1;
+                self.resp.abort_message(&mut self.rq);
+            }
+        }
+    }
+
+    /// IBTA 11.6.3, manual 6.1.5: the first packet an RTR QP processes without error
+    /// establishes communication.
+    fn communication_established(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state() == QpState::Rtr && !self.comm_est_raised {
+            self.comm_est_raised = true;
+            ctx.qp_event(AsyncEventType::CommEst, self.qpn);
+        }
+    }
+
+    fn fatal_request_error(&mut self, ctx: &mut Ctx<'_>, psn: Psn, fatal: Fatal) {
+        if let (Some(status), Some(wqe)) = (fatal.recv_status, self.resp.take_current_recv()) {
+            let wc = WorkCompletion::new(wqe.wr_id, status, WcOpcode::Recv, self.qpn);
+            ctx.complete(self.init.recv_cq, wc, true);
+        }
+        if let Some(event) = fatal.event {
+            ctx.qp_event(event, self.qpn);
+        }
+        self.enter_error(ctx);
+        if self.init.qp_type == QpType::Rc {
+            // The NAK still goes out from the error state (IBTA 9.9.3.1.?).
+            self.resp.ack(psn, Syndrome::Nak(fatal.nak));
+        }
+    }
+
+    /// Executes the request at the expected PSN. Nothing is written before every check
+    /// has passed.
+    fn execute(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        repr: &PacketRepr,
+        payload: &[u8],
+    ) -> Result<(), Refusal> {
+        let opcode = repr.bth.opcode;
+        let position = opcode.position();
+        let mtu = self.path_mtu() as usize;
+
+        // Opcode sequence (IBTA 9.7.4.1.? C9-?): MIDDLE/LAST continue the message in
+        // progress; FIRST/ONLY may not interrupt one.
+        let continuing = matches!(position, Position::Middle | Position::Last);
+        match (&self.resp.cur, continuing) {
+            (None, false) => {}
+            (Some(InProgress::Send { .. }), true) if opcode.is_send() => {}
+            (Some(InProgress::Write { .. }), true) if opcode.is_write() => {}
+            _ => return Err(INVALID_REQUEST.into()),
+        }
+        // The QP's own remote access rights (IBTA 9.7.4.1.? and 10.2.?: qp_access_flags).
+        let need = if opcode.is_write() {
+            Some(AccessFlags::REMOTE_WRITE)
+        } else if opcode.is_read_request() {
+            Some(AccessFlags::REMOTE_READ)
+        } else if opcode.is_atomic() {
+            Some(AccessFlags::REMOTE_ATOMIC)
+        } else {
+            None
+        };
+        if let Some(need) = need {
+            if !self.attr.qp_access_flags.contains(need) {
+                return Err(INVALID_REQUEST.into());
+            }
+        }
+        // Packet lengths: FIRST and MIDDLE carry exactly one MTU, LAST and ONLY at most
+        // one (IBTA 9.7.4.1.? C9-?).
+        let len_ok = match position {
+            Position::First | Position::Middle => payload.len() == mtu,
+            Position::Last => !payload.is_empty() && payload.len() <= mtu,
+            Position::Only => payload.len() <= mtu,
+        };
+        if (opcode.is_send() || opcode.is_write()) && !len_ok {
+            return Err(LENGTH_ERROR.into());
+        }
+        // Resources: a receive WQE for SEND and WRITE with immediate, else RNR NAK.
+        let needs_recv =
+            (opcode.is_send() && !continuing) || (opcode.is_write() && opcode.has_immediate());
+        if needs_recv && self.rq.is_empty() {
+            return Err(Refusal::NotReady);
+        }
+        let done = if opcode.is_send() {
+            self.execute_send(ctx, repr, payload)
+        } else if opcode.is_write() {
+            self.execute_write(ctx, repr, payload)
+        } else if opcode.is_read_request() {
+            self.execute_read(ctx, repr)
+        } else if opcode.is_atomic() {
+            self.execute_atomic(ctx, repr)
+        } else {
+            // IBTA 9.7.4.1.?: an opcode the responder does not implement.
+            Err(INVALID_REQUEST)
+        };
+        Ok(done?)
+    }
+
+    fn execute_send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        repr: &PacketRepr,
+        payload: &[u8],
+    ) -> Result<(), Fatal> {
+        let opcode = repr.bth.opcode;
+        if matches!(opcode.position(), Position::First | Position::Only) {
+            let wqe = self.rq.pop_front().expect("checked above");
+            let mut segs = Vec::with_capacity(wqe.sges.len());
+            for sge in wqe.sges.iter().filter(|s| s.length > 0) {
+                match ctx
+                    .mrs
+                    .resolve_local(self.init.pd, sge.lkey, sge.addr, sge.length, true)
+                {
+                    Ok(seg) => segs.push(seg),
+                    Err(status) => {
+                        // Our own receive buffer is bad: a local protection error here and
+                        // a remote operational error for the requester (IBTA 9.9.3.1.?).
+                        self.resp.cur = Some(InProgress::Send {
+                            wqe,
+                            segs: Vec::new(),
+                            received: 0,
+                        });
+                        return Err(Fatal {
+                            nak: NakCode::RemoteOperationalError,
+                            recv_status: Some(status),
+                            event: None,
+                            class_a: true,
+                        });
+                    }
+                }
+            }
+            self.resp.cur = Some(InProgress::Send {
+                wqe,
+                segs,
+                received: 0,
+            });
+        }
+        let Some(InProgress::Send {
+            wqe,
+            segs,
+            received,
+        }) = &mut self.resp.cur
+        else {
+            unreachable!("sequence checked")
+        };
+        if *received + payload.len() as u64 > wqe.length {
+            // IBTA 9.9.3.1.?: the message does not fit the receive buffer.
+            return Err(Fatal {
+                nak: NakCode::InvalidRequest,
+                recv_status: Some(WcStatus::LocLenErr),
+                event: None,
+                class_a: false,
+            });
+        }
+        super::mr::scatter(segs, *received as usize, payload);
+        *received += payload.len() as u64;
+        self.resp.epsn = repr.bth.psn.add(1);
+        self.resp.nak_outstanding = false;
+        if matches!(opcode.position(), Position::Last | Position::Only) {
+            let Some(InProgress::Send { wqe, received, .. }) = self.resp.cur.take() else {
+                unreachable!()
+            };
+            let mut wc =
+                WorkCompletion::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+            wc.byte_len = received as u32;
+            wc.src_qp = self.attr.dest_qp_num;
+            if let Some(imm) = repr.imm_dt {
+                wc.imm_data = imm;
+                wc.wc_flags |= WcFlags::WITH_IMM;
+            }
+            if let Some(rkey) = repr.ieth {
+                // IBTA 10.6.?: only memory windows (and fast-registered regions) can be
+                // invalidated; a region from reg_mr cannot, as in kernel rxe. Memory
+                // windows are not implemented yet, so every SEND with invalidate
+                // is refused rather than reported as done.
+                let _ = rkey;
+                self.resp.cur = Some(InProgress::Send {
+                    wqe,
+                    segs: Vec::new(),
+                    received,
+                });
+                return Err(INVALID_REQUEST);
+            }
+            self.resp.complete_message();
+            ctx.complete(self.init.recv_cq, wc, repr.bth.solicited);
+        }
+        if repr.bth.ack_req && self.init.qp_type == QpType::Rc {
+            self.resp.ack(repr.bth.psn, Syndrome::ACK_NO_CREDIT);
+        }
+        Ok(())
+    }
+
+    fn execute_write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        repr: &PacketRepr,
+        payload: &[u8],
+    ) -> Result<(), Fatal> {
+        let opcode = repr.bth.opcode;
+        let position = opcode.position();
+        if matches!(position, Position::First | Position::Only) {
+            let reth = repr.reth.ok_or(INVALID_REQUEST)?;
+            if reth.dma_len > MAX_DMA_LEN {
+                return Err(LENGTH_ERROR);
+            }
+            let length = u64::from(reth.dma_len);
+            // IBTA 9.7.4.1.? (C9-?): a zero-length WRITE accesses no memory and its
+            // R_Key is not checked.
+            let seg = if length == 0 {
+                None
+            } else {
+                Some(self.remote(ctx, reth.rkey, reth.va, length, AccessFlags::REMOTE_WRITE)?)
+            };
+            self.resp.cur = Some(InProgress::Write {
+                seg,
+                received: 0,
+                length,
+            });
+        }
+        let Some(InProgress::Write {
+            seg,
+            received,
+            length,
+        }) = &mut self.resp.cur
+        else {
+            unreachable!("sequence checked")
+        };
+        let end = *received + payload.len() as u64;
+        let tail = matches!(position, Position::Last | Position::Only);
+        if end > *length || (tail && end != *length) {
+            return Err(LENGTH_ERROR);
+        }
+        if let Some(seg) = seg {
+            super::mr::scatter(std::slice::from_ref(seg), *received as usize, payload);
+        }
+        *received = end;
+        let total = *length;
+        self.resp.epsn = repr.bth.psn.add(1);
+        self.resp.nak_outstanding = false;
+        if tail {
+            self.resp.cur = None;
+            self.resp.complete_message();
+            if let Some(imm) = repr.imm_dt {
+                let wqe = self.rq.pop_front().expect("checked above");
+                let mut wc = WorkCompletion::new(
+                    wqe.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    self.qpn,
+                );
+                wc.byte_len = total as u32;
+                wc.imm_data = imm;
+                wc.wc_flags = WcFlags::WITH_IMM;
+                wc.src_qp = self.attr.dest_qp_num;
+                ctx.complete(self.init.recv_cq, wc, repr.bth.solicited);
+            }
+        }
+        if repr.bth.ack_req && self.init.qp_type == QpType::Rc {
+            self.resp.ack(repr.bth.psn, Syndrome::ACK_NO_CREDIT);
+        }
+        Ok(())
+    }
+
+    fn execute_read(&mut self, ctx: &mut Ctx<'_>, repr: &PacketRepr) -> Result<(), Fatal> {
+        if self.attr.max_dest_rd_atomic == 0 {
+            // IBTA 9.7.4.1.?: no responder resources, no READ.
+            return Err(LENGTH_ERROR);
+        }
+        let reth = repr.reth.ok_or(INVALID_REQUEST)?;
+        if reth.dma_len > MAX_DMA_LEN
+            || reth.dma_len.div_ceil(self.path_mtu()) >= MAX_PSNS_PER_MESSAGE
+        {
+            return Err(LENGTH_ERROR);
+        }
+        let length = u64::from(reth.dma_len);
+        let seg = if length == 0 {
+            None
+        } else {
+            Some(self.remote(ctx, reth.rkey, reth.va, length, AccessFlags::REMOTE_READ)?)
+        };
+        let mtu = self.path_mtu();
+        let npsn = reth.dma_len.div_ceil(mtu).max(1);
+        let psn = repr.bth.psn;
+        self.resp.remember(
+            RdAtomicResource {
+                first_psn: psn,
+                npsn,
+                kind: ResourceKind::Read {
+                    va: reth.va,
+                    length,
+                    rkey: reth.rkey,
+                },
+            },
+            self.attr.max_dest_rd_atomic,
+        );
+        self.resp.complete_message();
+        let msn = self.resp.msn;
+        self.resp.push(Response::Read {
+            first_psn: psn,
+            next: 0,
+            seg,
+            length: length as usize,
+            msn,
+        });
+        self.resp.epsn = psn.add(npsn);
+        self.resp.nak_outstanding = false;
+        Ok(())
+    }
+
+    fn execute_atomic(&mut self, ctx: &mut Ctx<'_>, repr: &PacketRepr) -> Result<(), Fatal> {
+        if self.attr.max_dest_rd_atomic == 0 {
+            return Err(LENGTH_ERROR);
+        }
+        let eth = repr.atomic_eth.ok_or(INVALID_REQUEST)?;
+        if eth.va % 8 != 0 {
+            // IBTA 9.4.5: the address of an atomic must be 8-byte aligned.
+            return Err(LENGTH_ERROR);
+        }
+        let seg = self.remote(ctx, eth.rkey, eth.va, 8, AccessFlags::REMOTE_ATOMIC)?;
+        // MemBuf holds its lock for the whole read-modify-write, so the atomic is atomic
+        // with respect to every other access; words are little-endian (IBTA 9.4.5).
+        let done = if repr.bth.opcode == Opcode::RcCompareSwap {
+            seg.buf
+                .compare_swap_u64(seg.offset, eth.compare, eth.swap_add)
+        } else {
+            seg.buf.fetch_add_u64(seg.offset, eth.swap_add)
+        };
+        let orig = done.expect("the R_Key check bounded the 8 bytes");
+        let psn = repr.bth.psn;
+        self.resp.remember(
+            RdAtomicResource {
+                first_psn: psn,
+                npsn: 1,
+                kind: ResourceKind::Atomic { orig },
+            },
+            self.attr.max_dest_rd_atomic,
+        );
+        self.resp.complete_message();
+        let msn = self.resp.msn;
+        self.resp.push(Response::Atomic { psn, orig, msn });
+        self.resp.epsn = psn.add(1);
+        self.resp.nak_outstanding = false;
+        Ok(())
+    }
+
+    /// R_Key checks (IBTA 9.7.4.1.3?, C9-?); any failure is a remote access error.
+    fn remote(
+        &self,
+        ctx: &Ctx<'_>,
+        rkey: u32,
+        va: u64,
+        length: u64,
+        need: AccessFlags,
+    ) -> Result<Segment, Fatal> {
+        ctx.mrs
+            .resolve_remote(self.init.pd, rkey, va, length, need)
+            .map_err(|_: AccessError| ACCESS_ERROR)
+    }
+
+    /// A request at a PSN already executed (IBTA 9.7.5.1.2).
+    fn handle_duplicate(&mut self, ctx: &mut Ctx<'_>, repr: &PacketRepr) {
+        let psn = repr.bth.psn;
+        let opcode = repr.bth.opcode;
+        if opcode.is_read_request() {
+            let Some(reth) = repr.reth else { return };
+            let found = self.resp.resources.iter().rev().find(|r| {
+                let d = psn.distance(r.first_psn);
+                d >= 0 && (d as u32) < r.npsn && matches!(r.kind, ResourceKind::Read { .. })
+            });
+            let Some(&RdAtomicResource {
+                first_psn,
+                kind: ResourceKind::Read { va, length, rkey },
+                ..
+            }) = found
+            else {
+                return;
+            };
+            // The retried READ must ask for the rest of the original from the PSN it
+            // carries: same R_Key, the same end, and a start that matches its PSN
+            // (IBTA 9.7.5.1.2?; kernel rxe checks the same).
+            let skip = u64::from(psn.distance(first_psn) as u32) * u64::from(self.path_mtu());
+            let expect_va = va.wrapping_add(skip.min(length));
+            if reth.rkey != rkey
+                || reth.va != expect_va
+                || u64::from(reth.dma_len) != length - skip.min(length)
+            {
+                return;
+            }
+            let seg = if reth.dma_len == 0 {
+                None
+            } else {
+                match ctx.mrs.resolve_remote(
+                    self.init.pd,
+                    reth.rkey,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    AccessFlags::REMOTE_READ,
+                ) {
+                    Ok(seg) => Some(seg),
+                    Err(_) => return,
+                }
+            };
+            let msn = self.resp.msn;
+            self.resp.push(Response::Read {
+                first_psn: psn,
+                next: 0,
+                seg,
+                length: reth.dma_len as usize,
+                msn,
+            });
+        } else if opcode.is_atomic() {
+            let found = self
+                .resp
+                .resources
+                .iter()
+                .rev()
+                .find(|r| r.first_psn == psn);
+            if let Some(&RdAtomicResource {
+                kind: ResourceKind::Atomic { orig },
+                ..
+            }) = found
+            {
+                let msn = self.resp.msn;
+                self.resp.push(Response::Atomic { psn, orig, msn });
+            }
+        } else {
+            // Every duplicate SEND/WRITE is acknowledged again (C9-105, as kernel rxe);
+            // unsent ACKs coalesce, so a retransmitted burst costs one ACK.
+            let last = self.resp.epsn.sub(1);
+            self.resp.ack(last, Syndrome::ACK_NO_CREDIT);
+        }
+    }
+
+    /// Produces the next response packet (ACK, NAK, READ response, ATOMIC ACK).
+    pub(crate) fn next_response(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        let mtu = self.path_mtu() as usize;
+        let dest_qp = self.attr.dest_qp_num;
+        let front = self.resp.out.front_mut()?;
+        let size = match front {
+            Response::Ack { psn, syndrome, msn } => {
+                let mut repr = PacketRepr::new(Opcode::RcAcknowledge, dest_qp, *psn);
+                repr.aeth = Some(AethRepr {
+                    syndrome: *syndrome,
+                    msn: *msn,
+                });
+                let size = emit(buf, &mut repr, 0, |_| {});
+                self.resp.out.pop_front();
+                size
+            }
+            Response::Atomic { psn, orig, msn } => {
+                let mut repr = PacketRepr::new(Opcode::RcAtomicAcknowledge, dest_qp, *psn);
+                repr.aeth = Some(AethRepr {
+                    syndrome: Syndrome::ACK_NO_CREDIT,
+                    msn: *msn,
+                });
+                repr.atomic_ack_eth = Some(AtomicAckEthRepr { orig: *orig });
+                let size = emit(buf, &mut repr, 0, |_| {});
+                self.resp.out.pop_front();
+                size
+            }
+            Response::Read {
+                first_psn,
+                next,
+                seg,
+                length,
+                msn,
+            } => {
+                let n = length.div_ceil(mtu).max(1) as u32;
+                let k = *next;
+                let opcode = match (n, k) {
+                    (1, _) => Opcode::RcRdmaReadResponseOnly,
+                    (_, 0) => Opcode::RcRdmaReadResponseFirst,
+                    (_, k) if k == n - 1 => Opcode::RcRdmaReadResponseLast,
+                    _ => Opcode::RcRdmaReadResponseMiddle,
+                };
+                let mut repr = PacketRepr::new(opcode, dest_qp, first_psn.add(k));
+                if opcode.has_aeth() {
+                    repr.aeth = Some(AethRepr {
+                        syndrome: Syndrome::ACK_NO_CREDIT,
+                        msn: *msn,
+                    });
+                }
+                let start = k as usize * mtu;
+                let len = (*length - start.min(*length)).min(mtu);
+                let size = emit(buf, &mut repr, len, |dst| {
+                    if let Some(seg) = seg {
+                        super::mr::gather(std::slice::from_ref(seg), start, dst);
+                    }
+                });
+                *next += 1;
+                if *next >= n {
+                    self.resp.out.pop_front();
+                }
+                size
+            }
+        };
+        Some(Transmit {
+            dest: self.attr.ah_attr.grh.dgid,
+            src_qpn: self.qpn,
+            size,
+        })
+    }
+}

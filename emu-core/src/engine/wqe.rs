@@ -1,0 +1,83 @@
+//! Work queue entries as the engine keeps them once posted.
+
+use emu_wire::Psn;
+use verbs_api::{SendFlags, Sge, WcStatus, WrOperation};
+
+use super::mr::Segment;
+
+/// What kind of request a send WQE makes on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReqKind {
+    Send,
+    Write,
+    Read,
+    Atomic,
+}
+
+/// A send queue entry.
+#[derive(Debug)]
+pub(crate) struct SendWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) op: WrOperation,
+    pub(crate) flags: SendFlags,
+    /// Generates a completion on success (`SIGNALED` or `sq_sig_all`).
+    pub(crate) signaled: bool,
+    pub(crate) sges: Vec<Sge>,
+    /// INLINE data, copied at post time (manual 3.6 `IBV_SEND_INLINE`).
+    pub(crate) inline: Option<Vec<u8>>,
+    /// The message length: the sum of the SGE lengths.
+    pub(crate) length: u32,
+    /// The local memory the WQE reads from or writes to, resolved when it starts.
+    pub(crate) local: Vec<Segment>,
+    /// Whether the requester has assigned its PSNs.
+    pub(crate) started: bool,
+    pub(crate) first_psn: Psn,
+    /// PSNs the request consumes: packets for SEND/WRITE, response packets for READ
+    /// (IBTA 9.7.1.1), one for an atomic.
+    pub(crate) npsn: u32,
+    /// The PSN offset (from `first_psn`) of the next packet to transmit.
+    pub(crate) next_off: u32,
+    /// Set when the WQE is finished: acknowledged, or failed with this status.
+    pub(crate) done: Option<WcStatus>,
+}
+
+impl SendWqe {
+    pub(crate) fn kind(&self) -> ReqKind {
+        match self.op {
+            WrOperation::Send
+            | WrOperation::SendWithImm { .. }
+            | WrOperation::SendWithInv { .. } => ReqKind::Send,
+            WrOperation::RdmaWrite { .. } | WrOperation::RdmaWriteWithImm { .. } => ReqKind::Write,
+            WrOperation::RdmaRead { .. } => ReqKind::Read,
+            _ => ReqKind::Atomic,
+        }
+    }
+
+    pub(crate) fn is_rd_atomic(&self) -> bool {
+        matches!(self.kind(), ReqKind::Read | ReqKind::Atomic)
+    }
+
+    /// The last PSN the WQE consumes.
+    pub(crate) fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npsn.saturating_sub(1))
+    }
+
+    /// Whether `psn` is one of the WQE's PSNs.
+    pub(crate) fn holds_psn(&self, psn: Psn) -> bool {
+        let d = psn.distance(self.first_psn);
+        d >= 0 && (d as u32) < self.npsn
+    }
+
+    pub(crate) fn fully_sent(&self) -> bool {
+        self.started && self.next_off >= self.npsn
+    }
+}
+
+/// A receive queue entry.
+#[derive(Clone, Debug)]
+pub(crate) struct RecvWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) sges: Vec<Sge>,
+    /// The buffer's capacity: the sum of the SGE lengths.
+    pub(crate) length: u64,
+}
