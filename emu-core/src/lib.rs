@@ -4,8 +4,9 @@
 //!   completer, retransmission, RNR) and every verbs object of one device. Pure: no
 //!   sockets, no threads, no clock.
 //!
-//! The `EmuDevice` that drives the engine on a link (UDP or the in-memory fabric) comes
-//! with the Device API (see the README's status section).
+//! - [`nic`]: `EmuDevice`, the `verbs_api::Device` implementation that runs the engine on
+//!   a UDP socket with a thread of its own.
 #![forbid(unsafe_code)]
 
 pub mod engine;
+pub mod nic;

@@ -36,6 +36,7 @@
 //! * [`event`] — asynchronous events (`ibv_get_async_event`).
 //! * [`device`] — device and port attributes (`ibv_query_device`, `ibv_query_port`).
 //! * [`error`] — errors and errno values.
+//! * [`verbs`] — the [`Device`] trait every backend implements.
 
 #![forbid(unsafe_code)]
 
@@ -48,6 +49,7 @@ pub mod event;
 pub mod membuf;
 pub mod mr;
 pub mod qp;
+pub mod verbs;
 pub mod wc;
 pub mod wr;
 
@@ -57,5 +59,6 @@ pub use event::*;
 pub use membuf::*;
 pub use mr::*;
 pub use qp::*;
+pub use verbs::*;
 pub use wc::*;
 pub use wr::*;

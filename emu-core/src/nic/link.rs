@@ -1,0 +1,113 @@
+//! The UDP link: one socket per device, RoCEv2 datagrams with their ICRC computed on
+//! send and checked on receive.
+//!
+//! The ICRC covers the IPv4 header, identification field included (Annex A17.4), which
+//! a UDP socket does not choose. Measured on Linux (docs/roce-wire.md): an unconnected
+//! UDP socket with `IP_MTU_DISCOVER = IP_PMTUDISC_DO` (DF set) sends every datagram with
+//! IP ID 0, so the sender computes the exact on-wire ICRC with ID 0, and a receiver
+//! that only sees the UDP payload can recompute it with ID 0. This is exact between
+//! emulated devices; a real rxe peer uses non-zero IDs (see the interop issue).
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::time::Duration;
+
+use emu_wire::{check_icrc, write_icrc, Ipv4Endpoints};
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// Socket buffer size asked for (the kernel may cap it at net.core.*mem_max).
+const SOCKET_BUFFER: usize = 8 << 20;
+
+/// A bound RoCEv2 UDP socket.
+#[derive(Debug)]
+pub(crate) struct UdpLink {
+    socket: UdpSocket,
+    ip: Ipv4Addr,
+    port: u16,
+}
+
+impl UdpLink {
+    /// Binds `ip:port` with DF set (IP ID 0) and large buffers.
+    pub(crate) fn bind(ip: Ipv4Addr, port: u16) -> io::Result<Self> {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+        rustix::net::sockopt::set_ip_mtu_discover(
+            &s,
+            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+        )?;
+        s.bind(&SocketAddr::V4(SocketAddrV4::new(ip, port)).into())?;
+        let socket: UdpSocket = s.into();
+        let port = socket.local_addr()?.port();
+        Ok(UdpLink { socket, ip, port })
+    }
+
+    /// The bound port (useful when bound to port 0).
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Fills in the ICRC and sends `packet` to `dst` at the same port as ours (every
+    /// device of a deployment uses one port, 4791 unless configured).
+    pub(crate) fn send(&self, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
+        let ep = Ipv4Endpoints {
+            src: self.ip,
+            dst,
+            ip_id: 0,
+            src_port: self.port,
+            dst_port: self.port,
+        };
+        write_icrc(&ep, packet);
+        self.socket
+            .send_to(packet, SocketAddrV4::new(dst, self.port))
+            .map(|_| ())
+    }
+
+    /// Waits up to `timeout` for a datagram; returns its length and source, or `None`
+    /// when the time ran out.
+    pub(crate) fn recv(
+        &self,
+        buf: &mut [u8],
+        timeout: Duration,
+    ) -> io::Result<Option<(usize, SocketAddrV4)>> {
+        self.socket
+            .set_read_timeout(Some(timeout.max(Duration::from_micros(1))))?;
+        self.recv_inner(buf)
+    }
+
+    /// A datagram if one is waiting, without blocking.
+    pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddrV4)>> {
+        self.socket.set_nonblocking(true)?;
+        let r = self.recv_inner(buf);
+        self.socket.set_nonblocking(false)?;
+        r
+    }
+
+    fn recv_inner(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddrV4)>> {
+        match self.socket.recv_from(buf) {
+            Ok((n, SocketAddr::V4(from))) => Ok(Some((n, from))),
+            Ok((_, SocketAddr::V6(_))) => Ok(None),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the ICRC of a datagram from `from` is right.
+    pub(crate) fn icrc_ok(&self, from: SocketAddrV4, packet: &[u8]) -> bool {
+        let ep = Ipv4Endpoints {
+            src: *from.ip(),
+            dst: self.ip,
+            ip_id: 0,
+            src_port: from.port(),
+            dst_port: self.port,
+        };
+        check_icrc(&ep, packet)
+    }
+}

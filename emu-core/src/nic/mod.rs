@@ -1,0 +1,492 @@
+//! `EmuDevice`: the [`Device`] trait over the engine, on a UDP link.
+//!
+//! One device is one engine behind a lock, one UDP socket, and one thread. The thread
+//! receives datagrams (ICRC checked first: a bad one is dropped and counted), feeds them
+//! to the engine, and runs the engine's timers. Verbs called from any thread take the
+//! lock, call the engine, and send whatever it wants sent at once. Completion channel
+//! wake-ups and asynchronous events are queued for blocking waiters and signalled
+//! through pipes for poll/epoll.
+//!
+//! Several devices on one host: give each its own address in 127.0.0.0/8 (Linux answers
+//! on all of it) and the same port, e.g. `emu0` on 127.0.0.1 and `emu1` on 127.0.0.2.
+
+mod link;
+mod notify;
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use verbs_api::{
+    AccessFlags, AsyncEvent, AtomicCap, ChannelId, CqId, Device, DeviceAttr, Error, Gid, LinkLayer,
+    MemBuf, MrInfo, PdId, PortAttr, PortState, PostError, QpAttr, QpAttrMask, QpInitAttr, RecvWr,
+    Result, SendWr, WorkCompletion,
+};
+
+use crate::engine::{self, CqHandle, Engine, Limits, PdHandle, MAX_PACKET};
+use link::UdpLink;
+use notify::Notifier;
+
+/// The UDP port of RoCEv2 (IBTA Annex A17).
+pub const ROCE_PORT: u16 = 4791;
+
+/// The vendor id an emulated device reports (not a registered OUI: 0xFFFFFF is "none";
+/// tools that key on vendor ids take the generic paths).
+pub const EMU_VENDOR_ID: u32 = 0x00FF_FFFE;
+
+/// How an emulated device is opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmuConfig {
+    /// Device name, e.g. `emu0`.
+    pub name: String,
+    /// The IPv4 address the device owns; its GID is `::ffff:ip`.
+    pub ip: Ipv4Addr,
+    /// The UDP port of every device it talks to (4791 by default; 0 picks a free one,
+    /// for a device that talks only to itself).
+    pub port: u16,
+    /// Device limits.
+    pub limits: Limits,
+}
+
+impl Default for EmuConfig {
+    fn default() -> Self {
+        EmuConfig {
+            name: "emu0".into(),
+            ip: Ipv4Addr::LOCALHOST,
+            port: ROCE_PORT,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// What the device counted outside the engine (the engine's own counters are in
+/// [`EmuDevice::counters`]).
+#[derive(Debug, Default)]
+pub struct LinkCounters {
+    /// Datagrams dropped because their ICRC was wrong.
+    pub icrc_errors: AtomicU64,
+    /// Datagrams that could not be sent.
+    pub send_errors: AtomicU64,
+}
+
+struct Core {
+    engine: Engine,
+    txbuf: Vec<u8>,
+}
+
+struct Inner {
+    cfg: EmuConfig,
+    gid: Gid,
+    link: UdpLink,
+    core: Mutex<Core>,
+    channels: Mutex<HashMap<u32, Arc<Notifier<CqId>>>>,
+    next_channel: AtomicU64,
+    cq_channel: Mutex<HashMap<u32, u32>>,
+    events: Notifier<AsyncEvent>,
+    stop: AtomicBool,
+    link_counters: LinkCounters,
+}
+
+/// An emulated RDMA device on UDP.
+pub struct EmuDevice {
+    inner: Arc<Inner>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for EmuDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmuDevice")
+            .field("name", &self.inner.cfg.name)
+            .field("ip", &self.inner.cfg.ip)
+            .finish()
+    }
+}
+
+/// The longest the device thread sleeps before looking at the engine's timers again.
+const MAX_SLEEP: Duration = Duration::from_millis(1);
+/// Datagrams handled under one lock.
+const BATCH: usize = 64;
+
+impl EmuDevice {
+    /// Opens a device: binds its socket and starts its thread. EADDRINUSE and the like
+    /// come back as [`Error::Os`].
+    pub fn open(cfg: EmuConfig) -> Result<EmuDevice> {
+        let link = UdpLink::bind(cfg.ip, cfg.port).map_err(|e| Error::Os {
+            errno: e.raw_os_error().unwrap_or(5),
+            context: "bind the device's UDP socket",
+        })?;
+        let mut cfg = cfg;
+        cfg.port = link.port();
+        let inner = Arc::new(Inner {
+            gid: Gid::from_ipv4(cfg.ip),
+            core: Mutex::new(Core {
+                engine: Engine::new(cfg.limits),
+                txbuf: vec![0; MAX_PACKET],
+            }),
+            cfg,
+            link,
+            channels: Mutex::new(HashMap::new()),
+            next_channel: AtomicU64::new(1),
+            cq_channel: Mutex::new(HashMap::new()),
+            events: Notifier::new()?,
+            stop: AtomicBool::new(false),
+            link_counters: LinkCounters::default(),
+        });
+        let worker = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("{}-nic", inner.cfg.name))
+            .spawn(move || worker.run())
+            .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
+        Ok(EmuDevice {
+            inner,
+            thread: Some(thread),
+        })
+    }
+
+    /// The device's GID (its IPv4-mapped address), index 0 of port 1.
+    pub fn gid(&self) -> Gid {
+        self.inner.gid
+    }
+
+    /// The UDP port the device is bound to.
+    pub fn port(&self) -> u16 {
+        self.inner.cfg.port
+    }
+
+    /// The engine's counters (packets, drops, retransmissions, ...).
+    pub fn counters(&self) -> engine::Counters {
+        *self.inner.core.lock().engine.counters()
+    }
+
+    /// Counters of the UDP link.
+    pub fn link_counters(&self) -> &LinkCounters {
+        &self.inner.link_counters
+    }
+
+    fn with_engine<R>(&self, f: impl FnOnce(&mut Engine, Instant) -> R) -> R {
+        self.inner.with_engine(f)
+    }
+}
+
+impl Drop for EmuDevice {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Inner {
+    fn with_engine<R>(&self, f: impl FnOnce(&mut Engine, Instant) -> R) -> R {
+        let mut core = self.core.lock();
+        let now = Instant::now();
+        let r = f(&mut core.engine, now);
+        self.flush(&mut core, now);
+        r
+    }
+
+    /// Sends what the engine wants sent and hands out its notifications.
+    fn flush(&self, core: &mut Core, now: Instant) {
+        let Core { engine, txbuf } = core;
+        while let Some(t) = engine.poll_transmit(now, txbuf) {
+            let Some(dst) = t.dest.to_ipv4() else {
+                continue;
+            };
+            if self.link.send(dst, &mut txbuf[..t.size]).is_err() {
+                self.link_counters
+                    .send_errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        while let Some(cq) = engine.poll_cq_event() {
+            let channel = self.cq_channel.lock().get(&cq.0).copied();
+            if let Some(ch) = channel.and_then(|c| self.channels.lock().get(&c).cloned()) {
+                ch.push(CqId(cq.0));
+            }
+        }
+        while let Some(ev) = engine.poll_event() {
+            self.events.push(ev);
+        }
+    }
+
+    /// The device thread.
+    fn run(&self) {
+        let mut buf = vec![0u8; 65536];
+        let mut batch: Vec<(Vec<u8>, std::net::SocketAddrV4)> = Vec::with_capacity(BATCH);
+        while !self.stop.load(Ordering::Relaxed) {
+            let sleep = {
+                let core = self.core.lock();
+                let now = Instant::now();
+                core.engine.poll_timeout().map_or(MAX_SLEEP, |t| {
+                    t.saturating_duration_since(now).min(MAX_SLEEP)
+                })
+            };
+            batch.clear();
+            if let Ok(Some((n, from))) = self.link.recv(&mut buf, sleep) {
+                batch.push((buf[..n].to_vec(), from));
+                while batch.len() < BATCH {
+                    match self.link.try_recv(&mut buf) {
+                        Ok(Some((n, from))) => batch.push((buf[..n].to_vec(), from)),
+                        _ => break,
+                    }
+                }
+            }
+            let mut core = self.core.lock();
+            let now = Instant::now();
+            for (packet, from) in &batch {
+                if self.link.icrc_ok(*from, packet) {
+                    core.engine
+                        .handle_datagram(now, Gid::from_ipv4(*from.ip()), packet);
+                } else {
+                    self.link_counters
+                        .icrc_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            core.engine.handle_timeout(now);
+            self.flush(&mut core, now);
+        }
+    }
+}
+
+fn pd(p: PdId) -> PdHandle {
+    PdHandle(p.0)
+}
+
+fn cq(c: CqId) -> CqHandle {
+    CqHandle(c.0)
+}
+
+impl Device for EmuDevice {
+    fn name(&self) -> &str {
+        &self.inner.cfg.name
+    }
+
+    fn query_device(&self) -> Result<DeviceAttr> {
+        let l = self.inner.cfg.limits;
+        let guid = u64::from_be_bytes([0x02, 0, 0, 0xFF, 0xFE, 0, 0, 0])
+            | u64::from(u32::from(self.inner.cfg.ip));
+        Ok(DeviceAttr {
+            fw_ver: env!("CARGO_PKG_VERSION").into(),
+            node_guid: guid,
+            sys_image_guid: guid,
+            max_mr_size: l.max_mr_size,
+            page_size_cap: 0xFFFF_F000,
+            vendor_id: EMU_VENDOR_ID,
+            max_qp: l.max_qp,
+            max_qp_wr: l.max_qp_wr,
+            max_sge: l.max_sge,
+            max_sge_rd: l.max_sge,
+            max_cq: l.max_cq,
+            max_cqe: l.max_cqe,
+            max_mr: 1 << 18,
+            max_pd: 1 << 16,
+            max_qp_rd_atom: l.max_qp_rd_atom,
+            max_res_rd_atom: l.max_qp_rd_atom * 1024,
+            max_qp_init_rd_atom: l.max_qp_init_rd_atom,
+            atomic_cap: AtomicCap::Hca,
+            max_pkeys: l.pkey_tbl_len as u16,
+            phys_port_cnt: 1,
+            ..DeviceAttr::default()
+        })
+    }
+
+    fn query_port(&self, port: u8) -> Result<PortAttr> {
+        if port != 1 {
+            return Err(Error::InvalidArgument("the device has one port, number 1"));
+        }
+        let l = self.inner.cfg.limits;
+        Ok(PortAttr {
+            state: PortState::Active,
+            max_mtu: l.active_mtu,
+            active_mtu: l.active_mtu,
+            gid_tbl_len: l.gid_tbl_len,
+            max_msg_sz: l.max_msg_sz,
+            pkey_tbl_len: l.pkey_tbl_len as u16,
+            phys_state: 5, // LinkUp
+            link_layer: LinkLayer::Ethernet,
+            ..PortAttr::default()
+        })
+    }
+
+    fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        if port != 1 || index >= self.inner.cfg.limits.gid_tbl_len {
+            return Err(Error::InvalidArgument("no such port or GID index"));
+        }
+        // Entry 0 is the RoCEv2 GID of the device's address; the others are empty.
+        Ok(if index == 0 {
+            self.inner.gid
+        } else {
+            Gid::default()
+        })
+    }
+
+    fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
+        if port != 1 || u32::from(index) >= self.inner.cfg.limits.pkey_tbl_len {
+            return Err(Error::InvalidArgument("no such port or P_Key index"));
+        }
+        Ok(if index == 0 { 0xFFFF } else { 0 })
+    }
+
+    fn alloc_pd(&self) -> Result<PdId> {
+        Ok(PdId(self.with_engine(|e, _| e.alloc_pd()).0))
+    }
+
+    fn dealloc_pd(&self, p: PdId) -> Result<()> {
+        self.with_engine(|e, _| e.dealloc_pd(pd(p)))
+    }
+
+    fn reg_mr(
+        &self,
+        p: PdId,
+        buf: &MemBuf,
+        offset: usize,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<MrInfo> {
+        let m = self.with_engine(|e, _| e.reg_mr(pd(p), buf, offset, length, access))?;
+        Ok(MrInfo {
+            addr: m.addr,
+            length: m.length,
+            lkey: m.lkey,
+            rkey: m.rkey,
+        })
+    }
+
+    fn dereg_mr(&self, lkey: u32) -> Result<()> {
+        self.with_engine(|e, _| e.dereg_mr(lkey))
+    }
+
+    fn create_comp_channel(&self) -> Result<ChannelId> {
+        let id = self.inner.next_channel.fetch_add(1, Ordering::Relaxed) as u32;
+        self.inner
+            .channels
+            .lock()
+            .insert(id, Arc::new(Notifier::new()?));
+        Ok(ChannelId(id))
+    }
+
+    fn destroy_comp_channel(&self, channel: ChannelId) -> Result<()> {
+        if self
+            .inner
+            .cq_channel
+            .lock()
+            .values()
+            .any(|c| *c == channel.0)
+        {
+            return Err(Error::Busy("a CQ uses the channel"));
+        }
+        self.inner
+            .channels
+            .lock()
+            .remove(&channel.0)
+            .map(|_| ())
+            .ok_or(Error::InvalidArgument("no such channel"))
+    }
+
+    fn get_cq_event(&self, channel: ChannelId, timeout: Option<Duration>) -> Result<CqId> {
+        let ch = self
+            .inner
+            .channels
+            .lock()
+            .get(&channel.0)
+            .cloned()
+            .ok_or(Error::InvalidArgument("no such channel"))?;
+        ch.pop(timeout)
+    }
+
+    fn comp_channel_fd(&self, channel: ChannelId) -> Result<i32> {
+        self.inner
+            .channels
+            .lock()
+            .get(&channel.0)
+            .map(|c| c.fd())
+            .ok_or(Error::InvalidArgument("no such channel"))
+    }
+
+    fn create_cq(&self, cqe: u32, channel: Option<ChannelId>) -> Result<CqId> {
+        if let Some(ch) = channel {
+            if !self.inner.channels.lock().contains_key(&ch.0) {
+                return Err(Error::InvalidArgument("no such channel"));
+            }
+        }
+        let c = self.with_engine(|e, _| e.create_cq(cqe))?;
+        if let Some(ch) = channel {
+            self.inner.cq_channel.lock().insert(c.0, ch.0);
+        }
+        Ok(CqId(c.0))
+    }
+
+    fn destroy_cq(&self, c: CqId) -> Result<()> {
+        self.with_engine(|e, _| e.destroy_cq(cq(c)))?;
+        self.inner.cq_channel.lock().remove(&c.0);
+        Ok(())
+    }
+
+    fn resize_cq(&self, c: CqId, cqe: u32) -> Result<()> {
+        self.with_engine(|e, _| e.resize_cq(cq(c), cqe))
+    }
+
+    fn poll_cq(&self, c: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+        // No flush needed: polling a CQ changes nothing the wire sees.
+        self.inner.core.lock().engine.poll_cq(cq(c), max, out)
+    }
+
+    fn req_notify_cq(&self, c: CqId, solicited_only: bool) -> Result<()> {
+        self.with_engine(|e, _| e.req_notify_cq(cq(c), solicited_only))
+    }
+
+    fn create_qp(&self, init: &QpInitAttr) -> Result<u32> {
+        let a = engine::QpInitAttr {
+            pd: pd(init.pd),
+            send_cq: cq(init.send_cq),
+            recv_cq: cq(init.recv_cq),
+            qp_type: init.qp_type,
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+        };
+        self.with_engine(|e, _| e.create_qp(a))
+    }
+
+    fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        self.with_engine(|e, now| e.modify_qp(now, qpn, attr, mask))
+    }
+
+    fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpInitAttr)> {
+        let (attr, i) = self.inner.core.lock().engine.query_qp(qpn)?;
+        let init = QpInitAttr {
+            pd: PdId(i.pd.0),
+            send_cq: CqId(i.send_cq.0),
+            recv_cq: CqId(i.recv_cq.0),
+            qp_type: i.qp_type,
+            cap: i.cap,
+            sq_sig_all: i.sq_sig_all,
+        };
+        Ok((attr, init))
+    }
+
+    fn destroy_qp(&self, qpn: u32) -> Result<()> {
+        self.with_engine(|e, _| e.destroy_qp(qpn))
+    }
+
+    fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> std::result::Result<(), PostError> {
+        self.with_engine(|e, now| e.post_send(now, qpn, wrs))
+    }
+
+    fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
+        self.with_engine(|e, now| e.post_recv(now, qpn, wrs))
+    }
+
+    fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {
+        self.inner.events.pop(timeout)
+    }
+
+    fn async_fd(&self) -> Result<i32> {
+        Ok(self.inner.events.fd())
+    }
+}

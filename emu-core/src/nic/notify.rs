@@ -1,0 +1,73 @@
+//! A queue that wakes waiters two ways: a condition variable for blocking calls
+//! (`ibv_get_cq_event`, `ibv_get_async_event`) and a pipe whose read end is readable
+//! while the queue is not empty, for poll/epoll (`ibv_comp_channel.fd`, `async_fd`).
+
+use std::collections::VecDeque;
+use std::io::{PipeReader, PipeWriter, Read, Write};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use verbs_api::{Error, Result};
+
+/// A notifying queue of `T`.
+#[derive(Debug)]
+pub(crate) struct Notifier<T> {
+    queue: Mutex<VecDeque<T>>,
+    cond: Condvar,
+    reader: Mutex<PipeReader>,
+    writer: Mutex<PipeWriter>,
+    fd: i32,
+}
+
+impl<T> Notifier<T> {
+    pub(crate) fn new() -> Result<Self> {
+        let (reader, writer) = std::io::pipe().map_err(|e| Error::Os {
+            errno: e.raw_os_error().unwrap_or(24),
+            context: "pipe",
+        })?;
+        let fd = reader.as_raw_fd();
+        Ok(Notifier {
+            queue: Mutex::new(VecDeque::new()),
+            cond: Condvar::new(),
+            reader: Mutex::new(reader),
+            writer: Mutex::new(writer),
+            fd,
+        })
+    }
+
+    /// Queues `item`: one byte goes into the pipe and one waiter wakes.
+    pub(crate) fn push(&self, item: T) {
+        let mut q = self.queue.lock();
+        q.push_back(item);
+        // A full pipe (64 KiB of unread events) only means the fd stays readable.
+        let _ = self.writer.lock().write(&[1]);
+        self.cond.notify_one();
+    }
+
+    /// Takes the oldest item, waiting up to `timeout` (forever for `None`).
+    pub(crate) fn pop(&self, timeout: Option<Duration>) -> Result<T> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut q = self.queue.lock();
+        loop {
+            if let Some(item) = q.pop_front() {
+                let mut byte = [0u8; 1];
+                let _ = self.reader.lock().read(&mut byte);
+                return Ok(item);
+            }
+            match deadline {
+                None => self.cond.wait(&mut q),
+                Some(d) => {
+                    if self.cond.wait_until(&mut q, d).timed_out() && q.is_empty() {
+                        return Err(Error::TimedOut);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The read end of the pipe.
+    pub(crate) fn fd(&self) -> i32 {
+        self.fd
+    }
+}

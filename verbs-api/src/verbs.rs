@@ -1,0 +1,131 @@
+//! The verbs themselves: the [`Device`] trait that every backend implements (the
+//! emulator's `EmuDevice`, the hardware `HwDevice`), so that code written once against
+//! it runs on either by changing only how the device is opened.
+//!
+//! The trait is object-safe and names objects by number, as the wire and the C API do:
+//! a PD or CQ by a small handle, an MR by its keys, a QP by its QP number. Errors are
+//! those libibverbs returns (manual chapter 3), as [`Error`](crate::Error) values with their errno.
+
+use std::time::Duration;
+
+use crate::{
+    AccessFlags, AsyncEvent, DeviceAttr, Gid, MemBuf, PortAttr, PostError, QpAttr, QpAttrMask,
+    QpCap, QpType, RecvWr, Result, SendWr, WorkCompletion,
+};
+
+/// A protection domain (`struct ibv_pd`, manual 3.4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PdId(pub u32);
+
+/// A completion queue (`struct ibv_cq`, manual 3.5.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CqId(pub u32);
+
+/// A completion channel (`struct ibv_comp_channel`, manual 3.5.?).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChannelId(pub u32);
+
+/// A registered memory region as `ibv_reg_mr` returns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrInfo {
+    /// Start address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// Local key, for SGEs.
+    pub lkey: u32,
+    /// Remote key, for peers.
+    pub rkey: u32,
+}
+
+/// What `ibv_create_qp` takes (`struct ibv_qp_init_attr`, manual 3.5.?).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpInitAttr {
+    /// The protection domain.
+    pub pd: PdId,
+    /// The CQ for send completions.
+    pub send_cq: CqId,
+    /// The CQ for receive completions.
+    pub recv_cq: CqId,
+    /// The transport service.
+    pub qp_type: QpType,
+    /// Queue sizes.
+    pub cap: QpCap,
+    /// Every send WR completes with a work completion.
+    pub sq_sig_all: bool,
+}
+
+/// One RDMA device, opened (`struct ibv_context`). Every method may be called from any
+/// thread.
+pub trait Device: Send + Sync {
+    /// The device name (`ibv_get_device_name`), e.g. `emu0` or `rxe0`.
+    fn name(&self) -> &str;
+
+    /// `ibv_query_device` (manual 3.2.?).
+    fn query_device(&self) -> Result<DeviceAttr>;
+    /// `ibv_query_port`; ports are numbered from 1 (EINVAL otherwise).
+    fn query_port(&self, port: u8) -> Result<PortAttr>;
+    /// `ibv_query_gid`.
+    fn query_gid(&self, port: u8, index: u32) -> Result<Gid>;
+    /// `ibv_query_pkey`.
+    fn query_pkey(&self, port: u8, index: u16) -> Result<u16>;
+
+    /// `ibv_alloc_pd`.
+    fn alloc_pd(&self) -> Result<PdId>;
+    /// `ibv_dealloc_pd`: EBUSY while MRs or QPs use it.
+    fn dealloc_pd(&self, pd: PdId) -> Result<()>;
+
+    /// `ibv_reg_mr` over `length` bytes of `buf` from `offset`.
+    fn reg_mr(
+        &self,
+        pd: PdId,
+        buf: &MemBuf,
+        offset: usize,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<MrInfo>;
+    /// `ibv_dereg_mr`.
+    fn dereg_mr(&self, lkey: u32) -> Result<()>;
+
+    /// `ibv_create_comp_channel`.
+    fn create_comp_channel(&self) -> Result<ChannelId>;
+    /// `ibv_destroy_comp_channel`: EBUSY while a CQ uses it.
+    fn destroy_comp_channel(&self, channel: ChannelId) -> Result<()>;
+    /// `ibv_get_cq_event`: waits (up to `timeout`, forever for `None`) for a CQ on the
+    /// channel that was armed with `req_notify_cq` to get a completion. ETIMEDOUT when
+    /// the time runs out.
+    fn get_cq_event(&self, channel: ChannelId, timeout: Option<Duration>) -> Result<CqId>;
+    /// The channel's file descriptor: readable while an event is pending, usable with
+    /// poll/epoll (`ibv_comp_channel.fd`).
+    fn comp_channel_fd(&self, channel: ChannelId) -> Result<i32>;
+
+    /// `ibv_create_cq` with at least `cqe` entries, optionally on a completion channel.
+    fn create_cq(&self, cqe: u32, channel: Option<ChannelId>) -> Result<CqId>;
+    /// `ibv_destroy_cq`: EBUSY while a QP uses it.
+    fn destroy_cq(&self, cq: CqId) -> Result<()>;
+    /// `ibv_resize_cq`.
+    fn resize_cq(&self, cq: CqId, cqe: u32) -> Result<()>;
+    /// `ibv_poll_cq`: appends up to `max` completions to `out`, oldest first.
+    fn poll_cq(&self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize>;
+    /// `ibv_req_notify_cq`.
+    fn req_notify_cq(&self, cq: CqId, solicited_only: bool) -> Result<()>;
+
+    /// `ibv_create_qp`: returns the QP number.
+    fn create_qp(&self, init: &QpInitAttr) -> Result<u32>;
+    /// `ibv_modify_qp`.
+    fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<()>;
+    /// `ibv_query_qp`.
+    fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpInitAttr)>;
+    /// `ibv_destroy_qp`.
+    fn destroy_qp(&self, qpn: u32) -> Result<()>;
+    /// `ibv_post_send`: on failure, the index of the first WR not posted.
+    fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> std::result::Result<(), PostError>;
+    /// `ibv_post_recv`: on failure, the index of the first WR not posted.
+    fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> std::result::Result<(), PostError>;
+
+    /// `ibv_get_async_event`: waits (up to `timeout`) for the next asynchronous event.
+    fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent>;
+    /// The async event file descriptor (`ibv_context.async_fd`): readable while an
+    /// event is pending.
+    fn async_fd(&self) -> Result<i32>;
+}
