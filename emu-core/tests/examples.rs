@@ -1,0 +1,68 @@
+//! Every example runs in the test suite: the ping-pongs with `--loopback` (both ends in
+//! one process, real UDP), the demos as they are. `cargo test` builds the examples next
+//! to the test binaries; this test runs them and requires a clean exit and their output.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn example(name: &str) -> PathBuf {
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path = deps.parent().unwrap().join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} was not built (cargo test builds examples)",
+        path.display()
+    );
+    path
+}
+
+fn run(name: &str, args: &[&str], port: u16) -> String {
+    let out = Command::new(example(name))
+        .args(args)
+        .env("EMU_PORT", port.to_string())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name} failed: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn port(k: u16) -> u16 {
+    40000 + (std::process::id() % 5000) as u16 * 4 + k
+}
+
+/// One test, so the examples run one after another: UC has no retransmission, and a
+/// burst from a concurrently running example could overflow a loopback socket buffer
+/// and lose a UC message (which, as on real hardware, stalls the ping-pong).
+#[test]
+fn every_example_runs() {
+    for (k, name) in ["rc_pingpong", "uc_pingpong"].iter().enumerate() {
+        let p = port(k as u16).to_string();
+        let out = run(
+            name,
+            &["--loopback", "-n", "200", "-s", "5000", "--udp-port", &p],
+            0,
+        );
+        assert_eq!(out.matches("200 iters in").count(), 2, "{name}: {out}");
+    }
+    let out = run("demo", &[], port(2));
+    assert!(
+        out.contains("the bytes read back are the bytes written: true"),
+        "{out}"
+    );
+    assert!(
+        out.contains("counter: 99 (originals returned: 0 and 5)"),
+        "{out}"
+    );
+    assert!(out.contains("\"remote access error\""), "{out}");
+    let out = run("engine_demo", &[], 0);
+    assert!(out.contains("RC_RDMA_READ_RESPONSE_LAST"), "{out}");
+}
