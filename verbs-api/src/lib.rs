@@ -37,6 +37,7 @@
 //! * [`device`] — device and port attributes (`ibv_query_device`, `ibv_query_port`).
 //! * [`error`] — errors and errno values.
 //! * [`verbs`] — the [`Device`] trait every backend implements.
+//! * [`handles`] — RAII handles over any `Device`: [`Context`], [`Pd`], [`Mr`], [`Cq`], [`Qp`].
 
 #![forbid(unsafe_code)]
 
@@ -46,6 +47,7 @@ mod macros;
 pub mod device;
 pub mod error;
 pub mod event;
+pub mod handles;
 pub mod membuf;
 pub mod mr;
 pub mod qp;
@@ -56,6 +58,7 @@ pub mod wr;
 pub use device::*;
 pub use error::*;
 pub use event::*;
+pub use handles::*;
 pub use membuf::*;
 pub use mr::*;
 pub use qp::*;

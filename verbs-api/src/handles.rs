@@ -1,0 +1,351 @@
+//! RAII handles over any [`Device`]: what user code holds.
+//!
+//! [`Context`] is an opened device; [`Pd`], [`Mr`], [`CompChannel`], [`Cq`] and [`Qp`]
+//! free their object when dropped. Each child keeps its parents alive (an MR holds its
+//! PD, a QP its PD and CQs, a CQ its channel), so an object is never freed while
+//! something still uses it and nothing dangles: dropping a PD while its MRs live only
+//! drops the handle, and the PD is deallocated with the last of them. The explicit
+//! `dealloc`/`destroy` methods return the error libibverbs gives (EBUSY while children
+//! live, manual 3.4) and hand the handle back, so nothing leaks either.
+//!
+//! ```no_run
+//! # fn demo(dev: std::sync::Arc<dyn verbs_api::Device>) -> verbs_api::Result<()> {
+//! use verbs_api::*;
+//! let ctx = Context::new(dev);
+//! let pd = ctx.alloc_pd()?;
+//! let buf = MemBuf::new(4096);
+//! let mr = pd.reg_mr(&buf, AccessFlags::LOCAL_WRITE)?;
+//! let cq = ctx.create_cq(64, None)?;
+//! let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+//! let qp = pd.create_qp(&cq, &cq, QpType::Rc, cap, false)?;
+//! # let _ = (mr, qp); Ok(()) }
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{
+    AccessFlags, AsyncEvent, ChannelId, CqId, Device, Error, MemBuf, MrInfo, PdId, PostError,
+    QpAttr, QpAttrMask, QpCap, QpInitAttr, QpType, RecvWr, Result, SendWr, WorkCompletion,
+};
+
+/// An opened device.
+#[derive(Clone)]
+pub struct Context {
+    dev: Arc<dyn Device>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.dev.name())
+            .finish()
+    }
+}
+
+impl Context {
+    /// Wraps an opened device.
+    pub fn new(dev: Arc<dyn Device>) -> Context {
+        Context { dev }
+    }
+
+    /// The device, for the verbs the handles do not wrap (queries, async events).
+    pub fn device(&self) -> &dyn Device {
+        &*self.dev
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        let id = self.dev.alloc_pd()?;
+        Ok(Pd(Arc::new(PdInner {
+            dev: self.dev.clone(),
+            id,
+            live: true,
+        })))
+    }
+
+    /// `ibv_create_comp_channel`.
+    pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        let id = self.dev.create_comp_channel()?;
+        Ok(CompChannel(Arc::new(ChannelInner {
+            dev: self.dev.clone(),
+            id,
+            live: true,
+        })))
+    }
+
+    /// `ibv_create_cq`.
+    pub fn create_cq(&self, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq> {
+        let id = self.dev.create_cq(cqe, channel.map(|c| c.0.id))?;
+        Ok(Cq(Arc::new(CqInner {
+            dev: self.dev.clone(),
+            id,
+            _channel: channel.map(|c| c.0.clone()),
+            live: true,
+        })))
+    }
+
+    /// `ibv_get_async_event`.
+    pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {
+        self.dev.get_async_event(timeout)
+    }
+}
+
+/// Frees an object once, from `destroy` or from `Drop`, whichever comes first.
+macro_rules! owned {
+    ($inner:ident, $id:ty, $free:expr, { $($field:ident: $ty:ty),* }) => {
+        struct $inner {
+            dev: Arc<dyn Device>,
+            id: $id,
+            live: bool,
+            $($field: $ty),*
+        }
+
+        impl Drop for $inner {
+            fn drop(&mut self) {
+                if self.live {
+                    // Children hold their parents, so this runs after every child is
+                    // gone: the free cannot be refused for EBUSY.
+                    let free: fn(&dyn Device, $id) -> Result<()> = $free;
+                    let _ = free(&*self.dev, self.id);
+                }
+            }
+        }
+    };
+}
+
+owned!(PdInner, PdId, |d, id| d.dealloc_pd(id), {});
+owned!(
+    ChannelInner,
+    ChannelId,
+    |d, id| d.destroy_comp_channel(id),
+    {}
+);
+owned!(CqInner, CqId, |d, id| d.destroy_cq(id), { _channel: Option<Arc<ChannelInner>> });
+owned!(MrInner, u32, |d, lkey| d.dereg_mr(lkey), { info: MrInfo, _pd: Arc<PdInner>, _buf: MemBuf });
+owned!(QpInner, u32, |d, qpn| d.destroy_qp(qpn), { _pd: Arc<PdInner>, _cqs: [Arc<CqInner>; 2] });
+
+/// Takes the object out of an `Arc` for an explicit destroy: only possible when this is
+/// the last handle; otherwise the object is in use (EBUSY) and the handle comes back.
+fn destroy_now<T>(
+    inner: Arc<T>,
+    live: impl FnOnce(&mut T) -> &mut bool,
+    free: impl FnOnce(&T) -> Result<()>,
+) -> std::result::Result<(), (Arc<T>, Error)> {
+    match Arc::try_unwrap(inner) {
+        Ok(mut t) => match free(&t) {
+            Ok(()) => {
+                *live(&mut t) = false;
+                Ok(())
+            }
+            Err(e) => {
+                // The backend refused (its own children): keep it alive and give it back.
+                Err((Arc::new(t), e))
+            }
+        },
+        Err(shared) => Err((
+            shared,
+            Error::Busy("the object is still used by other objects"),
+        )),
+    }
+}
+
+/// A protection domain.
+#[derive(Clone)]
+pub struct Pd(Arc<PdInner>);
+
+impl std::fmt::Debug for Pd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pd({})", self.0.id.0)
+    }
+}
+
+impl Pd {
+    /// The PD's number.
+    pub fn id(&self) -> PdId {
+        self.0.id
+    }
+
+    /// `ibv_reg_mr` over the whole buffer.
+    pub fn reg_mr(&self, buf: &MemBuf, access: AccessFlags) -> Result<Mr> {
+        self.reg_mr_range(buf, 0, buf.len(), access)
+    }
+
+    /// `ibv_reg_mr` over `length` bytes from `offset`.
+    pub fn reg_mr_range(
+        &self,
+        buf: &MemBuf,
+        offset: usize,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<Mr> {
+        let info = self.0.dev.reg_mr(self.0.id, buf, offset, length, access)?;
+        Ok(Mr(Arc::new(MrInner {
+            dev: self.0.dev.clone(),
+            id: info.lkey,
+            live: true,
+            info,
+            _pd: self.0.clone(),
+            _buf: buf.clone(),
+        })))
+    }
+
+    /// `ibv_create_qp` in this PD.
+    pub fn create_qp(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        qp_type: QpType,
+        cap: QpCap,
+        sq_sig_all: bool,
+    ) -> Result<Qp> {
+        let init = QpInitAttr {
+            pd: self.0.id,
+            send_cq: send_cq.0.id,
+            recv_cq: recv_cq.0.id,
+            qp_type,
+            cap,
+            sq_sig_all,
+        };
+        let qpn = self.0.dev.create_qp(&init)?;
+        Ok(Qp(Arc::new(QpInner {
+            dev: self.0.dev.clone(),
+            id: qpn,
+            live: true,
+            _pd: self.0.clone(),
+            _cqs: [send_cq.0.clone(), recv_cq.0.clone()],
+        })))
+    }
+
+    /// `ibv_dealloc_pd` now: EBUSY (and the handle back) while MRs or QPs use it.
+    pub fn dealloc(self) -> std::result::Result<(), (Pd, Error)> {
+        destroy_now(self.0, |t| &mut t.live, |t| t.dev.dealloc_pd(t.id))
+            .map_err(|(a, e)| (Pd(a), e))
+    }
+}
+
+/// A registered memory region; it keeps its buffer and PD alive.
+#[derive(Clone)]
+pub struct Mr(Arc<MrInner>);
+
+impl std::fmt::Debug for Mr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Mr({:?})", self.0.info)
+    }
+}
+
+impl Mr {
+    /// Address, length and keys.
+    pub fn info(&self) -> MrInfo {
+        self.0.info
+    }
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        self.0.info.lkey
+    }
+    /// The remote key.
+    pub fn rkey(&self) -> u32 {
+        self.0.info.rkey
+    }
+    /// An SGE over `length` bytes at `offset` into the region.
+    pub fn sge(&self, offset: u64, length: u32) -> crate::Sge {
+        crate::Sge {
+            addr: self.0.info.addr + offset,
+            length,
+            lkey: self.0.info.lkey,
+        }
+    }
+    /// `ibv_dereg_mr` now.
+    pub fn dereg(self) -> std::result::Result<(), (Mr, Error)> {
+        destroy_now(self.0, |t| &mut t.live, |t| t.dev.dereg_mr(t.id)).map_err(|(a, e)| (Mr(a), e))
+    }
+}
+
+/// A completion channel.
+#[derive(Clone)]
+pub struct CompChannel(Arc<ChannelInner>);
+
+impl std::fmt::Debug for CompChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CompChannel({})", self.0.id.0)
+    }
+}
+
+impl CompChannel {
+    /// `ibv_get_cq_event`: the CQ that got a completion since it was armed.
+    pub fn get_cq_event(&self, timeout: Option<Duration>) -> Result<CqId> {
+        self.0.dev.get_cq_event(self.0.id, timeout)
+    }
+    /// The fd, readable while an event is pending (poll/epoll).
+    pub fn fd(&self) -> Result<i32> {
+        self.0.dev.comp_channel_fd(self.0.id)
+    }
+}
+
+/// A completion queue.
+#[derive(Clone)]
+pub struct Cq(Arc<CqInner>);
+
+impl std::fmt::Debug for Cq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Cq({})", self.0.id.0)
+    }
+}
+
+impl Cq {
+    /// The CQ's number.
+    pub fn id(&self) -> CqId {
+        self.0.id
+    }
+    /// `ibv_poll_cq` into `out`.
+    pub fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+        self.0.dev.poll_cq(self.0.id, max, out)
+    }
+    /// `ibv_req_notify_cq`.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        self.0.dev.req_notify_cq(self.0.id, solicited_only)
+    }
+    /// `ibv_destroy_cq` now: EBUSY (and the handle back) while a QP uses it.
+    pub fn destroy(self) -> std::result::Result<(), (Cq, Error)> {
+        destroy_now(self.0, |t| &mut t.live, |t| t.dev.destroy_cq(t.id))
+            .map_err(|(a, e)| (Cq(a), e))
+    }
+}
+
+/// A queue pair.
+#[derive(Clone)]
+pub struct Qp(Arc<QpInner>);
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Qp(0x{:06x})", self.0.id)
+    }
+}
+
+impl Qp {
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.0.id
+    }
+    /// `ibv_modify_qp`.
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        self.0.dev.modify_qp(self.0.id, attr, mask)
+    }
+    /// `ibv_query_qp`.
+    pub fn query(&self) -> Result<QpAttr> {
+        Ok(self.0.dev.query_qp(self.0.id)?.0)
+    }
+    /// `ibv_post_send`.
+    pub fn post_send(&self, wrs: &[SendWr]) -> std::result::Result<(), PostError> {
+        self.0.dev.post_send(self.0.id, wrs)
+    }
+    /// `ibv_post_recv`.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
+        self.0.dev.post_recv(self.0.id, wrs)
+    }
+    /// `ibv_destroy_qp` now.
+    pub fn destroy(self) -> std::result::Result<(), (Qp, Error)> {
+        destroy_now(self.0, |t| &mut t.live, |t| t.dev.destroy_qp(t.id))
+            .map_err(|(a, e)| (Qp(a), e))
+    }
+}
