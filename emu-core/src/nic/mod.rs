@@ -110,6 +110,9 @@ impl std::fmt::Debug for EmuDevice {
 const MAX_SLEEP: Duration = Duration::from_millis(1);
 /// Datagrams handled under one lock.
 const BATCH: usize = 64;
+/// The largest datagram the device takes (a RoCEv2 packet is at most 4096 + 128 bytes;
+/// anything larger is truncated by the socket and then fails its ICRC).
+const MAX_DATAGRAM: usize = 9216;
 
 impl EmuDevice {
     /// Opens a device: binds its socket and starts its thread. EADDRINUSE and the like
@@ -214,10 +217,11 @@ impl Inner {
         }
     }
 
-    /// The device thread.
+    /// The device thread. Receive buffers are allocated once: no heap allocation per
+    /// packet on the data path.
     fn run(&self) {
-        let mut buf = vec![0u8; 65536];
-        let mut batch: Vec<(Vec<u8>, std::net::SocketAddrV4)> = Vec::with_capacity(BATCH);
+        let mut slots: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; MAX_DATAGRAM]).collect();
+        let mut got: Vec<(usize, std::net::SocketAddrV4)> = Vec::with_capacity(BATCH);
         while !self.stop.load(Ordering::Relaxed) {
             let sleep = {
                 let core = self.core.lock();
@@ -226,20 +230,21 @@ impl Inner {
                     t.saturating_duration_since(now).min(MAX_SLEEP)
                 })
             };
-            batch.clear();
-            if let Ok(Some((n, from))) = self.link.recv(&mut buf, sleep) {
-                batch.push((buf[..n].to_vec(), from));
-                while batch.len() < BATCH {
-                    match self.link.try_recv(&mut buf) {
-                        Ok(Some((n, from))) => batch.push((buf[..n].to_vec(), from)),
+            got.clear();
+            if let Ok(Some(first)) = self.link.recv(&mut slots[0], sleep) {
+                got.push(first);
+                while got.len() < BATCH {
+                    match self.link.try_recv(&mut slots[got.len()]) {
+                        Ok(Some(d)) => got.push(d),
                         _ => break,
                     }
                 }
             }
             let mut core = self.core.lock();
             let now = Instant::now();
-            for (packet, from) in &batch {
-                if self.link.icrc_ok(*from, packet) {
+            for (slot, &(n, from)) in slots.iter().zip(&got) {
+                let packet = &slot[..n];
+                if self.link.icrc_ok(from, packet) {
                     core.engine
                         .handle_datagram(now, Gid::from_ipv4(*from.ip()), packet);
                 } else {
