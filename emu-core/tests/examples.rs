@@ -63,6 +63,11 @@ fn every_example_runs() {
         "{out}"
     );
     assert!(out.contains("\"remote access error\""), "{out}");
+    let out = run("hello_rdma", &[], port(3));
+    assert!(
+        out.contains("FETCH_ADD: old value 41, counter now 42"),
+        "{out}"
+    );
     let out = run("engine_demo", &[], 0);
     assert!(out.contains("RC_RDMA_READ_RESPONSE_LAST"), "{out}");
 }
