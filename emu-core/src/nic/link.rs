@@ -30,8 +30,15 @@ impl UdpLink {
     /// Binds `ip:port` with DF set (IP ID 0) and large buffers.
     pub(crate) fn bind(ip: Ipv4Addr, port: u16) -> io::Result<Self> {
         let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-        let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
-        let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+        // Large buffers keep a briefly starved device thread from losing datagrams (which
+        // costs RC a retransmission and UC a message). SO_*BUFFORCE passes the
+        // net.core.*mem_max cap when privileged; otherwise the capped size is used.
+        if rustix::net::sockopt::set_socket_recv_buffer_size_force(&s, SOCKET_BUFFER).is_err() {
+            let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+        }
+        if rustix::net::sockopt::set_socket_send_buffer_size_force(&s, SOCKET_BUFFER).is_err() {
+            let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+        }
         rustix::net::sockopt::set_ip_mtu_discover(
             &s,
             rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,

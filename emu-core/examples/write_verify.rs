@@ -1,0 +1,229 @@
+//! Two processes, one RC connection over UDP: the client RDMA-WRITEs a pattern into the
+//! server's memory, the server checks every byte. Exits non-zero on any mismatch.
+//!
+//! ```text
+//! write_verify [--bytes N] [-p TCP_PORT] [--udp-port N]          server (127.0.0.1)
+//! write_verify [--bytes N] [-p TCP_PORT] [--udp-port N] HOST     client (127.0.0.2)
+//! ```
+//! The server registers N bytes (default 64 MiB) and sends its QP number, PSN, address
+//! and R_Key over TCP; the client writes them in 1 MiB RDMA WRITEs, 8 in flight, then
+//! says DONE; the server compares the whole buffer with the pattern.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use emu_core::nic::{EmuConfig, EmuDevice, ROCE_PORT};
+use verbs_api::QpAttrMask as M;
+use verbs_api::*;
+
+fn pattern(i: usize) -> u8 {
+    (i as u8).wrapping_mul(13) ^ (i >> 12) as u8
+}
+
+fn die(msg: &str) -> ! {
+    eprintln!("write_verify: {msg}");
+    std::process::exit(1)
+}
+
+fn main() {
+    let (mut bytes, mut tcp, mut udp, mut host) =
+        (64usize << 20, 18516u16, ROCE_PORT, None::<String>);
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut v = || args.next().unwrap_or_else(|| die("missing value"));
+        match a.as_str() {
+            "--bytes" => bytes = v().parse().unwrap_or_else(|_| die("bad --bytes")),
+            "-p" => tcp = v().parse().unwrap_or_else(|_| die("bad -p")),
+            "--udp-port" => udp = v().parse().unwrap_or_else(|_| die("bad --udp-port")),
+            h if !h.starts_with('-') => host = Some(h.into()),
+            o => die(&format!("unknown option {o}")),
+        }
+    }
+    let client = host.is_some();
+    let ip = if client {
+        Ipv4Addr::new(127, 0, 0, 2)
+    } else {
+        Ipv4Addr::new(127, 0, 0, 1)
+    };
+    let dev = Arc::new(
+        EmuDevice::open(EmuConfig {
+            ip,
+            port: udp,
+            ..EmuConfig::default()
+        })
+        .unwrap_or_else(|e| die(&format!("open: {e}"))),
+    );
+    let gid = dev.gid();
+    let ctx = Context::new(dev);
+    let pd = ctx.alloc_pd().unwrap();
+    let mem = MemBuf::new(bytes);
+    let mr = pd
+        .reg_mr(&mem, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+        .unwrap();
+    let cq = ctx.create_cq(64, None).unwrap();
+    let cap = QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp = pd.create_qp(&cq, &cq, QpType::Rc, cap, false).unwrap();
+    let psn = (std::process::id() ^ u32::from(ip)) & 0xFF_FFFF;
+
+    let mut stream = match &host {
+        Some(h) => {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match TcpStream::connect((h.as_str(), tcp)) {
+                    Ok(s) => break s,
+                    Err(e) if Instant::now() > deadline => die(&format!("connect: {e}")),
+                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        }
+        None => {
+            TcpListener::bind(("127.0.0.1", tcp))
+                .unwrap_or_else(|e| die(&format!("listen: {e}")))
+                .accept()
+                .unwrap()
+                .0
+        }
+    };
+    let ip_word = u32::from(ip);
+    writeln!(
+        stream,
+        "{:06x} {:06x} {:08x} {:x} {:x}",
+        qp.qpn(),
+        psn,
+        ip_word,
+        mr.info().addr,
+        mr.rkey()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .map(|x| u64::from_str_radix(x, 16).unwrap_or_else(|_| die("bad peer line")))
+        .collect();
+    let (rqpn, rpsn, rip, raddr, rrkey) = (
+        f[0] as u32,
+        f[1] as u32,
+        Ipv4Addr::from(f[2] as u32),
+        f[3],
+        f[4] as u32,
+    );
+
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: AccessFlags::REMOTE_WRITE,
+        ..Default::default()
+    };
+    qp.modify(&a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)
+        .unwrap();
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = Mtu::Mtu4096;
+    a.dest_qp_num = rqpn;
+    a.rq_psn = rpsn;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr = AhAttr {
+        grh: GlobalRoute {
+            dgid: Gid::from_ipv4(rip),
+            ..Default::default()
+        },
+        is_global: true,
+        port_num: 1,
+        ..Default::default()
+    };
+    qp.modify(
+        &a,
+        M::STATE
+            | M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER,
+    )
+    .unwrap();
+    a.qp_state = QpState::Rts;
+    a.sq_psn = psn;
+    a.timeout = 12;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    qp.modify(
+        &a,
+        M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
+    )
+    .unwrap();
+    let _ = gid;
+    // Both ends are in RTS before the first WRITE: each says so and waits for the other.
+    writeln!(stream, "ready").unwrap();
+    line.clear();
+    reader.read_line(&mut line).unwrap();
+
+    if client {
+        mem.with_mut(|m| m.iter_mut().enumerate().for_each(|(i, x)| *x = pattern(i)));
+        let chunk = 1 << 20;
+        let n = bytes.div_ceil(chunk);
+        let start = Instant::now();
+        let (mut posted, mut done) = (0, 0);
+        let mut wcs = Vec::new();
+        while done < n {
+            while posted < n && posted - done < 8 {
+                let off = posted * chunk;
+                let len = chunk.min(bytes - off) as u32;
+                qp.post_send(&[SendWr::rdma_write(
+                    posted as u64,
+                    vec![mr.sge(off as u64, len)],
+                    raddr + off as u64,
+                    rrkey,
+                )
+                .signaled()])
+                    .unwrap();
+                posted += 1;
+            }
+            wcs.clear();
+            cq.poll(16, &mut wcs).unwrap();
+            for wc in &wcs {
+                if wc.status != WcStatus::Success {
+                    die(&format!("write {} failed: {}", wc.wr_id, wc.status));
+                }
+            }
+            done += wcs.len();
+        }
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "wrote {bytes} bytes in {secs:.2} s ({:.0} MB/s)",
+            bytes as f64 / secs / 1e6
+        );
+        writeln!(stream, "done").unwrap();
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        if line.trim() != "verified" {
+            die(&format!("server says: {}", line.trim()));
+        }
+        println!("server verified every byte");
+    } else {
+        line.clear();
+        reader.read_line(&mut line).unwrap(); // done
+        let bad = mem.with(|m| m.iter().enumerate().position(|(i, &x)| x != pattern(i)));
+        match bad {
+            None => {
+                writeln!(stream, "verified").unwrap();
+                println!("received and verified {bytes} bytes");
+            }
+            Some(i) => {
+                writeln!(stream, "mismatch at byte {i}").unwrap();
+                die(&format!("mismatch at byte {i}"));
+            }
+        }
+    }
+}
