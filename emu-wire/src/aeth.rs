@@ -1,5 +1,5 @@
-//! The ACK Extended Transport Header, 4 bytes (IBTA 9.3.5, 9.7.5.1): syndrome and MSN;
-//! and the RNR timer table (IBTA 9.7.5.2.8, table 45).
+//! The ACK Extended Transport Header, 4 bytes (IBTA 9.3.5): syndrome and MSN; the
+//! syndrome encoding (IBTA 9.7.5.1) and the RNR NAK timer codes it carries.
 
 use core::time::Duration;
 
@@ -71,6 +71,7 @@ impl Syndrome {
     /// Decodes a syndrome byte; reserved bit 7, type `10` and NAK codes above 4 are
     /// errors.
     pub fn from_u8(b: u8) -> Result<Syndrome> {
+        // IBTA 9.7.5.1: bit 7 reserved (0), bits 6-5 the type, bits 4-0 its value.
         let v = b & 0x1F;
         match b >> 5 {
             0 => Ok(Syndrome::Ack { credits: v }),
@@ -109,6 +110,7 @@ pub struct AethRepr {
 impl AethRepr {
     /// Reads an AETH.
     pub fn parse<T: AsRef<[u8]>>(p: &AethPacket<T>) -> Result<Self> {
+        p.check_len()?;
         Ok(AethRepr {
             syndrome: Syndrome::from_u8(p.syndrome())?,
             msn: p.msn(),
@@ -124,13 +126,15 @@ impl AethRepr {
     }
 }
 
-/// RNR timer codes in units of 10 us (IBTA 9.7.5.2.8 table 45); code 0 is 655.36 ms.
+/// RNR NAK timer codes in units of 10 us (IBTA 9.7.5.1, the RNR NAK timer encoding);
+/// code 0 is the longest wait, 655.36 ms.
 const RNR_TIMER_10US: [u32; 32] = [
     65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
     2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
 ];
 
-/// The wait an RNR NAK timer code stands for (the code is masked to 5 bits).
+/// The wait an RNR NAK timer code stands for (the code is masked to 5 bits), e.g. code
+/// 0 = 655.36 ms, 1 = 10 us, 14 = 1.28 ms, 31 = 491.52 ms.
 pub fn rnr_timer_duration(code: u8) -> Duration {
     Duration::from_micros(u64::from(RNR_TIMER_10US[usize::from(code & 0x1F)]) * 10)
 }
@@ -159,6 +163,76 @@ mod tests {
             Syndrome::Nak(NakCode::RemoteAccessError)
         );
         assert_eq!(Syndrome::ACK_NO_CREDIT.to_u8(), 0x1F);
+        // the NAKs kernel rxe sends (roce-wire.md)
+        for (b, code) in [
+            (0x60, NakCode::PsnSequenceError),
+            (0x61, NakCode::InvalidRequest),
+            (0x62, NakCode::RemoteAccessError),
+            (0x63, NakCode::RemoteOperationalError),
+            (0x64, NakCode::InvalidRdRequest),
+        ] {
+            assert_eq!(Syndrome::from_u8(b), Ok(Syndrome::Nak(code)));
+            assert_eq!(Syndrome::Nak(code).to_u8(), b);
+        }
+        for t in 0..32 {
+            assert_eq!(Syndrome::RnrNak { timer: t }.to_u8(), 0x20 | t);
+            assert_eq!(Syndrome::Ack { credits: t }.to_u8(), t);
+        }
+        // type 10 is reserved; so are NAK codes 5..=31 and bit 7
+        assert_eq!(Syndrome::from_u8(0x40), Err(Error::BadSyndrome(0x40)));
+        assert_eq!(Syndrome::from_u8(0x65), Err(Error::BadSyndrome(0x65)));
+        assert_eq!(Syndrome::from_u8(0x9F), Err(Error::BadSyndrome(0x9F)));
+    }
+
+    /// The table of roce-wire.md, in milliseconds as written there.
+    const RNR_MS: [&str; 32] = [
+        "655.36", "0.01", "0.02", "0.03", "0.04", "0.06", "0.08", "0.12", "0.16", "0.24", "0.32",
+        "0.48", "0.64", "0.96", "1.28", "1.92", "2.56", "3.84", "5.12", "7.68", "10.24", "15.36",
+        "20.48", "30.72", "40.96", "61.44", "81.92", "122.88", "163.84", "245.76", "327.68",
+        "491.52",
+    ];
+
+    /// "655.36" ms -> 655_360 us, without floating point.
+    fn ms_to_us(s: &str) -> u64 {
+        let (int, frac) = s.split_once('.').unwrap();
+        int.parse::<u64>().unwrap() * 1000 + frac.parse::<u64>().unwrap() * 10
+    }
+
+    #[test]
+    fn every_rnr_code_matches_the_table() {
+        for (code, ms) in RNR_MS.iter().enumerate() {
+            let d = rnr_timer_duration(code as u8);
+            assert_eq!(d, Duration::from_micros(ms_to_us(ms)), "code {code}");
+            // bits above the 5-bit field are ignored
+            assert_eq!(rnr_timer_duration(code as u8 | 0xE0), d);
+        }
+        // codes 1..=31 grow; 0 is the longest
+        for c in 1..31u8 {
+            assert!(rnr_timer_duration(c) < rnr_timer_duration(c + 1));
+        }
+        assert!(rnr_timer_duration(0) > rnr_timer_duration(31));
+    }
+
+    #[test]
+    fn view_and_repr() {
+        let b = [0x38u8, 0x00, 0x01, 0x0E];
+        let p = AethPacket::new_checked(&b[..]).unwrap();
+        assert_eq!((p.syndrome(), p.msn()), (0x38, 0x10E));
+        let r = AethRepr::parse(&p).unwrap();
+        assert_eq!(r.syndrome, Syndrome::RnrNak { timer: 24 });
+        let mut out = [0u8; 4];
+        r.emit(&mut AethPacket::new_unchecked(&mut out[..]));
+        assert_eq!(out, b);
+        assert_eq!(r.buffer_len(), HEADER_LEN);
+        assert_eq!(
+            AethPacket::new_checked(&b[..3]).unwrap_err(),
+            Error::Truncated
+        );
+        let bad = [0x80u8, 0, 0, 0];
+        assert_eq!(
+            AethRepr::parse(&AethPacket::new_unchecked(&bad[..])),
+            Err(Error::BadSyndrome(0x80))
+        );
     }
 
     #[test]

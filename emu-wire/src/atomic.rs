@@ -56,6 +56,7 @@ pub struct AtomicEthRepr {
 impl AtomicEthRepr {
     /// Reads an AtomicETH.
     pub fn parse<T: AsRef<[u8]>>(p: &AtomicEthPacket<T>) -> crate::Result<Self> {
+        p.check_len()?;
         Ok(AtomicEthRepr {
             va: p.va(),
             rkey: p.rkey(),
@@ -103,6 +104,7 @@ pub struct AtomicAckEthRepr {
 impl AtomicAckEthRepr {
     /// Reads an AtomicAckETH.
     pub fn parse<T: AsRef<[u8]>>(p: &AtomicAckEthPacket<T>) -> crate::Result<Self> {
+        p.check_len()?;
         Ok(AtomicAckEthRepr { orig: p.orig() })
     }
     /// Writes an AtomicAckETH.
@@ -112,5 +114,43 @@ impl AtomicAckEthRepr {
     /// [`ATOMIC_ACK_ETH_LEN`].
     pub const fn buffer_len(&self) -> usize {
         ATOMIC_ACK_ETH_LEN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts() {
+        let r = AtomicEthRepr {
+            va: 0x0102_0304_0506_0708,
+            rkey: 0x1112_1314,
+            swap_add: 0x2122_2324_2526_2728,
+            compare: 0x3132_3334_3536_3738,
+        };
+        let mut b = [0u8; ATOMIC_ETH_LEN];
+        r.emit(&mut AtomicEthPacket::new_unchecked(&mut b[..]));
+        assert_eq!(&b[..8], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&b[8..12], &[0x11, 0x12, 0x13, 0x14]);
+        assert_eq!(b[12], 0x21);
+        assert_eq!(b[20], 0x31);
+        assert_eq!(b[27], 0x38);
+        assert_eq!(
+            AtomicEthRepr::parse(&AtomicEthPacket::new_checked(&b[..]).unwrap()),
+            Ok(r)
+        );
+        assert!(AtomicEthPacket::new_checked(&b[..27]).is_err());
+        let a = AtomicAckEthRepr {
+            orig: 0x1122_3344_5566_7788,
+        };
+        let mut b = [0u8; ATOMIC_ACK_ETH_LEN];
+        a.emit(&mut AtomicAckEthPacket::new_unchecked(&mut b[..]));
+        assert_eq!(b, [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]);
+        assert_eq!(
+            AtomicAckEthRepr::parse(&AtomicAckEthPacket::new_unchecked(&b[..])),
+            Ok(a)
+        );
+        assert_eq!(a.buffer_len() + r.buffer_len(), 36);
     }
 }

@@ -21,10 +21,17 @@ impl<T: AsRef<[u8]>> BthPacket<T> {
 
     /// Wraps a buffer of at least [`HEADER_LEN`] bytes.
     pub fn new_checked(buffer: T) -> Result<Self> {
-        if buffer.as_ref().len() < HEADER_LEN {
+        let p = BthPacket { buffer };
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// [`Error::Truncated`] if the buffer is shorter than [`HEADER_LEN`].
+    pub fn check_len(&self) -> Result<()> {
+        if self.buffer.as_ref().len() < HEADER_LEN {
             return Err(Error::Truncated);
         }
-        Ok(BthPacket { buffer })
+        Ok(())
     }
 
     /// Gives the buffer back.
@@ -147,9 +154,13 @@ pub struct BthRepr {
 }
 
 impl BthRepr {
-    /// Parses a BTH; TVer must be 0 (IBTA 9.2, C9-?), the opcode one this crate knows.
+    /// Parses a BTH: the opcode must be one this crate knows ([`Error::UnknownOpcode`])
+    /// and TVer 0 ([`Error::BadVersion`]).
     pub fn parse<T: AsRef<[u8]>>(p: &BthPacket<T>) -> Result<BthRepr> {
+        p.check_len()?;
+        // IBTA 9.2.1 OpCode.
         let opcode = Opcode::try_from(p.opcode())?;
+        // IBTA 9.2 BTH: the transport header version is 0; other versions are dropped.
         if p.tver() != 0 {
             return Err(Error::BadVersion(p.tver()));
         }
@@ -167,7 +178,7 @@ impl BthRepr {
         })
     }
 
-    /// Writes the BTH.
+    /// Writes the BTH: TVer 0 and the reserved bits 0 (IBTA 9.2).
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut BthPacket<T>) {
         p.set_opcode(self.opcode as u8);
         p.set_flags(self.solicited, self.mig_req, self.pad_count);
@@ -183,7 +194,93 @@ impl BthRepr {
     }
 }
 
-/// Bytes of pad that make a payload of `payload_len` a multiple of 4 (IBTA 9.2).
+/// Bytes of pad that make a payload of `payload_len` a multiple of 4.
 pub const fn pad_count(payload_len: usize) -> u8 {
+    // IBTA 9.2 BTH PadCnt: the payload is padded to a 4-byte boundary before the ICRC.
     ((4 - payload_len % 4) % 4) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The BTH of the corpus's RC_SEND_LAST frame: pad 2, AckReq, PSN 0xfffffb, QP 0x11.
+    const SEND_LAST: [u8; 12] = [
+        0x02, 0x20, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x80, 0xff, 0xff, 0xfb,
+    ];
+
+    #[test]
+    fn pad_count_reaches_a_multiple_of_four() {
+        assert_eq!(pad_count(0), 0);
+        assert_eq!(pad_count(1), 3);
+        assert_eq!(pad_count(2), 2);
+        assert_eq!(pad_count(3), 1);
+        assert_eq!(pad_count(4), 0);
+        assert_eq!(pad_count(954), 2);
+        for n in 0..64 {
+            assert_eq!((n + usize::from(pad_count(n))) % 4, 0);
+            assert!(pad_count(n) < 4);
+        }
+    }
+
+    #[test]
+    fn parses_and_emits_a_captured_bth() {
+        let p = BthPacket::new_checked(&SEND_LAST[..]).unwrap();
+        let r = BthRepr::parse(&p).unwrap();
+        assert_eq!(r.opcode, Opcode::RcSendLast);
+        assert_eq!((r.solicited, r.mig_req, r.pad_count), (false, false, 2));
+        assert_eq!((r.pkey, r.fecn, r.becn), (0xffff, false, false));
+        assert_eq!(
+            (r.dest_qp, r.ack_req, r.psn),
+            (0x11, true, Psn::new(0xff_fffb))
+        );
+        let mut out = [0xAAu8; 12];
+        r.emit(&mut BthPacket::new_unchecked(&mut out[..]));
+        assert_eq!(out, SEND_LAST);
+        assert_eq!(r.buffer_len(), HEADER_LEN);
+    }
+
+    #[test]
+    fn reserved_bits_are_ignored_on_parse_and_written_zero() {
+        let mut b = SEND_LAST;
+        b[4] = 0xC0 | 0x3F; // FECN, BECN, resv6
+        b[8] = 0x80 | 0x7F; // AckReq, resv7
+        let r = BthRepr::parse(&BthPacket::new_unchecked(&b[..])).unwrap();
+        assert!(r.fecn && r.becn && r.ack_req);
+        let mut out = [0xFFu8; 12];
+        r.emit(&mut BthPacket::new_unchecked(&mut out[..]));
+        assert_eq!((out[4], out[8]), (0xC0, 0x80));
+    }
+
+    #[test]
+    fn bad_version_unknown_opcode_and_truncation() {
+        let mut b = SEND_LAST;
+        b[1] |= 0x01;
+        let p = BthPacket::new_unchecked(&b[..]);
+        assert_eq!(p.tver(), 1);
+        assert_eq!(BthRepr::parse(&p), Err(Error::BadVersion(1)));
+        b[0] = 0x15; // RESYNC
+        assert_eq!(
+            BthRepr::parse(&BthPacket::new_unchecked(&b[..])),
+            Err(Error::UnknownOpcode(0x15))
+        );
+        assert_eq!(
+            BthPacket::new_checked(&SEND_LAST[..11]).unwrap_err(),
+            Error::Truncated
+        );
+    }
+
+    #[test]
+    fn setters_mask_to_field_width() {
+        let mut b = [0u8; 12];
+        let mut p = BthPacket::new_unchecked(&mut b[..]);
+        p.set_flags(true, true, 0xFF);
+        p.set_dest_qp(0xAB12_3456);
+        p.set_ack_req_psn(false, Psn::new(0x1FF_FFFF));
+        assert!(p.solicited() && p.mig_req());
+        assert_eq!((p.pad_count(), p.tver()), (3, 0));
+        assert_eq!(p.dest_qp(), 0x12_3456);
+        assert_eq!(p.psn(), Psn::new(0xFF_FFFF));
+        assert_eq!(p.into_inner()[..2], [0x00, 0xF0]);
+    }
 }

@@ -40,6 +40,7 @@ pub struct DethRepr {
 impl DethRepr {
     /// Reads a DETH.
     pub fn parse<T: AsRef<[u8]>>(p: &DethPacket<T>) -> crate::Result<Self> {
+        p.check_len()?;
         Ok(DethRepr {
             qkey: p.qkey(),
             src_qp: p.src_qp(),
@@ -52,5 +53,35 @@ impl DethRepr {
     /// [`HEADER_LEN`].
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_and_reserved_byte() {
+        // the corpus's UD SEND ONLY: Q_Key 0x11111111, SrcQP 0x16
+        let b = [0x11, 0x11, 0x11, 0x11, 0xAB, 0x00, 0x00, 0x16];
+        let r = DethRepr::parse(&DethPacket::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(
+            r,
+            DethRepr {
+                qkey: 0x1111_1111,
+                src_qp: 0x16
+            }
+        );
+        let mut out = [0xFFu8; 8];
+        DethRepr {
+            qkey: 0x1111_1111,
+            src_qp: 0xFF00_0016,
+        }
+        .emit(&mut DethPacket::new_unchecked(&mut out[..]));
+        assert_eq!(out[4], 0, "reserved byte written 0");
+        assert_eq!(&out[5..], &[0, 0, 0x16]);
+        assert_eq!(r.buffer_len(), HEADER_LEN);
+        assert!(DethPacket::new_checked(&b[..7]).is_err());
+        assert!(DethRepr::parse(&DethPacket::new_unchecked(&b[..7])).is_err());
     }
 }

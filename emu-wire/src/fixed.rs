@@ -17,10 +17,17 @@ macro_rules! header_view {
             }
             /// Wraps a buffer long enough for the header.
             pub fn new_checked(buffer: T) -> $crate::Result<Self> {
-                if buffer.as_ref().len() < $len {
+                let p = $name { buffer };
+                p.check_len()?;
+                Ok(p)
+            }
+            /// [`Error::Truncated`]($crate::Error::Truncated) if the buffer is shorter
+            /// than the header.
+            pub fn check_len(&self) -> $crate::Result<()> {
+                if self.buffer.as_ref().len() < $len {
                     return Err($crate::Error::Truncated);
                 }
-                Ok($name { buffer })
+                Ok(())
             }
             /// Gives the buffer back.
             pub fn into_inner(self) -> T {

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use crate::error::{Error, Result};
 use crate::icrc::Ipv4Endpoints;
 
-/// The RoCEv2 UDP destination port (IBTA Annex A17.2.?).
+/// The RoCEv2 UDP destination port, assigned by IANA (IBTA Annex A17, RoCEv2).
 pub const ROCEV2_PORT: u16 = 4791;
 
 /// The parts of a captured frame that the ICRC covers.
@@ -22,9 +22,13 @@ pub struct FrameParts<'a> {
     pub ipv6: bool,
 }
 
-/// Splits an Ethernet II frame carrying IPv4 or IPv6 and UDP. Lengths come from the IP
-/// and UDP headers, so frames shorter than the Ethernet minimum (captured before
-/// padding) and padded ones both work.
+/// Splits an Ethernet II frame (no VLAN tag) carrying IPv4 (no options) or IPv6 (no
+/// extension headers) and UDP. Lengths come from the IP total length and the UDP
+/// length, so frames shorter than the Ethernet minimum (captured before padding) and
+/// padded ones both work. Errors: [`Error::Truncated`] when a header does not fit,
+/// [`Error::BadVersion`] for an IP version that disagrees with the EtherType, and
+/// [`Error::BadLength`] for another EtherType or protocol, options, or lengths larger
+/// than the frame.
 pub fn split_frame(frame: &[u8]) -> Result<FrameParts<'_>> {
     if frame.len() < 14 {
         return Err(Error::Truncated);
@@ -33,9 +37,13 @@ pub fn split_frame(frame: &[u8]) -> Result<FrameParts<'_>> {
     let ip = &frame[14..];
     let (ip_header, l4, ipv6) = match ethertype {
         0x0800 => {
-            if ip.len() < 20 || ip[0] >> 4 != 4 {
+            if ip.len() < 20 {
                 return Err(Error::Truncated);
             }
+            if ip[0] >> 4 != 4 {
+                return Err(Error::BadVersion(ip[0] >> 4));
+            }
+            // RoCEv2 senders use no IPv4 options; the ICRC covers exactly 20 bytes.
             let ihl = usize::from(ip[0] & 0xF) * 4;
             let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
             if ihl != 20 || ip[9] != 17 || total < ihl || total > ip.len() {
@@ -47,6 +55,10 @@ pub fn split_frame(frame: &[u8]) -> Result<FrameParts<'_>> {
             if ip.len() < 40 {
                 return Err(Error::Truncated);
             }
+            if ip[0] >> 4 != 6 {
+                return Err(Error::BadVersion(ip[0] >> 4));
+            }
+            // No extension headers: UDP must follow the fixed header.
             let plen = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
             if ip[6] != 17 || 40 + plen > ip.len() {
                 return Err(Error::BadLength);
@@ -128,4 +140,63 @@ pub fn build_frame(ep: &Ipv4Endpoints, udp_payload: &[u8]) -> Vec<u8> {
     f.extend_from_slice(&udp_header(ep, udp_payload.len()));
     f.extend_from_slice(udp_payload);
     f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep() -> Ipv4Endpoints {
+        Ipv4Endpoints {
+            src: Ipv4Addr::new(10, 9, 0, 2),
+            dst: Ipv4Addr::new(10, 9, 0, 1),
+            ip_id: 0xb96c,
+            src_port: 49441,
+            dst_port: ROCEV2_PORT,
+        }
+    }
+
+    #[test]
+    fn build_and_split_agree_and_padding_is_ignored() {
+        let payload = [7u8; 20];
+        let mut f = build_frame(&ep(), &payload);
+        assert_eq!(f.len(), 14 + 20 + 8 + 20);
+        assert_eq!(&f[..6], &[0x02, 0x00, 10, 9, 0, 1]);
+        assert_eq!(&f[6..12], &[0x02, 0x00, 10, 9, 0, 2]);
+        // a correct header checksum: the one's complement sum over the header is 0xFFFF
+        let ip = &f[14..34];
+        let sum: u32 = ip
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        assert_eq!((sum & 0xFFFF) + (sum >> 16), 0xFFFF);
+        assert_eq!((ip[6], ip[8], ip[9]), (0x40, 64, 17));
+        f.extend_from_slice(&[0u8; 10]); // Ethernet padding after the datagram
+        let p = split_frame(&f).unwrap();
+        assert!(!p.ipv6);
+        assert_eq!(p.ip_header.len(), 20);
+        assert_eq!(p.udp_header, &udp_header(&ep(), 20)[..]);
+        assert_eq!(p.udp_payload, &payload[..]);
+    }
+
+    #[test]
+    fn malformed_frames_are_errors() {
+        let f = build_frame(&ep(), &[0u8; 20]);
+        for n in 0..f.len() {
+            assert!(split_frame(&f[..n]).is_err(), "{n} bytes");
+        }
+        let mut g = f.clone();
+        g[12..14].copy_from_slice(&[0x86, 0xDD]); // IPv6 EtherType, IPv4 inside
+        g.extend_from_slice(&[0u8; 40]);
+        assert_eq!(split_frame(&g).unwrap_err(), Error::BadVersion(4));
+        let mut g = f.clone();
+        g[14] = 0x46; // IPv4 options
+        assert_eq!(split_frame(&g).unwrap_err(), Error::BadLength);
+        let mut g = f.clone();
+        g[14 + 9] = 6; // TCP
+        assert_eq!(split_frame(&g).unwrap_err(), Error::BadLength);
+        let mut g = f;
+        g[14 + 20 + 5] = 7; // UDP length below its header
+        assert_eq!(split_frame(&g).unwrap_err(), Error::BadLength);
+    }
 }

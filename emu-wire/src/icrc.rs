@@ -10,6 +10,7 @@ use std::net::Ipv4Addr;
 
 use crc32fast::Hasher;
 
+use crate::bth;
 use crate::error::Result;
 use crate::frame::{ipv4_header, split_frame, udp_header};
 use crate::packet::ICRC_LEN;
@@ -29,53 +30,69 @@ pub struct Ipv4Endpoints {
     pub dst_port: u16,
 }
 
+/// Copies up to `N` bytes of `src` into a zeroed array; returns it and how many were
+/// copied, so that short (malformed) input is hashed as it is instead of panicking.
+fn copy_prefix<const N: usize>(src: &[u8]) -> ([u8; N], usize) {
+    let mut out = [0u8; N];
+    let n = src.len().min(N);
+    out[..n].copy_from_slice(&src[..n]);
+    (out, n)
+}
+
+/// Hashes the UDP header and the UDP payload (minus its ICRC) after the IP header.
 fn crc_rest(mut h: Hasher, udp_header: &[u8], udp_payload: &[u8]) -> u32 {
-    let mut udp = [0u8; 8];
-    udp.copy_from_slice(&udp_header[..8]);
+    // Annex A17.4: the UDP checksum is a variant field, replaced by all ones.
+    let (mut udp, n) = copy_prefix::<8>(udp_header);
     udp[6] = 0xFF;
     udp[7] = 0xFF;
-    h.update(&udp);
+    h.update(&udp[..n]);
     let end = udp_payload.len().saturating_sub(ICRC_LEN);
     let body = &udp_payload[..end];
-    if body.len() >= 12 {
-        let mut bth = [0u8; 12];
-        bth.copy_from_slice(&body[..12]);
+    // IBTA 9.2 BTH byte 4 (FECN, BECN, resv6) is variant: all ones in the ICRC.
+    let (mut bth, n) = copy_prefix::<{ bth::HEADER_LEN }>(body);
+    if n > 4 {
         bth[4] = 0xFF;
-        h.update(&bth);
-        h.update(&body[12..]);
-    } else {
-        h.update(body);
     }
+    h.update(&bth[..n]);
+    h.update(&body[n..]);
     h.finalize()
 }
 
-/// The ICRC of a packet sent over IPv4: `ip_header` is the 20-byte header, `udp_payload`
-/// the BTH through the ICRC slot (whose content is ignored).
-pub fn icrc_ipv4(ip_header: &[u8], udp_header: &[u8], udp_payload: &[u8]) -> u32 {
+/// A hasher that has already consumed the 8 bytes of 0xFF standing for the masked LRH
+/// of native InfiniBand (Annex A17.4: RoCEv2 keeps the InfiniBand ICRC definition).
+fn lrh_hasher() -> Hasher {
     let mut h = Hasher::new();
     h.update(&[0xFF; 8]);
-    let mut ip = [0u8; 20];
-    ip.copy_from_slice(&ip_header[..20]);
+    h
+}
+
+/// The ICRC of a packet sent over IPv4: `ip_header` is the 20-byte header (no
+/// options), `udp_header` the 8-byte UDP header, `udp_payload` the BTH through the ICRC
+/// slot (whose content is ignored). Shorter slices never panic; they give a CRC no
+/// real packet has.
+pub fn icrc_ipv4(ip_header: &[u8], udp_header: &[u8], udp_payload: &[u8]) -> u32 {
+    let mut h = lrh_hasher();
+    // Annex A17.4 (IPv4): TOS, TTL and header checksum are variant: all ones.
+    let (mut ip, n) = copy_prefix::<20>(ip_header);
     ip[1] = 0xFF;
     ip[8] = 0xFF;
     ip[10] = 0xFF;
     ip[11] = 0xFF;
-    h.update(&ip);
+    h.update(&ip[..n]);
     crc_rest(h, udp_header, udp_payload)
 }
 
 /// The ICRC of a packet sent over IPv6 (`ip_header` the 40-byte header).
 pub fn icrc_ipv6(ip_header: &[u8], udp_header: &[u8], udp_payload: &[u8]) -> u32 {
-    let mut h = Hasher::new();
-    h.update(&[0xFF; 8]);
-    let mut ip = [0u8; 40];
-    ip.copy_from_slice(&ip_header[..40]);
+    let mut h = lrh_hasher();
+    // Annex A17.4 (IPv6): traffic class, flow label and hop limit are variant.
+    let (mut ip, n) = copy_prefix::<40>(ip_header);
     ip[0] |= 0x0F;
     ip[1] = 0xFF;
     ip[2] = 0xFF;
     ip[3] = 0xFF;
     ip[7] = 0xFF;
-    h.update(&ip);
+    h.update(&ip[..n]);
     crc_rest(h, udp_header, udp_payload)
 }
 
@@ -95,18 +112,24 @@ pub fn write_icrc(ep: &Ipv4Endpoints, udp_payload: &mut [u8]) {
     }
 }
 
+/// The ICRC stored little-endian in the last 4 bytes (Annex A17.4), if there are 4.
 fn stored(udp_payload: &[u8]) -> Option<u32> {
-    let n = udp_payload.len();
-    (n >= ICRC_LEN)
-        .then(|| u32::from_le_bytes(udp_payload[n - ICRC_LEN..].try_into().expect("4 bytes")))
+    match udp_payload {
+        [.., a, b, c, d] => Some(u32::from_le_bytes([*a, *b, *c, *d])),
+        _ => None,
+    }
 }
 
-/// Whether the stored ICRC matches.
+/// Whether the ICRC stored in the last 4 bytes matches the one computed for `ep`
+/// (false when there are fewer than 4 bytes).
 pub fn check_icrc(ep: &Ipv4Endpoints, udp_payload: &[u8]) -> bool {
     stored(udp_payload) == Some(icrc_for(ep, udp_payload))
 }
 
-/// Checks the ICRC of a whole Ethernet frame (IPv4 or IPv6).
+/// Checks the ICRC of a whole Ethernet II frame carrying IPv4 or IPv6 and UDP; lengths
+/// come from the IP and UDP headers (see [`split_frame`]), so captured frames shorter
+/// than the Ethernet minimum and padded ones both work. Errors when the frame cannot
+/// be split.
 pub fn check_icrc_frame(frame: &[u8]) -> Result<bool> {
     let p = split_frame(frame)?;
     let crc = if p.ipv6 {
@@ -115,4 +138,106 @@ pub fn check_icrc_frame(frame: &[u8]) -> Result<bool> {
         icrc_ipv4(p.ip_header, p.udp_header, p.udp_payload)
     };
     Ok(stored(p.udp_payload) == Some(crc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Opcode, PacketRepr, Psn};
+
+    fn ep() -> Ipv4Endpoints {
+        Ipv4Endpoints {
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::new(10, 0, 0, 2),
+            ip_id: 0,
+            src_port: 0xC001,
+            dst_port: crate::ROCEV2_PORT,
+        }
+    }
+
+    fn packet() -> Vec<u8> {
+        let mut buf = vec![0u8; 64];
+        let n = PacketRepr::new(Opcode::RcSendOnly, 0x11, Psn::new(5)).emit(&mut buf, b"hello");
+        buf.truncate(n);
+        write_icrc(&ep(), &mut buf);
+        buf
+    }
+
+    #[test]
+    fn one_corrupted_payload_byte_fails_the_check() {
+        let p = packet();
+        assert!(check_icrc(&ep(), &p));
+        for i in 12..p.len() - ICRC_LEN {
+            let mut q = p.clone();
+            q[i] ^= 0x01;
+            assert!(!check_icrc(&ep(), &q), "byte {i}");
+        }
+        // the stored ICRC itself
+        let mut q = p.clone();
+        q[p.len() - 1] ^= 0x80;
+        assert!(!check_icrc(&ep(), &q));
+    }
+
+    #[test]
+    fn masked_fields_do_not_matter_and_the_others_do() {
+        let p = packet();
+        // BTH byte 4 (FECN, BECN, resv6) is masked.
+        let mut q = p.clone();
+        q[4] = 0xFF;
+        assert!(check_icrc(&ep(), &q));
+        // The rest of the BTH is not (e.g. the PSN, the P_Key).
+        for i in [0, 1, 2, 5, 8, 11] {
+            let mut q = p.clone();
+            q[i] ^= 0x02;
+            assert!(!check_icrc(&ep(), &q), "BTH byte {i}");
+        }
+        // TTL, TOS, IP checksum and UDP checksum are masked; addresses, ports and the IP
+        // identification are not.
+        let mut frame = crate::build_frame(&ep(), &p);
+        assert_eq!(check_icrc_frame(&frame), Ok(true));
+        frame[14 + 8] = 3; // TTL
+        frame[14 + 1] = 0x02; // TOS (ECN bits)
+        frame[14 + 10] ^= 0x55; // IP checksum
+        frame[14 + 20 + 6] = 0x12; // UDP checksum
+        assert_eq!(check_icrc_frame(&frame), Ok(true));
+        for i in [14 + 4, 14 + 12, 14 + 19, 14 + 20, 14 + 23] {
+            let mut f = frame.clone();
+            f[i] ^= 0x01;
+            assert_eq!(check_icrc_frame(&f), Ok(false), "frame byte {i}");
+        }
+        let mut other = ep();
+        other.ip_id = 1;
+        assert!(!check_icrc(&other, &p));
+    }
+
+    #[test]
+    fn short_input_never_panics() {
+        for n in 0..16 {
+            let b = vec![0xA5u8; n];
+            let _ = icrc_ipv4(&b, &b, &b);
+            let _ = icrc_ipv6(&b, &b, &b);
+            let _ = icrc_for(&ep(), &b);
+            let mut m = b.clone();
+            write_icrc(&ep(), &mut m);
+            assert_eq!(check_icrc(&ep(), &m), n >= ICRC_LEN);
+        }
+    }
+
+    #[test]
+    fn ipv6_masks_class_flow_and_hop_limit() {
+        let mut ip6 = [0u8; 40];
+        ip6[0] = 0x60;
+        ip6[6] = 17;
+        let udp = [0xC0, 0x01, 0x12, 0xB7, 0, 20, 0, 0];
+        let p = packet();
+        let base = icrc_ipv6(&ip6, &udp, &p);
+        let mut v = ip6;
+        v[0] = 0x6F;
+        v[1] = 0xAB;
+        v[3] = 0x01;
+        v[7] = 9;
+        assert_eq!(icrc_ipv6(&v, &udp, &p), base);
+        v[8] ^= 1; // source address
+        assert_ne!(icrc_ipv6(&v, &udp, &p), base);
+    }
 }

@@ -42,3 +42,23 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IethPacket<T> {
         self.put_u32(0, v)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_endian_words() {
+        let mut b = [0u8; 4];
+        ImmDtPacket::new_unchecked(&mut b[..]).set_imm_data(0x1234_5678);
+        assert_eq!(b, [0x12, 0x34, 0x56, 0x78]);
+        assert_eq!(
+            ImmDtPacket::new_checked(&b[..]).unwrap().imm_data(),
+            0x1234_5678
+        );
+        IethPacket::new_unchecked(&mut b[..]).set_rkey(0x0800_01f7);
+        assert_eq!(IethPacket::new_checked(&b[..]).unwrap().rkey(), 0x0800_01f7);
+        assert!(ImmDtPacket::new_checked(&b[..3]).is_err());
+        assert!(IethPacket::new_checked(&b[..0]).is_err());
+    }
+}

@@ -8,47 +8,84 @@ use core::fmt;
 
 use crate::error::Error;
 
-/// A supported BTH opcode.
-#[allow(missing_docs)]
+/// A supported BTH opcode (IBTA 9.2.1, table 38). The discriminant is the byte on the
+/// wire.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Opcode {
+    /// RC SEND FIRST.
     RcSendFirst = 0x00,
+    /// RC SEND MIDDLE.
     RcSendMiddle = 0x01,
+    /// RC SEND LAST.
     RcSendLast = 0x02,
+    /// RC SEND LAST with immediate.
     RcSendLastWithImmediate = 0x03,
+    /// RC SEND ONLY.
     RcSendOnly = 0x04,
+    /// RC SEND ONLY with immediate.
     RcSendOnlyWithImmediate = 0x05,
+    /// RC RDMA WRITE FIRST.
     RcRdmaWriteFirst = 0x06,
+    /// RC RDMA WRITE MIDDLE.
     RcRdmaWriteMiddle = 0x07,
+    /// RC RDMA WRITE LAST.
     RcRdmaWriteLast = 0x08,
+    /// RC RDMA WRITE LAST with immediate.
     RcRdmaWriteLastWithImmediate = 0x09,
+    /// RC RDMA WRITE ONLY.
     RcRdmaWriteOnly = 0x0A,
+    /// RC RDMA WRITE ONLY with immediate.
     RcRdmaWriteOnlyWithImmediate = 0x0B,
+    /// RC RDMA READ REQUEST.
     RcRdmaReadRequest = 0x0C,
+    /// RC RDMA READ RESPONSE FIRST.
     RcRdmaReadResponseFirst = 0x0D,
+    /// RC RDMA READ RESPONSE MIDDLE.
     RcRdmaReadResponseMiddle = 0x0E,
+    /// RC RDMA READ RESPONSE LAST.
     RcRdmaReadResponseLast = 0x0F,
+    /// RC RDMA READ RESPONSE ONLY.
     RcRdmaReadResponseOnly = 0x10,
+    /// RC ACKNOWLEDGE.
     RcAcknowledge = 0x11,
+    /// RC ATOMIC ACKNOWLEDGE.
     RcAtomicAcknowledge = 0x12,
+    /// RC COMPARE SWAP.
     RcCompareSwap = 0x13,
+    /// RC FETCH ADD.
     RcFetchAdd = 0x14,
+    /// RC SEND LAST with invalidate.
     RcSendLastWithInvalidate = 0x16,
+    /// RC SEND ONLY with invalidate.
     RcSendOnlyWithInvalidate = 0x17,
+    /// UC SEND FIRST.
     UcSendFirst = 0x20,
+    /// UC SEND MIDDLE.
     UcSendMiddle = 0x21,
+    /// UC SEND LAST.
     UcSendLast = 0x22,
+    /// UC SEND LAST with immediate.
     UcSendLastWithImmediate = 0x23,
+    /// UC SEND ONLY.
     UcSendOnly = 0x24,
+    /// UC SEND ONLY with immediate.
     UcSendOnlyWithImmediate = 0x25,
+    /// UC RDMA WRITE FIRST.
     UcRdmaWriteFirst = 0x26,
+    /// UC RDMA WRITE MIDDLE.
     UcRdmaWriteMiddle = 0x27,
+    /// UC RDMA WRITE LAST.
     UcRdmaWriteLast = 0x28,
+    /// UC RDMA WRITE LAST with immediate.
     UcRdmaWriteLastWithImmediate = 0x29,
+    /// UC RDMA WRITE ONLY.
     UcRdmaWriteOnly = 0x2A,
+    /// UC RDMA WRITE ONLY with immediate.
     UcRdmaWriteOnlyWithImmediate = 0x2B,
+    /// UD SEND ONLY.
     UdSendOnly = 0x64,
+    /// UD SEND ONLY with immediate.
     UdSendOnlyWithImmediate = 0x65,
 }
 
@@ -127,6 +164,7 @@ impl Opcode {
 
     /// The transport service.
     pub fn transport(self) -> Transport {
+        // IBTA 9.2.1: the top three bits select the transport (000 RC, 001 UC, 011 UD).
         match self as u8 >> 5 {
             0 => Transport::Rc,
             1 => Transport::Uc,
@@ -197,11 +235,13 @@ impl Opcode {
 
     /// Carries a RETH: WRITE FIRST/ONLY and READ request.
     pub fn has_reth(self) -> bool {
+        // IBTA 9.3.3 RETH; table 38 lists it on WRITE FIRST/ONLY and READ REQUEST.
         matches!(self.op(), 0x06 | 0x0A | 0x0B | 0x0C)
     }
 
     /// Carries an AETH: ACKs and READ response FIRST/LAST/ONLY.
     pub fn has_aeth(self) -> bool {
+        // IBTA 9.3.5 AETH: not on READ RESPONSE MIDDLE.
         matches!(
             self,
             RcRdmaReadResponseFirst
@@ -224,16 +264,19 @@ impl Opcode {
 
     /// Carries a DETH (UD).
     pub fn has_deth(self) -> bool {
+        // IBTA 9.3.2 DETH: every UD packet.
         self.transport() == Transport::Ud
     }
 
     /// May carry payload.
     pub fn has_payload(self) -> bool {
+        // IBTA 9.2.1 table 38: READ REQUEST, atomics and ACKs carry no payload.
         !(self.is_read_request() || self.is_atomic() || self.is_ack())
     }
 
     /// BTH plus every extended header the opcode carries.
     pub fn header_len(self) -> usize {
+        // IBTA 9.2 BTH, then the extended headers of 9.3 in the order IBTA puts them.
         let mut n = crate::bth::HEADER_LEN;
         if self.has_deth() {
             n += crate::deth::HEADER_LEN;
@@ -350,14 +393,330 @@ impl fmt::Display for Opcode {
 mod tests {
     use super::*;
 
+    /// The header table of roce-wire.md ("Opcodes"), written out per operation `n`:
+    /// which extended headers follow the BTH, and whether payload may follow.
+    /// (n, name without transport, RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH, payload)
+    #[allow(clippy::type_complexity)]
+    const TABLE: [(u8, &str, bool, bool, bool, bool, bool, bool, bool); 23] = [
+        (
+            0x00,
+            "SEND_FIRST",
+            false,
+            false,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            0x01,
+            "SEND_MIDDLE",
+            false,
+            false,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            0x02,
+            "SEND_LAST",
+            false,
+            false,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            0x03,
+            "SEND_LAST_WITH_IMMEDIATE",
+            false,
+            false,
+            false,
+            false,
+            true,
+            false,
+            true,
+        ),
+        (
+            0x04,
+            "SEND_ONLY",
+            false,
+            false,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            0x05,
+            "SEND_ONLY_WITH_IMMEDIATE",
+            false,
+            false,
+            false,
+            false,
+            true,
+            false,
+            true,
+        ),
+        (
+            0x06,
+            "RDMA_WRITE_FIRST",
+            true,
+            false,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            0x07,
+            "RDMA_WRITE_MIDDLE",
+            false,
+            false,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            0x08,
+            "RDMA_WRITE_LAST",
+            false,
+            false,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            0x09,
+            "RDMA_WRITE_LAST_WITH_IMMEDIATE",
+            false,
+            false,
+            false,
+            false,
+            true,
+            false,
+            true,
+        ),
+        (
+            0x0A,
+            "RDMA_WRITE_ONLY",
+            true,
+            false,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            0x0B,
+            "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+            true,
+            false,
+            false,
+            false,
+            true,
+            false,
+            true,
+        ),
+        (
+            0x0C,
+            "RDMA_READ_REQUEST",
+            true,
+            false,
+            false,
+            false,
+            false,
+            false,
+            false,
+        ),
+        (
+            0x0D,
+            "RDMA_READ_RESPONSE_FIRST",
+            false,
+            true,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            0x0E,
+            "RDMA_READ_RESPONSE_MIDDLE",
+            false,
+            false,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            0x0F,
+            "RDMA_READ_RESPONSE_LAST",
+            false,
+            true,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            0x10,
+            "RDMA_READ_RESPONSE_ONLY",
+            false,
+            true,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            0x11,
+            "ACKNOWLEDGE",
+            false,
+            true,
+            false,
+            false,
+            false,
+            false,
+            false,
+        ),
+        (
+            0x12,
+            "ATOMIC_ACKNOWLEDGE",
+            false,
+            true,
+            false,
+            true,
+            false,
+            false,
+            false,
+        ),
+        (
+            0x13,
+            "COMPARE_SWAP",
+            false,
+            false,
+            true,
+            false,
+            false,
+            false,
+            false,
+        ),
+        (
+            0x14,
+            "FETCH_ADD",
+            false,
+            false,
+            true,
+            false,
+            false,
+            false,
+            false,
+        ),
+        (
+            0x16,
+            "SEND_LAST_WITH_INVALIDATE",
+            false,
+            false,
+            false,
+            false,
+            false,
+            true,
+            true,
+        ),
+        (
+            0x17,
+            "SEND_ONLY_WITH_INVALIDATE",
+            false,
+            false,
+            false,
+            false,
+            false,
+            true,
+            true,
+        ),
+    ];
+
+    #[test]
+    fn every_opcode_matches_the_roce_wire_md_table() {
+        let mut seen = 0;
+        for (base, prefix, ops) in [
+            (0x00u8, "RC", 0x00u8..=0x17),
+            (0x20, "UC", 0x00..=0x0B),
+            (0x60, "UD", 0x04..=0x05),
+        ] {
+            for (n, name, reth, aeth, atomic, atomic_ack, imm, ieth, payload) in TABLE {
+                let Ok(op) = Opcode::try_from(base | n) else {
+                    assert!(!ops.contains(&n), "{prefix} {name} is missing");
+                    continue;
+                };
+                assert!(ops.contains(&n), "{op} should not exist");
+                seen += 1;
+                let deth = prefix == "UD";
+                assert_eq!(op.name(), format!("{prefix}_{name}"));
+                assert_eq!(op.to_string(), op.name());
+                assert_eq!(
+                    (op.has_reth(), op.has_aeth(), op.has_atomic_eth()),
+                    (reth, aeth, atomic),
+                    "{op}"
+                );
+                assert_eq!(
+                    (
+                        op.has_atomic_ack_eth(),
+                        op.has_immediate(),
+                        op.has_invalidate()
+                    ),
+                    (atomic_ack, imm, ieth),
+                    "{op}"
+                );
+                assert_eq!((op.has_deth(), op.has_payload()), (deth, payload), "{op}");
+                let len = 12
+                    + 8 * usize::from(deth)
+                    + 16 * usize::from(reth)
+                    + 28 * usize::from(atomic)
+                    + 4 * usize::from(aeth)
+                    + 8 * usize::from(atomic_ack)
+                    + 4 * usize::from(imm)
+                    + 4 * usize::from(ieth);
+                assert_eq!(op.header_len(), len, "{op}");
+                let t = match prefix {
+                    "RC" => Transport::Rc,
+                    "UC" => Transport::Uc,
+                    _ => Transport::Ud,
+                };
+                assert_eq!(op.transport(), t);
+            }
+        }
+        assert_eq!(seen, Opcode::ALL.len());
+    }
+
     #[test]
     fn header_lengths_follow_roce_wire_md() {
         assert_eq!(RcSendFirst.header_len(), 12);
         assert_eq!(RcRdmaWriteOnlyWithImmediate.header_len(), 12 + 16 + 4);
+        assert_eq!(RcRdmaReadRequest.header_len(), 12 + 16);
         assert_eq!(RcRdmaReadResponseFirst.header_len(), 12 + 4);
         assert_eq!(RcRdmaReadResponseMiddle.header_len(), 12);
+        assert_eq!(RcAcknowledge.header_len(), 12 + 4);
         assert_eq!(RcAtomicAcknowledge.header_len(), 12 + 4 + 8);
         assert_eq!(RcCompareSwap.header_len(), 12 + 28);
+        assert_eq!(RcFetchAdd.header_len(), 12 + 28);
         assert_eq!(RcSendOnlyWithInvalidate.header_len(), 12 + 4);
         assert_eq!(UdSendOnly.header_len(), 12 + 8);
         assert_eq!(UdSendOnlyWithImmediate.header_len(), 12 + 8 + 4);
@@ -372,18 +731,68 @@ mod tests {
                 Err(e) => assert_eq!(e, Error::UnknownOpcode(b)),
             }
         }
-        assert!(
-            Opcode::try_from(0x15).is_err()
-                && Opcode::try_from(0x1C).is_err()
-                && Opcode::try_from(0x81).is_err()
-        );
+        // RESYNC, FLUSH, ATOMIC WRITE and CNP are not supported (yet).
+        for b in [0x15, 0x1C, 0x1D, 0x81] {
+            assert_eq!(Opcode::try_from(b), Err(Error::UnknownOpcode(b)));
+        }
         for w in Opcode::ALL.windows(2) {
             assert!((w[0] as u8) < (w[1] as u8));
         }
     }
 
     #[test]
+    fn classes_and_positions() {
+        for op in Opcode::ALL {
+            let classes = [
+                op.is_send(),
+                op.is_write(),
+                op.is_read_request(),
+                op.is_read_response(),
+                op.is_atomic(),
+                op.is_ack(),
+            ];
+            assert_eq!(classes.iter().filter(|&&c| c).count(), 1, "{op}");
+            assert_eq!(
+                op.is_request(),
+                !(op.is_read_response() || op.is_ack()),
+                "{op}"
+            );
+            let name = op.name();
+            let pos = if name.contains("_FIRST") {
+                Position::First
+            } else if name.contains("_MIDDLE") {
+                Position::Middle
+            } else if name.contains("_LAST") {
+                Position::Last
+            } else {
+                Position::Only
+            };
+            assert_eq!(op.position(), pos, "{op}");
+        }
+    }
+
+    #[test]
     fn transport_twins() {
+        for op in Opcode::ALL {
+            for t in [Transport::Rc, Transport::Uc, Transport::Ud] {
+                match op.with_transport(t) {
+                    Some(twin) => {
+                        assert_eq!(twin.transport(), t);
+                        assert_eq!(&twin.name()[3..], &op.name()[3..]);
+                    }
+                    None => {
+                        let rc = op.with_transport(Transport::Rc).unwrap();
+                        assert!(
+                            t == Transport::Ud
+                                && !matches!(rc, RcSendOnly | RcSendOnlyWithImmediate)
+                                || t == Transport::Uc && !(rc.is_write() || rc.is_send())
+                                || t == Transport::Uc && rc.has_invalidate(),
+                            "{op} has no {t:?} twin"
+                        );
+                    }
+                }
+            }
+        }
         assert_eq!(
             RcSendLastWithImmediate.with_transport(Transport::Uc),
             Some(UcSendLastWithImmediate)
@@ -391,15 +800,6 @@ mod tests {
         assert_eq!(RcRdmaReadRequest.with_transport(Transport::Uc), None);
         assert_eq!(RcSendOnly.with_transport(Transport::Ud), Some(UdSendOnly));
         assert_eq!(RcSendFirst.with_transport(Transport::Ud), None);
-        assert_eq!(UcRdmaWriteOnly.name(), "UC_RDMA_WRITE_ONLY");
-        assert_eq!(
-            RcSendOnlyWithInvalidate.name(),
-            "RC_SEND_ONLY_WITH_INVALIDATE"
-        );
-        assert_eq!(UdSendOnlyWithImmediate.position(), Position::Only);
-        assert!(
-            RcRdmaWriteLastWithImmediate.has_immediate()
-                && RcRdmaWriteLastWithImmediate.position() == Position::Last
-        );
+        assert_eq!(RcSendOnlyWithInvalidate.with_transport(Transport::Uc), None);
     }
 }

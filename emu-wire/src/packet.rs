@@ -38,8 +38,9 @@ pub struct PacketRepr {
 }
 
 impl PacketRepr {
-    /// A packet of `opcode` with P_Key 0xFFFF and every header the opcode needs present
-    /// with zero fields (an AETH is a plain ACK).
+    /// A packet of `opcode` with P_Key 0xFFFF (the default partition), every flag clear,
+    /// and every header the opcode needs present with zero fields, except an AETH,
+    /// which is the plain ACK kernel rxe sends ([`Syndrome::ACK_NO_CREDIT`], MSN 0).
     pub fn new(opcode: Opcode, dest_qp: u32, psn: Psn) -> PacketRepr {
         PacketRepr {
             bth: BthRepr {
@@ -69,14 +70,26 @@ impl PacketRepr {
 
     /// Parses a UDP payload (BTH through ICRC) into the headers and the payload (pad
     /// and ICRC excluded). The ICRC is not checked here (see [`crate::icrc`]).
+    ///
+    /// Which extended headers are read is decided by the opcode. Errors:
+    /// [`Error::Truncated`] (shorter than the opcode's headers plus the ICRC),
+    /// [`Error::UnknownOpcode`], [`Error::BadVersion`] (TVer not 0),
+    /// [`Error::BadSyndrome`] (a reserved AETH syndrome), [`Error::BadLength`] (payload
+    /// on an opcode that carries none), [`Error::BadPadding`] (pad count larger than
+    /// the payload). Never panics.
     pub fn parse(udp_payload: &[u8]) -> Result<(PacketRepr, &[u8])> {
         let b = udp_payload;
+        // IBTA 9.2 BTH: opcode and TVer decide everything that follows.
         let bth = BthRepr::parse(&BthPacket::new_checked(b)?)?;
         let op = bth.opcode;
+        // IBTA 9.2.1 table 38: the opcode alone decides which extended headers follow.
         let hlen = op.header_len();
+        // Annex A17.4: every RoCEv2 packet ends with a 4-byte ICRC.
         if b.len() < hlen + ICRC_LEN {
             return Err(Error::Truncated);
         }
+        // IBTA 9.3: extended headers in the order DETH, RETH, AtomicETH, AETH,
+        // AtomicAckETH, ImmDt, IETH. The length check above makes every slice fit.
         let mut at = bth::HEADER_LEN;
         let mut next = |n: usize| {
             let s = &b[at..at + n];
@@ -123,9 +136,11 @@ impl PacketRepr {
             None
         };
         let body = &b[hlen..b.len() - ICRC_LEN];
+        // IBTA 9.2.1 table 38: READ REQUEST, atomics and ACKs carry no payload.
         if !op.has_payload() && !body.is_empty() {
             return Err(Error::BadLength);
         }
+        // IBTA 9.2 PadCnt: the pad bytes are the last ones before the ICRC.
         let pad = usize::from(bth.pad_count);
         if pad > body.len() {
             return Err(Error::BadPadding);
@@ -143,6 +158,28 @@ impl PacketRepr {
         Ok((repr, &body[..body.len() - pad]))
     }
 
+    /// The first extended header the opcode carries but this repr lacks, by name.
+    fn missing_header(&self) -> Option<&'static str> {
+        let op = self.bth.opcode;
+        [
+            (op.has_deth() && self.deth.is_none(), "DETH"),
+            (op.has_reth() && self.reth.is_none(), "RETH"),
+            (
+                op.has_atomic_eth() && self.atomic_eth.is_none(),
+                "AtomicETH",
+            ),
+            (op.has_aeth() && self.aeth.is_none(), "AETH"),
+            (
+                op.has_atomic_ack_eth() && self.atomic_ack_eth.is_none(),
+                "AtomicAckETH",
+            ),
+            (op.has_immediate() && self.imm_dt.is_none(), "ImmDt"),
+            (op.has_invalidate() && self.ieth.is_none(), "IETH"),
+        ]
+        .into_iter()
+        .find_map(|(missing, name)| missing.then_some(name))
+    }
+
     /// BTH plus the extended headers.
     pub fn header_len(&self) -> usize {
         self.bth.opcode.header_len()
@@ -154,11 +191,22 @@ impl PacketRepr {
         self.header_len() + payload_len + usize::from(bth::pad_count(payload_len)) + ICRC_LEN
     }
 
-    /// Writes the headers into `buf[..header_len()]` and returns `header_len()`. A header
-    /// the opcode carries but that is `None` is written as zeros; headers the opcode
-    /// does not carry are ignored. The BTH's pad count is written as it is in `bth`.
+    /// Writes the headers into `buf[..header_len()]` and returns `header_len()`. Headers
+    /// the opcode does not carry are ignored. A header the opcode carries but that is
+    /// `None` is a caller bug: a debug assertion in debug builds; in release builds it
+    /// is written as zeros (an AETH as a plain ACK, syndrome 0x1F). The BTH's pad count
+    /// is written as it is in `bth`.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than [`header_len`](Self::header_len) (as smoltcp's `emit`).
     pub fn emit_headers(&self, buf: &mut [u8]) -> usize {
         let op = self.bth.opcode;
+        debug_assert!(
+            self.missing_header().is_none(),
+            "{op} needs a {} header",
+            self.missing_header().unwrap_or("")
+        );
+        // IBTA 9.2 BTH, then the extended headers of IBTA 9.3 in their order.
         self.bth
             .emit(&mut BthPacket::new_unchecked(&mut buf[..bth::HEADER_LEN]));
         let mut at = bth::HEADER_LEN;
@@ -204,7 +252,11 @@ impl PacketRepr {
     }
 
     /// Writes headers (with the pad count for `payload`), the payload, zero pad and a
-    /// zero ICRC slot; returns the length written.
+    /// zero ICRC slot (fill it with [`crate::write_icrc`]); returns the length written,
+    /// [`buffer_len`](Self::buffer_len)`(payload.len())`.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than that.
     pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> usize {
         let mut repr = *self;
         repr.bth.pad_count = bth::pad_count(payload.len());
@@ -214,5 +266,117 @@ impl PacketRepr {
         let total = end + usize::from(repr.bth.pad_count) + ICRC_LEN;
         buf[end..total].fill(0);
         total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::opcode::Opcode::*;
+
+    #[test]
+    fn new_fills_exactly_the_headers_of_the_opcode() {
+        for op in Opcode::ALL {
+            let r = PacketRepr::new(op, 0x12, Psn::new(3));
+            assert_eq!(r.missing_header(), None, "{op}");
+            assert_eq!(r.deth.is_some(), op.has_deth());
+            assert_eq!(r.reth.is_some(), op.has_reth());
+            assert_eq!(r.atomic_eth.is_some(), op.has_atomic_eth());
+            assert_eq!(r.aeth.is_some(), op.has_aeth());
+            assert_eq!(r.atomic_ack_eth.is_some(), op.has_atomic_ack_eth());
+            assert_eq!(r.imm_dt.is_some(), op.has_immediate());
+            assert_eq!(r.ieth.is_some(), op.has_invalidate());
+            assert_eq!(r.bth.pkey, 0xFFFF);
+            assert_eq!(r.header_len(), op.header_len());
+            assert_eq!(r.buffer_len(5), op.header_len() + 5 + 3 + ICRC_LEN);
+        }
+    }
+
+    #[test]
+    fn emit_layout_of_a_write_only_with_immediate() {
+        let mut r = PacketRepr::new(RcRdmaWriteOnlyWithImmediate, 0x11, Psn::new(0x10203));
+        r.reth = Some(RethRepr {
+            va: 0x0102_0304_0506_0708,
+            rkey: 0x0A0B_0C0D,
+            dma_len: 3,
+        });
+        r.imm_dt = Some(0xCAFE_F00D);
+        let mut buf = [0xEEu8; 64];
+        let n = r.emit(&mut buf, b"abc");
+        assert_eq!(n, 12 + 16 + 4 + 3 + 1 + 4);
+        assert_eq!(buf[0], 0x0B);
+        assert_eq!(buf[1], 0x10); // pad count 1
+        assert_eq!(&buf[12..20], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&buf[20..28], &[0x0A, 0x0B, 0x0C, 0x0D, 0, 0, 0, 3]);
+        assert_eq!(&buf[28..32], &[0xCA, 0xFE, 0xF0, 0x0D]);
+        assert_eq!(&buf[32..35], b"abc");
+        assert_eq!(&buf[35..40], &[0; 5]); // pad and ICRC slot
+        let (back, payload) = PacketRepr::parse(&buf[..n]).unwrap();
+        assert_eq!(payload, b"abc");
+        assert_eq!(back.bth.pad_count, 1);
+        assert_eq!((back.reth, back.imm_dt), (r.reth, r.imm_dt));
+    }
+
+    #[test]
+    fn parse_errors() {
+        let mut buf = [0u8; 64];
+        let ack = PacketRepr::new(RcAcknowledge, 1, Psn::new(1));
+        let n = ack.emit(&mut buf, &[]);
+        assert_eq!(n, 12 + 4 + 4);
+        assert!(PacketRepr::parse(&buf[..n]).is_ok());
+        for k in 0..n {
+            assert_eq!(PacketRepr::parse(&buf[..k]).unwrap_err(), Error::Truncated);
+        }
+        // payload on an ACK
+        assert_eq!(
+            PacketRepr::parse(&buf[..n + 4]).unwrap_err(),
+            Error::BadLength
+        );
+        // a pad count on a packet without payload
+        let mut b = buf;
+        b[1] |= 0x30;
+        assert_eq!(PacketRepr::parse(&b[..n]).unwrap_err(), Error::BadPadding);
+        // a reserved syndrome
+        let mut b = buf;
+        b[12] = 0x40;
+        assert_eq!(
+            PacketRepr::parse(&b[..n]).unwrap_err(),
+            Error::BadSyndrome(0x40)
+        );
+        // TVer
+        let mut b = buf;
+        b[1] |= 0x02;
+        assert_eq!(
+            PacketRepr::parse(&b[..n]).unwrap_err(),
+            Error::BadVersion(2)
+        );
+        // RESYNC, FLUSH, ATOMIC WRITE, CNP: not supported
+        for op in [0x15, 0x1C, 0x1D, 0x81] {
+            let mut b = buf;
+            b[0] = op;
+            assert_eq!(
+                PacketRepr::parse(&b[..n]).unwrap_err(),
+                Error::UnknownOpcode(op)
+            );
+        }
+        // SEND ONLY with two bytes and pad count 3
+        let send = PacketRepr::new(RcSendOnly, 1, Psn::new(1));
+        let n = send.emit(&mut buf, &[1, 2]);
+        assert_eq!(n, 12 + 2 + 2 + 4);
+        buf[1] = 0x30;
+        assert_eq!(PacketRepr::parse(&buf[..n]).unwrap().1, &[1][..]);
+        let n = send.emit(&mut buf, &[]);
+        buf[1] = 0x10;
+        assert_eq!(PacketRepr::parse(&buf[..n]).unwrap_err(), Error::BadPadding);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "needs a RETH header")]
+    fn emitting_without_a_needed_header_is_a_debug_assertion() {
+        let mut r = PacketRepr::new(RcRdmaWriteFirst, 1, Psn::new(1));
+        r.reth = None;
+        let mut buf = [0u8; 64];
+        r.emit_headers(&mut buf);
     }
 }

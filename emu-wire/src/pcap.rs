@@ -6,6 +6,11 @@ use std::io::{self, Write};
 use crate::frame::build_frame;
 use crate::icrc::Ipv4Endpoints;
 
+/// The largest frame a record may hold.
+const SNAPLEN: u32 = 262_144;
+/// LINKTYPE_ETHERNET: Ethernet II frames without FCS.
+const LINKTYPE_ETHERNET: u32 = 1;
+
 /// Writes packets to a pcap stream that tshark and Wireshark read.
 #[derive(Debug)]
 pub struct PcapWriter<W: Write> {
@@ -13,7 +18,8 @@ pub struct PcapWriter<W: Write> {
 }
 
 impl<W: Write> PcapWriter<W> {
-    /// Writes the global header.
+    /// Writes the global header: magic 0xA1B2C3D4 (microseconds), version 2.4, UTC,
+    /// snap length 262144 (what tcpdump uses), LINKTYPE_ETHERNET.
     pub fn new(mut w: W) -> io::Result<Self> {
         let mut h = Vec::with_capacity(24);
         h.extend_from_slice(&0xA1B2_C3D4u32.to_le_bytes());
@@ -21,16 +27,20 @@ impl<W: Write> PcapWriter<W> {
         h.extend_from_slice(&4u16.to_le_bytes());
         h.extend_from_slice(&0i32.to_le_bytes());
         h.extend_from_slice(&0u32.to_le_bytes());
-        h.extend_from_slice(&65535u32.to_le_bytes());
-        h.extend_from_slice(&1u32.to_le_bytes());
+        h.extend_from_slice(&SNAPLEN.to_le_bytes());
+        h.extend_from_slice(&LINKTYPE_ETHERNET.to_le_bytes());
         w.write_all(&h)?;
         Ok(PcapWriter { w })
     }
 
-    /// Writes one whole Ethernet frame captured at `ts`.
+    /// Writes one whole Ethernet frame (no FCS) captured at `ts` (time since the epoch,
+    /// or since any origin the reader should show; seconds wrap at 2^32). A frame
+    /// longer than the snap length is an `InvalidInput` error.
     pub fn write_frame(&mut self, ts: Duration, frame: &[u8]) -> io::Result<()> {
         let len = u32::try_from(frame.len())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too long"))?;
+            .ok()
+            .filter(|&l| l <= SNAPLEN)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "frame too long"))?;
         let mut h = [0u8; 16];
         h[0..4].copy_from_slice(&(ts.as_secs() as u32).to_le_bytes());
         h[4..8].copy_from_slice(&ts.subsec_micros().to_le_bytes());
@@ -54,5 +64,40 @@ impl<W: Write> PcapWriter<W> {
     /// Gives the stream back.
     pub fn into_inner(self) -> W {
         self.w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn global_header_and_records() {
+        let mut w = PcapWriter::new(Vec::new()).unwrap();
+        w.write_frame(Duration::new(3, 4_000_500), &[1, 2, 3])
+            .unwrap();
+        let ep = Ipv4Endpoints {
+            src: [10, 0, 0, 1].into(),
+            dst: [10, 0, 0, 2].into(),
+            ip_id: 0,
+            src_port: 0xC000,
+            dst_port: 4791,
+        };
+        w.write_roce(Duration::from_secs(4), &ep, &[0u8; 20])
+            .unwrap();
+        assert!(w.write_frame(Duration::ZERO, &vec![0; 262_145]).is_err());
+        let b = w.into_inner();
+        assert_eq!(&b[..4], &[0xD4, 0xC3, 0xB2, 0xA1]);
+        assert_eq!(&b[4..8], &[2, 0, 4, 0]);
+        assert_eq!(&b[20..24], &[1, 0, 0, 0]);
+        // first record: 3 s, 4000 us, 3 bytes captured and on the wire
+        assert_eq!(
+            &b[24..40],
+            &[3, 0, 0, 0, 0xA0, 0x0F, 0, 0, 3, 0, 0, 0, 3, 0, 0, 0]
+        );
+        assert_eq!(&b[40..43], &[1, 2, 3]);
+        let frame = crate::build_frame(&ep, &[0u8; 20]);
+        assert_eq!(&b[43 + 8..43 + 12], &(frame.len() as u32).to_le_bytes());
+        assert_eq!(&b[43 + 16..], &frame[..]);
     }
 }

@@ -34,6 +34,8 @@ impl Psn {
 
     /// The signed distance `self - from`, in `[-2^23, 2^23)`.
     pub const fn distance(self, from: Psn) -> i32 {
+        // IBTA 9.7.1: PSNs compare modulo 2^24 within a window of 2^23; shifting the
+        // 24-bit difference into the top of an i32 and back sign-extends it.
         ((self.0.wrapping_sub(from.0) << 8) as i32) >> 8
     }
 
@@ -93,7 +95,42 @@ mod tests {
         assert_eq!(Psn::new(0x80_0000).distance(Psn::new(0)), -0x80_0000);
     }
 
+    #[test]
+    fn wrap_at_0xffffff() {
+        let top = Psn::new(Psn::MASK);
+        assert_eq!(top.value(), 0xFF_FFFF);
+        assert_eq!(top + 1, Psn::new(0));
+        let mut p = top;
+        p += 2;
+        assert_eq!(p.value(), 1);
+        assert_eq!(Psn::new(0x0100_0005), Psn::new(5));
+        assert_eq!(top.add(u32::MAX), top.sub(1));
+        assert!(Psn::new(0).is_after(top) && top.is_before(Psn::new(0)));
+        assert_eq!(format!("{top} {top:?}"), "16777215 16777215");
+        assert_eq!(Psn::default().value(), 0);
+    }
+
     proptest! {
+        #[test]
+        fn distance_then_add_gets_back(a in 0u32..1 << 24, b in 0u32..1 << 24) {
+            let (a, b) = (Psn::new(a), Psn::new(b));
+            let d = a.distance(b);
+            prop_assert!((-(1 << 23)..(1 << 23)).contains(&d));
+            prop_assert_eq!(b.add(d as u32), a);
+            prop_assert_eq!(b + (d as u32), a);
+        }
+
+        #[test]
+        fn cmp_is_antisymmetric_within_the_window(a in 0u32..1 << 24, b in 0u32..1 << 24) {
+            let (a, b) = (Psn::new(a), Psn::new(b));
+            // exactly half the space apart is the one pair the window cannot order
+            prop_assume!(a.distance(b) != -(1 << 23));
+            prop_assert_eq!(a.cmp_psn(b), b.cmp_psn(a).reverse());
+            prop_assert_eq!(a.distance(b), -b.distance(a));
+            prop_assert_eq!(a.is_before(b), b.is_after(a));
+            prop_assert_eq!(a.cmp_psn(b) == Ordering::Equal, a == b);
+        }
+
         #[test]
         fn add_and_distance_are_inverse(a in 0u32..1 << 24, n in 0u32..1 << 23) {
             let p = Psn::new(a);

@@ -53,6 +53,7 @@ pub struct RethRepr {
 impl RethRepr {
     /// Reads a RETH.
     pub fn parse<T: AsRef<[u8]>>(p: &RethPacket<T>) -> crate::Result<Self> {
+        p.check_len()?;
         Ok(RethRepr {
             va: p.va(),
             rkey: p.rkey(),
@@ -68,5 +69,32 @@ impl RethRepr {
     /// [`HEADER_LEN`].
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout() {
+        let r = RethRepr {
+            va: 0x0000_7fa9_d4ea_f000,
+            rkey: 0x25a,
+            dma_len: 3003,
+        };
+        let mut b = [0u8; 16];
+        r.emit(&mut RethPacket::new_unchecked(&mut b[..]));
+        assert_eq!(
+            b,
+            [0, 0, 0x7f, 0xa9, 0xd4, 0xea, 0xf0, 0, 0, 0, 0x02, 0x5a, 0, 0, 0x0b, 0xbb]
+        );
+        let p = RethPacket::new_checked(&b[..]).unwrap();
+        assert_eq!(RethRepr::parse(&p), Ok(r));
+        assert_eq!(r.buffer_len(), HEADER_LEN);
+        assert_eq!(
+            RethPacket::new_checked(&b[..15]).unwrap_err(),
+            crate::Error::Truncated
+        );
     }
 }

@@ -62,7 +62,14 @@ fn tshark_decodes_every_opcode_cleanly() {
         println!("skipping: tshark not installed");
         return;
     }
-    let path = std::env::temp_dir().join(format!("emu-wire-tshark-{}.pcap", std::process::id()));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let path = std::env::temp_dir().join(format!(
+        "emu-wire-tshark-{}-{nanos}.pcap",
+        std::process::id()
+    ));
     let mut w = PcapWriter::new(std::fs::File::create(&path).unwrap()).unwrap();
     let ep = Ipv4Endpoints {
         src: [10, 9, 0, 2].into(),
