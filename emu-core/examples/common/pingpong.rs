@@ -230,7 +230,9 @@ fn connect(c: &Ctx, my_psn: u32, rem: Dest) {
         .modify_qp(c.qpn, &a, rtr)
         .unwrap_or_else(|e| die(&format!("failed to modify QP to RTR: {e}")));
     a.qp_state = QpState::Rts;
-    a.timeout = 14;
+    // ~1 s per try (4.096 us * 2^18): a loaded 2-core machine can starve a device
+    // thread for longer than the 67 ms of timeout 14 times 7 retries.
+    a.timeout = 18;
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.sq_psn = my_psn;
