@@ -45,6 +45,7 @@ fn nic(name: &'static str, ip: [u8; 4]) -> Nic {
             qp_type: QpType::Rc,
             cap,
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let buf = MemBuf::new(BUF);

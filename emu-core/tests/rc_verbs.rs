@@ -40,6 +40,7 @@ fn fresh_qp(e: &mut Engine) -> u32 {
             max_inline_data: 16,
         },
         sq_sig_all: false,
+        srq: None,
     })
     .unwrap()
 }
@@ -634,6 +635,7 @@ fn destroy_order_is_enforced() {
             qp_type: QpType::Rc,
             cap: QpCap::default(),
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let buf = MemBuf::new(64);
@@ -655,6 +657,7 @@ fn destroy_order_is_enforced() {
         qp_type: QpType::Ud,
         cap: QpCap::default(),
         sq_sig_all: false,
+        srq: None,
     };
     assert_eq!(
         e.create_qp(ud).unwrap_err().errno(),

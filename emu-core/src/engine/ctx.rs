@@ -1,5 +1,5 @@
 //! What a queue pair reaches outside itself while it handles an input: the memory
-//! tables, the CQs, the event queues and the counters.
+//! tables, the CQs, the shared receive queues, the event queues and the counters.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -9,6 +9,7 @@ use verbs_api::{AsyncEvent, AsyncEventType, EventElement, WorkCompletion};
 use super::counters::Counters;
 use super::cq::{CompletionQueue, CqHandle, Pushed};
 use super::mr::MrTable;
+use super::srq::{SharedReceiveQueue, SrqHandle};
 use super::Limits;
 
 /// Borrowed engine state handed to a QP for one input.
@@ -16,6 +17,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) now: Instant,
     pub(crate) mrs: &'a MrTable,
     pub(crate) cqs: &'a mut HashMap<u32, CompletionQueue>,
+    pub(crate) srqs: &'a mut HashMap<u32, SharedReceiveQueue>,
     pub(crate) events: &'a mut VecDeque<AsyncEvent>,
     pub(crate) cq_events: &'a mut VecDeque<CqHandle>,
     /// CQs that overran during this input; the engine moves their QPs to error after.
@@ -54,6 +56,14 @@ impl Ctx<'_> {
         self.events.push_back(AsyncEvent {
             event_type,
             element: EventElement::Qp(qpn),
+        });
+    }
+
+    /// Raises an asynchronous event affiliated with SRQ `srq`.
+    pub(crate) fn srq_event(&mut self, event_type: AsyncEventType, srq: SrqHandle) {
+        self.events.push_back(AsyncEvent {
+            event_type,
+            element: EventElement::Srq(srq.0),
         });
     }
 }

@@ -24,6 +24,7 @@ mod requester;
 mod responder;
 mod retry;
 mod rnr;
+mod srq;
 mod timers;
 mod wqe;
 
@@ -40,6 +41,7 @@ pub use counters::Counters;
 pub use cq::CqHandle;
 pub use mr::{MrInfo, PdHandle};
 pub use qp::QpInitAttr;
+pub use srq::{SrqAttr, SrqAttrMask, SrqHandle};
 
 use ctx::Ctx;
 use qp::QueuePair;
@@ -79,6 +81,12 @@ pub struct Limits {
     pub pkey_tbl_len: u32,
     /// GID table length.
     pub gid_tbl_len: u32,
+    /// Shared receive queues per device.
+    pub max_srq: u32,
+    /// Work requests per shared receive queue.
+    pub max_srq_wr: u32,
+    /// SGEs per shared receive queue work request.
+    pub max_srq_sge: u32,
 }
 
 impl Default for Limits {
@@ -97,6 +105,9 @@ impl Default for Limits {
             active_mtu: Mtu::Mtu4096,
             pkey_tbl_len: 64,
             gid_tbl_len: 16,
+            max_srq: 0x1000,
+            max_srq_wr: 1 << 14,
+            max_srq_sge: 27,
         }
     }
 }
@@ -124,6 +135,8 @@ pub struct Engine {
     mrs: mr::MrTable,
     cqs: HashMap<u32, cq::CompletionQueue>,
     next_cq: u32,
+    srqs: HashMap<u32, srq::SharedReceiveQueue>,
+    next_srq: u32,
     qps: HashMap<u32, QueuePair>,
     next_qpn: u32,
     events: VecDeque<AsyncEvent>,
@@ -147,6 +160,8 @@ impl Engine {
             mrs: mr::MrTable::default(),
             cqs: HashMap::new(),
             next_cq: 0,
+            srqs: HashMap::new(),
+            next_srq: 0,
             qps: HashMap::new(),
             next_qpn: FIRST_QPN,
             events: VecDeque::new(),
@@ -181,6 +196,7 @@ impl Engine {
             now,
             mrs: &self.mrs,
             cqs: &mut self.cqs,
+            srqs: &mut self.srqs,
             events: &mut self.events,
             cq_events: &mut self.cq_events,
             overrun: &mut overrun,
@@ -231,7 +247,7 @@ impl Engine {
         self.mrs.alloc_pd()
     }
 
-    /// `ibv_dealloc_pd`: EBUSY while MRs or QPs use it.
+    /// `ibv_dealloc_pd`: EBUSY while MRs, QPs or SRQs use it.
     pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<()> {
         self.mrs.dealloc_pd(pd)
     }
@@ -343,16 +359,116 @@ impl Engine {
         self.cq_events.pop_front()
     }
 
+    // ---- shared receive queues (manual 3.4.5-3.4.7, 3.6.2, 3.6.6) ----
+
+    /// `ibv_create_srq` (manual 3.4.5): EINVAL for an unknown PD, `max_wr` 0 or over
+    /// `max_srq_wr`, `max_sge` 0 or over `max_srq_sge`; ENOMEM at `max_srq` SRQs.
+    /// `attr.srq_limit` is ignored ("irrelevant for ibv_create_srq"): the SRQ starts
+    /// unarmed. The SRQ gets exactly `max_wr` and `max_sge` ([`Engine::query_srq`]).
+    pub fn create_srq(&mut self, pd: PdHandle, attr: SrqAttr) -> Result<SrqHandle> {
+        if !self.mrs.pd_exists(pd) {
+            return Err(Error::InvalidArgument("no such protection domain"));
+        }
+        let q = srq::SharedReceiveQueue::new(pd, &attr, &self.limits)?;
+        if self.srqs.len() >= self.limits.max_srq as usize {
+            return Err(Error::NoMemory("max_srq reached"));
+        }
+        self.next_srq += 1;
+        while self.srqs.contains_key(&self.next_srq) {
+            self.next_srq = self.next_srq.wrapping_add(1);
+        }
+        self.srqs.insert(self.next_srq, q);
+        self.mrs.pd_ref(pd, 1);
+        Ok(SrqHandle(self.next_srq))
+    }
+
+    /// `ibv_modify_srq` (manual 3.4.6): all or nothing. `MAX_WR` resizes the SRQ (the
+    /// emulator can always resize, as kernel rxe, which sets `IBV_DEVICE_SRQ_RESIZE`):
+    /// EINVAL for 0, over `max_srq_wr`, fewer than the WQEs the SRQ holds, or below an
+    /// armed limit. `LIMIT` arms the limit event with `srq_limit` > 0, or disarms it
+    /// with 0: EINVAL above `max_wr`.
+    pub fn modify_srq(&mut self, srq: SrqHandle, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+        let limits = self.limits;
+        self.srqs
+            .get_mut(&srq.0)
+            .ok_or(Error::InvalidArgument("no such SRQ"))?
+            .modify(attr, mask, &limits)
+    }
+
+    /// `ibv_query_srq` (manual 3.6.2): `srq_limit` is 0 when the limit event is not
+    /// (or no longer) armed.
+    pub fn query_srq(&self, srq: SrqHandle) -> Result<SrqAttr> {
+        self.srqs
+            .get(&srq.0)
+            .map(|q| q.attr)
+            .ok_or(Error::InvalidArgument("no such SRQ"))
+    }
+
+    /// Receive WQEs waiting in an SRQ (not yet taken by a QP).
+    pub fn srq_len(&self, srq: SrqHandle) -> usize {
+        self.srqs.get(&srq.0).map_or(0, |q| q.wqes.len())
+    }
+
+    /// `ibv_destroy_srq` (manual 3.4.7): EBUSY while a QP is associated with it. WQEs
+    /// still posted vanish without completions.
+    pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<()> {
+        match self.srqs.get(&srq.0) {
+            None => Err(Error::InvalidArgument("no such SRQ")),
+            Some(q) if q.users > 0 => Err(Error::Busy("SRQ is used by a QP")),
+            Some(q) => {
+                let pd = q.pd;
+                self.srqs.remove(&srq.0);
+                self.mrs.pd_ref(pd, -1);
+                Ok(())
+            }
+        }
+    }
+
+    /// `ibv_post_srq_recv` (manual 3.6.6): on failure, `PostError::index` is the first
+    /// WR not posted (EINVAL for more SGEs than `max_sge`, ENOMEM when the SRQ is full).
+    pub fn post_srq_recv(
+        &mut self,
+        now: Instant,
+        srq: SrqHandle,
+        wrs: &[RecvWr],
+    ) -> std::result::Result<(), PostError> {
+        // Posting needs no clock: the parameter keeps the verbs' shape uniform.
+        let _ = now;
+        let q = self.srqs.get_mut(&srq.0).ok_or(PostError {
+            index: 0,
+            error: Error::InvalidArgument("no such SRQ"),
+        })?;
+        q.post(wrs)
+    }
+
     // ---- queue pairs (manual 3.5) ----
 
-    /// `ibv_create_qp`. Returns the QP number. EINVAL for an unknown PD or CQ or
-    /// capacities over the device limits; EOPNOTSUPP for QP types not implemented yet.
-    pub fn create_qp(&mut self, init: QpInitAttr) -> Result<u32> {
+    /// `ibv_create_qp`. Returns the QP number. EINVAL for an unknown PD, CQ or SRQ, an
+    /// SRQ of another PD, or capacities over the device limits; EOPNOTSUPP for QP types
+    /// not implemented yet. With an SRQ the receive capacities are ignored and set to 0
+    /// (manual 3.4.1: "max_recv_wr ... ignored if srq is not NULL"; kernel rxe reports
+    /// 0 too).
+    pub fn create_qp(&mut self, mut init: QpInitAttr) -> Result<u32> {
         if !self.mrs.pd_exists(init.pd) {
             return Err(Error::InvalidArgument("no such protection domain"));
         }
         if !self.cqs.contains_key(&init.send_cq.0) || !self.cqs.contains_key(&init.recv_cq.0) {
             return Err(Error::InvalidArgument("no such CQ"));
+        }
+        if let Some(srq) = init.srq {
+            let q = self
+                .srqs
+                .get(&srq.0)
+                .ok_or(Error::InvalidArgument("no such SRQ"))?;
+            // The receive WQEs' L_Keys are checked in the QP's PD, so the SRQ must
+            // share it (as libibverbs users must; mlx5 refuses a mismatch too).
+            if q.pd != init.pd {
+                return Err(Error::InvalidArgument(
+                    "the SRQ belongs to another protection domain",
+                ));
+            }
+            init.cap.max_recv_wr = 0;
+            init.cap.max_recv_sge = 0;
         }
         match init.qp_type {
             QpType::Rc | QpType::Uc => {}
@@ -385,6 +501,9 @@ impl Engine {
                 q.users += 1;
             }
         }
+        if let Some(q) = init.srq.and_then(|s| self.srqs.get_mut(&s.0)) {
+            q.users += 1;
+        }
         self.qps.insert(qpn, QueuePair::new(qpn, init));
         Ok(qpn)
     }
@@ -400,6 +519,9 @@ impl Engine {
             if let Some(q) = self.cqs.get_mut(&cq.0) {
                 q.users -= 1;
             }
+        }
+        if let Some(q) = qp.init.srq.and_then(|s| self.srqs.get_mut(&s.0)) {
+            q.users -= 1;
         }
         Ok(())
     }

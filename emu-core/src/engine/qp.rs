@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 
 use emu_wire::Psn;
 use verbs_api::{
-    Error, MemBuf, PostError, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, WcOpcode,
-    WcStatus, WorkCompletion, WrOperation,
+    AsyncEventType, Error, MemBuf, PostError, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags,
+    SendWr, WcOpcode, WcStatus, WorkCompletion, WrOperation,
 };
 
 use super::cq::CqHandle;
@@ -20,6 +20,7 @@ use super::mr::{PdHandle, Segment};
 use super::responder::ResponderState;
 use super::retry::RetryBudget;
 use super::rnr::RnrState;
+use super::srq::SrqHandle;
 use super::timers::TimerTable;
 use super::wqe::{RecvWqe, SendWqe};
 use super::Limits;
@@ -39,6 +40,11 @@ pub struct QpInitAttr {
     pub cap: QpCap,
     /// Every send WR generates a completion, whatever its `SIGNALED` flag.
     pub sq_sig_all: bool,
+    /// The shared receive queue the QP takes its receive WQEs from (manual 3.4.1
+    /// `srq`), or `None` for a QP with its own receive queue. With an SRQ,
+    /// `cap.max_recv_wr` and `cap.max_recv_sge` are ignored (and read back as 0) and
+    /// `post_recv` on the QP is EINVAL.
+    pub srq: Option<SrqHandle>,
 }
 
 /// The requester's progress through the send queue.
@@ -240,9 +246,17 @@ impl QueuePair {
         Ok(data)
     }
 
-    /// `ibv_post_recv` (manual 3.6): EINVAL in RESET, for too many SGEs; ENOMEM when
-    /// full. In ERR the WR is accepted and flushed at once.
+    /// `ibv_post_recv` (manual 3.6): EINVAL in RESET, for too many SGEs, or on a QP
+    /// that uses an SRQ (its receive WQEs are posted with `post_srq_recv`, manual
+    /// 3.6.6; kernel rxe refuses the same); ENOMEM when full. In ERR the WR is accepted
+    /// and flushed at once.
     pub(crate) fn post_recv(&mut self, ctx: &mut Ctx<'_>, wrs: &[RecvWr]) -> Result<(), PostError> {
+        if self.init.srq.is_some() && !wrs.is_empty() {
+            return Err(PostError {
+                index: 0,
+                error: Error::InvalidArgument("the QP receives from an SRQ"),
+            });
+        }
         for (index, wr) in wrs.iter().enumerate() {
             let fail = |error| PostError { index, error };
             if self.state() == QpState::Reset {
@@ -309,12 +323,46 @@ impl QueuePair {
         if let Some(wqe) = self.resp.take_current_recv() {
             self.flush_recv(ctx, &wqe);
         }
+        // On an SRQ, `rq` holds at most the WQE a dropped UC message left with the QP;
+        // the WQEs still in the SRQ are not this QP's and are not flushed.
         let rq = std::mem::take(&mut self.rq);
         for wqe in &rq {
             self.flush_recv(ctx, wqe);
         }
         self.resp.clear_output();
         self.req = RequesterState::default();
+        // Manual 6.1.17, IBTA 11.6.3 (Last WQE Reached): a QP on an SRQ that enters the
+        // error state reports when it holds no more receive WQEs. The one it had in
+        // progress was just flushed, so that is now.
+        if self.init.srq.is_some() {
+            ctx.qp_event(AsyncEventType::QpLastWqeReached, self.qpn);
+        }
+    }
+
+    /// Whether a receive WQE is ready for the next SEND or WRITE with immediate: one
+    /// the QP holds, or else one in its SRQ.
+    pub(crate) fn recv_available(&self, ctx: &Ctx<'_>) -> bool {
+        if !self.rq.is_empty() {
+            return true;
+        }
+        self.init
+            .srq
+            .and_then(|srq| ctx.srqs.get(&srq.0))
+            .is_some_and(|q| !q.wqes.is_empty())
+    }
+
+    /// Takes the receive WQE for a new message: the QP's own, else the SRQ's oldest.
+    /// Taking from an armed SRQ may raise `SRQ_LIMIT_REACHED` (manual 6.1.16).
+    pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWqe> {
+        if let Some(wqe) = self.rq.pop_front() {
+            return Some(wqe);
+        }
+        let srq = self.init.srq?;
+        let (wqe, fire) = ctx.srqs.get_mut(&srq.0)?.take()?;
+        if fire {
+            ctx.srq_event(AsyncEventType::SrqLimitReached, srq);
+        }
+        Some(wqe)
     }
 
     /// UC/UD send queue error (IBTA 10.3.1?, SQE): the send queue is flushed and stops;

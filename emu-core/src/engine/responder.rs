@@ -3,7 +3,8 @@
 //!
 //! Checks run in this order, before any byte moves: PSN (duplicate or out of
 //! sequence), opcode sequence, opcode allowed by the QP, resources (a receive WQE for
-//! SEND and WRITE with immediate, else an RNR NAK — see [`rnr`](super::rnr)), lengths,
+//! SEND and WRITE with immediate, from the QP's receive queue or its shared receive
+//! queue — see [`srq`](super::srq) — else an RNR NAK — see [`rnr`](super::rnr)), lengths,
 //! then the R_Key. Then the request executes and is acknowledged when the requester
 //! asked (AckReq), which coalesces ACKs. READ and ATOMIC requests are remembered in a
 //! ring of `max_dest_rd_atomic` resources, so that a duplicate READ is replayed and a
@@ -106,7 +107,9 @@ impl ResponderState {
     }
 
     /// UC: abandons the message in progress; its receive WQE goes back to the head
-    /// of the receive queue for the next message (IBTA 9.8.3?).
+    /// of the receive queue for the next message (IBTA 9.8.3?). On a QP with an SRQ the
+    /// WQE stays with the QP (at the head of its otherwise empty `rq`), as kernel rxe
+    /// keeps `resp.wqe`.
     fn abort_message(&mut self, rq: &mut VecDeque<RecvWqe>) {
         if let Some(wqe) = self.take_current_recv() {
             rq.push_front(wqe);
@@ -367,7 +370,7 @@ impl QueuePair {
         // Resources: a receive WQE for SEND and WRITE with immediate, else RNR NAK.
         let needs_recv =
             (opcode.is_send() && !continuing) || (opcode.is_write() && opcode.has_immediate());
-        if needs_recv && self.rq.is_empty() {
+        if needs_recv && !self.recv_available(ctx) {
             return Err(Refusal::NotReady);
         }
         let done = if opcode.is_send() {
@@ -393,7 +396,7 @@ impl QueuePair {
     ) -> Result<(), Fatal> {
         let opcode = repr.bth.opcode;
         if matches!(opcode.position(), Position::First | Position::Only) {
-            let wqe = self.rq.pop_front().expect("checked above");
+            let wqe = self.take_recv(ctx).expect("checked above");
             let mut segs = Vec::with_capacity(wqe.sges.len());
             for sge in wqe.sges.iter().filter(|s| s.length > 0) {
                 match ctx
@@ -530,7 +533,7 @@ impl QueuePair {
             self.resp.cur = None;
             self.resp.complete_message();
             if let Some(imm) = repr.imm_dt {
-                let wqe = self.rq.pop_front().expect("checked above");
+                let wqe = self.take_recv(ctx).expect("checked above");
                 let mut wc = WorkCompletion::new(
                     wqe.wr_id,
                     WcStatus::Success,

@@ -454,6 +454,7 @@ impl Device for EmuDevice {
             qp_type: init.qp_type,
             cap: init.cap,
             sq_sig_all: init.sq_sig_all,
+            srq: None,
         };
         self.with_engine(|e, _| e.create_qp(a))
     }

@@ -9,7 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use emu_core::engine::{CqHandle, Engine, MrInfo, PdHandle, QpInitAttr, MAX_PACKET};
+use emu_core::engine::{
+    CqHandle, Engine, MrInfo, PdHandle, QpInitAttr, SrqAttr, SrqHandle, MAX_PACKET,
+};
 use emu_wire::{Opcode, PacketRepr, Psn};
 use verbs_api::{
     AccessFlags, AhAttr, AsyncEvent, Gid, GlobalRoute, MemBuf, Mtu, QpAttr, QpAttrMask, QpCap,
@@ -262,6 +264,8 @@ pub struct Node {
     pub qpn: u32,
     pub buf: MemBuf,
     pub mr: MrInfo,
+    /// The SRQ the QP receives from, when the config asked for one.
+    pub srq: Option<SrqHandle>,
 }
 
 /// Knobs for [`connect`].
@@ -281,6 +285,9 @@ pub struct Config {
     pub sq_psn: [u32; 2],
     pub sq_sig_all: bool,
     pub qp_type: QpType,
+    /// Give the QP a shared receive queue sized from `cap.max_recv_wr` and
+    /// `cap.max_recv_sge` instead of a receive queue of its own.
+    pub srq: bool,
 }
 
 impl Default for Config {
@@ -309,6 +316,7 @@ impl Default for Config {
             sq_psn: [100, 0xFF_FFF0],
             sq_sig_all: false,
             qp_type: QpType::Rc,
+            srq: false,
         }
     }
 }
@@ -316,6 +324,17 @@ impl Default for Config {
 pub fn setup(e: &mut Engine, side: Side, cfg: &Config) -> Node {
     let pd = e.alloc_pd();
     let cq = e.create_cq(cfg.cq_len).unwrap();
+    let srq = cfg.srq.then(|| {
+        e.create_srq(
+            pd,
+            SrqAttr {
+                max_wr: cfg.cap.max_recv_wr,
+                max_sge: cfg.cap.max_recv_sge,
+                srq_limit: 0,
+            },
+        )
+        .unwrap()
+    });
     let qpn = e
         .create_qp(QpInitAttr {
             pd,
@@ -324,6 +343,7 @@ pub fn setup(e: &mut Engine, side: Side, cfg: &Config) -> Node {
             qp_type: cfg.qp_type,
             cap: cfg.cap,
             sq_sig_all: cfg.sq_sig_all,
+            srq,
         })
         .unwrap();
     let buf = MemBuf::new(cfg.buf_len);
@@ -343,6 +363,7 @@ pub fn setup(e: &mut Engine, side: Side, cfg: &Config) -> Node {
         qpn,
         buf,
         mr,
+        srq,
     }
 }
 
@@ -456,6 +477,17 @@ impl Node {
             sg_list: vec![self.sge(offset, length)],
         };
         p.engine(self.side).post_recv(now, self.qpn, &[wr]).unwrap();
+    }
+
+    /// Posts one receive WR to the node's SRQ (the config must have asked for one).
+    pub fn post_srq_recv(&self, p: &mut Pair, wr_id: u64, offset: u64, length: u32) {
+        let now = p.now;
+        let wr = RecvWr {
+            wr_id,
+            sg_list: vec![self.sge(offset, length)],
+        };
+        let srq = self.srq.expect("the node has no SRQ");
+        p.engine(self.side).post_srq_recv(now, srq, &[wr]).unwrap();
     }
 
     pub fn poll(&self, p: &mut Pair) -> Vec<WorkCompletion> {
