@@ -76,38 +76,60 @@ fn every_example_runs() {
     assert!(out.contains("RC_RDMA_READ_RESPONSE_LAST"), "{out}");
 }
 
-/// Two processes exchange data by RC WRITE over UDP loopback, byte-exact (64 MiB here;
-/// `.ci/run` also moves 1 GiB in a release build).
-#[test]
-fn two_processes_write_64_mib_byte_exact() {
-    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (tcp, udp) = (port(10).to_string(), port(11).to_string());
-    let args: Vec<String> = ["--bytes", "67108864", "-p", &tcp, "--udp-port", &udp]
-        .map(String::from)
-        .to_vec();
+/// Runs `name` as a server and a client in two processes (`args` for both, plus
+/// `127.0.0.1` for the client) and returns (client stdout, server stdout) once both
+/// exited successfully.
+fn two_processes(name: &'static str, args: Vec<String>) -> (String, String) {
     let server_args = args.clone();
     // The server runs in its own thread while this one starts the client.
     let server = std::thread::spawn(move || {
-        Command::new(example("write_verify"))
+        Command::new(example(name))
             .args(server_args)
             .output()
             .unwrap()
     });
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let client = Command::new(example("write_verify"))
+    let client = Command::new(example(name))
         .args(&args)
         .arg("127.0.0.1")
         .output()
         .unwrap();
     let server = server.join().unwrap();
     let (c, s) = (
-        String::from_utf8_lossy(&client.stdout),
-        String::from_utf8_lossy(&server.stdout),
+        String::from_utf8_lossy(&client.stdout).into_owned(),
+        String::from_utf8_lossy(&server.stdout).into_owned(),
     );
     assert!(
         client.status.success() && server.status.success(),
-        "client: {c}\nserver: {s}"
+        "{name} client: {c}{}\nserver: {s}{}",
+        String::from_utf8_lossy(&client.stderr),
+        String::from_utf8_lossy(&server.stderr)
     );
+    (c, s)
+}
+
+/// Two processes exchange data by RC WRITE over UDP loopback, byte-exact (64 MiB here;
+/// `.ci/run` also moves 1 GiB in a release build).
+#[test]
+fn two_processes_write_64_mib_byte_exact() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (tcp, udp) = (port(10).to_string(), port(11).to_string());
+    let args = ["--bytes", "67108864", "-p", &tcp, "--udp-port", &udp].map(String::from);
+    let (c, s) = two_processes("write_verify", args.to_vec());
     assert!(s.contains("received and verified 67108864 bytes"), "{s}");
     assert!(c.contains("server verified every byte"), "{c}");
+}
+
+/// The ping-pong examples as rdma-core's are used: a server process and a client
+/// process that find each other over TCP, with no flags beyond the ports.
+#[test]
+fn two_processes_ping_pong() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (k, name) in [(12, "rc_pingpong"), (14, "uc_pingpong")] {
+        let (tcp, udp) = (port(k).to_string(), port(k + 1).to_string());
+        let args = ["-n", "200", "-p", &tcp, "--udp-port", &udp].map(String::from);
+        let (c, s) = two_processes(name, args.to_vec());
+        assert!(c.contains("200 iters in"), "{c}");
+        assert!(s.contains("200 iters in"), "{s}");
+    }
 }

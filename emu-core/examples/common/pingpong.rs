@@ -357,14 +357,15 @@ fn run(c: &Ctx, client: bool, iters: usize, timeout: u64) {
     );
 }
 
-fn exchange(stream: &mut TcpStream, mine: Dest) -> Dest {
+/// Sends our address and reads the peer's. One `BufReader` serves the whole
+/// conversation: a reader made per line could swallow the peer's next line.
+fn exchange(stream: &mut BufReader<TcpStream>, mine: Dest) -> Dest {
     stream
+        .get_mut()
         .write_all(format!("{}\n", mine.to_wire()).as_bytes())
         .unwrap();
     let mut line = String::new();
-    BufReader::new(stream.try_clone().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    stream.read_line(&mut line).unwrap();
     Dest::from_wire(&line)
         .unwrap_or_else(|| die(&format!("could not parse the peer's address {line:?}")))
 }
@@ -423,7 +424,7 @@ pub(crate) fn main(qp_type: QpType) {
         "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
         mine.lid, mine.qpn, mine.psn, mine.gid
     );
-    let mut stream = match &o.server {
+    let stream = match &o.server {
         Some(host) => {
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
@@ -442,6 +443,7 @@ pub(crate) fn main(qp_type: QpType) {
             l.accept().unwrap().0
         }
     };
+    let mut stream = BufReader::new(stream);
     let rem = exchange(&mut stream, mine);
     println!(
         "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
@@ -449,10 +451,8 @@ pub(crate) fn main(qp_type: QpType) {
     );
     connect(&c, mine.psn, rem);
     // Both ends are in RTS before the first SEND (the TCP round trip is the barrier).
-    stream.write_all(b"ready\n").unwrap();
+    stream.get_mut().write_all(b"ready\n").unwrap();
     let mut line = String::new();
-    BufReader::new(stream.try_clone().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    stream.read_line(&mut line).unwrap();
     run(&c, client, o.iters, o.timeout);
 }
