@@ -47,6 +47,7 @@ fn open(ip: [u8; 4], port: u16) -> Nic {
             qp_type: QpType::Rc,
             cap,
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let buf = MemBuf::new(BUF);

@@ -51,6 +51,7 @@ fn end(d: &EmuDevice, len: usize, channel: Option<ChannelId>) -> End {
             qp_type: QpType::Rc,
             cap,
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let buf = MemBuf::new(len);

@@ -206,6 +206,7 @@ impl Pd {
             qp_type,
             cap,
             sq_sig_all,
+            srq: None,
         };
         let qpn = self.0.dev.create_qp(&init)?;
         Ok(Qp(Arc::new(QpInner {

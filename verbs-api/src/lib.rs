@@ -32,6 +32,7 @@
 //! * [`wr`] — send and receive work requests (`ibv_post_send`, `ibv_post_recv`).
 //! * [`qp`] — QP types, states, attributes, attribute masks, GIDs, address vectors.
 //! * [`mr`] — memory access flags and memory window types.
+//! * [`srq`] — shared receive queue attributes.
 //! * [`membuf`] — registered memory.
 //! * [`event`] — asynchronous events (`ibv_get_async_event`).
 //! * [`device`] — device and port attributes (`ibv_query_device`, `ibv_query_port`).
@@ -51,6 +52,7 @@ pub mod handles;
 pub mod membuf;
 pub mod mr;
 pub mod qp;
+pub mod srq;
 pub mod verbs;
 pub mod wc;
 pub mod wr;
@@ -62,6 +64,7 @@ pub use handles::*;
 pub use membuf::*;
 pub use mr::*;
 pub use qp::*;
+pub use srq::*;
 pub use verbs::*;
 pub use wc::*;
 pub use wr::*;

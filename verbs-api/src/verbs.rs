@@ -9,8 +9,9 @@
 use std::time::Duration;
 
 use crate::{
-    AccessFlags, AsyncEvent, DeviceAttr, Gid, MemBuf, PortAttr, PostError, QpAttr, QpAttrMask,
-    QpCap, QpType, RecvWr, Result, SendWr, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, DeviceAttr, Gid, MemBuf, MwBindInfo, MwType, PortAttr,
+    PostError, QpAttr, QpAttrMask, QpCap, QpType, RecvWr, ReregMrFlags, Result, SendFlags, SendWr,
+    SrqAttr, SrqAttrMask, WorkCompletion,
 };
 
 /// A protection domain (`struct ibv_pd`, manual 3.4.1).
@@ -24,6 +25,41 @@ pub struct CqId(pub u32);
 /// A completion channel (`struct ibv_comp_channel`, manual 3.5.?).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ChannelId(pub u32);
+
+/// A shared receive queue (`struct ibv_srq`, manual 3.4.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrqId(pub u32);
+
+/// An address handle (`struct ibv_ah`, manual 3.4.15).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct AhId(pub u32);
+
+/// A memory window (`struct ibv_mw`, manual 2.3.5; man page `ibv_alloc_mw(3)`). Its rkey changes with every bind,
+/// so it is named by a handle of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MwId(pub u32);
+
+/// A memory window as `ibv_alloc_mw` returns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MwInfo {
+    /// The window's handle.
+    pub id: MwId,
+    /// Its current remote key (changed by every bind).
+    pub rkey: u32,
+    /// Its type.
+    pub mw_type: MwType,
+}
+
+/// `struct ibv_mw_bind` (man page `ibv_bind_mw(3)`): binding a type 1 window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MwBind {
+    /// Returned in the bind's work completion.
+    pub wr_id: u64,
+    /// SIGNALED (a completion even when the QP does not signal every WR), FENCE.
+    pub send_flags: SendFlags,
+    /// The MR, range and access the window is bound to (length 0 unbinds).
+    pub bind_info: MwBindInfo,
+}
 
 /// A registered memory region as `ibv_reg_mr` returns it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +89,9 @@ pub struct QpInitAttr {
     pub cap: QpCap,
     /// Every send WR completes with a work completion.
     pub sq_sig_all: bool,
+    /// The shared receive queue the QP takes its receives from (then `post_recv` on
+    /// the QP is EINVAL and `cap.max_recv_wr` is ignored).
+    pub srq: Option<SrqId>,
 }
 
 /// One RDMA device, opened (`struct ibv_context`). Every method may be called from any
@@ -84,8 +123,29 @@ pub trait Device: Send + Sync {
         length: usize,
         access: AccessFlags,
     ) -> Result<MrInfo>;
-    /// `ibv_dereg_mr`.
+    /// `ibv_dereg_mr`: EBUSY while memory windows are bound to the region.
     fn dereg_mr(&self, lkey: u32) -> Result<()>;
+    /// `ibv_rereg_mr` (man page `ibv_rereg_mr(3)`): changes what `flags` names: the PD
+    /// (`CHANGE_PD`), the range (`CHANGE_TRANSLATION`: `range` is the new buffer,
+    /// offset and length) and the access (`CHANGE_ACCESS`). Returns the region with
+    /// its new keys.
+    fn rereg_mr(
+        &self,
+        lkey: u32,
+        flags: ReregMrFlags,
+        pd: Option<PdId>,
+        range: Option<(&MemBuf, usize, usize)>,
+        access: AccessFlags,
+    ) -> Result<MrInfo>;
+
+    /// `ibv_alloc_mw` (man page `ibv_alloc_mw(3)`; manual 2.3.5).
+    fn alloc_mw(&self, pd: PdId, mw_type: MwType) -> Result<MwInfo>;
+    /// `ibv_dealloc_mw`.
+    fn dealloc_mw(&self, mw: MwId) -> Result<()>;
+    /// `ibv_bind_mw` (man page `ibv_bind_mw(3)`): binds a type 1 window through the send queue of
+    /// `qpn`; returns the window's new rkey. The bind completes on the QP's send CQ
+    /// (`IBV_WC_BIND_MW`, or `MW_BIND_ERR`).
+    fn bind_mw(&self, qpn: u32, mw: MwId, bind: &MwBind) -> Result<u32>;
 
     /// `ibv_create_comp_channel`.
     fn create_comp_channel(&self) -> Result<ChannelId>;
@@ -122,6 +182,27 @@ pub trait Device: Send + Sync {
     fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> std::result::Result<(), PostError>;
     /// `ibv_post_recv`: on failure, the index of the first WR not posted.
     fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> std::result::Result<(), PostError>;
+
+    /// `ibv_create_srq` (manual 3.4.5); `attr.srq_limit` is ignored.
+    fn create_srq(&self, pd: PdId, attr: &SrqAttr) -> Result<SrqId>;
+    /// `ibv_modify_srq` (manual 3.4.6): resize (`MAX_WR`) or arm the limit (`LIMIT`).
+    fn modify_srq(&self, srq: SrqId, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()>;
+    /// `ibv_query_srq` (manual 3.6.2).
+    fn query_srq(&self, srq: SrqId) -> Result<SrqAttr>;
+    /// `ibv_destroy_srq` (manual 3.4.7): EBUSY while a QP uses it.
+    fn destroy_srq(&self, srq: SrqId) -> Result<()>;
+    /// `ibv_post_srq_recv` (manual 3.6.6): on failure, the index of the first WR not
+    /// posted.
+    fn post_srq_recv(&self, srq: SrqId, wrs: &[RecvWr]) -> std::result::Result<(), PostError>;
+
+    /// `ibv_create_ah` (manual 3.4.15).
+    fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhId>;
+    /// `ibv_destroy_ah` (manual 3.4.16).
+    fn destroy_ah(&self, ah: AhId) -> Result<()>;
+    /// `ibv_attach_mcast` (manual 3.6.13): the UD QP receives what is sent to `gid`.
+    fn attach_mcast(&self, qpn: u32, gid: &Gid, lid: u16) -> Result<()>;
+    /// `ibv_detach_mcast` (manual 3.6.14).
+    fn detach_mcast(&self, qpn: u32, gid: &Gid, lid: u16) -> Result<()>;
 
     /// `ibv_get_async_event`: waits (up to `timeout`) for the next asynchronous event.
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent>;

@@ -10,7 +10,6 @@
 //! libibverbs keeps in the same union, is [`SendWr::ud`].
 
 use crate::mr::AccessFlags;
-use crate::qp::AhAttr;
 use crate::wc::WcOpcode;
 
 /// `struct ibv_sge`: one scatter/gather element (manual 3.6.4 ibv_post_recv,
@@ -327,11 +326,11 @@ impl WrOperation {
 }
 
 /// The destination of a UD send: libibverbs' `wr.ud` (manual 3.6.5
-/// ibv_post_send). The address handle is given by its attributes.
+/// ibv_post_send).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct UdDest {
-    /// Address vector of the destination (libibverbs passes an `ibv_ah`).
-    pub ah: AhAttr,
+    /// The address handle of the destination (`Device::create_ah`).
+    pub ah: crate::AhId,
     /// Destination QP number.
     pub remote_qpn: u32,
     /// Q_Key to put in the DETH (if its top bit is set, the QP's own Q_Key is

@@ -171,6 +171,7 @@ fn setup(ip: Ipv4Addr, udp_port: u16, size: usize, qp_type: QpType) -> Ctx {
             qp_type,
             cap,
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let buf = MemBuf::new(size.max(1));

@@ -41,7 +41,8 @@ pub use counters::Counters;
 pub use cq::CqHandle;
 pub use mr::{MrInfo, PdHandle};
 pub use qp::QpInitAttr;
-pub use srq::{SrqAttr, SrqAttrMask, SrqHandle};
+pub use srq::SrqHandle;
+pub use verbs_api::{SrqAttr, SrqAttrMask};
 
 use ctx::Ctx;
 use qp::QueuePair;

@@ -23,7 +23,7 @@
 
 use std::collections::VecDeque;
 
-use verbs_api::{Error, PostError, RecvWr, Result};
+use verbs_api::{Error, PostError, RecvWr, Result, SrqAttr, SrqAttrMask};
 
 use super::mr::PdHandle;
 use super::wqe::RecvWqe;
@@ -32,63 +32,6 @@ use super::Limits;
 /// A shared receive queue, by number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SrqHandle(pub u32);
-
-/// `struct ibv_srq_attr` (manual 3.4.5): the SRQ's size and its limit.
-///
-/// Lives in the engine until the Device API grows SRQ verbs; it then moves to
-/// `verbs-api`, next to `QpAttr`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SrqAttr {
-    /// Work requests the SRQ holds at most.
-    pub max_wr: u32,
-    /// Scatter elements per work request.
-    pub max_sge: u32,
-    /// The limit: 0 when not armed. Ignored by `create_srq` (manual 3.4.5: "irrelevant
-    /// for ibv_create_srq"; an SRQ is created unarmed).
-    pub srq_limit: u32,
-}
-
-/// `enum ibv_srq_attr_mask` (manual 3.4.6): which attributes `modify_srq` changes.
-///
-/// Lives in the engine until the Device API grows SRQ verbs; it then moves to
-/// `verbs-api` (as a `bitflags` type, like `QpAttrMask`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct SrqAttrMask(u32);
-
-impl SrqAttrMask {
-    /// `IBV_SRQ_MAX_WR`: resize the SRQ.
-    pub const MAX_WR: SrqAttrMask = SrqAttrMask(1 << 0);
-    /// `IBV_SRQ_LIMIT`: set (arm) or clear the SRQ limit.
-    pub const LIMIT: SrqAttrMask = SrqAttrMask(1 << 1);
-
-    /// No attribute.
-    pub const fn empty() -> Self {
-        SrqAttrMask(0)
-    }
-
-    /// The raw bits (the `IBV_SRQ_*` values).
-    pub const fn bits(self) -> u32 {
-        self.0
-    }
-
-    /// Whether every bit of `other` is set in `self`.
-    pub const fn contains(self, other: SrqAttrMask) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl std::ops::BitOr for SrqAttrMask {
-    type Output = SrqAttrMask;
-    fn bitor(self, rhs: SrqAttrMask) -> SrqAttrMask {
-        SrqAttrMask(self.0 | rhs.0)
-    }
-}
-
-impl std::ops::BitOrAssign for SrqAttrMask {
-    fn bitor_assign(&mut self, rhs: SrqAttrMask) {
-        self.0 |= rhs.0;
-    }
-}
 
 /// One shared receive queue.
 #[derive(Debug)]

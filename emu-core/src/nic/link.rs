@@ -1,5 +1,7 @@
-//! The UDP link: one socket per device, RoCEv2 datagrams with their ICRC computed on
-//! send and checked on receive.
+//! Links: what carries an emulated device's packets and tells its time. [`Link`] is
+//! the interface (a simulated fabric implements it too); `UdpLink` is the real one: one
+//! socket per device, RoCEv2 datagrams with their ICRC computed on send and checked on
+//! receive.
 //!
 //! The ICRC covers the IPv4 header, identification field included (Annex A17.4), which
 //! a UDP socket does not choose. Measured on Linux (docs/roce-wire.md): an unconnected
@@ -10,10 +12,35 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use emu_wire::{check_icrc, write_icrc, Ipv4Endpoints};
 use socket2::{Domain, Protocol, Socket, Type};
+
+/// What carries an emulated device's packets and tells its time: the UDP socket of a
+/// real deployment, or a simulated fabric with virtual time (crate `sims`).
+///
+/// A device drives its engine with [`Link::now`] and hands every packet the engine
+/// emits to [`Link::send`]. Packets arrive through the device's thread (UDP) or through
+/// its [`super::DeviceDriver`] (a fabric delivers them itself).
+pub trait Link: Send + Sync + std::fmt::Debug {
+    /// The time now: `Instant::now()` for a real link, the fabric's virtual clock for a
+    /// simulated one.
+    fn now(&self) -> Instant;
+
+    /// Fills in the ICRC of `packet` (a RoCEv2 UDP payload, BTH to ICRC, from `src` to
+    /// `dst`, both on the device port) and sends it.
+    fn send(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()>;
+
+    /// Called when the application found nothing to do: an empty `poll_cq`, or a wait
+    /// for a completion event or an async event with nothing queued. A link with
+    /// virtual time moves the network on (delivers the next packet, fires the next
+    /// timer) and returns true if anything happened; a real link returns false and
+    /// the caller waits in real time.
+    fn idle(&self) -> bool {
+        false
+    }
+}
 
 /// Socket buffer size asked for (the kernel may cap it at net.core.*mem_max).
 const SOCKET_BUFFER: usize = 8 << 20;
@@ -56,7 +83,7 @@ impl UdpLink {
 
     /// Fills in the ICRC and sends `packet` to `dst` at the same port as ours (every
     /// device of a deployment uses one port, 4791 unless configured).
-    pub(crate) fn send(&self, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
+    fn send_to(&self, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
         let ep = Ipv4Endpoints {
             src: self.ip,
             dst,
@@ -116,5 +143,15 @@ impl UdpLink {
             dst_port: self.port,
         };
         check_icrc(&ep, packet)
+    }
+}
+
+impl Link for UdpLink {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn send(&self, _src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
+        self.send_to(dst, packet)
     }
 }

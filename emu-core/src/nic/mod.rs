@@ -7,6 +7,13 @@
 //! wake-ups and asynchronous events are queued for blocking waiters and signalled
 //! through pipes for poll/epoll.
 //!
+//! A device can also sit on another [`Link`], e.g. the simulated fabric of crate `sims`:
+//! [`EmuDevice::with_link`] opens it without a thread, the link tells the time, and the
+//! fabric delivers packets and fires timers through the device's [`DeviceDriver`]. An
+//! empty `poll_cq` or a wait with nothing queued calls [`Link::idle`], which lets a
+//! fabric with virtual time move the network on: a single-threaded program then runs
+//! deterministically.
+//!
 //! Several devices on one host: give each its own address in 127.0.0.0/8 (Linux answers
 //! on all of it) and the same port, e.g. `emu0` on 127.0.0.1 and `emu1` on 127.0.0.2.
 
@@ -16,18 +23,21 @@ mod notify;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use verbs_api::{
-    AccessFlags, AsyncEvent, AtomicCap, ChannelId, CqId, Device, DeviceAttr, Error, Gid, LinkLayer,
-    MemBuf, MrInfo, PdId, PortAttr, PortState, PostError, QpAttr, QpAttrMask, QpInitAttr, RecvWr,
-    Result, SendWr, WorkCompletion,
+    AccessFlags, AhAttr, AhId, AsyncEvent, AtomicCap, ChannelId, CqId, Device, DeviceAttr, Error,
+    Gid, LinkLayer, MemBuf, MrInfo, MwBind, MwId, MwInfo, MwType, PdId, PortAttr, PortState,
+    PostError, QpAttr, QpAttrMask, QpInitAttr, RecvWr, ReregMrFlags, Result, SendWr, SrqAttr,
+    SrqAttrMask, SrqId, WorkCompletion,
 };
 
-use crate::engine::{self, CqHandle, Engine, Limits, PdHandle, MAX_PACKET};
+use crate::engine::{self, CqHandle, Engine, Limits, PdHandle, SrqHandle, MAX_PACKET};
+use emu_wire::{check_icrc, Ipv4Endpoints};
+pub use link::Link;
 use link::UdpLink;
 use notify::Notifier;
 
@@ -81,7 +91,7 @@ struct Core {
 struct Inner {
     cfg: EmuConfig,
     gid: Gid,
-    link: UdpLink,
+    link: Arc<dyn Link>,
     core: Mutex<Core>,
     channels: Mutex<HashMap<u32, Arc<Notifier<CqId>>>>,
     next_channel: AtomicU64,
@@ -115,16 +125,138 @@ const BATCH: usize = 64;
 const MAX_DATAGRAM: usize = 9216;
 
 impl EmuDevice {
-    /// Opens a device: binds its socket and starts its thread. EADDRINUSE and the like
-    /// come back as [`Error::Os`].
+    /// Opens a device on UDP: binds its socket and starts its thread. EADDRINUSE and
+    /// the like come back as [`Error::Os`].
     pub fn open(cfg: EmuConfig) -> Result<EmuDevice> {
-        let link = UdpLink::bind(cfg.ip, cfg.port).map_err(|e| Error::Os {
+        let udp = Arc::new(UdpLink::bind(cfg.ip, cfg.port).map_err(|e| Error::Os {
             errno: e.raw_os_error().unwrap_or(5),
             context: "bind the device's UDP socket",
-        })?;
+        })?);
         let mut cfg = cfg;
-        cfg.port = link.port();
-        let inner = Arc::new(Inner {
+        cfg.port = udp.port();
+        let inner = Inner::new(cfg, udp.clone())?;
+        let worker = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("{}-nic", inner.cfg.name))
+            .spawn(move || worker.run(&udp))
+            .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
+        Ok(EmuDevice {
+            inner,
+            thread: Some(thread),
+        })
+    }
+
+    /// Opens a device on any [`Link`], without a thread of its own: whoever owns the
+    /// link delivers packets and fires timers through [`EmuDevice::driver`] (this is
+    /// how the simulated fabric of crate `sims` attaches devices).
+    pub fn with_link(cfg: EmuConfig, link: Arc<dyn Link>) -> Result<EmuDevice> {
+        Ok(EmuDevice {
+            inner: Inner::new(cfg, link)?,
+            thread: None,
+        })
+    }
+
+    /// The handle through which a link without sockets feeds this device.
+    pub fn driver(&self) -> DeviceDriver {
+        DeviceDriver(Arc::downgrade(&self.inner))
+    }
+
+    /// The device's GID (its IPv4-mapped address), index 0 of port 1.
+    pub fn gid(&self) -> Gid {
+        self.inner.gid
+    }
+
+    /// The device's IPv4 address.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.inner.cfg.ip
+    }
+
+    /// The UDP port the device is bound to.
+    pub fn port(&self) -> u16 {
+        self.inner.cfg.port
+    }
+
+    /// The engine's counters (packets, drops, retransmissions, ...).
+    pub fn counters(&self) -> engine::Counters {
+        *self.inner.core.lock().engine.counters()
+    }
+
+    /// Counters of the link.
+    pub fn link_counters(&self) -> &LinkCounters {
+        &self.inner.link_counters
+    }
+
+    fn with_engine<R>(&self, f: impl FnOnce(&mut Engine, Instant) -> R) -> R {
+        self.inner.with_engine(f)
+    }
+
+    /// Takes the next item of `n`; on a link with virtual time, moves the network on
+    /// while nothing is queued.
+    fn wait<T>(&self, n: &Notifier<T>, timeout: Option<Duration>) -> Result<T> {
+        loop {
+            if let Ok(item) = n.pop(Some(Duration::ZERO)) {
+                return Ok(item);
+            }
+            if !self.inner.link.idle() {
+                return n.pop(timeout);
+            }
+        }
+    }
+}
+
+/// Feeds an [`EmuDevice`] that sits on a link without sockets: the owner of the link
+/// delivers datagrams and fires timers through it. It holds the device weakly: once
+/// the device is dropped, every call does nothing.
+#[derive(Clone, Debug)]
+pub struct DeviceDriver(Weak<Inner>);
+
+impl DeviceDriver {
+    /// Delivers one RoCEv2 UDP payload that `src` sent to this device (both on the
+    /// device port). A wrong ICRC drops it and counts it, as on UDP. Returns false if
+    /// the device is gone.
+    pub fn handle_datagram(&self, src: Ipv4Addr, packet: &[u8]) -> bool {
+        let Some(inner) = self.0.upgrade() else {
+            return false;
+        };
+        let ep = Ipv4Endpoints {
+            src,
+            dst: inner.cfg.ip,
+            ip_id: 0,
+            src_port: inner.cfg.port,
+            dst_port: inner.cfg.port,
+        };
+        if !check_icrc(&ep, packet) {
+            inner
+                .link_counters
+                .icrc_errors
+                .fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        inner.with_engine(|e, now| e.handle_datagram(now, Gid::from_ipv4(src), packet));
+        true
+    }
+
+    /// When the device's next timer is due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.0.upgrade()?.core.lock().engine.poll_timeout()
+    }
+
+    /// Fires the timers that are due at the link's `now`.
+    pub fn handle_timeout(&self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.with_engine(|e, now| e.handle_timeout(now));
+        }
+    }
+
+    /// The device's address, while it exists.
+    pub fn ip(&self) -> Option<Ipv4Addr> {
+        Some(self.0.upgrade()?.cfg.ip)
+    }
+}
+
+impl Inner {
+    fn new(cfg: EmuConfig, link: Arc<dyn Link>) -> Result<Arc<Inner>> {
+        Ok(Arc::new(Inner {
             gid: Gid::from_ipv4(cfg.ip),
             core: Mutex::new(Core {
                 engine: Engine::new(cfg.limits),
@@ -138,40 +270,7 @@ impl EmuDevice {
             events: Notifier::new()?,
             stop: AtomicBool::new(false),
             link_counters: LinkCounters::default(),
-        });
-        let worker = inner.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("{}-nic", inner.cfg.name))
-            .spawn(move || worker.run())
-            .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
-        Ok(EmuDevice {
-            inner,
-            thread: Some(thread),
-        })
-    }
-
-    /// The device's GID (its IPv4-mapped address), index 0 of port 1.
-    pub fn gid(&self) -> Gid {
-        self.inner.gid
-    }
-
-    /// The UDP port the device is bound to.
-    pub fn port(&self) -> u16 {
-        self.inner.cfg.port
-    }
-
-    /// The engine's counters (packets, drops, retransmissions, ...).
-    pub fn counters(&self) -> engine::Counters {
-        *self.inner.core.lock().engine.counters()
-    }
-
-    /// Counters of the UDP link.
-    pub fn link_counters(&self) -> &LinkCounters {
-        &self.inner.link_counters
-    }
-
-    fn with_engine<R>(&self, f: impl FnOnce(&mut Engine, Instant) -> R) -> R {
-        self.inner.with_engine(f)
+        }))
     }
 }
 
@@ -187,7 +286,7 @@ impl Drop for EmuDevice {
 impl Inner {
     fn with_engine<R>(&self, f: impl FnOnce(&mut Engine, Instant) -> R) -> R {
         let mut core = self.core.lock();
-        let now = Instant::now();
+        let now = self.link.now();
         let r = f(&mut core.engine, now);
         self.flush(&mut core, now);
         r
@@ -200,7 +299,11 @@ impl Inner {
             let Some(dst) = t.dest.to_ipv4() else {
                 continue;
             };
-            if self.link.send(dst, &mut txbuf[..t.size]).is_err() {
+            if self
+                .link
+                .send(self.cfg.ip, dst, &mut txbuf[..t.size])
+                .is_err()
+            {
                 self.link_counters
                     .send_errors
                     .fetch_add(1, Ordering::Relaxed);
@@ -219,7 +322,7 @@ impl Inner {
 
     /// The device thread. Receive buffers are allocated once: no heap allocation per
     /// packet on the data path.
-    fn run(&self) {
+    fn run(&self, udp: &UdpLink) {
         let mut slots: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; MAX_DATAGRAM]).collect();
         let mut got: Vec<(usize, std::net::SocketAddrV4)> = Vec::with_capacity(BATCH);
         while !self.stop.load(Ordering::Relaxed) {
@@ -231,10 +334,10 @@ impl Inner {
                 })
             };
             got.clear();
-            if let Ok(Some(first)) = self.link.recv(&mut slots[0], sleep) {
+            if let Ok(Some(first)) = udp.recv(&mut slots[0], sleep) {
                 got.push(first);
                 while got.len() < BATCH {
-                    match self.link.try_recv(&mut slots[got.len()]) {
+                    match udp.try_recv(&mut slots[got.len()]) {
                         Ok(Some(d)) => got.push(d),
                         _ => break,
                     }
@@ -244,7 +347,7 @@ impl Inner {
             let now = Instant::now();
             for (slot, &(n, from)) in slots.iter().zip(&got) {
                 let packet = &slot[..n];
-                if self.link.icrc_ok(from, packet) {
+                if udp.icrc_ok(from, packet) {
                     core.engine
                         .handle_datagram(now, Gid::from_ipv4(*from.ip()), packet);
                 } else {
@@ -402,7 +505,7 @@ impl Device for EmuDevice {
             .get(&channel.0)
             .cloned()
             .ok_or(Error::InvalidArgument("no such channel"))?;
-        ch.pop(timeout)
+        self.wait(&ch, timeout)
     }
 
     fn comp_channel_fd(&self, channel: ChannelId) -> Result<i32> {
@@ -439,7 +542,11 @@ impl Device for EmuDevice {
 
     fn poll_cq(&self, c: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
         // No flush needed: polling a CQ changes nothing the wire sees.
-        self.inner.core.lock().engine.poll_cq(cq(c), max, out)
+        let n = self.inner.core.lock().engine.poll_cq(cq(c), max, out)?;
+        if n == 0 && self.inner.link.idle() {
+            return self.inner.core.lock().engine.poll_cq(cq(c), max, out);
+        }
+        Ok(n)
     }
 
     fn req_notify_cq(&self, c: CqId, solicited_only: bool) -> Result<()> {
@@ -454,7 +561,7 @@ impl Device for EmuDevice {
             qp_type: init.qp_type,
             cap: init.cap,
             sq_sig_all: init.sq_sig_all,
-            srq: None,
+            srq: init.srq.map(|s| SrqHandle(s.0)),
         };
         self.with_engine(|e, _| e.create_qp(a))
     }
@@ -472,6 +579,7 @@ impl Device for EmuDevice {
             qp_type: i.qp_type,
             cap: i.cap,
             sq_sig_all: i.sq_sig_all,
+            srq: i.srq.map(|s| SrqId(s.0)),
         };
         Ok((attr, init))
     }
@@ -488,8 +596,73 @@ impl Device for EmuDevice {
         self.with_engine(|e, now| e.post_recv(now, qpn, wrs))
     }
 
+    fn rereg_mr(
+        &self,
+        _lkey: u32,
+        _flags: ReregMrFlags,
+        _pd: Option<PdId>,
+        _range: Option<(&MemBuf, usize, usize)>,
+        _access: AccessFlags,
+    ) -> Result<MrInfo> {
+        Err(Error::Unsupported("ibv_rereg_mr is not emulated yet"))
+    }
+
+    fn alloc_mw(&self, _pd: PdId, _mw_type: MwType) -> Result<MwInfo> {
+        Err(Error::Unsupported("memory windows are not emulated yet"))
+    }
+
+    fn dealloc_mw(&self, _mw: MwId) -> Result<()> {
+        Err(Error::Unsupported("memory windows are not emulated yet"))
+    }
+
+    fn bind_mw(&self, _qpn: u32, _mw: MwId, _bind: &MwBind) -> Result<u32> {
+        Err(Error::Unsupported("memory windows are not emulated yet"))
+    }
+
+    fn create_srq(&self, p: PdId, attr: &SrqAttr) -> Result<SrqId> {
+        Ok(SrqId(
+            self.with_engine(|e, _| e.create_srq(pd(p), *attr))?.0,
+        ))
+    }
+
+    fn modify_srq(&self, srq: SrqId, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+        self.with_engine(|e, _| e.modify_srq(SrqHandle(srq.0), attr, mask))
+    }
+
+    fn query_srq(&self, srq: SrqId) -> Result<SrqAttr> {
+        self.inner.core.lock().engine.query_srq(SrqHandle(srq.0))
+    }
+
+    fn destroy_srq(&self, srq: SrqId) -> Result<()> {
+        self.with_engine(|e, _| e.destroy_srq(SrqHandle(srq.0)))
+    }
+
+    fn post_srq_recv(&self, srq: SrqId, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
+        self.with_engine(|e, now| e.post_srq_recv(now, SrqHandle(srq.0), wrs))
+    }
+
+    fn create_ah(&self, _pd: PdId, _attr: &AhAttr) -> Result<AhId> {
+        Err(Error::Unsupported(
+            "UD address handles are not emulated yet",
+        ))
+    }
+
+    fn destroy_ah(&self, _ah: AhId) -> Result<()> {
+        Err(Error::Unsupported(
+            "UD address handles are not emulated yet",
+        ))
+    }
+
+    fn attach_mcast(&self, _qpn: u32, _gid: &Gid, _lid: u16) -> Result<()> {
+        Err(Error::Unsupported("multicast is not emulated yet"))
+    }
+
+    fn detach_mcast(&self, _qpn: u32, _gid: &Gid, _lid: u16) -> Result<()> {
+        Err(Error::Unsupported("multicast is not emulated yet"))
+    }
+
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {
-        self.inner.events.pop(timeout)
+        self.wait(&self.inner.events, timeout)
     }
 
     fn async_fd(&self) -> Result<i32> {
