@@ -650,18 +650,18 @@ fn destroy_order_is_enforced() {
     assert_eq!(e.create_cq(0).unwrap_err().errno(), 22);
     let pd = e.alloc_pd();
     let cq = e.create_cq(4).unwrap();
-    let ud = QpInitAttr {
+    let raw = QpInitAttr {
         pd,
         send_cq: cq,
         recv_cq: cq,
-        qp_type: QpType::Ud,
+        qp_type: QpType::RawPacket,
         cap: QpCap::default(),
         sq_sig_all: false,
         srq: None,
     };
     assert_eq!(
-        e.create_qp(ud).unwrap_err().errno(),
+        e.create_qp(raw).unwrap_err().errno(),
         95,
-        "UD is not implemented yet"
+        "raw packet QPs are not emulated"
     );
 }

@@ -34,4 +34,11 @@ pub struct Counters {
     pub retransmissions: u64,
     /// Completions lost to a full CQ.
     pub cq_overruns: u64,
+    /// UD packets dropped because their Q_Key was not the receiving QP's (IBTA
+    /// 10.2.5; kernel rxe drops them silently too).
+    pub qkey_violations: u64,
+    /// UD packets dropped because the QP had no receive WQE (UD has no RNR).
+    pub ud_no_recv_drops: u64,
+    /// UD messages delivered to a receive WQE (each multicast copy counts).
+    pub ud_received: u64,
 }

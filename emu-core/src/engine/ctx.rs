@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use verbs_api::{AsyncEvent, AsyncEventType, EventElement, WorkCompletion};
 
+use super::ah::AhTable;
 use super::counters::Counters;
 use super::cq::{CompletionQueue, CqHandle, Pushed};
 use super::mr::MrTable;
@@ -16,6 +17,7 @@ use super::Limits;
 pub(crate) struct Ctx<'a> {
     pub(crate) now: Instant,
     pub(crate) mrs: &'a MrTable,
+    pub(crate) ahs: &'a AhTable,
     pub(crate) cqs: &'a mut HashMap<u32, CompletionQueue>,
     pub(crate) srqs: &'a mut HashMap<u32, SharedReceiveQueue>,
     pub(crate) events: &'a mut VecDeque<AsyncEvent>,

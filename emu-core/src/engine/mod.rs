@@ -13,6 +13,7 @@
 //! ICRC slot); the driver fills in the ICRC, because it covers the IP and UDP headers
 //! that only the driver knows (IBTA Annex A17.4).
 
+mod ah;
 mod completer;
 mod counters;
 mod cq;
@@ -26,6 +27,7 @@ mod retry;
 mod rnr;
 mod srq;
 mod timers;
+mod ud;
 mod wqe;
 
 use std::collections::{HashMap, VecDeque};
@@ -33,15 +35,17 @@ use std::time::Instant;
 
 use emu_wire::{PacketRepr, Transport};
 use verbs_api::{
-    AccessFlags, AsyncEvent, AsyncEventType, Error, Gid, MemBuf, Mtu, PostError, QpAttr,
+    AccessFlags, AhAttr, AsyncEvent, AsyncEventType, Error, Gid, MemBuf, Mtu, PostError, QpAttr,
     QpAttrMask, QpType, RecvWr, Result, SendWr, WorkCompletion,
 };
 
+pub use ah::{init_ah_from_wc, is_multicast, AhHandle};
 pub use counters::Counters;
 pub use cq::CqHandle;
 pub use mr::{MrInfo, PdHandle};
 pub use qp::QpInitAttr;
 pub use srq::SrqHandle;
+pub use ud::{GRH_LEN, MULTICAST_QPN};
 pub use verbs_api::{SrqAttr, SrqAttrMask};
 
 use ctx::Ctx;
@@ -133,7 +137,12 @@ const FIRST_QPN: u32 = 0x11;
 #[derive(Debug)]
 pub struct Engine {
     limits: Limits,
+    /// The GID of the device's port (index 0): where packets given to
+    /// [`Engine::handle_datagram`] were addressed, and the source GID table.
+    gid: Gid,
     mrs: mr::MrTable,
+    ahs: ah::AhTable,
+    mcast: ud::McastTable,
     cqs: HashMap<u32, cq::CompletionQueue>,
     next_cq: u32,
     srqs: HashMap<u32, srq::SharedReceiveQueue>,
@@ -158,7 +167,10 @@ impl Engine {
     pub fn new(limits: Limits) -> Self {
         Engine {
             limits,
+            gid: Gid::ZERO,
             mrs: mr::MrTable::default(),
+            ahs: ah::AhTable::default(),
+            mcast: ud::McastTable::default(),
             cqs: HashMap::new(),
             next_cq: 0,
             srqs: HashMap::new(),
@@ -176,6 +188,17 @@ impl Engine {
     /// The device's limits.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Sets the GID of the device's port (GID index 0; the driver's address). UD
+    /// receive buffers report it as the destination in their GRH.
+    pub fn set_gid(&mut self, gid: Gid) {
+        self.gid = gid;
+    }
+
+    /// The GID of the device's port.
+    pub fn gid(&self) -> Gid {
+        self.gid
     }
 
     /// What the engine has counted.
@@ -196,6 +219,7 @@ impl Engine {
         let mut ctx = Ctx {
             now,
             mrs: &self.mrs,
+            ahs: &self.ahs,
             cqs: &mut self.cqs,
             srqs: &mut self.srqs,
             events: &mut self.events,
@@ -472,8 +496,7 @@ impl Engine {
             init.cap.max_recv_sge = 0;
         }
         match init.qp_type {
-            QpType::Rc | QpType::Uc => {}
-            QpType::Ud => return Err(Error::Unsupported("UD QPs are not implemented yet")),
+            QpType::Rc | QpType::Uc | QpType::Ud => {}
             _ => return Err(Error::Unsupported("QP type not supported by the emulator")),
         }
         let l = &self.limits;
@@ -505,13 +528,25 @@ impl Engine {
         if let Some(q) = init.srq.and_then(|s| self.srqs.get_mut(&s.0)) {
             q.users += 1;
         }
-        self.qps.insert(qpn, QueuePair::new(qpn, init));
+        let mut qp = QueuePair::new(qpn, init);
+        if init.qp_type == QpType::Ud {
+            // A UD QP sends with the port's active MTU (IBTA 9.8.?; no path attributes).
+            qp.attr.path_mtu = self.limits.active_mtu;
+        }
+        self.qps.insert(qpn, qp);
         Ok(qpn)
     }
 
     /// `ibv_destroy_qp`. Outstanding work requests vanish without completions, as in
-    /// libibverbs.
+    /// libibverbs. EBUSY while the QP is attached to a multicast group (the IB core
+    /// counts attachments in the QP's `usecnt`).
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(Self::qp_missing());
+        }
+        if self.mcast.is_attached(qpn) {
+            return Err(Error::Busy("the QP is attached to a multicast group"));
+        }
         let mut qp = self.qps.remove(&qpn).ok_or_else(Self::qp_missing)?;
         qp.timers.unindex(qpn, &mut self.timers);
         self.ready.retain(|q| *q != qpn);
@@ -579,6 +614,67 @@ impl Engine {
             })
     }
 
+    // ---- address handles and multicast (manual 3.4.15-3.4.17, 3.6.13-3.6.14) ----
+
+    /// `ibv_create_ah`: EINVAL for an unknown PD, an address vector without a GRH
+    /// (RoCE needs one), a source GID index outside the table or a port other than 1.
+    pub fn create_ah(&mut self, pd: PdHandle, attr: &AhAttr) -> Result<AhHandle> {
+        self.ahs.create(&mut self.mrs, &self.limits, pd, attr)
+    }
+
+    /// `ibv_destroy_ah`: EINVAL for an unknown handle. WRs already posted with it keep
+    /// their copy of the address.
+    pub fn destroy_ah(&mut self, ah: AhHandle) -> Result<()> {
+        self.ahs.destroy(&mut self.mrs, ah)
+    }
+
+    /// The address vector of an AH (`ibv_query_ah`-like; for tests and drivers).
+    pub fn ah_attr(&self, ah: AhHandle) -> Result<AhAttr> {
+        self.ahs
+            .get(ah)
+            .map(|h| h.attr)
+            .ok_or(Error::InvalidArgument("no such address handle"))
+    }
+
+    /// `ibv_create_ah_from_wc` (manual 3.4.17): an AH that answers the sender of the UD
+    /// receive completion `wc`, whose buffer began with `grh`. See
+    /// [`init_ah_from_wc`]; the GID table is the device's one GID.
+    pub fn create_ah_from_wc(
+        &mut self,
+        pd: PdHandle,
+        wc: &WorkCompletion,
+        grh: &[u8],
+    ) -> Result<AhHandle> {
+        let attr = init_ah_from_wc(1, wc, grh, &[self.gid])?;
+        self.create_ah(pd, &attr)
+    }
+
+    /// `ibv_attach_mcast` (manual 3.6.13): the UD QP receives what is sent to `gid`
+    /// (`lid` is not used on RoCE). EINVAL for an unknown or non-UD QP or a GID that
+    /// is not multicast.
+    pub fn attach_mcast(&mut self, qpn: u32, gid: &Gid, lid: u16) -> Result<()> {
+        let _ = lid;
+        let qp = self.qps.get(&qpn).ok_or_else(Self::qp_missing)?;
+        self.mcast.attach(qp.init.qp_type, qpn, gid)
+    }
+
+    /// `ibv_detach_mcast` (manual 3.6.14): EINVAL when the QP is not attached to `gid`.
+    pub fn detach_mcast(&mut self, qpn: u32, gid: &Gid, lid: u16) -> Result<()> {
+        let _ = lid;
+        if !self.qps.contains_key(&qpn) {
+            return Err(Self::qp_missing());
+        }
+        self.mcast.detach(qpn, gid)
+    }
+
+    /// The multicast GIDs some QP of the device is attached to (a driver joins them on
+    /// its link).
+    pub fn mcast_groups(&self) -> Vec<Gid> {
+        let mut v: Vec<Gid> = self.mcast.groups().copied().collect();
+        v.sort();
+        v
+    }
+
     /// The next asynchronous event (`ibv_get_async_event`).
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
         self.events.pop_front()
@@ -586,15 +682,29 @@ impl Engine {
 
     // ---- the transport ----
 
-    /// A RoCEv2 UDP payload (BTH through ICRC) arrived from `src`. The caller has
-    /// checked the ICRC. Malformed packets, packets for unknown QPs and packets the QP
-    /// cannot take are dropped and counted; none of them disturbs a live QP.
+    /// A RoCEv2 UDP payload (BTH through ICRC) arrived from `src`, addressed to this
+    /// device's GID ([`Engine::set_gid`]). See [`Engine::handle_datagram_to`].
     pub fn handle_datagram(&mut self, now: Instant, src: Gid, data: &[u8]) {
+        let dst = self.gid;
+        self.handle_datagram_to(now, src, dst, data);
+    }
+
+    /// A RoCEv2 UDP payload (BTH through ICRC) arrived from `src`, addressed to `dst`
+    /// (the device's GID, or a multicast GID). The caller has checked the ICRC.
+    /// Malformed packets, packets for unknown QPs and packets the QP cannot take are
+    /// dropped and counted; none of them disturbs a live QP. Packets are routed by the
+    /// BTH destination QP; a UD packet to QP 0xFFFFFF and a multicast `dst` goes to
+    /// every QP attached to that group.
+    pub fn handle_datagram_to(&mut self, now: Instant, src: Gid, dst: Gid, data: &[u8]) {
         self.counters.rx_packets += 1;
         let Ok((repr, payload)) = PacketRepr::parse(data) else {
             self.counters.rx_malformed += 1;
             return;
         };
+        if repr.bth.opcode.transport() == Transport::Ud {
+            self.handle_ud(now, src, dst, &repr, payload, data.len());
+            return;
+        }
         let qpn = repr.bth.dest_qp;
         let Some(qp) = self.qps.get(&qpn) else {
             self.counters.rx_unknown_qp += 1;
@@ -620,6 +730,50 @@ impl Engine {
                 qp.handle_response(ctx, &repr, payload);
             }
         });
+    }
+
+    /// Routes a UD packet to its QP, or to every member of its multicast group, each
+    /// with the GRH its receive buffer gets first.
+    fn handle_ud(
+        &mut self,
+        now: Instant,
+        src: Gid,
+        dst: Gid,
+        repr: &PacketRepr,
+        payload: &[u8],
+        len: usize,
+    ) {
+        // IBTA 9.6.1.1: the default partition only (as for RC/UC).
+        if repr.bth.pkey & 0x7FFF != 0x7FFF {
+            self.counters.rx_dropped += 1;
+            return;
+        }
+        let qpn = repr.bth.dest_qp;
+        let targets = if qpn == ud::MULTICAST_QPN {
+            if !is_multicast(&dst) {
+                self.counters.rx_dropped += 1;
+                return;
+            }
+            self.mcast.members(&dst)
+        } else {
+            vec![qpn]
+        };
+        if targets.is_empty() {
+            self.counters.rx_unknown_qp += 1;
+            return;
+        }
+        let grh = ah::grh_bytes(&src, &dst, len);
+        for qpn in targets {
+            match self.qps.get(&qpn) {
+                None => self.counters.rx_unknown_qp += 1,
+                Some(qp) if qp.init.qp_type != QpType::Ud => self.counters.rx_dropped += 1,
+                Some(_) => {
+                    self.with_qp(now, qpn, |qp, ctx| {
+                        qp.handle_ud_request(ctx, repr, payload, &grh)
+                    });
+                }
+            }
+        }
     }
 
     /// The next packet to send, written into `buf` (at least [`MAX_PACKET`] bytes).

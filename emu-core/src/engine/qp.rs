@@ -14,6 +14,7 @@ use verbs_api::{
     SendWr, WcOpcode, WcStatus, WorkCompletion, WrOperation,
 };
 
+use super::ah::AhHandle;
 use super::cq::CqHandle;
 use super::ctx::Ctx;
 use super::mr::{PdHandle, Segment};
@@ -22,6 +23,7 @@ use super::retry::RetryBudget;
 use super::rnr::RnrState;
 use super::srq::SrqHandle;
 use super::timers::TimerTable;
+use super::ud::UdDestination;
 use super::wqe::{RecvWqe, SendWqe};
 use super::Limits;
 
@@ -134,6 +136,7 @@ impl QueuePair {
                 _ => return Err(fail(Error::InvalidArgument("QP is not ready to send"))),
             }
             self.check_send_wr(wr).map_err(fail)?;
+            let ud = self.ud_destination(ctx, wr).map_err(fail)?;
             if self.sq.len() >= self.attr.cap.max_send_wr as usize {
                 return Err(fail(Error::NoMemory("send queue is full")));
             }
@@ -159,6 +162,7 @@ impl QueuePair {
                 npsn: 0,
                 next_off: 0,
                 done: None,
+                ud,
             };
             // IBTA 10.3.1?: WRs posted in ERR (and, for UC/UD, SQE) are flushed.
             if matches!(self.state(), QpState::Err | QpState::Sqe) {
@@ -179,6 +183,8 @@ impl QueuePair {
                 Error::Unsupported("memory windows and LOCAL_INV are not implemented yet"),
             ),
             (_, QpType::Rc) => Ok(()),
+            // IBTA 9.8.? (table 38): UD carries SEND only, with or without immediate.
+            (WrOperation::Send | WrOperation::SendWithImm { .. }, QpType::Ud) => Ok(()),
             // IBTA 9.8 (table 38): UC carries SEND and RDMA WRITE, with or without
             // immediate; no READ, no atomics, no SEND with invalidate.
             (
@@ -222,6 +228,35 @@ impl QueuePair {
             }
         }
         Ok(())
+    }
+
+    /// UD: the destination of the WR, with its address vector copied from the address
+    /// handle (as kernel rxe copies it into the WQE). EINVAL without a destination, for
+    /// an unknown AH or a QP number over 24 bits. `None` on connected QPs.
+    fn ud_destination(
+        &self,
+        ctx: &Ctx<'_>,
+        wr: &SendWr,
+    ) -> verbs_api::Result<Option<UdDestination>> {
+        if self.init.qp_type != QpType::Ud {
+            return Ok(None);
+        }
+        let d = wr.ud.ok_or(Error::InvalidArgument(
+            "a UD send needs a destination (wr.ud)",
+        ))?;
+        let ah = ctx
+            .ahs
+            .get(AhHandle(d.ah.0))
+            .ok_or(Error::InvalidArgument("no such address handle"))?;
+        if d.remote_qpn > 0x00FF_FFFF {
+            return Err(Error::InvalidArgument("remote_qpn has more than 24 bits"));
+        }
+        Ok(Some(UdDestination {
+            dgid: ah.attr.grh.dgid,
+            remote_qpn: d.remote_qpn,
+            remote_qkey: d.remote_qkey,
+            ah_pd: ah.pd,
+        }))
     }
 
     /// INLINE data is copied when posted; libibverbs does not check the SGE keys, so
@@ -400,12 +435,16 @@ impl QueuePair {
     /// Back to RESET: every queue emptied, every counter back to its initial value
     /// (IBTA 10.3.1: completions already on the CQ stay there).
     pub(crate) fn reset(&mut self) {
-        let (qpn, init, cap) = (self.qpn, self.init, self.attr.cap);
+        let (qpn, init, cap, mtu) = (self.qpn, self.init, self.attr.cap, self.attr.path_mtu);
         let in_ready = self.in_ready;
         let mut timers = std::mem::take(&mut self.timers);
         timers.stop_all();
         *self = QueuePair::new(qpn, init);
         self.attr.cap = cap;
+        if init.qp_type == QpType::Ud {
+            // A UD QP's path MTU is the port's active MTU, set at creation.
+            self.attr.path_mtu = mtu;
+        }
         self.timers = timers;
         self.in_ready = in_ready;
     }

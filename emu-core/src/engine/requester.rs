@@ -8,7 +8,7 @@
 //! (a fenced WQE waits for every earlier READ/ATOMIC to complete, manual 3.6).
 
 use emu_wire::{pad_count, Opcode, PacketRepr, Position, Transport, ICRC_LEN};
-use emu_wire::{AtomicEthRepr, RethRepr};
+use emu_wire::{AtomicEthRepr, DethRepr, RethRepr};
 use verbs_api::{QpState, QpType, SendFlags, WcStatus, WrOperation};
 
 use super::ctx::Ctx;
@@ -84,8 +84,12 @@ impl QueuePair {
             return None;
         }
         let mtu = self.path_mtu();
-        let dest_qp = self.attr.dest_qp_num;
+        let qkey = self.attr.qkey;
         let wqe = &mut self.sq[idx];
+        let (dest_qp, dest) = match &wqe.ud {
+            Some(ud) => (ud.remote_qpn, ud.dgid),
+            None => (self.attr.dest_qp_num, self.attr.ah_attr.grh.dgid),
+        };
         let psn = wqe.first_psn.add(wqe.next_off);
         let (repr, payload_off, payload_len, consumed) = match wqe.kind() {
             ReqKind::Send | ReqKind::Write => {
@@ -196,13 +200,26 @@ impl QueuePair {
                 self.req.noack_pkts = 0;
             }
         } else {
-            // IBTA 9.8: UC has no acknowledgements; the twin opcode, never AckReq.
+            // IBTA 9.8: UC and UD have no acknowledgements; the twin opcode, never
+            // AckReq. UD adds the DETH (IBTA 9.3.?): the Q_Key and our QP number.
+            let ud = self.sq[idx].ud;
+            let transport = if ud.is_some() {
+                Transport::Ud
+            } else {
+                Transport::Uc
+            };
             repr.bth.opcode = repr
                 .bth
                 .opcode
-                .with_transport(Transport::Uc)
+                .with_transport(transport)
                 .expect("post checked the opcode");
             repr.bth.ack_req = false;
+            if let Some(ud) = ud {
+                repr.deth = Some(DethRepr {
+                    qkey: ud.qkey(qkey),
+                    src_qp: self.qpn,
+                });
+            }
         }
         let wqe = &mut self.sq[idx];
         let size = emit(buf, &mut repr, payload_len, |dst| {
@@ -229,7 +246,7 @@ impl QueuePair {
             }
         }
         Some(Transmit {
-            dest: self.attr.ah_attr.grh.dgid,
+            dest,
             src_qpn: self.qpn,
             size,
         })
@@ -252,6 +269,18 @@ impl QueuePair {
             }
             if wqe.length.div_ceil(mtu) >= super::responder::MAX_PSNS_PER_MESSAGE {
                 return Err(WcStatus::LocLenErr);
+            }
+            if let Some(ud) = &wqe.ud {
+                // IBTA 9.8.?, C9-?: a UD message is one packet; a longer one is a local
+                // length error (kernel rxe completes it successfully and sends nothing).
+                if wqe.length > mtu {
+                    return Err(WcStatus::LocLenErr);
+                }
+                // The address handle must belong to the QP's PD (kernel rxe's
+                // `rxe_get_av` refuses it; the WQE fails with LOC_QP_OP_ERR there too).
+                if ud.ah_pd != pd {
+                    return Err(WcStatus::LocQpOpErr);
+                }
             }
             if wqe.is_rd_atomic() && max_rd_atomic == 0 {
                 // IBTA 9.4.? max_rd_atomic 0: the QP may not initiate READ/ATOMIC.

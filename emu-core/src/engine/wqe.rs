@@ -4,6 +4,7 @@ use emu_wire::Psn;
 use verbs_api::{SendFlags, Sge, WcStatus, WrOperation};
 
 use super::mr::Segment;
+use super::ud::UdDestination;
 
 /// What kind of request a send WQE makes on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +40,8 @@ pub(crate) struct SendWqe {
     pub(crate) next_off: u32,
     /// Set when the WQE is finished: acknowledged, or failed with this status.
     pub(crate) done: Option<WcStatus>,
+    /// UD: where the message goes, copied from the WR and its address handle.
+    pub(crate) ud: Option<UdDestination>,
 }
 
 impl SendWqe {

@@ -40,17 +40,37 @@ pub trait Link: Send + Sync + std::fmt::Debug {
     fn idle(&self) -> bool {
         false
     }
+
+    /// Makes the link deliver what is sent to the IPv4 multicast `groups` to this
+    /// device, and stop delivering any other group: called with the whole set each time
+    /// a QP attaches or detaches. A link without multicast says `Unsupported`.
+    fn set_multicast_groups(&self, groups: &[Ipv4Addr]) -> io::Result<()> {
+        if groups.is_empty() {
+            Ok(())
+        } else {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+    }
 }
 
 /// Socket buffer size asked for (the kernel may cap it at net.core.*mem_max).
 const SOCKET_BUFFER: usize = 8 << 20;
 
-/// A bound RoCEv2 UDP socket.
+/// A bound RoCEv2 UDP socket, and one socket per multicast group the device joined.
+///
+/// Multicast is IP multicast: a send to a multicast GID goes to the IPv4 group address
+/// on the device port, out of the interface of the device's own address with
+/// loopback on (so devices on one host, in one process or several, hear it); a device
+/// with a QP attached to a group binds a second socket to `group:port`
+/// (`SO_REUSEADDR`, so every device of the host can) and joins the group on the
+/// interface of its own address. On loopback that is `lo`, which Linux lets join groups
+/// although it lacks the MULTICAST flag.
 #[derive(Debug)]
 pub(crate) struct UdpLink {
     socket: UdpSocket,
     ip: Ipv4Addr,
     port: u16,
+    groups: parking_lot::Mutex<Vec<(Ipv4Addr, UdpSocket)>>,
 }
 
 impl UdpLink {
@@ -70,10 +90,50 @@ impl UdpLink {
             &s,
             rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
         )?;
+        // Multicast sends leave through our own address's interface, TTL 1, and are
+        // looped back to the host's other members.
+        if !ip.is_unspecified() {
+            s.set_multicast_if_v4(&ip)?;
+        }
+        s.set_multicast_loop_v4(true)?;
         s.bind(&SocketAddr::V4(SocketAddrV4::new(ip, port)).into())?;
         let socket: UdpSocket = s.into();
         let port = socket.local_addr()?.port();
-        Ok(UdpLink { socket, ip, port })
+        Ok(UdpLink {
+            socket,
+            ip,
+            port,
+            groups: parking_lot::Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A non-blocking socket on `group:port` that has joined `group` on the interface
+    /// of our address.
+    fn join(&self, group: Ipv4Addr) -> io::Result<UdpSocket> {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        s.set_reuse_address(true)?;
+        s.bind(&SocketAddr::V4(SocketAddrV4::new(group, self.port)).into())?;
+        s.join_multicast_v4(&group, &self.ip)?;
+        s.set_nonblocking(true)?;
+        Ok(s.into())
+    }
+
+    /// Receives, without blocking, up to `slots.len()` datagrams waiting on the group
+    /// sockets; `got` gets (length, source, group) per filled slot.
+    pub(crate) fn recv_groups(
+        &self,
+        slots: &mut [Vec<u8>],
+        got: &mut Vec<(usize, SocketAddrV4, Ipv4Addr)>,
+    ) {
+        let groups = self.groups.lock();
+        for (group, sock) in groups.iter() {
+            while got.len() < slots.len() {
+                match sock.recv_from(&mut slots[got.len()]) {
+                    Ok((n, SocketAddr::V4(from))) => got.push((n, from, *group)),
+                    _ => break,
+                }
+            }
+        }
     }
 
     /// The bound port (useful when bound to port 0).
@@ -133,11 +193,12 @@ impl UdpLink {
         }
     }
 
-    /// Whether the ICRC of a datagram from `from` is right.
-    pub(crate) fn icrc_ok(&self, from: SocketAddrV4, packet: &[u8]) -> bool {
+    /// Whether the ICRC of a datagram from `from` to `dst` (our address or a group) is
+    /// right.
+    pub(crate) fn icrc_ok(&self, from: SocketAddrV4, dst: Ipv4Addr, packet: &[u8]) -> bool {
         let ep = Ipv4Endpoints {
             src: *from.ip(),
-            dst: self.ip,
+            dst,
             ip_id: 0,
             src_port: from.port(),
             dst_port: self.port,
@@ -153,5 +214,17 @@ impl Link for UdpLink {
 
     fn send(&self, _src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
         self.send_to(dst, packet)
+    }
+
+    fn set_multicast_groups(&self, groups: &[Ipv4Addr]) -> io::Result<()> {
+        let mut joined = self.groups.lock();
+        joined.retain(|(g, _)| groups.contains(g));
+        for g in groups {
+            if !joined.iter().any(|(j, _)| j == g) {
+                let sock = self.join(*g)?;
+                joined.push((*g, sock));
+            }
+        }
+        Ok(())
     }
 }

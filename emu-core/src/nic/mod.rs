@@ -35,7 +35,7 @@ use verbs_api::{
     SrqAttrMask, SrqId, WorkCompletion,
 };
 
-use crate::engine::{self, CqHandle, Engine, Limits, PdHandle, SrqHandle, MAX_PACKET};
+use crate::engine::{self, AhHandle, CqHandle, Engine, Limits, PdHandle, SrqHandle, MAX_PACKET};
 use emu_wire::{check_icrc, Ipv4Endpoints};
 pub use link::Link;
 use link::UdpLink;
@@ -97,6 +97,8 @@ struct Inner {
     next_channel: AtomicU64,
     cq_channel: Mutex<HashMap<u32, u32>>,
     events: Notifier<AsyncEvent>,
+    /// Serialises multicast attach/detach with the link's group membership.
+    mcast: Mutex<()>,
     stop: AtomicBool,
     link_counters: LinkCounters,
 }
@@ -190,6 +192,30 @@ impl EmuDevice {
         self.inner.with_engine(f)
     }
 
+    /// Tells the link which multicast groups the engine's QPs are attached to. The
+    /// UDP link carries IPv4 groups only.
+    fn sync_groups(&self) -> Result<()> {
+        let groups = self.inner.core.lock().engine.mcast_groups();
+        let mut v4 = Vec::with_capacity(groups.len());
+        for g in &groups {
+            v4.push(g.to_ipv4().ok_or(Error::Unsupported(
+                "the UDP link carries IPv4 multicast groups only",
+            ))?);
+        }
+        self.inner
+            .link
+            .set_multicast_groups(&v4)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::Unsupported => {
+                    Error::Unsupported("this link does not carry multicast")
+                }
+                _ => Error::Os {
+                    errno: e.raw_os_error().unwrap_or(5),
+                    context: "join the multicast group",
+                },
+            })
+    }
+
     /// Takes the next item of `n`; on a link with virtual time, moves the network on
     /// while nothing is queued.
     fn wait<T>(&self, n: &Notifier<T>, timeout: Option<Duration>) -> Result<T> {
@@ -259,7 +285,11 @@ impl Inner {
         Ok(Arc::new(Inner {
             gid: Gid::from_ipv4(cfg.ip),
             core: Mutex::new(Core {
-                engine: Engine::new(cfg.limits),
+                engine: {
+                    let mut e = Engine::new(cfg.limits);
+                    e.set_gid(Gid::from_ipv4(cfg.ip));
+                    e
+                },
                 txbuf: vec![0; MAX_PACKET],
             }),
             cfg,
@@ -268,6 +298,7 @@ impl Inner {
             next_channel: AtomicU64::new(1),
             cq_channel: Mutex::new(HashMap::new()),
             events: Notifier::new()?,
+            mcast: Mutex::new(()),
             stop: AtomicBool::new(false),
             link_counters: LinkCounters::default(),
         }))
@@ -325,6 +356,8 @@ impl Inner {
     fn run(&self, udp: &UdpLink) {
         let mut slots: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; MAX_DATAGRAM]).collect();
         let mut got: Vec<(usize, std::net::SocketAddrV4)> = Vec::with_capacity(BATCH);
+        let mut mslots: Vec<Vec<u8>> = (0..8).map(|_| vec![0u8; MAX_DATAGRAM]).collect();
+        let mut mcast = Vec::with_capacity(mslots.len());
         while !self.stop.load(Ordering::Relaxed) {
             let sleep = {
                 let core = self.core.lock();
@@ -343,13 +376,26 @@ impl Inner {
                     }
                 }
             }
+            // Multicast datagrams wait on the group sockets; they are picked up at
+            // least every MAX_SLEEP.
+            mcast.clear();
+            udp.recv_groups(&mut mslots, &mut mcast);
             let mut core = self.core.lock();
             let now = Instant::now();
-            for (slot, &(n, from)) in slots.iter().zip(&got) {
+            let unicast = got.iter().map(|&(n, from)| (n, from, self.cfg.ip));
+            let all = slots
+                .iter()
+                .zip(unicast)
+                .chain(mslots.iter().zip(mcast.iter().copied()));
+            for (slot, (n, from, dst)) in all {
                 let packet = &slot[..n];
-                if udp.icrc_ok(from, packet) {
-                    core.engine
-                        .handle_datagram(now, Gid::from_ipv4(*from.ip()), packet);
+                if udp.icrc_ok(from, dst, packet) {
+                    core.engine.handle_datagram_to(
+                        now,
+                        Gid::from_ipv4(*from.ip()),
+                        Gid::from_ipv4(dst),
+                        packet,
+                    );
                 } else {
                     self.link_counters
                         .icrc_errors
@@ -641,24 +687,34 @@ impl Device for EmuDevice {
         self.with_engine(|e, now| e.post_srq_recv(now, SrqHandle(srq.0), wrs))
     }
 
-    fn create_ah(&self, _pd: PdId, _attr: &AhAttr) -> Result<AhId> {
-        Err(Error::Unsupported(
-            "UD address handles are not emulated yet",
-        ))
+    fn create_ah(&self, p: PdId, attr: &AhAttr) -> Result<AhId> {
+        Ok(AhId(self.with_engine(|e, _| e.create_ah(pd(p), attr))?.0))
     }
 
-    fn destroy_ah(&self, _ah: AhId) -> Result<()> {
-        Err(Error::Unsupported(
-            "UD address handles are not emulated yet",
-        ))
+    fn destroy_ah(&self, ah: AhId) -> Result<()> {
+        self.with_engine(|e, _| e.destroy_ah(AhHandle(ah.0)))
     }
 
-    fn attach_mcast(&self, _qpn: u32, _gid: &Gid, _lid: u16) -> Result<()> {
-        Err(Error::Unsupported("multicast is not emulated yet"))
+    fn attach_mcast(&self, qpn: u32, gid: &Gid, lid: u16) -> Result<()> {
+        let _serial = self.inner.mcast.lock();
+        let fresh = self.with_engine(|e, _| {
+            let fresh = !e.mcast_groups().contains(gid);
+            e.attach_mcast(qpn, gid, lid).map(|()| fresh)
+        })?;
+        if fresh {
+            if let Err(err) = self.sync_groups() {
+                let _ = self.with_engine(|e, _| e.detach_mcast(qpn, gid, lid));
+                let _ = self.sync_groups();
+                return Err(err);
+            }
+        }
+        Ok(())
     }
 
-    fn detach_mcast(&self, _qpn: u32, _gid: &Gid, _lid: u16) -> Result<()> {
-        Err(Error::Unsupported("multicast is not emulated yet"))
+    fn detach_mcast(&self, qpn: u32, gid: &Gid, lid: u16) -> Result<()> {
+        let _serial = self.inner.mcast.lock();
+        self.with_engine(|e, _| e.detach_mcast(qpn, gid, lid))?;
+        self.sync_groups()
     }
 
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {

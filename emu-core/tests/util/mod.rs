@@ -80,7 +80,7 @@ pub struct Pair {
     pub a: Engine,
     pub b: Engine,
     pub latency: Duration,
-    wire: Vec<(Instant, u64, Side, Vec<u8>)>,
+    wire: Vec<(Instant, u64, Side, Gid, Vec<u8>)>,
     seq: u64,
     pub log: Vec<Record>,
     rule: Option<Rule>,
@@ -159,7 +159,7 @@ impl Pair {
                     payload_len: payload.len(),
                     action,
                 });
-                let to = side.other();
+                let to = (side.other(), t.dest);
                 let at = self.now + self.latency;
                 match action {
                     Action::Deliver => self.push_wire(at, to, bytes),
@@ -175,9 +175,10 @@ impl Pair {
         any
     }
 
-    fn push_wire(&mut self, at: Instant, to: Side, bytes: Vec<u8>) {
+    /// Queues `bytes` for the other engine (`to.0`), addressed to the GID `to.1`.
+    fn push_wire(&mut self, at: Instant, to: (Side, Gid), bytes: Vec<u8>) {
         self.seq += 1;
-        self.wire.push((at, self.seq, to, bytes));
+        self.wire.push((at, self.seq, to.0, to.1, bytes));
     }
 
     /// Delivers every packet due now (in order of arrival time, then send order).
@@ -192,10 +193,10 @@ impl Pair {
             return false;
         }
         let batch: Vec<_> = self.wire.drain(..due).collect();
-        for (_, _, to, bytes) in batch {
+        for (_, _, to, dst, bytes) in batch {
             let now = self.now;
             let src = gid(to.other());
-            self.engine(to).handle_datagram(now, src, &bytes);
+            self.engine(to).handle_datagram_to(now, src, dst, &bytes);
         }
         true
     }
@@ -527,4 +528,93 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// PSN helper.
 pub fn psn(v: u32) -> Psn {
     Psn::new(v)
+}
+
+// ---- UD (tests/ud.rs and others) ----
+
+/// RESET -> INIT (P_Key index, port, Q_Key) -> RTR -> RTS (SQ_PSN): the UD path, no
+/// path attributes (IBTA 10.3.1?, table of required attributes).
+pub fn ud_bring_up(e: &mut Engine, now: Instant, qpn: u32, qkey: u32, sq_psn: u32) {
+    let mut attr = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index: 0,
+        port_num: 1,
+        qkey,
+        ..QpAttr::default()
+    };
+    e.modify_qp(
+        now,
+        qpn,
+        &attr,
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+    )
+    .unwrap();
+    attr.qp_state = QpState::Rtr;
+    e.modify_qp(now, qpn, &attr, QpAttrMask::STATE).unwrap();
+    attr.qp_state = QpState::Rts;
+    attr.sq_psn = sq_psn;
+    e.modify_qp(now, qpn, &attr, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+        .unwrap();
+}
+
+/// A UD config: the default knobs with `qp_type` UD.
+pub fn ud_config() -> Config {
+    Config {
+        qp_type: QpType::Ud,
+        ..Config::default()
+    }
+}
+
+/// Two UD QPs in RTS, one per engine, both with Q_Key `qkey`; each engine knows its GID.
+pub fn ud_pair(cfg: Config, qkey: u32) -> (Pair, Node, Node) {
+    let mut p = Pair::default();
+    p.a.set_gid(gid(Side::A));
+    p.b.set_gid(gid(Side::B));
+    let a = setup(&mut p.a, Side::A, &cfg);
+    let b = setup(&mut p.b, Side::B, &cfg);
+    let now = p.now;
+    ud_bring_up(&mut p.a, now, a.qpn, qkey, cfg.sq_psn[0]);
+    ud_bring_up(&mut p.b, now, b.qpn, qkey, cfg.sq_psn[1]);
+    (p, a, b)
+}
+
+/// The address vector of `to`'s GID.
+pub fn ah_attr_to(dgid: Gid) -> AhAttr {
+    AhAttr {
+        grh: GlobalRoute {
+            dgid,
+            hop_limit: 64,
+            ..GlobalRoute::default()
+        },
+        is_global: true,
+        port_num: 1,
+        ..AhAttr::default()
+    }
+}
+
+impl Node {
+    /// An address handle on this node's engine for `dgid`.
+    pub fn create_ah(&self, p: &mut Pair, dgid: Gid) -> emu_core::engine::AhHandle {
+        let pd = self.pd;
+        p.engine(self.side)
+            .create_ah(pd, &ah_attr_to(dgid))
+            .unwrap()
+    }
+}
+
+/// A signaled UD SEND of `sges` through `ah` to `remote_qpn` with `qkey`.
+pub fn ud_send(
+    wr_id: u64,
+    sges: Vec<Sge>,
+    ah: emu_core::engine::AhHandle,
+    remote_qpn: u32,
+    qkey: u32,
+) -> SendWr {
+    SendWr::send(wr_id, sges)
+        .signaled()
+        .with_ud(verbs_api::UdDest {
+            ah: verbs_api::AhId(ah.0),
+            remote_qpn,
+            remote_qkey: qkey,
+        })
 }
