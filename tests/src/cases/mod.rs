@@ -10,6 +10,7 @@ mod errors;
 mod pd_mr;
 mod qp_state;
 mod srq;
+mod ud;
 
 /// Appends every case.
 pub fn register(v: &mut Vec<Case>) {
@@ -20,6 +21,7 @@ pub fn register(v: &mut Vec<Case>) {
     data::register(v);
     errors::register(v);
     srq::register(v);
+    ud::register(v);
 }
 
 /// Asserts that `r` is an error with errno `errno`.
