@@ -6,5 +6,5 @@
 mod pingpong;
 
 fn main() {
-    pingpong::main(verbs_api::QpType::Rc);
+    pingpong::main(pingpong::Mode::Rc);
 }

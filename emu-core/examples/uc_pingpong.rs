@@ -6,5 +6,5 @@
 mod pingpong;
 
 fn main() {
-    pingpong::main(verbs_api::QpType::Uc);
+    pingpong::main(pingpong::Mode::Uc);
 }

@@ -48,13 +48,18 @@ fn port(k: u16) -> u16 {
 #[test]
 fn every_example_runs() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for (k, name) in ["rc_pingpong", "uc_pingpong"].iter().enumerate() {
-        let p = port(k as u16).to_string();
-        let out = run(
-            name,
-            &["--loopback", "-n", "200", "-s", "5000", "--udp-port", &p],
-            0,
-        );
+    let pingpongs = [
+        ("rc_pingpong", &["-s", "5000"][..]),
+        ("uc_pingpong", &["-s", "5000"]),
+        // UD: one packet per message, within the MTU.
+        ("ud_pingpong", &["-s", "1000"]),
+        ("srq_pingpong", &["-s", "5000", "-q", "4"]),
+    ];
+    for (k, (name, extra)) in pingpongs.iter().enumerate() {
+        let p = port(4 + k as u16).to_string();
+        let mut args = vec!["--loopback", "-n", "200", "--udp-port", &p];
+        args.extend_from_slice(extra);
+        let out = run(name, &args, 0);
         assert_eq!(out.matches("200 iters in").count(), 2, "{name}: {out}");
     }
     let out = run("demo", &[], port(2));
@@ -125,10 +130,20 @@ fn two_processes_write_64_mib_byte_exact() {
 #[test]
 fn two_processes_ping_pong() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for (k, name) in [(12, "rc_pingpong"), (14, "uc_pingpong")] {
+    for (k, name) in [
+        (12, "rc_pingpong"),
+        (14, "uc_pingpong"),
+        (8, "ud_pingpong"),
+        (0, "srq_pingpong"),
+    ] {
         let (tcp, udp) = (port(k).to_string(), port(k + 1).to_string());
-        let args = ["-n", "200", "-p", &tcp, "--udp-port", &udp].map(String::from);
-        let (c, s) = two_processes(name, args.to_vec());
+        let mut args = ["-n", "200", "-p", &tcp, "--udp-port", &udp]
+            .map(String::from)
+            .to_vec();
+        if name == "srq_pingpong" {
+            args.extend(["-q", "4"].map(String::from));
+        }
+        let (c, s) = two_processes(name, args);
         assert!(c.contains("200 iters in"), "{c}");
         assert!(s.contains("200 iters in"), "{s}");
     }

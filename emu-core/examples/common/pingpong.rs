@@ -1,12 +1,20 @@
-//! RC and UC ping-pong over emulated devices, after rdma-core's `ibv_rc_pingpong` and
-//! `ibv_uc_pingpong` (shared by the `rc_pingpong` and `uc_pingpong` examples).
+//! Ping-pong over emulated devices, after rdma-core's `ibv_rc_pingpong`,
+//! `ibv_uc_pingpong`, `ibv_ud_pingpong` and `ibv_srq_pingpong` (shared by the
+//! `rc_pingpong`, `uc_pingpong`, `ud_pingpong` and `srq_pingpong` examples).
 //!
 //! ```text
 //! xx_pingpong [options]            server: waits for a client on TCP port 18515
 //! xx_pingpong [options] HOST       client: connects to the server at HOST
 //! xx_pingpong --loopback           both ends in one process
-//! options: -s SIZE (4096)  -n ITERS (1000)  -p TCP_PORT (18515)  --ip ADDR  --udp-port N (4791)
+//! options: -s SIZE (4096; UD 2048)  -n ITERS (1000)  -p TCP_PORT (18515)  --ip ADDR
+//!          --udp-port N (4791)  -q NUM_QP (srq_pingpong: 16)
 //! ```
+//!
+//! UD (as `ibv_ud_pingpong`): each receive buffer is SIZE + 40 bytes, the GRH first;
+//! the QPs use Q_Key 0x11111111 and an address handle to the peer's GID; SIZE must fit
+//! the port's MTU. SRQ (as `ibv_srq_pingpong`): NUM_QP RC QPs on each side share one
+//! shared receive queue; every QP plays its own ping-pong, and a receive completion
+//! names the QP (`qp_num`) that answers it.
 //!
 //! Each end opens its own emulated device. Its address defaults to 127.0.0.1 for the
 //! server and 127.0.0.2 for the client, so two processes on one host need no flags;
@@ -21,9 +29,35 @@ use emu_core::nic::{EmuConfig, EmuDevice, ROCE_PORT};
 use verbs_api::QpAttrMask as M;
 use verbs_api::*;
 
+/// Which program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(dead_code)] // each example uses one
+pub(crate) enum Mode {
+    Rc,
+    Uc,
+    Ud,
+    Srq,
+}
+
+impl Mode {
+    fn qp_type(self) -> QpType {
+        match self {
+            Mode::Rc | Mode::Srq => QpType::Rc,
+            Mode::Uc => QpType::Uc,
+            Mode::Ud => QpType::Ud,
+        }
+    }
+}
+
+/// The Q_Key of `ibv_ud_pingpong`.
+const QKEY: u32 = 0x1111_1111;
+/// The GRH at the start of every UD receive buffer.
+const GRH: usize = 40;
+
 struct Opts {
     server: Option<String>,
     size: usize,
+    num_qp: usize,
     iters: usize,
     tcp_port: u16,
     ip: Option<Ipv4Addr>,
@@ -32,10 +66,11 @@ struct Opts {
     timeout: u64,
 }
 
-fn parse_args() -> Opts {
+fn parse_args(mode: Mode) -> Opts {
     let mut o = Opts {
         server: None,
-        size: 4096,
+        size: if mode == Mode::Ud { 2048 } else { 4096 },
+        num_qp: if mode == Mode::Srq { 16 } else { 1 },
         iters: 1000,
         tcp_port: 18515,
         ip: None,
@@ -55,6 +90,13 @@ fn parse_args() -> Opts {
                 o.iters = val("-n")
                     .parse()
                     .unwrap_or_else(|_| die("bad iteration count"))
+            }
+            "-q" | "--num_qp" if mode == Mode::Srq => {
+                o.num_qp = val("-q")
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .unwrap_or_else(|| die("bad QP count"))
             }
             "-p" | "--port" => o.tcp_port = val("-p").parse().unwrap_or_else(|_| die("bad port")),
             "--ip" => {
@@ -76,7 +118,7 @@ fn parse_args() -> Opts {
                     .unwrap_or_else(|_| die("bad timeout"))
             }
             "-h" | "--help" => {
-                println!("usage: rc_pingpong|uc_pingpong [-s SIZE] [-n ITERS] [-p TCP_PORT] [--ip ADDR] [--udp-port N] [--timeout SECS] [--loopback] [HOST]");
+                println!("usage: rc_pingpong|uc_pingpong|ud_pingpong|srq_pingpong [-s SIZE] [-n ITERS] [-q NUM_QP (srq)] [-p TCP_PORT] [--ip ADDR] [--udp-port N] [--timeout SECS] [--loopback] [HOST]");
                 std::process::exit(0);
             }
             h if !h.starts_with('-') => o.server = Some(h.to_string()),
@@ -135,15 +177,19 @@ impl Dest {
 
 struct Ctx {
     dev: EmuDevice,
+    pd: PdId,
     cq: CqId,
-    qpn: u32,
+    qpns: Vec<u32>,
+    srq: Option<SrqId>,
+    /// UD: the address handle and QP number of each peer QP.
+    ud: Vec<(AhId, u32)>,
     buf: MemBuf,
     mr: MrInfo,
     size: usize,
-    qp_type: QpType,
+    mode: Mode,
 }
 
-fn setup(ip: Ipv4Addr, udp_port: u16, size: usize, qp_type: QpType) -> Ctx {
+fn setup(ip: Ipv4Addr, udp_port: u16, size: usize, mode: Mode, num_qp: usize) -> Ctx {
     let dev = EmuDevice::open(EmuConfig {
         ip,
         port: udp_port,
@@ -154,63 +200,86 @@ fn setup(ip: Ipv4Addr, udp_port: u16, size: usize, qp_type: QpType) -> Ctx {
             "cannot open an emulated device on {ip}:{udp_port}: {e}"
         ))
     });
+    if mode == Mode::Ud {
+        let mtu = dev.query_port(1).unwrap().active_mtu.bytes() as usize;
+        if size > mtu {
+            die(&format!("UD messages must fit the MTU: {size} > {mtu}"));
+        }
+    }
     let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(256, None).unwrap();
+    let cq = dev.create_cq((RX_DEPTH + num_qp) as u32, None).unwrap();
+    let srq = (mode == Mode::Srq).then(|| {
+        dev.create_srq(
+            pd,
+            &SrqAttr {
+                max_wr: RX_DEPTH as u32,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap()
+    });
     let cap = QpCap {
         max_send_wr: 1,
-        max_recv_wr: 500,
+        max_recv_wr: RX_DEPTH as u32,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let qpn = dev
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type,
-            cap,
-            sq_sig_all: false,
-            srq: None,
+    let qpns = (0..num_qp)
+        .map(|_| {
+            dev.create_qp(&QpInitAttr {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                qp_type: mode.qp_type(),
+                cap,
+                sq_sig_all: false,
+                srq,
+            })
+            .unwrap_or_else(|e| die(&format!("couldn't create a QP: {e}")))
         })
-        .unwrap();
-    let buf = MemBuf::new(size.max(1));
+        .collect::<Vec<_>>();
+    // UD receives get the 40-byte GRH first.
+    let len = if mode == Mode::Ud { size + GRH } else { size };
+    let buf = MemBuf::new(len.max(1));
     let mr = dev
-        .reg_mr(pd, &buf, 0, size, AccessFlags::LOCAL_WRITE)
+        .reg_mr(pd, &buf, 0, len, AccessFlags::LOCAL_WRITE)
         .unwrap();
     let init = QpAttr {
         qp_state: QpState::Init,
         port_num: 1,
+        qkey: QKEY,
         ..QpAttr::default()
     };
-    dev.modify_qp(
-        qpn,
-        &init,
-        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-    )
-    .unwrap();
+    let mask = if mode == Mode::Ud {
+        M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY
+    } else {
+        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
+    };
+    for &qpn in &qpns {
+        dev.modify_qp(qpn, &init, mask)
+            .unwrap_or_else(|e| die(&format!("failed to modify QP to INIT: {e}")));
+    }
     let c = Ctx {
         dev,
+        pd,
         cq,
-        qpn,
+        qpns,
+        srq,
+        ud: Vec::new(),
         buf,
         mr,
         size,
-        qp_type,
+        mode,
     };
     post_recv(&c, RX_DEPTH);
     c
 }
 
-fn connect(c: &Ctx, my_psn: u32, rem: Dest) {
-    let mut a = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::Mtu1024,
-        dest_qp_num: rem.qpn,
-        rq_psn: rem.psn,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ah_attr: AhAttr {
+fn connect(c: &mut Ctx, mine: &[Dest], rems: &[Dest]) {
+    for ((&qpn, me), rem) in c.qpns.iter().zip(mine).zip(rems) {
+        let av = AhAttr {
             grh: GlobalRoute {
                 dgid: rem.gid,
                 hop_limit: 1,
@@ -219,32 +288,58 @@ fn connect(c: &Ctx, my_psn: u32, rem: Dest) {
             is_global: true,
             port_num: 1,
             ..Default::default()
-        },
-        ..QpAttr::default()
-    };
-    let rc = c.qp_type == QpType::Rc;
-    let mut rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
-    if rc {
-        rtr |= M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+        };
+        let mut a = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: Mtu::Mtu1024,
+            dest_qp_num: rem.qpn,
+            rq_psn: rem.psn,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ah_attr: av,
+            ..QpAttr::default()
+        };
+        let rc = c.mode.qp_type() == QpType::Rc;
+        let rtr = match c.mode.qp_type() {
+            // UD: no path attributes; the destination goes in every WR.
+            QpType::Ud => M::STATE,
+            _ if rc => {
+                M::STATE
+                    | M::AV
+                    | M::PATH_MTU
+                    | M::DEST_QPN
+                    | M::RQ_PSN
+                    | M::MAX_DEST_RD_ATOMIC
+                    | M::MIN_RNR_TIMER
+            }
+            _ => M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
+        };
+        c.dev
+            .modify_qp(qpn, &a, rtr)
+            .unwrap_or_else(|e| die(&format!("failed to modify QP to RTR: {e}")));
+        a.qp_state = QpState::Rts;
+        // ~1 s per try (4.096 us * 2^18): a loaded 2-core machine can starve a device
+        // thread for longer than the 67 ms of timeout 14 times 7 retries.
+        a.timeout = 18;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.sq_psn = me.psn;
+        a.max_rd_atomic = 1;
+        let mut rts = M::STATE | M::SQ_PSN;
+        if rc {
+            rts |= M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+        }
+        c.dev
+            .modify_qp(qpn, &a, rts)
+            .unwrap_or_else(|e| die(&format!("failed to modify QP to RTS: {e}")));
+        if c.mode == Mode::Ud {
+            let ah = c
+                .dev
+                .create_ah(c.pd, &av)
+                .unwrap_or_else(|e| die(&format!("failed to create AH: {e}")));
+            c.ud.push((ah, rem.qpn));
+        }
     }
-    c.dev
-        .modify_qp(c.qpn, &a, rtr)
-        .unwrap_or_else(|e| die(&format!("failed to modify QP to RTR: {e}")));
-    a.qp_state = QpState::Rts;
-    // ~1 s per try (4.096 us * 2^18): a loaded 2-core machine can starve a device
-    // thread for longer than the 67 ms of timeout 14 times 7 retries.
-    a.timeout = 18;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = my_psn;
-    a.max_rd_atomic = 1;
-    let mut rts = M::STATE | M::SQ_PSN;
-    if rc {
-        rts |= M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-    }
-    c.dev
-        .modify_qp(c.qpn, &a, rts)
-        .unwrap_or_else(|e| die(&format!("failed to modify QP to RTS: {e}")));
 }
 
 /// Receives kept posted, as rdma-core's examples do.
@@ -252,56 +347,76 @@ const RX_DEPTH: usize = 500;
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 
+/// Posts `n` receives: to the SRQ, or to the (one) QP.
 fn post_recv(c: &Ctx, n: usize) {
+    let len = if c.mode == Mode::Ud {
+        c.size + GRH
+    } else {
+        c.size
+    };
     let wr = RecvWr {
         wr_id: RECV_WRID,
         sg_list: vec![Sge {
             addr: c.mr.addr,
-            length: c.size as u32,
+            length: len as u32,
             lkey: c.mr.lkey,
         }],
     };
     for _ in 0..n {
-        c.dev
-            .post_recv(c.qpn, std::slice::from_ref(&wr))
-            .unwrap_or_else(|e| die(&format!("post_recv: {e}")));
+        let r = match c.srq {
+            Some(srq) => c.dev.post_srq_recv(srq, std::slice::from_ref(&wr)),
+            None => c.dev.post_recv(c.qpns[0], std::slice::from_ref(&wr)),
+        };
+        r.unwrap_or_else(|e| die(&format!("post_recv: {e}")));
     }
 }
 
-fn post_send(c: &Ctx) {
+/// Sends one message on QP number `i` (UD: from after the GRH area, to the peer's QP
+/// through its address handle).
+fn post_send(c: &Ctx, i: usize) {
+    let off = if c.mode == Mode::Ud { GRH as u64 } else { 0 };
     let wr = SendWr {
         wr_id: SEND_WRID,
         sg_list: vec![Sge {
-            addr: c.mr.addr,
+            addr: c.mr.addr + off,
             length: c.size as u32,
             lkey: c.mr.lkey,
         }],
         op: WrOperation::Send,
         send_flags: SendFlags::SIGNALED,
-        ud: None,
+        ud: c.ud.get(i).map(|&(ah, remote_qpn)| UdDest {
+            ah,
+            remote_qpn,
+            remote_qkey: QKEY,
+        }),
     };
     c.dev
-        .post_send(c.qpn, &[wr])
+        .post_send(c.qpns[i], &[wr])
         .unwrap_or_else(|e| die(&format!("post_send: {e}")));
 }
 
-/// The ping-pong loop of ibv_rc_pingpong: every receive is answered by a send.
+/// The ping-pong loop of ibv_rc_pingpong, per QP (ibv_srq_pingpong): every receive
+/// is answered by a send on the QP that received it.
 fn run(c: &Ctx, client: bool, iters: usize, timeout: u64) {
-    // The receives were posted in INIT, before connecting (see `setup`): on UC a SEND
-    // that finds no receive is dropped, so none may arrive before they are there.
+    // The receives were posted in INIT, before connecting (see `setup`): on UC and UD a
+    // SEND that finds no receive is dropped, so none may arrive before they are there.
+    let n = c.qpns.len();
     let mut recvs_posted = RX_DEPTH;
-    let (mut rcnt, mut scnt) = (0, 0);
-    let mut pending_send = false;
-    let mut outstanding_recv = false;
+    let (mut rcnt, mut scnt) = (vec![0; n], vec![0; n]);
+    let mut pending_send = vec![false; n];
+    let mut outstanding_recv = vec![false; n];
     if client {
         c.buf.fill(0x5a);
-        post_send(c);
-        pending_send = true;
+        for (i, p) in pending_send.iter_mut().enumerate() {
+            post_send(c, i);
+            *p = true;
+        }
     }
     let start = Instant::now();
     let mut wcs = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(timeout);
-    while rcnt < iters || scnt < iters {
+    let mut deadline = Instant::now() + Duration::from_secs(timeout);
+    let done = |r: &[usize], s: &[usize]| r.iter().chain(s).all(|&k| k >= iters);
+    while !done(&rcnt, &scnt) {
         wcs.clear();
         c.dev.poll_cq(c.cq, 16, &mut wcs).unwrap();
         for wc in &wcs {
@@ -313,37 +428,46 @@ fn run(c: &Ctx, client: bool, iters: usize, timeout: u64) {
                     wc.wr_id
                 ));
             }
+            let i = c
+                .qpns
+                .iter()
+                .position(|&q| q == wc.qp_num)
+                .unwrap_or_else(|| die(&format!("completion for unknown QP {}", wc.qp_num)));
             match wc.wr_id {
                 SEND_WRID => {
-                    scnt += 1;
-                    pending_send = false;
+                    scnt[i] += 1;
+                    pending_send[i] = false;
                 }
                 RECV_WRID => {
-                    rcnt += 1;
+                    rcnt[i] += 1;
                     recvs_posted -= 1;
-                    if recvs_posted <= 1 {
-                        post_recv(c, 500 - recvs_posted);
-                        recvs_posted = 500;
+                    if recvs_posted <= n {
+                        post_recv(c, RX_DEPTH - recvs_posted);
+                        recvs_posted = RX_DEPTH;
                     }
-                    outstanding_recv = true;
+                    outstanding_recv[i] = true;
                 }
                 other => die(&format!("completion for unknown wr_id {other}")),
             }
         }
-        if outstanding_recv && !pending_send && scnt < iters {
-            outstanding_recv = false;
-            post_send(c);
-            pending_send = true;
+        for i in 0..n {
+            if outstanding_recv[i] && !pending_send[i] && scnt[i] < iters {
+                outstanding_recv[i] = false;
+                post_send(c, i);
+                pending_send[i] = true;
+            }
         }
         if wcs.is_empty() {
             if Instant::now() > deadline {
-                die(&format!("no progress for {timeout} s (UC loses a message for good when a packet is lost)"));
+                die(&format!("no progress for {timeout} s (UC and UD lose a message for good when a packet is lost)"));
             }
             std::thread::yield_now();
+        } else {
+            deadline = Instant::now() + Duration::from_secs(timeout);
         }
     }
     let usec = start.elapsed().as_secs_f64() * 1e6;
-    let bytes = (c.size * iters * 2) as f64;
+    let bytes = (c.size * iters * 2 * n) as f64;
     println!(
         "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
         bytes as u64,
@@ -358,54 +482,63 @@ fn run(c: &Ctx, client: bool, iters: usize, timeout: u64) {
     );
 }
 
-/// Sends our address and reads the peer's. One `BufReader` serves the whole
-/// conversation: a reader made per line could swallow the peer's next line.
-fn exchange(stream: &mut BufReader<TcpStream>, mine: Dest) -> Dest {
-    stream
-        .get_mut()
-        .write_all(format!("{}\n", mine.to_wire()).as_bytes())
-        .unwrap();
-    let mut line = String::new();
-    stream.read_line(&mut line).unwrap();
-    Dest::from_wire(&line)
-        .unwrap_or_else(|| die(&format!("could not parse the peer's address {line:?}")))
+/// Sends our addresses (one line per QP) and reads the peer's as many. One
+/// `BufReader` serves the whole conversation: a reader made per line could swallow the
+/// peer's next line.
+fn exchange(stream: &mut BufReader<TcpStream>, mine: &[Dest]) -> Vec<Dest> {
+    let text: String = mine.iter().map(|d| format!("{}\n", d.to_wire())).collect();
+    stream.get_mut().write_all(text.as_bytes()).unwrap();
+    (0..mine.len())
+        .map(|_| {
+            let mut line = String::new();
+            stream.read_line(&mut line).unwrap();
+            Dest::from_wire(&line)
+                .unwrap_or_else(|| die(&format!("could not parse the peer's address {line:?}")))
+        })
+        .collect()
 }
 
-fn my_dest(c: &Ctx) -> Dest {
+fn my_dests(c: &Ctx) -> Vec<Dest> {
     let gid = c.dev.query_gid(1, 0).unwrap();
     let salt = u32::from_be_bytes([gid.0[12], gid.0[13], gid.0[14], gid.0[15]]);
-    let psn = (std::process::id().wrapping_mul(2_654_435_761) ^ c.qpn ^ salt.wrapping_mul(40_503))
-        & 0xFF_FFFF;
-    Dest {
-        lid: 0,
-        qpn: c.qpn,
-        psn,
-        gid: c.dev.query_gid(1, 0).unwrap(),
+    c.qpns
+        .iter()
+        .map(|&qpn| Dest {
+            lid: 0,
+            qpn,
+            psn: (std::process::id().wrapping_mul(2_654_435_761) ^ qpn ^ salt.wrapping_mul(40_503))
+                & 0xFF_FFFF,
+            gid,
+        })
+        .collect()
+}
+
+fn print_dests(what: &str, ds: &[Dest]) {
+    let label = format!("{what} address:");
+    for d in ds {
+        println!(
+            "  {label:<16}LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+            d.lid, d.qpn, d.psn, d.gid
+        );
     }
 }
 
-/// Runs the program for `qp_type` (RC or UC).
-pub(crate) fn main(qp_type: QpType) {
-    let o = parse_args();
+/// Runs the program for `mode`.
+pub(crate) fn main(mode: Mode) {
+    let o = parse_args(mode);
     if o.loopback {
         let port = if o.udp_port == ROCE_PORT {
             20000 + (std::process::id() % 20000) as u16
         } else {
             o.udp_port
         };
-        let a = setup(Ipv4Addr::new(127, 0, 0, 1), port, o.size, qp_type);
-        let b = setup(Ipv4Addr::new(127, 0, 0, 2), port, o.size, qp_type);
-        let (da, db) = (my_dest(&a), my_dest(&b));
-        println!(
-            "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-            da.lid, da.qpn, da.psn, da.gid
-        );
-        println!(
-            "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-            db.lid, db.qpn, db.psn, db.gid
-        );
-        connect(&a, da.psn, db);
-        connect(&b, db.psn, da);
+        let mut a = setup(Ipv4Addr::new(127, 0, 0, 1), port, o.size, mode, o.num_qp);
+        let mut b = setup(Ipv4Addr::new(127, 0, 0, 2), port, o.size, mode, o.num_qp);
+        let (da, db) = (my_dests(&a), my_dests(&b));
+        print_dests("local", &da);
+        print_dests("remote", &db);
+        connect(&mut a, &da, &db);
+        connect(&mut b, &db, &da);
         let iters = o.iters;
         let timeout = o.timeout;
         let server = std::thread::spawn(move || run(&b, false, iters, timeout));
@@ -419,12 +552,9 @@ pub(crate) fn main(qp_type: QpType) {
     } else {
         Ipv4Addr::new(127, 0, 0, 1)
     });
-    let c = setup(ip, o.udp_port, o.size, qp_type);
-    let mine = my_dest(&c);
-    println!(
-        "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-        mine.lid, mine.qpn, mine.psn, mine.gid
-    );
+    let mut c = setup(ip, o.udp_port, o.size, mode, o.num_qp);
+    let mine = my_dests(&c);
+    print_dests("local", &mine);
     let stream = match &o.server {
         Some(host) => {
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -445,12 +575,9 @@ pub(crate) fn main(qp_type: QpType) {
         }
     };
     let mut stream = BufReader::new(stream);
-    let rem = exchange(&mut stream, mine);
-    println!(
-        "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-        rem.lid, rem.qpn, rem.psn, rem.gid
-    );
-    connect(&c, mine.psn, rem);
+    let rems = exchange(&mut stream, &mine);
+    print_dests("remote", &rems);
+    connect(&mut c, &mine, &rems);
     // Both ends are in RTS before the first SEND (the TCP round trip is the barrier).
     stream.get_mut().write_all(b"ready\n").unwrap();
     let mut line = String::new();
