@@ -25,7 +25,7 @@
 //! (send) with its engine lock held: the lock order is device, then fabric.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
@@ -137,7 +137,8 @@ struct State {
     seed: u64,
     nodes: Vec<Node>,
     default_cfg: LinkConfig,
-    dirs: HashMap<(usize, usize), Direction>,
+    /// `dirs[src][dst]`, made on first use.
+    dirs: Vec<Vec<Option<Direction>>>,
     queue: BinaryHeap<Reverse<Event>>,
     seq: u64,
     packets: u64,
@@ -280,9 +281,14 @@ impl Shared {
 impl State {
     fn dir(&mut self, src: usize, dst: usize) -> &mut Direction {
         let (seed, cfg) = (self.seed, self.default_cfg);
-        self.dirs
-            .entry((src, dst))
-            .or_insert_with(|| Direction::new(cfg, seed, ((src as u64) << 32) | dst as u64))
+        if self.dirs.len() <= src {
+            self.dirs.resize_with(src + 1, Vec::new);
+        }
+        let row = &mut self.dirs[src];
+        if row.len() <= dst {
+            row.resize_with(dst + 1, || None);
+        }
+        row[dst].get_or_insert_with(|| Direction::new(cfg, seed, ((src as u64) << 32) | dst as u64))
     }
 
     fn set_fate(&mut self, rec: Option<usize>, fate: Fate) {
@@ -463,12 +469,15 @@ impl State {
         let Some(done) = dir.transmit(now, bytes.len()) else {
             return self.set_fate(rec, Fate::Dropped(Cause::QueueFull));
         };
-        let delays: Vec<Duration> = (0..t.copies).map(|_| dir.delay()).collect();
+        let mut delays = [Duration::ZERO; 2];
+        for d in delays.iter_mut().take(t.copies) {
+            *d = dir.delay();
+        }
         if t.corrupt_bit.is_some() {
             self.stats.corrupted += 1;
         }
         self.stats.duplicated += t.copies as u64 - 1;
-        for d in delays {
+        for &d in delays.iter().take(t.copies) {
             let mut b = self.pool.pop().unwrap_or_default();
             b.extend_from_slice(bytes);
             if let Some(bit) = t.corrupt_bit {
@@ -501,7 +510,7 @@ impl Fabric {
                     seed,
                     nodes: Vec::new(),
                     default_cfg: LinkConfig::default(),
-                    dirs: HashMap::new(),
+                    dirs: Vec::new(),
                     queue: BinaryHeap::new(),
                     seq: 0,
                     packets: 0,

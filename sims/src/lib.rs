@@ -14,9 +14,13 @@
 #![forbid(unsafe_code)]
 
 pub mod fabric;
+pub mod ladder;
 pub mod link;
 pub mod pair;
+pub mod pcap;
 pub mod rules;
+pub mod scenario;
+pub mod svg;
 pub mod trace;
 
 pub use fabric::{Endpoint, Fabric, FabricError, FabricStats};

@@ -8,8 +8,8 @@ use std::time::Duration;
 use emu_core::nic::EmuDevice;
 use verbs_api::QpAttrMask as M;
 use verbs_api::{
-    AccessFlags, AhAttr, Context, Cq, Device, GlobalRoute, MemBuf, Mr, Mtu, Pd, Qp, QpAttr, QpCap,
-    QpState, QpType, RecvWr, SendWr, Sge, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, Context, Cq, Device, Gid, GlobalRoute, MemBuf, Mr, Mtu, Pd,
+    Qp, QpAttr, QpCap, QpState, QpType, RecvWr, SendWr, Sge, WorkCompletion,
 };
 
 use crate::Fabric;
@@ -173,6 +173,16 @@ impl Host {
         }
     }
 
+    /// Every asynchronous event queued on the device (the network moves on while
+    /// none is).
+    pub fn events(&self) -> Vec<AsyncEvent> {
+        let mut v = Vec::new();
+        while let Ok(e) = self.ctx.get_async_event(Some(Duration::ZERO)) {
+            v.push(e);
+        }
+        v
+    }
+
     /// The QP's state.
     pub fn state(&self) -> QpState {
         self.qp.query().expect("query_qp").qp_state
@@ -182,6 +192,13 @@ impl Host {
 /// Walks `me` RESET -> INIT -> RTR -> RTS towards `peer` (manual 3.5: the attributes
 /// each transition requires).
 pub fn connect(me: &Host, peer: &Host, cfg: &PairConfig) {
+    let gid = peer.ctx.device().query_gid(1, 0).expect("query_gid");
+    connect_qp(me.ctx.device(), me.qp.qpn(), gid, peer.qp.qpn(), cfg);
+}
+
+/// Walks QP `qpn` of `dev` RESET -> INIT -> RTR -> RTS towards QP `peer_qpn` at
+/// `peer_gid`, through the Device trait alone.
+pub fn connect_qp(dev: &dyn Device, qpn: u32, peer_gid: Gid, peer_qpn: u32, cfg: &PairConfig) {
     let rc = cfg.qp_type == QpType::Rc;
     let mut a = QpAttr {
         qp_state: QpState::Init,
@@ -194,18 +211,21 @@ pub fn connect(me: &Host, peer: &Host, cfg: &PairConfig) {
             },
         ..Default::default()
     };
-    me.qp
-        .modify(&a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)
-        .expect("to INIT");
+    dev.modify_qp(
+        qpn,
+        &a,
+        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+    )
+    .expect("to INIT");
     a.qp_state = QpState::Rtr;
     a.path_mtu = cfg.path_mtu;
-    a.dest_qp_num = peer.qp.qpn();
+    a.dest_qp_num = peer_qpn;
     a.rq_psn = cfg.psn;
     a.max_dest_rd_atomic = cfg.rd_atomic;
     a.min_rnr_timer = cfg.min_rnr_timer;
     a.ah_attr = AhAttr {
         grh: GlobalRoute {
-            dgid: peer.ctx.device().query_gid(1, 0).expect("query_gid"),
+            dgid: peer_gid,
             ..Default::default()
         },
         is_global: true,
@@ -216,7 +236,7 @@ pub fn connect(me: &Host, peer: &Host, cfg: &PairConfig) {
     if rc {
         mask |= M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
     }
-    me.qp.modify(&a, mask).expect("to RTR");
+    dev.modify_qp(qpn, &a, mask).expect("to RTR");
     a.qp_state = QpState::Rts;
     a.sq_psn = cfg.psn;
     a.timeout = cfg.timeout;
@@ -227,7 +247,7 @@ pub fn connect(me: &Host, peer: &Host, cfg: &PairConfig) {
     if rc {
         mask |= M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
     }
-    me.qp.modify(&a, mask).expect("to RTS");
+    dev.modify_qp(qpn, &a, mask).expect("to RTS");
 }
 
 /// Hosts `a` (192.0.2.1) and `b` (192.0.2.2, documentation addresses) on `fabric`, their QPs connected.

@@ -156,17 +156,27 @@ impl Trace {
     }
 
     /// Every header field of a packet in one line, for diagrams and comparisons:
-    /// `RC_SEND_ONLY qp=0x000011 psn=100 A solicited AETH... RETH...`.
+    /// `RC_SEND_ONLY psn=100 qp=0x000011 A len=8`.
     pub fn describe(&self, p: &PacketRecord) -> String {
+        match &p.repr {
+            Some(r) => format!(
+                "{} psn={} {}",
+                r.bth.opcode.name(),
+                r.bth.psn.value(),
+                self.fields(p)
+            ),
+            None => self.fields(p),
+        }
+    }
+
+    /// The header fields after the opcode and PSN: destination QP, AckReq (`A`),
+    /// Solicited (`S`), DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH and the
+    /// payload length.
+    pub fn fields(&self, p: &PacketRecord) -> String {
         let Some(r) = &p.repr else {
             return format!("unparsed ({} bytes)", p.bytes.as_ref().map_or(0, Vec::len));
         };
-        let mut s = format!(
-            "{} qp={:#08x} psn={}",
-            r.bth.opcode.name(),
-            r.bth.dest_qp,
-            r.bth.psn.value()
-        );
+        let mut s = format!("qp={:#08x}", r.bth.dest_qp);
         if r.bth.ack_req {
             s.push_str(" A");
         }
@@ -209,6 +219,21 @@ impl Trace {
             s += &format!(" len={}", p.payload_len);
         }
         s
+    }
+
+    /// The short name of a packet for an arrow: the opcode without `RC_`, its PSN.
+    pub fn arrow_label(&self, p: &PacketRecord) -> String {
+        match &p.repr {
+            Some(r) => {
+                let name = r.bth.opcode.name();
+                format!(
+                    "{} {}",
+                    name.strip_prefix("RC_").unwrap_or(name),
+                    r.bth.psn.value()
+                )
+            }
+            None => "?".into(),
+        }
     }
 
     /// One line per packet: time, direction, headers, fate and arrivals. Stable from
