@@ -241,12 +241,22 @@ impl DeviceDriver {
     /// device port). A wrong ICRC drops it and counts it, as on UDP. Returns false if
     /// the device is gone.
     pub fn handle_datagram(&self, src: Ipv4Addr, packet: &[u8]) -> bool {
+        match self.ip() {
+            Some(ip) => self.handle_datagram_to(src, ip, packet),
+            None => false,
+        }
+    }
+
+    /// Delivers a datagram that `src` sent to `dst`: this device's address, or an IPv4
+    /// multicast group one of its QPs joined (the ICRC covers the destination address,
+    /// and multicast routing needs it).
+    pub fn handle_datagram_to(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &[u8]) -> bool {
         let Some(inner) = self.0.upgrade() else {
             return false;
         };
         let ep = Ipv4Endpoints {
             src,
-            dst: inner.cfg.ip,
+            dst,
             ip_id: 0,
             src_port: inner.cfg.port,
             dst_port: inner.cfg.port,
@@ -258,7 +268,9 @@ impl DeviceDriver {
                 .fetch_add(1, Ordering::Relaxed);
             return true;
         }
-        inner.with_engine(|e, now| e.handle_datagram(now, Gid::from_ipv4(src), packet));
+        inner.with_engine(|e, now| {
+            e.handle_datagram_to(now, Gid::from_ipv4(src), Gid::from_ipv4(dst), packet)
+        });
         true
     }
 
