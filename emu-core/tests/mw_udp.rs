@@ -160,5 +160,17 @@ fn memory_windows_through_the_device() {
     d.dealloc_mw(mw1.id).unwrap();
     d.dealloc_mw(mw2.id).unwrap();
     assert_eq!(d.dealloc_mw(mw2.id).unwrap_err().errno(), 22);
-    d.dereg_mr(mr.lkey).unwrap();
+    // rereg_mr through the trait: new keys, the old one is gone.
+    let m = d
+        .rereg_mr(
+            mr.lkey,
+            ReregMrFlags::CHANGE_ACCESS,
+            None,
+            None,
+            AccessFlags::LOCAL_WRITE,
+        )
+        .unwrap();
+    assert_ne!(m.lkey, mr.lkey);
+    assert_eq!(d.dereg_mr(mr.lkey).unwrap_err().errno(), 22);
+    d.dereg_mr(m.lkey).unwrap();
 }

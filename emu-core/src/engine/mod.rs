@@ -37,7 +37,7 @@ use std::time::Instant;
 use emu_wire::{PacketRepr, Transport};
 use verbs_api::{
     AccessFlags, AhAttr, AsyncEvent, AsyncEventType, Error, Gid, MemBuf, Mtu, MwBind, MwType,
-    PostError, QpAttr, QpAttrMask, QpType, RecvWr, Result, SendWr, WorkCompletion,
+    PostError, QpAttr, QpAttrMask, QpType, RecvWr, ReregMrFlags, Result, SendWr, WorkCompletion,
 };
 
 pub use ah::{init_ah_from_wc, is_multicast, AhHandle};
@@ -292,7 +292,21 @@ impl Engine {
             .reg_mr(pd, buf, offset, length, access, self.limits.max_mr_size)
     }
 
-    /// `ibv_dereg_mr`.
+    /// `ibv_rereg_mr`: see the module `mr` for the rules. Returns the region with its
+    /// new keys.
+    pub fn rereg_mr(
+        &mut self,
+        lkey: u32,
+        flags: ReregMrFlags,
+        pd: Option<PdHandle>,
+        range: Option<(&MemBuf, usize, usize)>,
+        access: AccessFlags,
+    ) -> Result<MrInfo> {
+        self.mrs
+            .rereg_mr(lkey, flags, pd, range, access, self.limits.max_mr_size)
+    }
+
+    /// `ibv_dereg_mr`: EBUSY while memory windows are bound to the region.
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<()> {
         self.mrs.dereg_mr(lkey)
     }

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use verbs_api::{AccessFlags, Error, MemBuf, Result, WcStatus};
+use verbs_api::{AccessFlags, Error, MemBuf, ReregMrFlags, Result, WcStatus};
 
 /// A protection domain handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -184,6 +184,91 @@ impl MrTable {
             }
             _ => Err(Error::InvalidArgument("no memory region with this key")),
         }
+    }
+
+    /// `ibv_rereg_mr` (man page `ibv_rereg_mr(3)`; IBTA 10.6.3.? Reregister): changes
+    /// the PD (`CHANGE_PD`), the memory (`CHANGE_TRANSLATION`: `range` is the buffer,
+    /// offset and length) and/or the access (`CHANGE_ACCESS`) of the region with key
+    /// `lkey`, and gives it new keys (the old ones stop working, as after a deregister
+    /// and register). EINVAL for an unknown key, no or unknown flags, a missing or bad
+    /// PD or range, bad access flags, or access flags without `CHANGE_ACCESS` (as
+    /// libibverbs checks); EBUSY while memory windows are bound to the region (the
+    /// kernel's `usecnt` check). On error nothing changes.
+    pub(crate) fn rereg_mr(
+        &mut self,
+        lkey: u32,
+        flags: ReregMrFlags,
+        pd: Option<PdHandle>,
+        range: Option<(&MemBuf, usize, usize)>,
+        access: AccessFlags,
+        max_mr_size: u64,
+    ) -> Result<MrInfo> {
+        let bad = |what| Err(Error::InvalidArgument(what));
+        let Some(old) = self.by_key(lkey) else {
+            return bad("no memory region with this key");
+        };
+        if flags.is_empty() || !ReregMrFlags::all().contains(flags) {
+            return bad("rereg flags must name CHANGE_PD, CHANGE_TRANSLATION or CHANGE_ACCESS");
+        }
+        if !flags.contains(ReregMrFlags::CHANGE_ACCESS) && !access.is_empty() {
+            return bad("access flags given without CHANGE_ACCESS");
+        }
+        if self.windows_bound_to(lkey) {
+            return Err(Error::Busy("memory windows are bound to the region"));
+        }
+        let new_pd = if flags.contains(ReregMrFlags::CHANGE_PD) {
+            match pd {
+                Some(p) if self.pd_exists(p) => p,
+                _ => return bad("CHANGE_PD needs an existing protection domain"),
+            }
+        } else {
+            old.pd
+        };
+        let (buf, buf_offset, length) = if flags.contains(ReregMrFlags::CHANGE_TRANSLATION) {
+            let Some((buf, offset, length)) = range else {
+                return bad("CHANGE_TRANSLATION needs the new memory");
+            };
+            let end = offset.checked_add(length);
+            if length == 0 || end.is_none_or(|e| e > buf.len()) {
+                return bad("the new range is empty or outside the buffer");
+            }
+            if length as u64 > max_mr_size {
+                return bad("region larger than max_mr_size");
+            }
+            (buf.clone(), offset, length as u64)
+        } else {
+            (old.buf.clone(), old.buf_offset, old.length)
+        };
+        let new_access = if flags.contains(ReregMrFlags::CHANGE_ACCESS) {
+            check_access_flags(access)?;
+            access
+        } else {
+            old.access
+        };
+        let old_pd = old.pd;
+        self.mrs.remove(&(lkey >> 8));
+        self.pd_ref(old_pd, -1);
+        let key = self.alloc_key();
+        let addr = buf.addr() + buf_offset as u64;
+        self.mrs.insert(
+            key >> 8,
+            MemoryRegion {
+                pd: new_pd,
+                buf,
+                buf_offset,
+                addr,
+                length,
+                access: new_access,
+                lkey: key,
+            },
+        );
+        self.pd_ref(new_pd, 1);
+        Ok(MrInfo {
+            addr,
+            length,
+            lkey: key,
+            rkey: key,
+        })
     }
 
     pub(crate) fn by_key(&self, key: u32) -> Option<&MemoryRegion> {

@@ -646,13 +646,19 @@ impl Device for EmuDevice {
 
     fn rereg_mr(
         &self,
-        _lkey: u32,
-        _flags: ReregMrFlags,
-        _pd: Option<PdId>,
-        _range: Option<(&MemBuf, usize, usize)>,
-        _access: AccessFlags,
+        lkey: u32,
+        flags: ReregMrFlags,
+        p: Option<PdId>,
+        range: Option<(&MemBuf, usize, usize)>,
+        access: AccessFlags,
     ) -> Result<MrInfo> {
-        Err(Error::Unsupported("ibv_rereg_mr is not emulated yet"))
+        let m = self.with_engine(|e, _| e.rereg_mr(lkey, flags, p.map(pd), range, access))?;
+        Ok(MrInfo {
+            addr: m.addr,
+            length: m.length,
+            lkey: m.lkey,
+            rkey: m.rkey,
+        })
     }
 
     fn alloc_mw(&self, p: PdId, mw_type: MwType) -> Result<MwInfo> {
