@@ -1,6 +1,29 @@
-//! The deterministic in-memory RoCE fabric (seeded drop, duplicate, reorder, delay,
-//! corrupt, partition), the scenario library, ladder-diagram and pcap traces, and the
-//! `rdma-emu` command-line tool.
+//! A deterministic, faulty, in-memory RoCE network for testing RDMA code and for
+//! learning how the transports behave.
 //!
-//! Not implemented yet (see the README's "What does not work yet").
+//! - [`Fabric`]: emulated devices (`emu_core::nic::EmuDevice`) attach to it and are
+//!   used through `verbs_api::Device`, unchanged; virtual time; per-direction seeded
+//!   faults ([`LinkConfig`]): loss, duplication, latency with jitter (reordering),
+//!   corruption, MTU, bandwidth with a finite queue; partition/heal and hold/release;
+//!   per-packet [`Rule`]s over decoded headers.
+//! - [`Trace`]: every packet with its virtual time, direction, headers and fate,
+//!   rendered as a ladder diagram in text ([`ladder`]) or SVG ([`svg`]), or written as
+//!   pcap ([`pcap`]).
+//! - [`scenario`]: a library of short, documented programs that each show one rule of
+//!   the transport and check that the engine follows it.
 #![forbid(unsafe_code)]
+
+pub mod fabric;
+pub mod ladder;
+pub mod link;
+pub mod pair;
+pub mod pcap;
+pub mod rules;
+pub mod scenario;
+pub mod svg;
+pub mod trace;
+
+pub use fabric::{Endpoint, Fabric, FabricError, FabricStats};
+pub use link::LinkConfig;
+pub use rules::{Action, Kind, Match, PacketInfo, Rule, Which};
+pub use trace::{Cause, Fate, Label, PacketRecord, Trace, TraceDevice, TraceMode};

@@ -38,6 +38,7 @@
 //! * [`device`] — device and port attributes (`ibv_query_device`, `ibv_query_port`).
 //! * [`error`] — errors and errno values.
 //! * [`verbs`] — the [`Device`] trait every backend implements.
+//! * [`connect`] — bringing a QP from RESET to RTS with the attributes each transport needs.
 //! * [`handles`] — RAII handles over any `Device`: [`Context`], [`Pd`], [`Mr`], [`Cq`], [`Qp`].
 
 #![forbid(unsafe_code)]
@@ -45,6 +46,7 @@
 #[macro_use]
 mod macros;
 
+pub mod connect;
 pub mod device;
 pub mod error;
 pub mod event;
@@ -57,6 +59,7 @@ pub mod verbs;
 pub mod wc;
 pub mod wr;
 
+pub use connect::*;
 pub use device::*;
 pub use error::*;
 pub use event::*;

@@ -1,0 +1,732 @@
+//! The fabric: an in-memory network with virtual time that emulated devices attach
+//! to through [`Link`], so code written against `verbs_api::Device` runs on it
+//! unchanged.
+//!
+//! # How time moves
+//! Time stands still while the program works. When the program finds nothing to do
+//! (an empty `poll_cq`, a wait with nothing queued) the device calls [`Link::idle`],
+//! and the fabric takes one step: it delivers the next packet or fires the next
+//! device timer, whichever is due first (packets first on a tie), and jumps the clock
+//! to it. A single-threaded program therefore runs deterministically: same seed, same
+//! program, same packets at the same virtual times.
+//!
+//! # What happens to a packet
+//! A device's [`Link::send`] only enqueues (it runs under the device's engine lock).
+//! In order: no device has the address -> dropped; the two devices are partitioned ->
+//! dropped; the direction is held -> kept until released; the [rules](crate::rules)
+//! (the first that fires decides, and may replace the random faults below); the MTU
+//! (oversize dropped); the transmit queue at the line rate (tail drop); then seeded
+//! random loss, corruption (a flipped bit the receiver's ICRC check catches) and
+//! duplication; then latency plus jitter, per copy (so packets may overtake).
+//!
+//! # Locks
+//! The fabric never holds its own lock while it calls into a device (delivering a
+//! packet, firing a timer, asking for the next timer), and a device calls the fabric
+//! (send) with its engine lock held: the lock order is device, then fabric.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fmt;
+use std::io;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use emu_core::nic::{DeviceDriver, EmuConfig, EmuDevice, Link, ROCE_PORT};
+use emu_wire::{write_icrc, AethRepr, Ipv4Endpoints, Opcode, PacketRepr, Syndrome};
+use parking_lot::{Mutex, RwLock};
+
+use crate::link::{Direction, LinkConfig};
+use crate::rules::{Action, PacketInfo, Rule};
+use crate::trace::{Cause, Fate, Label, PacketRecord, Trace, TraceDevice, TraceMode};
+
+/// What a fabric delivers packets to and fires timers of: an emulated device (through
+/// its `DeviceDriver`), or anything else a test attaches with
+/// [`Fabric::add_endpoint`].
+pub trait Endpoint: Send + Sync {
+    /// A packet (RoCEv2 UDP payload, BTH through ICRC) from `src` arrived.
+    fn deliver(&self, src: Ipv4Addr, packet: &[u8]);
+    /// When the endpoint's next timer is due.
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+    /// Fires the timers due now (at the fabric's `now`).
+    fn handle_timeout(&self) {}
+}
+
+struct Device(DeviceDriver);
+
+impl Endpoint for Device {
+    fn deliver(&self, src: Ipv4Addr, packet: &[u8]) {
+        self.0.handle_datagram(src, packet);
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.0.poll_timeout()
+    }
+    fn handle_timeout(&self) {
+        self.0.handle_timeout();
+    }
+}
+
+/// An endpoint that is not attached yet (or failed to open): it drops everything.
+struct Nothing;
+
+impl Endpoint for Nothing {
+    fn deliver(&self, _: Ipv4Addr, _: &[u8]) {}
+}
+
+/// A fabric call named a device the fabric does not have, or an address in use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FabricError {
+    /// No device of that name.
+    UnknownDevice(String),
+    /// Another device has that address or name.
+    InUse(String),
+}
+
+impl fmt::Display for FabricError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FabricError::UnknownDevice(n) => write!(f, "no device named {n:?}"),
+            FabricError::InUse(n) => write!(f, "{n} is already on the fabric"),
+        }
+    }
+}
+
+impl std::error::Error for FabricError {}
+
+/// Packet counts since the fabric was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FabricStats {
+    /// Packets devices sent (and rules injected).
+    pub sent: u64,
+    /// Copies delivered to a device.
+    pub delivered: u64,
+    /// Packets dropped, for any cause.
+    pub dropped: u64,
+    /// Packets corrupted in flight.
+    pub corrupted: u64,
+    /// Extra copies made.
+    pub duplicated: u64,
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Event {
+    at: Duration,
+    seq: u64,
+    src: usize,
+    dst: usize,
+    record: Option<usize>,
+    bytes: Vec<u8>,
+}
+
+struct Node {
+    name: String,
+    ip: Ipv4Addr,
+}
+
+/// How a packet crosses the transit stage.
+struct Transit {
+    copies: usize,
+    extra: Duration,
+    corrupt_bit: Option<usize>,
+}
+
+struct State {
+    seed: u64,
+    nodes: Vec<Node>,
+    default_cfg: LinkConfig,
+    /// `dirs[src][dst]`, made on first use.
+    dirs: Vec<Vec<Option<Direction>>>,
+    queue: BinaryHeap<Reverse<Event>>,
+    seq: u64,
+    packets: u64,
+    rules: Vec<Rule>,
+    mode: TraceMode,
+    trace: Trace,
+    pool: Vec<Vec<u8>>,
+    stats: FabricStats,
+}
+
+struct Shared {
+    t0: Instant,
+    now_ns: AtomicU64,
+    port: u16,
+    state: Mutex<State>,
+    endpoints: RwLock<Vec<Arc<dyn Endpoint>>>,
+}
+
+/// An in-memory network with virtual time. Cloning gives another handle to the same
+/// network.
+#[derive(Clone)]
+pub struct Fabric {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fabric")
+            .field("now", &self.now())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// The [`Link`] of one device on the fabric.
+struct FabricLink {
+    shared: Arc<Shared>,
+    node: usize,
+}
+
+impl fmt::Debug for FabricLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FabricLink")
+            .field("node", &self.node)
+            .finish()
+    }
+}
+
+impl Link for FabricLink {
+    fn now(&self) -> Instant {
+        self.shared.t0 + self.shared.now()
+    }
+
+    fn send(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
+        let ep = Ipv4Endpoints {
+            src,
+            dst,
+            ip_id: 0,
+            src_port: self.shared.port,
+            dst_port: self.shared.port,
+        };
+        write_icrc(&ep, packet);
+        let now = self.shared.now();
+        self.shared.state.lock().send(now, self.node, dst, packet);
+        Ok(())
+    }
+
+    fn idle(&self) -> bool {
+        self.shared.step(None)
+    }
+}
+
+impl Shared {
+    fn now(&self) -> Duration {
+        Duration::from_nanos(self.now_ns.load(Ordering::Relaxed))
+    }
+
+    fn set_now(&self, t: Duration) {
+        self.now_ns
+            .fetch_max(t.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// One step: the next delivery or timer due no later than `limit`.
+    fn step(&self, limit: Option<Duration>) -> bool {
+        let now = self.now();
+        let eps = self.endpoints.read_recursive();
+        let mut timer: Option<(Duration, usize)> = None;
+        for (i, e) in eps.iter().enumerate() {
+            if let Some(t) = e.poll_timeout() {
+                let at = t.saturating_duration_since(self.t0).max(now);
+                if timer.is_none_or(|(best, _)| at < best) {
+                    timer = Some((at, i));
+                }
+            }
+        }
+        let mut st = self.state.lock();
+        let packet_at = st.queue.peek().map(|Reverse(e)| e.at.max(now));
+        let deliver = match (packet_at, timer) {
+            (Some(p), Some((t, _))) => p <= t,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return false,
+        };
+        let at = if deliver {
+            packet_at.unwrap_or(now)
+        } else {
+            timer.map_or(now, |(t, _)| t)
+        };
+        if limit.is_some_and(|l| at > l) {
+            return false;
+        }
+        self.set_now(at);
+        if deliver {
+            let Some(Reverse(ev)) = st.queue.pop() else {
+                return false;
+            };
+            if let Some(r) = ev.record {
+                if let Some(rec) = st.trace.packets.get_mut(r) {
+                    rec.arrivals.push(at);
+                }
+            }
+            st.stats.delivered += 1;
+            let src_ip = st.nodes[ev.src].ip;
+            drop(st);
+            eps[ev.dst].deliver(src_ip, &ev.bytes);
+            let mut bytes = ev.bytes;
+            bytes.clear();
+            let mut st = self.state.lock();
+            if st.pool.len() < 4096 {
+                st.pool.push(bytes);
+            }
+        } else if let Some((_, i)) = timer {
+            drop(st);
+            eps[i].handle_timeout();
+        }
+        true
+    }
+}
+
+impl State {
+    fn dir(&mut self, src: usize, dst: usize) -> &mut Direction {
+        let (seed, cfg) = (self.seed, self.default_cfg);
+        if self.dirs.len() <= src {
+            self.dirs.resize_with(src + 1, Vec::new);
+        }
+        let row = &mut self.dirs[src];
+        if row.len() <= dst {
+            row.resize_with(dst + 1, || None);
+        }
+        row[dst].get_or_insert_with(|| Direction::new(cfg, seed, ((src as u64) << 32) | dst as u64))
+    }
+
+    fn set_fate(&mut self, rec: Option<usize>, fate: Fate) {
+        if let Fate::Dropped(_) = fate {
+            self.stats.dropped += 1;
+        }
+        if let Some(r) = rec.and_then(|r| self.trace.packets.get_mut(r)) {
+            r.fate = fate;
+        }
+    }
+
+    fn record(
+        &mut self,
+        now: Duration,
+        src: usize,
+        dst: Option<usize>,
+        dst_ip: Ipv4Addr,
+        bytes: &[u8],
+        fate: Fate,
+    ) -> Option<usize> {
+        let index = self.packets;
+        self.packets += 1;
+        self.stats.sent += 1;
+        if self.mode == TraceMode::Off {
+            return None;
+        }
+        let parsed = PacketRepr::parse(bytes).ok();
+        self.trace.packets.push(PacketRecord {
+            index,
+            sent: now,
+            arrivals: Vec::new(),
+            src,
+            dst,
+            dst_ip,
+            repr: parsed.map(|p| p.0),
+            payload_len: parsed.map_or(0, |p| p.1.len()),
+            bytes: (self.mode == TraceMode::Full).then(|| bytes.to_vec()),
+            fate,
+        });
+        Some(self.trace.packets.len() - 1)
+    }
+
+    /// A device sent `bytes` (ICRC filled in) to `dst_ip`.
+    fn send(&mut self, now: Duration, src: usize, dst_ip: Ipv4Addr, bytes: &[u8]) {
+        let dst = self.nodes.iter().position(|n| n.ip == dst_ip);
+        let rec = self.record(now, src, dst, dst_ip, bytes, Fate::Delivered);
+        let Some(dst) = dst else {
+            self.set_fate(rec, Fate::Dropped(Cause::NoRoute));
+            return;
+        };
+        let index = self.packets - 1;
+        let dir = self.dir(src, dst);
+        if dir.partitioned {
+            self.set_fate(rec, Fate::Dropped(Cause::Partition));
+            return;
+        }
+        if let Some(held) = &mut dir.held {
+            held.push((bytes.to_vec(), rec, index));
+            self.set_fate(rec, Fate::Held);
+            return;
+        }
+        self.route(now, (src, dst), bytes, rec, index);
+    }
+
+    /// The rule stage, then transit, for packet number `index`.
+    fn route(
+        &mut self,
+        now: Duration,
+        (src, dst): (usize, usize),
+        bytes: &[u8],
+        rec: Option<usize>,
+        index: u64,
+    ) {
+        let mut decided = None;
+        if !self.rules.is_empty() {
+            if let Ok((repr, payload)) = PacketRepr::parse(bytes) {
+                let info = PacketInfo {
+                    index,
+                    src: &self.nodes[src].name,
+                    dst: &self.nodes[dst].name,
+                    repr: &repr,
+                    payload_len: payload.len(),
+                };
+                for rule in &mut self.rules {
+                    if let Some(a) = rule.apply(&info) {
+                        decided = Some((a, rule.name().to_owned(), rule.last_msn(), repr));
+                        break;
+                    }
+                }
+            }
+        }
+        let Some((action, name, msn, repr)) = decided else {
+            // The random faults of the direction.
+            let draw = self.dir(src, dst).draw(bytes.len());
+            if draw.lost {
+                self.set_fate(rec, Fate::Dropped(Cause::Random));
+                return;
+            }
+            if draw.corrupt_bit.is_some() {
+                self.set_fate(rec, Fate::Corrupted(Cause::Random));
+            } else if draw.duplicate {
+                self.set_fate(rec, Fate::Duplicated(Cause::Random));
+            }
+            let t = Transit {
+                copies: 1 + usize::from(draw.duplicate),
+                extra: Duration::ZERO,
+                corrupt_bit: draw.corrupt_bit,
+            };
+            self.transit(now, src, dst, bytes, rec, t);
+            return;
+        };
+        let cause = Cause::Rule(name.clone());
+        let mut t = Transit {
+            copies: 1,
+            extra: Duration::ZERO,
+            corrupt_bit: None,
+        };
+        match action {
+            Action::Drop => return self.set_fate(rec, Fate::Dropped(cause)),
+            Action::Duplicate => {
+                t.copies = 2;
+                self.set_fate(rec, Fate::Duplicated(cause));
+            }
+            Action::Delay(d) => {
+                t.extra = d;
+                self.set_fate(rec, Fate::Delayed(cause));
+            }
+            Action::CorruptIcrc => {
+                // The ICRC's first byte, lowest bit.
+                t.corrupt_bit = Some((bytes.len() - 4) * 8);
+                self.set_fate(rec, Fate::Corrupted(cause));
+            }
+            Action::RnrNak {
+                requester_qpn,
+                timer,
+            } => {
+                self.set_fate(rec, Fate::Dropped(cause));
+                // IBTA 9.7.5.2.8: an RNR NAK is an ACKNOWLEDGE with the PSN of the
+                // request and an AETH of type RNR NAK carrying the timer code.
+                let mut nak = PacketRepr::new(Opcode::RcAcknowledge, requester_qpn, repr.bth.psn);
+                nak.aeth = Some(AethRepr {
+                    syndrome: Syndrome::RnrNak { timer },
+                    msn,
+                });
+                let mut buf = [0u8; 32];
+                let n = nak.emit(&mut buf, &[]);
+                let ep = Ipv4Endpoints {
+                    src: self.nodes[dst].ip,
+                    dst: self.nodes[src].ip,
+                    ip_id: 0,
+                    src_port: ROCE_PORT,
+                    dst_port: ROCE_PORT,
+                };
+                write_icrc(&ep, &mut buf[..n]);
+                let src_ip = self.nodes[src].ip;
+                let r = self.record(now, dst, Some(src), src_ip, &buf[..n], Fate::Injected(name));
+                self.transit(now, dst, src, &buf[..n], r, t);
+                return;
+            }
+        }
+        self.transit(now, src, dst, bytes, rec, t);
+    }
+
+    /// MTU, the transmit queue, then latency and jitter per copy.
+    fn transit(
+        &mut self,
+        now: Duration,
+        src: usize,
+        dst: usize,
+        bytes: &[u8],
+        rec: Option<usize>,
+        t: Transit,
+    ) {
+        let dir = self.dir(src, dst);
+        if !dir.fits_mtu(bytes.len()) {
+            return self.set_fate(rec, Fate::Dropped(Cause::Mtu));
+        }
+        let Some(done) = dir.transmit(now, bytes.len()) else {
+            return self.set_fate(rec, Fate::Dropped(Cause::QueueFull));
+        };
+        let mut delays = [Duration::ZERO; 2];
+        for d in delays.iter_mut().take(t.copies) {
+            *d = dir.delay();
+        }
+        if t.corrupt_bit.is_some() {
+            self.stats.corrupted += 1;
+        }
+        self.stats.duplicated += t.copies as u64 - 1;
+        for &d in delays.iter().take(t.copies) {
+            let mut b = self.pool.pop().unwrap_or_default();
+            b.extend_from_slice(bytes);
+            if let Some(bit) = t.corrupt_bit {
+                b[bit / 8] ^= 1 << (bit % 8);
+            }
+            self.seq += 1;
+            self.queue.push(Reverse(Event {
+                at: done + d + t.extra,
+                seq: self.seq,
+                src,
+                dst,
+                record: rec,
+                bytes: b,
+            }));
+        }
+    }
+}
+
+impl Fabric {
+    /// An empty fabric whose random faults draw from ChaCha seeded with `seed`
+    /// (one stream per direction of each device pair). Records headers and bytes
+    /// ([`TraceMode::Full`]).
+    pub fn new(seed: u64) -> Fabric {
+        Fabric {
+            shared: Arc::new(Shared {
+                t0: Instant::now(),
+                now_ns: AtomicU64::new(0),
+                port: ROCE_PORT,
+                state: Mutex::new(State {
+                    seed,
+                    nodes: Vec::new(),
+                    default_cfg: LinkConfig::default(),
+                    dirs: Vec::new(),
+                    queue: BinaryHeap::new(),
+                    seq: 0,
+                    packets: 0,
+                    rules: Vec::new(),
+                    mode: TraceMode::Full,
+                    trace: Trace {
+                        port: ROCE_PORT,
+                        ..Trace::default()
+                    },
+                    pool: Vec::new(),
+                    stats: FabricStats::default(),
+                }),
+                endpoints: RwLock::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Attaches a new emulated device named `name` with address `ip` (default limits).
+    /// Use it through `verbs_api::Device` (e.g. `Context::new(dev)`).
+    pub fn add_device(&self, name: &str, ip: Ipv4Addr) -> verbs_api::Result<Arc<EmuDevice>> {
+        self.add_device_with(EmuConfig {
+            name: name.into(),
+            ip,
+            ..EmuConfig::default()
+        })
+    }
+
+    /// Attaches a new emulated device configured by `cfg` (its port is the fabric's,
+    /// 4791).
+    pub fn add_device_with(&self, mut cfg: EmuConfig) -> verbs_api::Result<Arc<EmuDevice>> {
+        cfg.port = self.shared.port;
+        let (node, link) = self
+            .attach(&cfg.name, cfg.ip)
+            .map_err(|_| verbs_api::Error::InvalidArgument("device name or address in use"))?;
+        let dev = Arc::new(EmuDevice::with_link(cfg, link)?);
+        self.shared.endpoints.write()[node] = Arc::new(Device(dev.driver()));
+        Ok(dev)
+    }
+
+    /// Attaches any [`Endpoint`]; returns the link it sends through.
+    pub fn add_endpoint(
+        &self,
+        name: &str,
+        ip: Ipv4Addr,
+        ep: Arc<dyn Endpoint>,
+    ) -> Result<Arc<dyn Link>, FabricError> {
+        let (node, link) = self.attach(name, ip)?;
+        self.shared.endpoints.write()[node] = ep;
+        Ok(link)
+    }
+
+    fn attach(&self, name: &str, ip: Ipv4Addr) -> Result<(usize, Arc<dyn Link>), FabricError> {
+        let mut st = self.shared.state.lock();
+        if st.nodes.iter().any(|n| n.name == name || n.ip == ip) {
+            return Err(FabricError::InUse(format!("{name} ({ip})")));
+        }
+        st.nodes.push(Node {
+            name: name.into(),
+            ip,
+        });
+        st.trace.devices.push(TraceDevice {
+            name: name.into(),
+            ip,
+        });
+        let node = st.nodes.len() - 1;
+        drop(st);
+        self.shared.endpoints.write().push(Arc::new(Nothing));
+        let link: Arc<dyn Link> = Arc::new(FabricLink {
+            shared: self.shared.clone(),
+            node,
+        });
+        Ok((node, link))
+    }
+
+    fn node(&self, st: &State, name: &str) -> Result<usize, FabricError> {
+        st.nodes
+            .iter()
+            .position(|n| n.name == name)
+            .ok_or_else(|| FabricError::UnknownDevice(name.into()))
+    }
+
+    /// The configuration links get unless set otherwise (applies to directions that
+    /// carried no packet yet).
+    pub fn set_default_link(&self, cfg: LinkConfig) {
+        self.shared.state.lock().default_cfg = cfg;
+    }
+
+    /// Configures the direction `from` -> `to`.
+    pub fn set_direction(&self, from: &str, to: &str, cfg: LinkConfig) -> Result<(), FabricError> {
+        let mut st = self.shared.state.lock();
+        let (a, b) = (self.node(&st, from)?, self.node(&st, to)?);
+        st.dir(a, b).cfg = cfg;
+        Ok(())
+    }
+
+    /// Configures both directions between `a` and `b`.
+    pub fn set_link(&self, a: &str, b: &str, cfg: LinkConfig) -> Result<(), FabricError> {
+        self.set_direction(a, b, cfg)?;
+        self.set_direction(b, a, cfg)
+    }
+
+    fn both(&self, a: &str, b: &str, f: impl Fn(&mut Direction)) -> Result<(), FabricError> {
+        let mut st = self.shared.state.lock();
+        let (x, y) = (self.node(&st, a)?, self.node(&st, b)?);
+        f(st.dir(x, y));
+        f(st.dir(y, x));
+        Ok(())
+    }
+
+    /// Cuts `a` and `b` apart: every packet between them is dropped until
+    /// [`Fabric::heal`].
+    pub fn partition(&self, a: &str, b: &str) -> Result<(), FabricError> {
+        self.both(a, b, |d| d.partitioned = true)
+    }
+
+    /// Ends a partition.
+    pub fn heal(&self, a: &str, b: &str) -> Result<(), FabricError> {
+        self.both(a, b, |d| d.partitioned = false)
+    }
+
+    /// Holds every packet `from` sends to `to` until [`Fabric::release`].
+    pub fn hold(&self, from: &str, to: &str) -> Result<(), FabricError> {
+        let mut st = self.shared.state.lock();
+        let (a, b) = (self.node(&st, from)?, self.node(&st, to)?);
+        let d = st.dir(a, b);
+        if d.held.is_none() {
+            d.held = Some(Vec::new());
+        }
+        Ok(())
+    }
+
+    /// Sends on the packets held on `from` -> `to`, in order, now (through the rules
+    /// and the link as if just sent).
+    pub fn release(&self, from: &str, to: &str) -> Result<(), FabricError> {
+        let mut st = self.shared.state.lock();
+        let (a, b) = (self.node(&st, from)?, self.node(&st, to)?);
+        let held = st.dir(a, b).held.take().unwrap_or_default();
+        let now = self.now();
+        for (bytes, rec, index) in held {
+            st.route(now, (a, b), &bytes, rec, index);
+        }
+        Ok(())
+    }
+
+    /// Adds a per-packet rule after the others; returns its number.
+    pub fn add_rule(&self, rule: Rule) -> usize {
+        let mut st = self.shared.state.lock();
+        st.rules.push(rule);
+        st.rules.len() - 1
+    }
+
+    /// How many packets rule number `id` acted on.
+    pub fn rule_fired(&self, id: usize) -> u64 {
+        self.shared
+            .state
+            .lock()
+            .rules
+            .get(id)
+            .map_or(0, Rule::fired)
+    }
+
+    /// Removes every rule.
+    pub fn clear_rules(&self) {
+        self.shared.state.lock().rules.clear();
+    }
+
+    /// Names the address range `[addr, addr + len)` in traces (see [`Label`]).
+    pub fn label(&self, name: &str, addr: u64, len: u64) {
+        self.shared.state.lock().trace.labels.push(Label {
+            name: name.into(),
+            addr,
+            len,
+        });
+    }
+
+    /// How much is recorded from now on.
+    pub fn set_trace_mode(&self, mode: TraceMode) {
+        self.shared.state.lock().mode = mode;
+    }
+
+    /// A copy of the trace so far.
+    pub fn trace(&self) -> Trace {
+        self.shared.state.lock().trace.clone()
+    }
+
+    /// Packet counts.
+    pub fn stats(&self) -> FabricStats {
+        self.shared.state.lock().stats
+    }
+
+    /// Virtual time since the fabric was made.
+    pub fn now(&self) -> Duration {
+        self.shared.now()
+    }
+
+    /// One step: delivers the next packet or fires the next timer (advancing time to
+    /// it). False when nothing is left to happen.
+    pub fn step(&self) -> bool {
+        self.shared.step(None)
+    }
+
+    /// Steps until nothing is left to happen or virtual time would pass `limit`
+    /// (from now); returns the steps taken.
+    pub fn run(&self, limit: Duration) -> u64 {
+        let deadline = self.now() + limit;
+        let mut n = 0;
+        while self.shared.step(Some(deadline)) {
+            n += 1;
+        }
+        n
+    }
+
+    /// Lets `d` of virtual time pass, with everything due in it happening.
+    pub fn run_for(&self, d: Duration) {
+        let deadline = self.now() + d;
+        while self.shared.step(Some(deadline)) {}
+        self.shared.set_now(deadline);
+    }
+}

@@ -1,0 +1,132 @@
+//! The ladder (sequence) diagram of a trace as plain text: one lifeline per device,
+//! one arrow per packet at its send time, the arrow's head telling its fate (`>`
+//! arrived, `X` lost, `#` arrived corrupted and was dropped by the ICRC check), and
+//! every header field and the fate written after it.
+//!
+//! ```text
+//!  time (s)  a                                               b
+//!  0.000000  |--SEND_ONLY 100------------------------------->|  qp=0x000012 A len=8; arrives 0.000001
+//!  0.000001  |<------------------------------ACKNOWLEDGE 100-|  qp=0x000011 AETH(ACK msn=1); arrives 0.000002
+//! ```
+
+use crate::trace::{fmt_time, Fate, PacketRecord, Trace};
+
+/// Columns between two lifelines.
+const GAP: usize = 48;
+/// Width of the time column.
+const TIME: usize = 11;
+
+/// The whole diagram, ending with a summary line.
+pub fn render(trace: &Trace) -> String {
+    let cols = trace.devices.len().max(1);
+    let width = (cols - 1) * GAP + 1;
+    let mut out = String::new();
+    // Header: device names over their lifelines.
+    let mut head = vec![b' '; width + GAP];
+    for (i, d) in trace.devices.iter().enumerate() {
+        let name = format!("{} ({})", d.name, d.ip);
+        let at = i * GAP;
+        for (k, c) in name.bytes().enumerate() {
+            if at + k < head.len() {
+                head[at + k] = c;
+            }
+        }
+    }
+    out += &format!(
+        "{:>TIME$}  {}\n",
+        "time (s)",
+        String::from_utf8_lossy(&head).trim_end()
+    );
+    for p in &trace.packets {
+        out += &line(trace, p, width);
+        out.push('\n');
+    }
+    out += &summary(trace);
+    out
+}
+
+fn line(trace: &Trace, p: &PacketRecord, width: usize) -> String {
+    let mut row = vec![b' '; width];
+    for i in 0..trace.devices.len() {
+        row[i * GAP] = b'|';
+    }
+    if let Some(dst) = p.dst.filter(|d| *d != p.src) {
+        let (s, d) = (p.src * GAP, dst * GAP);
+        let right = d > s;
+        let (lo, hi) = if right { (s, d) } else { (d, s) };
+        let lost = matches!(p.fate, Fate::Dropped(_));
+        // A lost packet's arrow stops three quarters of the way.
+        let (lo, hi) = match (lost, right) {
+            (true, true) => (lo, lo + (hi - lo) * 3 / 4),
+            (true, false) => (hi - (hi - lo) * 3 / 4, hi),
+            _ => (lo, hi),
+        };
+        for c in &mut row[lo + 1..hi] {
+            *c = b'-';
+        }
+        let head = match p.fate {
+            Fate::Dropped(_) => b'X',
+            Fate::Corrupted(_) => b'#',
+            _ if right => b'>',
+            _ => b'<',
+        };
+        if right {
+            row[hi - 1] = head;
+        } else {
+            row[lo + 1] = head;
+        }
+        let label = trace.arrow_label(p);
+        let label = label.as_bytes();
+        let room = hi - lo - 4;
+        let n = label.len().min(room);
+        let at = if right { lo + 3 } else { hi - 2 - n };
+        row[at..at + n].copy_from_slice(&label[..n]);
+    }
+    let arrivals: Vec<String> = p.arrivals.iter().map(|a| fmt_time(*a)).collect();
+    let outcome = match (&p.fate, arrivals.is_empty()) {
+        (Fate::Delivered, false) => format!("arrives {}", arrivals.join(", ")),
+        (Fate::Delivered, true) => "in flight at the end".into(),
+        (Fate::Dropped(_), _) => p.fate.to_string(),
+        (f, true) => format!("{f}; not arrived at the end"),
+        (f, false) => format!("{f}; arrives {}", arrivals.join(", ")),
+    };
+    format!(
+        "{:>TIME$}  {}  {}; {}",
+        fmt_time(p.sent),
+        String::from_utf8_lossy(&row),
+        trace.fields(p),
+        outcome
+    )
+}
+
+/// `N packets: delivered D, dropped X, ...` (only the fates that occurred).
+pub fn summary(trace: &Trace) -> String {
+    let mut counts = [0usize; 7];
+    const NAMES: [&str; 7] = [
+        "delivered",
+        "dropped",
+        "duplicated",
+        "delayed",
+        "corrupted",
+        "held",
+        "injected",
+    ];
+    for p in &trace.packets {
+        counts[match p.fate {
+            Fate::Delivered => 0,
+            Fate::Dropped(_) => 1,
+            Fate::Duplicated(_) => 2,
+            Fate::Delayed(_) => 3,
+            Fate::Corrupted(_) => 4,
+            Fate::Held => 5,
+            Fate::Injected(_) => 6,
+        }] += 1;
+    }
+    let parts: Vec<String> = NAMES
+        .iter()
+        .zip(counts)
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect();
+    format!("{} packets: {}\n", trace.packets.len(), parts.join(", "))
+}

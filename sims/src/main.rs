@@ -1,0 +1,104 @@
+//! `rdma-emu`: the project's command-line tool. Subcommands are variants of
+//! [`Command`], each with a `run` function; add new ones there.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use sims::scenario;
+
+#[derive(Parser)]
+#[command(
+    name = "rdma-emu",
+    version,
+    about = "A userspace soft-RoCE you can test against"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The scenario library: deterministic programs on a simulated fabric, one rule
+    /// of the transport each.
+    Scenario {
+        #[command(subcommand)]
+        action: ScenarioCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum ScenarioCmd {
+    /// One scenario per line: its name, then what it shows.
+    List,
+    /// Runs a scenario and prints its packets as a ladder diagram.
+    Run {
+        /// The scenario's name (see `scenario list`).
+        name: String,
+        /// Seed of the fabric's random faults.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Also write every packet to this pcap file (Wireshark, tshark).
+        #[arg(long)]
+        pcap: Option<PathBuf>,
+        /// Also write the diagram as SVG to this file.
+        #[arg(long)]
+        svg: Option<PathBuf>,
+    },
+}
+
+fn scenario_cmd(action: ScenarioCmd) -> Result<(), String> {
+    match action {
+        ScenarioCmd::List => {
+            for s in scenario::all() {
+                println!("{:<30} {}", s.name, s.description);
+            }
+            Ok(())
+        }
+        ScenarioCmd::Run {
+            name,
+            seed,
+            pcap,
+            svg,
+        } => {
+            let s = scenario::find(&name)
+                .ok_or_else(|| format!("no scenario {name:?} (see `rdma-emu scenario list`)"))?;
+            println!("{}: {}\n", s.name, s.description);
+            let out = scenario::run(s, seed);
+            print!("{}", sims::ladder::render(&out.trace));
+            if let Some(path) = pcap {
+                let file =
+                    std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                sims::pcap::write(&out.trace, std::io::BufWriter::new(file))
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            if let Some(path) = svg {
+                std::fs::write(&path, sims::svg::render(&out.trace))
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            match out.result {
+                Ok(()) => {
+                    println!("\nchecks passed");
+                    Ok(())
+                }
+                Err(e) => Err(format!("check failed: {e}")),
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Scenario { action } => scenario_cmd(action),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rdma-emu: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The scenario library: short programs, written against `verbs_api` and run on a
+//! [`Fabric`], that each show one rule of the transport and check that the engine
+//! follows it (a scenario fails if the engine misbehaves).
+//!
+//! Pending until UD and memory windows land in the engine: "UD message over the MTU",
+//! "Q_Key mismatch", "memory window invalidation". Pending until a device on a link
+//! can take a batch of datagrams under one lock (as its UDP thread does): "ACK
+//! coalescing" (delivered one at a time, every ACK-requesting packet is answered).
+
+mod errors;
+mod recovery;
+
+use crate::trace::Trace;
+use crate::Fabric;
+
+/// What a scenario returns: `Err` names the check that failed.
+pub type Check = Result<(), String>;
+
+/// A named scenario.
+#[derive(Clone, Copy, Debug)]
+pub struct Scenario {
+    /// Its name, for `rdma-emu scenario run NAME`.
+    pub name: &'static str,
+    /// What it shows, in one line.
+    pub description: &'static str,
+    /// The program.
+    pub run: fn(&Fabric) -> Check,
+}
+
+/// A scenario's run: its trace and whether its checks held.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Every packet.
+    pub trace: Trace,
+    /// `Err` names the first check that failed.
+    pub result: Check,
+}
+
+/// Every scenario, in teaching order.
+pub fn all() -> &'static [Scenario] {
+    &[
+        recovery::RNR_NAK_THEN_SUCCESS,
+        recovery::RNR_RETRY_EXHAUSTED,
+        recovery::ACK_TIMEOUT_RETRANSMIT,
+        recovery::RETRY_EXHAUSTED,
+        recovery::PSN_SEQUENCE_ERROR,
+        recovery::LOST_READ_RESPONSE,
+        recovery::DUPLICATE_READ,
+        recovery::DUPLICATE_ATOMIC,
+        recovery::ICRC_CORRUPTION,
+        recovery::LOSSY_LINK,
+        errors::UC_MESSAGE_LOST,
+        errors::RKEY_VIOLATION,
+        errors::CQ_OVERRUN,
+        errors::SRQ_LIMIT,
+        errors::FENCE,
+        errors::QP_ERROR_FLUSH,
+    ]
+}
+
+/// The scenario called `name`.
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    all().iter().find(|s| s.name == name)
+}
+
+/// Runs `s` on a fresh fabric seeded with `seed`.
+pub fn run(s: &Scenario, seed: u64) -> Outcome {
+    let f = Fabric::new(seed);
+    let result = (s.run)(&f);
+    Outcome {
+        trace: f.trace(),
+        result,
+    }
+}
+
+/// `Err(what)` unless `cond`.
+pub(crate) fn ensure(cond: bool, what: impl FnOnce() -> String) -> Check {
+    if cond {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+/// `Err` unless `got == want`, naming both.
+pub(crate) fn expect_eq<T: PartialEq + std::fmt::Debug>(what: &str, got: T, want: T) -> Check {
+    ensure(got == want, || {
+        format!("{what}: got {got:?}, want {want:?}")
+    })
+}

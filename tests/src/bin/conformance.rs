@@ -1,0 +1,129 @@
+//! Runs the conformance suite on one backend and reports per-case results; writes the
+//! coverage matrix with the results as markdown.
+//!
+//! ```text
+//! conformance [--backend emu-udp] [--markdown FILE] [--results FILE]... [FILTER]
+//! ```
+//!
+//! `--results FILE` (repeatable) reads earlier runs' result files (one `name<TAB>verdict`
+//! line per case, as `--save` writes them) so one markdown table can compare backends,
+//! e.g. the emulator here and kernel rxe in the VM. Exits non-zero if a case failed.
+
+use std::io::Write;
+
+use tests::matrix::{render, Verdict};
+use tests::{all_cases, run_case, Backend, EmuUdp, EMU_PENDING};
+
+fn parse_results(text: &str) -> Vec<(String, Verdict)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, '\t');
+            let name = it.next()?.to_string();
+            let v = match it.next()? {
+                "pass" => Verdict::Pass,
+                "fail" => Verdict::Fail(it.next().unwrap_or("").to_string()),
+                _ => Verdict::Skip(it.next().unwrap_or("").to_string()),
+            };
+            Some((name, v))
+        })
+        .collect()
+}
+
+fn main() {
+    let mut backend_name = "emu-udp".to_string();
+    let mut markdown = None;
+    let mut save = None;
+    let mut earlier = Vec::new();
+    let mut filter = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--backend" => backend_name = args.next().expect("--backend NAME"),
+            "--markdown" => markdown = Some(args.next().expect("--markdown FILE")),
+            "--save" => save = Some(args.next().expect("--save FILE")),
+            "--results" => {
+                let f = args.next().expect("--results FILE");
+                let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{f}: {e}"));
+                let label = std::path::Path::new(&f)
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or(f.clone());
+                earlier.push((label, parse_results(&text)));
+            }
+            "-h" | "--help" => {
+                println!("conformance [--backend emu-udp] [--markdown FILE] [--save FILE] [--results FILE]... [FILTER]");
+                return;
+            }
+            f => filter = Some(f.to_string()),
+        }
+    }
+    let backend: Box<dyn Backend> = match backend_name.as_str() {
+        "emu-udp" => Box::new(EmuUdp),
+        other => {
+            eprintln!("conformance: unknown backend {other} (this build knows: emu-udp)");
+            std::process::exit(2);
+        }
+    };
+    let cases = all_cases();
+    let mut results = Vec::new();
+    let (mut pass, mut fail, mut skip) = (0, 0, 0);
+    let stdout = std::io::stdout();
+    for case in &cases {
+        if filter
+            .as_ref()
+            .is_some_and(|f| !case.name.contains(f.as_str()))
+        {
+            continue;
+        }
+        let v = if backend.is_emulator() && EMU_PENDING.iter().any(|p| case.name.starts_with(p)) {
+            Verdict::Skip("not emulated yet (README: what does not work yet)".into())
+        } else {
+            run_case(case, backend.as_ref())
+        };
+        let mut out = stdout.lock();
+        match &v {
+            Verdict::Pass => pass += 1,
+            Verdict::Fail(m) => {
+                fail += 1;
+                let _ = writeln!(
+                    out,
+                    "FAIL {}: {}",
+                    case.name,
+                    m.lines().next().unwrap_or("")
+                );
+            }
+            Verdict::Skip(r) => {
+                skip += 1;
+                let _ = writeln!(out, "skip {}: {r}", case.name);
+            }
+        }
+        results.push((case.name.clone(), v));
+    }
+    println!(
+        "{}: {pass} passed, {fail} failed, {skip} skipped",
+        backend.name()
+    );
+    if let Some(f) = save {
+        let text: String = results
+            .iter()
+            .map(|(n, v)| match v {
+                Verdict::Pass => format!("{n}\tpass\n"),
+                Verdict::Fail(m) => format!(
+                    "{n}\tfail\t{}\n",
+                    m.lines().next().unwrap_or("").replace('\t', " ")
+                ),
+                Verdict::Skip(r) => format!("{n}\tskip\t{}\n", r.replace('\t', " ")),
+            })
+            .collect();
+        std::fs::write(&f, text).unwrap_or_else(|e| panic!("{f}: {e}"));
+    }
+    if let Some(f) = markdown {
+        let mut all = vec![(backend.name().to_string(), results)];
+        all.extend(earlier);
+        std::fs::write(&f, render(&cases, &all)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        println!("wrote {f}");
+    }
+    if fail > 0 {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,44 @@
+//! The cases, one module per area (the categories of rdma-core's `tests/` and
+//! google/rdma-unit-test). Each module's `register` appends its cases.
+
+use crate::Case;
+
+mod cq;
+mod data;
+mod device;
+mod errors;
+mod pd_mr;
+mod qp_state;
+mod srq;
+mod ud;
+
+/// Appends every case.
+pub fn register(v: &mut Vec<Case>) {
+    device::register(v);
+    pd_mr::register(v);
+    cq::register(v);
+    qp_state::register(v);
+    data::register(v);
+    errors::register(v);
+    srq::register(v);
+    ud::register(v);
+}
+
+/// Asserts that `r` is an error with errno `errno`.
+#[track_caller]
+pub(crate) fn assert_errno<T: std::fmt::Debug>(r: verbs_api::Result<T>, errno: i32) {
+    match r {
+        Err(e) => assert_eq!(e.errno(), errno, "expected errno {errno}, got {e:?}"),
+        Ok(v) => panic!("expected errno {errno}, got Ok({v:?})"),
+    }
+}
+
+/// errno values libibverbs returns.
+pub(crate) mod errno {
+    /// EINVAL.
+    pub(crate) const EINVAL: i32 = 22;
+    /// EBUSY.
+    pub(crate) const EBUSY: i32 = 16;
+    /// ENOMEM.
+    pub(crate) const ENOMEM: i32 = 12;
+}

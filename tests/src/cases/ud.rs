@@ -1,0 +1,278 @@
+//! Unreliable Datagram (manual 2.1, 3.4.15-3.4.16, 3.6.11-3.6.14; IBTA 9.8.?, 10.2.5,
+//! 11.4.1.?): one-packet messages, Q_Keys, the GRH in the receive buffer, address
+//! handles and multicast.
+
+use std::time::Duration;
+
+use verbs_api::{Gid, QpType, RecvWr, SendWr, UdDest, WcFlags, WcOpcode, WcStatus};
+
+use super::{
+    assert_errno,
+    errno::{EBUSY, EINVAL},
+};
+use crate::env::{fast_params, Pair};
+use crate::{Case, Env, Outcome};
+
+/// Bytes of GRH that precede a UD payload in the receive buffer (IBTA 11.4.1.?).
+const GRH: u64 = 40;
+
+pub(super) fn register(v: &mut Vec<Case>) {
+    for (name, size) in [("0", 0u64), ("1", 1), ("256", 256), ("mtu", u64::MAX)] {
+        v.push(Case::param(format!("ud::send_{name}_bytes"), "IBTA 9.8.? (UD: one packet per message), 11.4.1.?: the receive buffer holds the 40-byte GRH then the payload; the WC has IBV_WC_GRH, src_qp and byte_len = payload + 40 (manual 3.6.10)", send_size, size).wc(WcStatus::Success));
+    }
+    v.push(Case::new(
+        "ud::send_with_imm",
+        "IBTA 9.8.?: UD SEND with immediate delivers imm_data (IBV_WC_WITH_IMM)",
+        send_imm,
+    ));
+    v.push(Case::new("ud::larger_than_mtu_is_loc_len_err", "IBTA 10.7.?/C10-?: a UD message longer than the path MTU completes with LOC_LEN_ERR and is not sent (kernel rxe deviates)", oversize).wc(WcStatus::LocLenErr));
+    v.push(Case::new("ud::qkey_mismatch_is_dropped", "IBTA 10.2.5 C10-?: a datagram whose Q_Key differs from the receiving QP's is silently dropped", qkey_mismatch));
+    v.push(Case::new(
+        "ud::qkey_high_bit_takes_the_qps",
+        "IBTA 10.2.5: a WR Q_Key with the high bit set means: use the QP's own Q_Key",
+        qkey_high_bit,
+    ));
+    v.push(
+        Case::new(
+            "ud::recv_without_room_for_grh_is_loc_len_err",
+            "IBTA 11.4.1.?: the receive WR must hold the GRH and the payload, else LOC_LEN_ERR",
+            no_room_for_grh,
+        )
+        .wc(WcStatus::LocLenErr),
+    );
+    v.push(Case::new(
+        "ud::ah_create_and_destroy",
+        "manual 3.4.15-3.4.16 ibv_create_ah/ibv_destroy_ah",
+        ah_lifecycle,
+    ));
+    v.push(Case::new(
+        "ud::dealloc_pd_with_ah_is_ebusy",
+        "manual 3.3.6: a PD used by an address handle cannot be freed",
+        pd_busy_with_ah,
+    ));
+    v.push(Case::new(
+        "ud::rdma_write_is_einval",
+        "manual 2.1.? (operations per transport): UD has SEND only",
+        ud_write,
+    ));
+    v.push(Case::new("ud::multicast_reaches_every_attached_qp", "manual 3.6.13 ibv_attach_mcast; IBTA 10.5.?: a send to a multicast group is delivered to every attached UD QP", multicast));
+    v.push(Case::new(
+        "ud::detached_qp_gets_nothing",
+        "manual 3.6.14 ibv_detach_mcast: a detached QP no longer receives the group's datagrams",
+        detached,
+    ));
+    v.push(Case::new(
+        "ud::attach_mcast_on_rc_is_einval",
+        "manual 3.6.13: only UD QPs join multicast groups",
+        attach_rc,
+    ));
+}
+
+fn dest(env: &Env, p: &Pair, qkey: u32, qpn: u32, gid: Gid) -> UdDest {
+    let ah = env
+        .dev
+        .create_ah(p.pd, &fast_params().ah_attr(gid))
+        .expect("create_ah");
+    UdDest {
+        ah,
+        remote_qpn: qpn,
+        remote_qkey: qkey,
+    }
+}
+
+fn mtu(env: &Env) -> u64 {
+    u64::from(
+        env.dev
+            .query_port(1)
+            .expect("query_port")
+            .active_mtu
+            .bytes(),
+    )
+}
+
+fn send_size(env: &Env, size: u64) -> Outcome {
+    let size = if size == u64::MAX { mtu(env) } else { size };
+    let p = env.pair(QpType::Ud);
+    let data: Vec<u8> = (0..size).map(|i| (i * 7) as u8).collect();
+    p.a.buf.write(0, &data).unwrap();
+    env.post_recv(
+        p.b.qpn,
+        RecvWr::new(5, vec![p.b.sge(0, (size + GRH) as u32)]),
+    );
+    let d = dest(env, &p, fast_params().qkey, p.b.qpn, env.gid());
+    let sg = if size == 0 {
+        vec![]
+    } else {
+        vec![p.a.sge(0, size as u32)]
+    };
+    env.post_send(p.a.qpn, SendWr::send(1, sg).with_ud(d).signaled());
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    let wc = env.poll_one(p.b.cq);
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    assert_eq!(
+        (wc.opcode, u64::from(wc.byte_len), wc.src_qp),
+        (WcOpcode::Recv, size + GRH, p.a.qpn),
+        "{wc:?}"
+    );
+    assert!(wc.wc_flags.contains(WcFlags::GRH), "{wc:?}");
+    let mut got = vec![0u8; size as usize];
+    p.b.buf.read(GRH as usize, &mut got).unwrap();
+    assert!(got == data, "payload differs");
+    Outcome::Pass
+}
+
+fn send_imm(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Ud);
+    env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
+    let d = dest(env, &p, fast_params().qkey, p.b.qpn, env.gid());
+    env.post_send(
+        p.a.qpn,
+        SendWr::send_with_imm(1, vec![p.a.sge(0, 16)], 0xABCD)
+            .with_ud(d)
+            .signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    let wc = env.poll_one(p.b.cq);
+    assert!(wc.wc_flags.contains(WcFlags::WITH_IMM), "{wc:?}");
+    assert_eq!(wc.imm_data, 0xABCD);
+    Outcome::Pass
+}
+
+fn oversize(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Ud);
+    let m = mtu(env);
+    env.post_recv(
+        p.b.qpn,
+        RecvWr::new(5, vec![p.b.sge(0, (m + 1 + GRH) as u32)]),
+    );
+    let d = dest(env, &p, fast_params().qkey, p.b.qpn, env.gid());
+    env.post_send(
+        p.a.qpn,
+        SendWr::send(1, vec![p.a.sge(0, (m + 1) as u32)])
+            .with_ud(d)
+            .signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::LocLenErr);
+    env.assert_no_completion(p.b.cq, Duration::from_millis(30));
+    Outcome::Pass
+}
+
+fn qkey_mismatch(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Ud);
+    env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
+    let d = dest(env, &p, fast_params().qkey ^ 1, p.b.qpn, env.gid());
+    env.post_send(
+        p.a.qpn,
+        SendWr::send(1, vec![p.a.sge(0, 16)]).with_ud(d).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    env.assert_no_completion(p.b.cq, Duration::from_millis(30));
+    Outcome::Pass
+}
+
+fn qkey_high_bit(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Ud);
+    env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
+    let d = dest(env, &p, 0x8000_0000, p.b.qpn, env.gid());
+    env.post_send(
+        p.a.qpn,
+        SendWr::send(1, vec![p.a.sge(0, 16)]).with_ud(d).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    assert_eq!(env.poll_one(p.b.cq).status, WcStatus::Success);
+    Outcome::Pass
+}
+
+fn no_room_for_grh(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Ud);
+    env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 100)]));
+    let d = dest(env, &p, fast_params().qkey, p.b.qpn, env.gid());
+    env.post_send(
+        p.a.qpn,
+        SendWr::send(1, vec![p.a.sge(0, 100)]).with_ud(d).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    assert_eq!(env.poll_one(p.b.cq).status, WcStatus::LocLenErr);
+    Outcome::Pass
+}
+
+fn ah_lifecycle(env: &Env) -> Outcome {
+    let pd = env.pd();
+    let ah = env
+        .dev
+        .create_ah(pd, &fast_params().ah_attr(env.gid()))
+        .expect("create_ah");
+    env.dev.destroy_ah(ah).expect("destroy_ah");
+    assert_errno(env.dev.destroy_ah(ah), EINVAL);
+    Outcome::Pass
+}
+
+fn pd_busy_with_ah(env: &Env) -> Outcome {
+    let pd = env.pd();
+    let ah = env
+        .dev
+        .create_ah(pd, &fast_params().ah_attr(env.gid()))
+        .expect("create_ah");
+    assert_errno(env.dev.dealloc_pd(pd), EBUSY);
+    env.dev.destroy_ah(ah).expect("destroy_ah");
+    env.dev.dealloc_pd(pd).expect("dealloc_pd");
+    Outcome::Pass
+}
+
+fn ud_write(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Ud);
+    let d = dest(env, &p, fast_params().qkey, p.b.qpn, env.gid());
+    let wr = SendWr::rdma_write(1, vec![p.a.sge(0, 8)], p.b.addr(0), p.b.mr.rkey).with_ud(d);
+    let e = env.dev.post_send(p.a.qpn, &[wr]).expect_err("posted");
+    assert_eq!((e.index, e.error.errno()), (0, EINVAL), "{e:?}");
+    Outcome::Pass
+}
+
+/// An IPv4 multicast group as a RoCEv2 GID (::ffff:239.1.2.3).
+fn group() -> Gid {
+    Gid::from_ipv4(std::net::Ipv4Addr::new(239, 1, 2, 3))
+}
+
+fn multicast(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Ud);
+    let c = env.pair(QpType::Ud).b;
+    for q in [p.b.qpn, c.qpn] {
+        env.dev.attach_mcast(q, &group(), 0).expect("attach_mcast");
+    }
+    env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
+    env.post_recv(c.qpn, RecvWr::new(6, vec![c.sge(0, 128)]));
+    let d = dest(env, &p, fast_params().qkey, 0xFF_FFFF, group());
+    env.post_send(
+        p.a.qpn,
+        SendWr::send(1, vec![p.a.sge(0, 16)]).with_ud(d).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    assert_eq!(env.poll_one(p.b.cq).wr_id, 5);
+    assert_eq!(env.poll_one(c.cq).wr_id, 6);
+    Outcome::Pass
+}
+
+fn detached(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Ud);
+    env.dev
+        .attach_mcast(p.b.qpn, &group(), 0)
+        .expect("attach_mcast");
+    env.dev
+        .detach_mcast(p.b.qpn, &group(), 0)
+        .expect("detach_mcast");
+    env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
+    let d = dest(env, &p, fast_params().qkey, 0xFF_FFFF, group());
+    env.post_send(
+        p.a.qpn,
+        SendWr::send(1, vec![p.a.sge(0, 16)]).with_ud(d).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    env.assert_no_completion(p.b.cq, Duration::from_millis(30));
+    Outcome::Pass
+}
+
+fn attach_rc(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Rc);
+    assert_errno(env.dev.attach_mcast(p.a.qpn, &group(), 0), EINVAL);
+    Outcome::Pass
+}

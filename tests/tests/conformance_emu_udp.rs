@@ -1,0 +1,25 @@
+//! The conformance suite on the emulator over UDP loopback: every case, each on a
+//! device of its own (127.0.0.1, a port picked by the OS, talking to itself).
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use tests::matrix::Verdict;
+use tests::{all_cases, run_case, EmuUdp, EMU_PENDING};
+
+fn main() {
+    let args = Arguments::from_args();
+    let trials = all_cases()
+        .into_iter()
+        .map(|case| {
+            let pending = EMU_PENDING.iter().any(|p| case.name.starts_with(p));
+            Trial::test(case.name.clone(), move || match run_case(&case, &EmuUdp) {
+                Verdict::Pass => Ok(()),
+                Verdict::Fail(m) => Err(Failed::from(m)),
+                Verdict::Skip(why) => Err(Failed::from(format!(
+                    "skipped on the emulator, which should produce every condition: {why}"
+                ))),
+            })
+            .with_ignored_flag(pending)
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit();
+}
