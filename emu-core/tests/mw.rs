@@ -176,6 +176,36 @@ fn type2_bind_then_remote_invalidate() {
         vec![0; 512],
         "not one byte written"
     );
+    assert_eq!(b.events(&mut p)[0].event_type, AsyncEventType::QpAccessErr);
+}
+
+/// An RDMA WRITE with immediate through an invalidated window: REM_ACCESS_ERR at the
+/// requester, and the receive WQE it would have completed completes with
+/// LOC_ACCESS_ERR (IBTA's "local access error"); not a byte is written.
+#[test]
+fn write_with_imm_after_invalidation_is_a_local_access_error() {
+    let (mut p, a, b) = connected(cfg());
+    let (_mw, rkey0) = p.b.alloc_mw(b.pd, MwType::Type2).unwrap();
+    let (wr, rkey) = bind2_wr(rkey0, 9, info(&b, 0, 256, RW));
+    b.post_send(&mut p, wr);
+    let inv = SendWr::new(
+        2,
+        vec![],
+        WrOperation::LocalInv {
+            invalidate_rkey: rkey,
+        },
+    );
+    b.post_send(&mut p, inv);
+    b.post_recv(&mut p, 11, 1024, 64);
+    p.drive();
+    b.poll(&mut p);
+    a.write_bytes(0, b"late");
+    a.post_send(&mut p, write(1, &a, 4, b.mr.addr, rkey).with_imm(5));
+    p.drive();
+    assert_eq!(a.poll(&mut p)[0].status, WcStatus::RemAccessErr);
+    let wc = b.poll(&mut p);
+    assert_eq!((wc[0].wr_id, wc[0].status), (11, WcStatus::LocAccessErr));
+    assert_eq!(b.read_bytes(0, 4), [0; 4]);
 }
 
 /// LOCAL_INV unbinds a type 2 window (WC LOCAL_INV); a READ after it fails. A region's

@@ -501,7 +501,28 @@ impl QueuePair {
             let seg = if length == 0 {
                 None
             } else {
-                Some(self.remote(ctx, reth.rkey, reth.va, length, AccessFlags::REMOTE_WRITE)?)
+                match self.remote(ctx, reth.rkey, reth.va, length, AccessFlags::REMOTE_WRITE) {
+                    Ok(seg) => Some(seg),
+                    Err(fatal) => {
+                        // IBTA 10.8.3.? (Local Access Error): an RDMA WRITE with
+                        // immediate that fails its access check consumes the receive WQE
+                        // it would have completed, which completes with LOC_ACCESS_ERR.
+                        // (A multi-packet one is refused at its FIRST packet, before its
+                        // immediate data is known: its WQE is flushed.)
+                        if opcode.has_immediate() {
+                            if let Some(wqe) = self.take_recv(ctx) {
+                                let wc = WorkCompletion::new(
+                                    wqe.wr_id,
+                                    WcStatus::LocAccessErr,
+                                    WcOpcode::RecvRdmaWithImm,
+                                    self.qpn,
+                                );
+                                ctx.complete(self.init.recv_cq, wc, true);
+                            }
+                        }
+                        return Err(fatal);
+                    }
+                }
             };
             self.resp.cur = Some(InProgress::Write {
                 seg,
