@@ -38,9 +38,6 @@ pub fn uncovered_status(s: S) -> Option<Uncovered> {
         S::TmErr | S::TmRndvIncomplete => NotApplicable(
             "tag matching (IBV_SRQT_TM SRQs): an mlx5 offload outside IBTA transports",
         ),
-        S::MwBindErr | S::LocAccessErr => {
-            Missing("memory windows (issue #4): the emulator returns Unsupported for alloc_mw")
-        }
         S::RemAbortErr | S::FatalErr | S::RespTimeoutErr | S::GeneralErr => Missing(
             "needs device faults (issue #4: device failure, fault injection); no RC/UC/UD \
              flow produces it on a healthy device",
