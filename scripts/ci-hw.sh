@@ -47,6 +47,10 @@ for e in $exes; do
   n=$(basename "$e"); cp "$e" "$W/share/bin/${n%-*}"
 done
 ls "$W/share/bin"
+note "build the conformance suite with --features hw"
+cargo build -q --release -p tests --features hw --bin conformance
+rm -rf "$W/share/conf"; mkdir -p "$W/share/conf"
+cp "${CARGO_TARGET_DIR:-target}/release/conformance" "$W/share/conf/"
 
 note "run in the VM"
 vmrc=0
@@ -56,7 +60,7 @@ if [ "$vmrc" -ne 0 ]; then echo "VM job failed (exit $vmrc)"; exit 1; fi
 
 note "compare with scripts/rxe-vm/rxe-deviations.txt"
 known=$(grep -v '^\s*#' "$REPO/scripts/rxe-vm/rxe-deviations.txt" | cut -d'|' -f1 | tr -d ' ' | grep -v '^$' || true)
-results=$(cat "$W"/share/results/*.log | grep -E '^test .* \.\.\. (ok|FAILED|ignored)$' || true)
+results=$(cat "$W"/share/results/*.log | grep -v '^FAIL \|^skip ' | grep -E '^test .* \.\.\. (ok|FAILED|ignored)$' || true)
 [ -n "$results" ] || { echo "no test results from the VM"; exit 1; }
 unexpected=0; ok=0; dev=0
 table="| test | rxe | note |"$'\n'"|---|---|---|"
@@ -80,4 +84,23 @@ if [ "$unexpected" -ne 0 ]; then
   for f in "$W"/share/results/*.log; do sed -n '/^failures:$/,/^test result/p' "$f"; done
 fi
 note "rxe: $ok ok, $dev known deviations, $unexpected unexpected failures"
-[ "$unexpected" -eq 0 ]
+
+note "conformance suite on rxe vs scripts/rxe-vm/conformance-deviations.txt"
+conf="$W/share/results/rxe.tsv"
+[ -s "$conf" ] || { echo "no conformance results from the VM"; tail -20 "$W/share/results/conformance.log" 2>/dev/null; exit 1; }
+cknown=$(grep -v '^\s*#' "$REPO/scripts/rxe-vm/conformance-deviations.txt" | cut -d'|' -f1 | tr -d ' ' | grep -v '^$' || true)
+cunexpected=0
+while IFS=$'\t' read -r name verdict msg; do
+  case "$verdict" in
+    fail)
+      if ! grep -qx "$name" <<<"$cknown"; then
+        cunexpected=$((cunexpected + 1)); echo "UNEXPECTED conformance failure on rxe: $name: $msg"
+      fi;;
+    pass)
+      if grep -qx "$name" <<<"$cknown"; then echo "NOTE: $name is listed as an rxe deviation but passes: remove it"; fi;;
+  esac
+done < "$conf"
+printf 'rxe conformance: %s passed, %s failed (%s unexpected), %s skipped\n' \
+  "$(grep -c $'\tpass' "$conf")" "$(grep -c $'\tfail' "$conf")" "$cunexpected" "$(grep -c $'\tskip' "$conf")"
+echo "per-case results: $conf (scripts/conformance.sh $conf renders docs/conformance.md with them)"
+[ "$unexpected" -eq 0 ] && [ "$cunexpected" -eq 0 ]

@@ -1103,8 +1103,19 @@ impl Qp {
         if wrs.is_empty() {
             return Ok(());
         }
+        // SAFETY: a live QP; `qp_type` is a plain field set at creation.
+        let ud = unsafe { (*self.raw()).qp_type } == QpType::Ud.as_u32();
         let mut sges: Vec<Vec<ffi::ibv_sge>> = Vec::with_capacity(wrs.len());
         for (i, (w, r)) in wrs.iter().zip(refs).enumerate() {
+            // A UD send without an address handle would hand the provider a null
+            // `ibv_ah` to dereference (rxe crashes): refuse it as libibverbs' contract
+            // requires a valid `wr.ud.ah` (ibv_post_send(3)).
+            if ud && (w.ud.is_none() || r.ah.is_none()) {
+                return Err(PostError {
+                    index: i,
+                    error: Error::InvalidArgument("a UD send needs wr.ud with a live address handle"),
+                });
+            }
             if w.send_flags.contains(SendFlags::INLINE) {
                 // The provider memcpys inline data from these addresses in userspace:
                 // each must lie inside a live registered buffer (module docs).

@@ -22,4 +22,16 @@ for b in bin/*; do
     echo "$name did not complete (exit $brc)"; tail -20 "results/$name.log"; rc=2
   fi
 done
+# The conformance suite (crate tests), case by case, on rxe0.
+if [ -x conf/conformance ]; then
+  start=$(date +%s%N)
+  timeout 900 conf/conformance --backend hw:rxe0 --save results/rxe.tsv > results/conformance.log 2>&1
+  crc=$?
+  echo "conformance: exit $crc in $(( ($(date +%s%N) - start) / 1000000 )) ms"
+  tail -1 results/conformance.log
+  # 0: all passed, 1: some failed (compared on the host); anything else: hang or crash.
+  if [ "$crc" -ne 0 ] && [ "$crc" -ne 1 ]; then
+    echo "conformance did not complete (exit $crc)"; tail -20 results/conformance.log; rc=2
+  fi
+fi
 exit $rc

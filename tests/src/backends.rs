@@ -29,6 +29,7 @@ impl Backend for EmuUdp {
             dev: Arc::new(dev),
             faults: None,
             virtual_time: false,
+            gid_index: 0,
         }
     }
 
@@ -80,10 +81,51 @@ impl Backend for EmuFabric {
             dev,
             faults: Some(Arc::new(FabricFaults(fabric))),
             virtual_time: true,
+            gid_index: 0,
         }
     }
 
     fn is_emulator(&self) -> bool {
         true
+    }
+}
+
+/// A real RDMA device through libibverbs (`hw-backend`, feature `hw`): each case opens
+/// its own context on the device. The GID index is `$RDMA_GID_INDEX`, else 1 when port
+/// 1 has a GID there (on rxe: the RoCEv2 link-local GID), else 0.
+#[cfg(feature = "hw")]
+#[derive(Clone, Debug, Default)]
+pub struct Hw {
+    /// The device name (`rxe0`, `mlx5_0`); the first device when `None`.
+    pub name: Option<String>,
+}
+
+#[cfg(feature = "hw")]
+impl Backend for Hw {
+    fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or("hw")
+    }
+
+    fn open(&self) -> Opened {
+        use verbs_api::Device;
+        let dev = hw_backend::HwDevice::open(self.name.as_deref())
+            .unwrap_or_else(|e| panic!("open the RDMA device: {e}"));
+        let gid_index = std::env::var("RDMA_GID_INDEX")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| match dev.query_gid(1, 1) {
+                Ok(g) if !g.is_zero() => 1,
+                _ => 0,
+            });
+        Opened {
+            dev: Arc::new(dev),
+            faults: None,
+            virtual_time: false,
+            gid_index,
+        }
+    }
+
+    fn is_emulator(&self) -> bool {
+        false
     }
 }

@@ -24,6 +24,9 @@ pub struct Env {
     pub faults: Option<Arc<dyn crate::Faults>>,
     /// The device runs on virtual time: polling moves it on, so no need to sleep.
     pub virtual_time: bool,
+    /// The GID index of port 1 the QPs use (0 on the emulator; on rxe index 1 is the
+    /// RoCEv2 link-local GID).
+    pub gid_index: u8,
 }
 
 /// One end of a connected pair: a QP with its own CQ and a registered buffer.
@@ -89,9 +92,19 @@ pub fn all_access() -> AccessFlags {
 }
 
 impl Env {
-    /// The device's GID at port 1, index 0.
+    /// The device's GID at port 1 that the QPs use.
     pub fn gid(&self) -> Gid {
-        self.dev.query_gid(1, 0).expect("query_gid(1, 0)")
+        self.dev
+            .query_gid(1, u32::from(self.gid_index))
+            .expect("query_gid")
+    }
+
+    /// [`fast_params`] with this device's GID index.
+    pub fn params(&self) -> QpParams {
+        QpParams {
+            sgid_index: self.gid_index,
+            ..fast_params()
+        }
     }
 
     /// A new PD.
@@ -160,7 +173,7 @@ impl Env {
     /// Two connected QPs of `qp_type` with the default parameters (every remote access
     /// allowed, short timeouts so error cases finish quickly).
     pub fn pair(&self, qp_type: QpType) -> Pair {
-        self.pair_with(qp_type, &fast_params(), default_cap(), 256)
+        self.pair_with(qp_type, &self.params(), default_cap(), 256)
     }
 
     /// Posts one send WR on `qpn`; panics if the post fails.

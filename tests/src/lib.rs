@@ -145,6 +145,8 @@ pub struct Opened {
     pub faults: Option<Arc<dyn Faults>>,
     /// The device runs on virtual time: waiting costs no real time.
     pub virtual_time: bool,
+    /// The GID index of port 1 the cases use.
+    pub gid_index: u8,
 }
 
 /// A backend the suite runs on: it opens a fresh device for each case.
@@ -174,6 +176,7 @@ pub fn run_case(case: &Case, backend: &dyn Backend) -> matrix::Verdict {
             emulator: backend.is_emulator(),
             faults: opened.faults,
             virtual_time: opened.virtual_time,
+            gid_index: opened.gid_index,
         };
         case.execute(&env)
     }));

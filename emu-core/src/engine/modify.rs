@@ -32,8 +32,11 @@ pub(crate) fn transition_rules(qp_type: QpType, cur: QpState, next: QpState) -> 
     let rts_opt_uc = M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::PATH_MIG_STATE;
     let rts_opt_rc = rts_opt_uc | M::MIN_RNR_TIMER;
     match (cur, next) {
-        // Any state may go to RESET or ERR with no further attributes (IBTA 10.3.1).
-        (Reset | Init | Rtr | Rts | Sqd | Sqe | Err, Reset | Err) => Some((none, none)),
+        // Any state may go to RESET, and any state but RESET to ERR, with no further
+        // attributes (IBTA 10.3.1 figure 124; the kernel's qp_state_table agrees, and
+        // kernel rxe refuses RESET -> ERR with EINVAL).
+        (Reset | Init | Rtr | Rts | Sqd | Sqe | Err, Reset)
+        | (Init | Rtr | Rts | Sqd | Sqe | Err, Err) => Some((none, none)),
         (Reset, Init) => {
             let rc = M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
             Some((per(rc, rc, M::PKEY_INDEX | M::PORT | M::QKEY)?, none))
@@ -274,6 +277,7 @@ mod tests {
         assert!(transition_rules(QpType::Rc, Sqe, Rts).is_none());
         assert!(transition_rules(QpType::Uc, Sqe, Rts).is_some());
         assert!(transition_rules(QpType::Rc, Err, Rts).is_none());
+        assert!(transition_rules(QpType::Rc, Reset, Err).is_none());
         let (req, _) = transition_rules(QpType::Rc, Init, Rtr).unwrap();
         assert!(req.contains(M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER));
         let (req, _) = transition_rules(QpType::Uc, Init, Rtr).unwrap();

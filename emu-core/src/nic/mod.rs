@@ -495,8 +495,10 @@ impl Device for EmuDevice {
     }
 
     fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
+        // libibverbs reads the entry from sysfs (`ports/N/pkeys/I`): a port or index
+        // with no entry fails as the open does, with ENOENT.
         if port != 1 || u32::from(index) >= self.inner.cfg.limits.pkey_tbl_len {
-            return Err(Error::InvalidArgument("no such port or P_Key index"));
+            return Err(Error::NotFound("no such port or P_Key index"));
         }
         Ok(if index == 0 { 0xFFFF } else { 0 })
     }

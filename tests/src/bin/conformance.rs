@@ -2,7 +2,7 @@
 //! coverage matrix with the results as markdown.
 //!
 //! ```text
-//! conformance [--backend emu-udp|emu-fabric] [--markdown FILE] [--save FILE] [--results FILE]... [FILTER]
+//! conformance [--list] [--backend emu-udp|emu-fabric|hw|hw:NAME] [--markdown FILE] [--save FILE] [--results FILE]... [FILTER]
 //! ```
 //!
 //! `--results FILE` (repeatable) reads earlier runs' result files (one `name<TAB>verdict`
@@ -50,6 +50,12 @@ fn main() {
                     .unwrap_or(f.clone());
                 earlier.push((label, parse_results(&text)));
             }
+            "--list" => {
+                for c in all_cases() {
+                    println!("{}", c.name);
+                }
+                return;
+            }
             "-h" | "--help" => {
                 println!("conformance [--backend emu-udp] [--markdown FILE] [--save FILE] [--results FILE]... [FILTER]");
                 return;
@@ -60,9 +66,18 @@ fn main() {
     let backend: Box<dyn Backend> = match backend_name.as_str() {
         "emu-udp" => Box::new(EmuUdp),
         "emu-fabric" => Box::new(EmuFabric),
+        #[cfg(feature = "hw")]
+        hw if hw == "hw" || hw.starts_with("hw:") => Box::new(tests::backends::Hw {
+            name: hw.strip_prefix("hw:").map(String::from),
+        }),
         other => {
             eprintln!(
-                "conformance: unknown backend {other} (this build knows: emu-udp, emu-fabric)"
+                "conformance: unknown backend {other} (this build knows: emu-udp, emu-fabric{})",
+                if cfg!(feature = "hw") {
+                    ", hw, hw:NAME"
+                } else {
+                    "; build with --features hw for hw"
+                }
             );
             std::process::exit(2);
         }

@@ -10,7 +10,7 @@ use verbs_api::{
 };
 
 use super::errno::EINVAL;
-use crate::env::{default_cap, fast_params, Pair};
+use crate::env::{default_cap, Pair};
 use crate::{Case, Env, Outcome};
 
 pub(super) fn register(v: &mut Vec<Case>) {
@@ -208,7 +208,7 @@ fn atomic_misaligned(env: &Env) -> Outcome {
 }
 
 fn qp_no_write(env: &Env) -> Outcome {
-    let mut params = fast_params();
+    let mut params = env.params();
     params.access = A::LOCAL_WRITE | A::REMOTE_READ;
     let p = env.pair_with(QpType::Rc, &params, default_cap(), 64);
     env.post_send(
@@ -245,7 +245,7 @@ fn recv_bad_lkey(env: &Env) -> Outcome {
 }
 
 fn rnr_exceeded(env: &Env) -> Outcome {
-    let mut params = fast_params();
+    let mut params = env.params();
     params.rnr_retry = 0;
     let p = env.pair_with(QpType::Rc, &params, default_cap(), 64);
     env.post_send(p.a.qpn, SendWr::send(1, vec![p.a.sge(0, 8)]).signaled());
@@ -254,7 +254,7 @@ fn rnr_exceeded(env: &Env) -> Outcome {
 }
 
 fn rnr_then_success(env: &Env) -> Outcome {
-    let mut params = fast_params();
+    let mut params = env.params();
     params.min_rnr_timer = 14; // 1.28 ms between tries
     let p = env.pair_with(QpType::Rc, &params, default_cap(), 64);
     p.a.buf.write(0, b"late").unwrap();
@@ -267,7 +267,7 @@ fn rnr_then_success(env: &Env) -> Outcome {
 }
 
 fn retry_exceeded(env: &Env) -> Outcome {
-    let mut params = fast_params();
+    let mut params = env.params();
     params.timeout = 8; // ~1 ms per try
     params.retry_cnt = 2;
     let p = env.pair_with(QpType::Rc, &params, default_cap(), 64);
@@ -290,7 +290,7 @@ fn retry_exceeded(env: &Env) -> Outcome {
 }
 
 fn read_no_credits(env: &Env) -> Outcome {
-    let mut params = fast_params();
+    let mut params = env.params();
     params.max_rd_atomic = 0;
     let p = env.pair_with(QpType::Rc, &params, default_cap(), 64);
     let r = env.dev.post_send(
@@ -333,7 +333,7 @@ fn too_many_sges(env: &Env) -> Outcome {
         max_send_sge: 2,
         ..default_cap()
     };
-    let p = env.pair_with(QpType::Rc, &fast_params(), cap, 64);
+    let p = env.pair_with(QpType::Rc, &env.params(), cap, 64);
     let actual = env
         .dev
         .query_qp(p.a.qpn)
@@ -414,7 +414,7 @@ fn comm_est(env: &Env) -> Outcome {
     let (buf, mr) = env.mr(pd, 4096, crate::env::all_access());
     let _ = buf;
     let gid = env.gid();
-    let params = fast_params();
+    let params = env.params();
     let ea = verbs_api::Endpoint {
         lid: 0,
         qpn: a,
@@ -494,7 +494,7 @@ fn short_read_response(env: &Env) -> Outcome {
 }
 
 fn lost_acks(env: &Env) -> Outcome {
-    let mut params = fast_params();
+    let mut params = env.params();
     params.retry_cnt = 3;
     let p = env.pair_with(QpType::Rc, &params, default_cap(), 64);
     env.faults().drop_all_acks();

@@ -259,7 +259,7 @@ fn deregistered_rkey(env: &Env) -> Outcome {
         max_inline_data: 0,
         ..default_cap()
     };
-    let p = env.pair_with(QpType::Rc, &crate::env::fast_params(), cap, 64);
+    let p = env.pair_with(QpType::Rc, &env.params(), cap, 64);
     let (_buf, target) = env.mr(p.pd, 4096, all_access());
     env.dev.dereg_mr(target.lkey).expect("dereg_mr");
     env.post_send(

@@ -10,7 +10,7 @@ use super::{
     assert_errno,
     errno::{EINVAL, ENOMEM},
 };
-use crate::env::{default_cap, fast_params};
+use crate::env::default_cap;
 use crate::{Case, Env, Outcome};
 
 const STATES: [S; 6] = [S::Reset, S::Init, S::Rtr, S::Rts, S::Sqd, S::Err];
@@ -39,11 +39,12 @@ fn type_name(t: QpType) -> &'static str {
 }
 
 /// IBTA 10.3.1 (figure 124) and the kernel's transition table: which modify is legal.
+/// Every state may go to RESET; every state but RESET to ERR.
 pub(crate) fn legal(from: S, to: S) -> bool {
     matches!(
         (from, to),
         (_, S::Reset)
-            | (_, S::Err)
+            | (S::Init | S::Rtr | S::Rts | S::Sqd | S::Sqe | S::Err, S::Err)
             | (S::Reset, S::Init)
             | (S::Init, S::Init)
             | (S::Init, S::Rtr)
@@ -136,7 +137,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
 
 /// Brings a fresh QP of type `t` to `state`.
 fn reach(env: &Env, qpn: u32, t: QpType, state: S) {
-    let p = fast_params();
+    let p = env.params();
     let me = Endpoint {
         lid: 0,
         qpn,
@@ -149,19 +150,34 @@ fn reach(env: &Env, qpn: u32, t: QpType, state: S) {
         S::Rtr => &[S::Init, S::Rtr],
         S::Rts => &[S::Init, S::Rtr, S::Rts],
         S::Sqd => &[S::Init, S::Rtr, S::Rts, S::Sqd],
-        S::Err => &[S::Err],
+        S::Err => &[S::Init, S::Err],
         _ => unreachable!(),
     };
     for &s in steps {
         let (attr, mask) = attrs_for(t, S::Reset, s, &me, &p);
-        let (attr, mask) = if s == S::Init {
+        let (mut attr, mut mask) = if s == S::Init {
             p.init(t)
         } else {
             (attr, mask)
         };
+        if s == S::Sqd {
+            // IBTA 10.3.1: SQD -> SQD and SQD -> RTS are allowed once the send queue has
+            // drained (kernel rxe refuses them while it drains): ask for the event and
+            // wait for it.
+            attr.en_sqd_async_notify = true;
+            mask |= verbs_api::QpAttrMask::EN_SQD_ASYNC_NOTIFY;
+        }
         env.dev
             .modify_qp(qpn, &attr, mask)
             .unwrap_or_else(|e| panic!("reaching {state:?}: to {s:?}: {e:?}"));
+        if s == S::Sqd {
+            let ev = env.next_event();
+            assert_eq!(
+                ev.event_type,
+                verbs_api::AsyncEventType::SqDrained,
+                "{ev:?}"
+            );
+        }
     }
     assert_eq!(state_of(env, qpn), state);
 }
@@ -206,7 +222,7 @@ fn transition(env: &Env, param: u64) -> Outcome {
         psn: 1,
         gid: env.gid(),
     };
-    let (attr, mask) = attrs_for(t, from, to, &me, &fast_params());
+    let (attr, mask) = attrs_for(t, from, to, &me, &env.params());
     let r = env.dev.modify_qp(qpn, &attr, mask);
     if legal(from, to) {
         r.unwrap_or_else(|e| panic!("{from:?} -> {to:?} refused: {e:?}"));
@@ -378,7 +394,7 @@ fn sq_full(env: &Env) -> Outcome {
         psn: 1,
         gid: env.gid(),
     };
-    let mut params = fast_params();
+    let mut params = env.params();
     params.timeout = 20; // seconds per try: no retry runs out during the case
     verbs_api::connect_qp(&*env.dev, qpn, QpType::Rc, &params, 1, &ghost).expect("connect");
     let (_b, mr) = env.mr(pd, 4096, verbs_api::AccessFlags::LOCAL_WRITE);
@@ -414,7 +430,7 @@ fn rtr_missing_attr(env: &Env) -> Outcome {
         psn: 1,
         gid: env.gid(),
     };
-    let (attr, mask) = fast_params().rtr(QpType::Rc, &me);
+    let (attr, mask) = env.params().rtr(QpType::Rc, &me);
     assert_errno(env.dev.modify_qp(qpn, &attr, mask - M::DEST_QPN), EINVAL);
     assert_eq!(state_of(env, qpn), S::Init);
     Outcome::Pass
@@ -425,7 +441,7 @@ fn rts_missing_attr(env: &Env) -> Outcome {
     let cq = env.cq(16);
     let qpn = env.qp(pd, cq, QpType::Rc, default_cap());
     reach(env, qpn, QpType::Rc, S::Rtr);
-    let (attr, mask) = fast_params().rts(QpType::Rc, 1);
+    let (attr, mask) = env.params().rts(QpType::Rc, 1);
     assert_errno(env.dev.modify_qp(qpn, &attr, mask - M::TIMEOUT), EINVAL);
     assert_eq!(state_of(env, qpn), S::Rtr);
     Outcome::Pass
@@ -434,7 +450,7 @@ fn rts_missing_attr(env: &Env) -> Outcome {
 fn query_back(env: &Env) -> Outcome {
     let p = env.pair(QpType::Rc);
     let (attr, init) = env.dev.query_qp(p.a.qpn).expect("query_qp");
-    let f = fast_params();
+    let f = env.params();
     assert_eq!(attr.qp_state, S::Rts);
     assert_eq!(attr.dest_qp_num, p.b.qpn);
     assert_eq!(attr.path_mtu, f.path_mtu);
@@ -453,7 +469,7 @@ fn ud_init_needs_qkey(env: &Env) -> Outcome {
     let pd = env.pd();
     let cq = env.cq(16);
     let qpn = env.qp(pd, cq, QpType::Ud, default_cap());
-    let (attr, mask) = fast_params().init(QpType::Ud);
+    let (attr, mask) = env.params().init(QpType::Ud);
     assert_errno(env.dev.modify_qp(qpn, &attr, mask - M::QKEY), EINVAL);
     assert_eq!(state_of(env, qpn), S::Reset);
     Outcome::Pass

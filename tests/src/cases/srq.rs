@@ -9,7 +9,7 @@ use super::{
     assert_errno,
     errno::{EBUSY, EINVAL},
 };
-use crate::env::{all_access, default_cap, fast_params};
+use crate::env::{all_access, default_cap};
 use crate::{Case, Env, Outcome};
 
 pub(super) fn register(v: &mut Vec<Case>) {
@@ -134,7 +134,7 @@ fn create_query_destroy(env: &Env) -> Outcome {
 fn destroy_busy(env: &Env) -> Outcome {
     let pd = env.pd();
     let s = srq(env, pd, 16);
-    let r = rig(env, pd, s, &fast_params());
+    let r = rig(env, pd, s, &env.params());
     assert_errno(env.dev.destroy_srq(s), EBUSY);
     env.dev.destroy_qp(r.receiver).expect("destroy_qp");
     env.dev.destroy_srq(s).expect("destroy_srq");
@@ -144,7 +144,7 @@ fn destroy_busy(env: &Env) -> Outcome {
 fn post_recv_on_qp(env: &Env) -> Outcome {
     let pd = env.pd();
     let s = srq(env, pd, 16);
-    let r = rig(env, pd, s, &fast_params());
+    let r = rig(env, pd, s, &env.params());
     let e = env
         .dev
         .post_recv(r.receiver, &[RecvWr::new(1, vec![sge(&r.mr, 0, 64)])])
@@ -156,8 +156,8 @@ fn post_recv_on_qp(env: &Env) -> Outcome {
 fn two_qps(env: &Env) -> Outcome {
     let pd = env.pd();
     let s = srq(env, pd, 32);
-    let r1 = rig(env, pd, s, &fast_params());
-    let r2 = rig(env, pd, s, &fast_params());
+    let r1 = rig(env, pd, s, &env.params());
+    let r2 = rig(env, pd, s, &env.params());
     post_srq(env, s, &r1.mr, 0..4);
     env.post_send(
         r1.sender,
@@ -187,7 +187,7 @@ fn two_qps(env: &Env) -> Outcome {
 fn limit_event(env: &Env) -> Outcome {
     let pd = env.pd();
     let s = srq(env, pd, 32);
-    let r = rig(env, pd, s, &fast_params());
+    let r = rig(env, pd, s, &env.params());
     post_srq(env, s, &r.mr, 0..4);
     env.dev
         .modify_srq(
@@ -244,7 +244,7 @@ fn limit_too_big(env: &Env) -> Outcome {
 fn last_wqe(env: &Env) -> Outcome {
     let pd = env.pd();
     let s = srq(env, pd, 16);
-    let r = rig(env, pd, s, &fast_params());
+    let r = rig(env, pd, s, &env.params());
     env.dev
         .modify_qp(
             r.receiver,
@@ -266,7 +266,7 @@ fn last_wqe(env: &Env) -> Outcome {
 fn rnr_empty(env: &Env) -> Outcome {
     let pd = env.pd();
     let s = srq(env, pd, 16);
-    let mut params = fast_params();
+    let mut params = env.params();
     params.rnr_retry = 0;
     let r = rig(env, pd, s, &params);
     env.post_send(r.sender, SendWr::send(1, vec![sge(&r.mr, 0, 8)]).signaled());

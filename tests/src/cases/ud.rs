@@ -10,7 +10,7 @@ use super::{
     assert_errno,
     errno::{EBUSY, EINVAL},
 };
-use crate::env::{fast_params, Pair};
+use crate::env::Pair;
 use crate::{Case, Env, Outcome};
 
 /// Bytes of GRH that precede a UD payload in the receive buffer (IBTA 11.4.1.?).
@@ -71,7 +71,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
 fn dest(env: &Env, p: &Pair, qkey: u32, qpn: u32, gid: Gid) -> UdDest {
     let ah = env
         .dev
-        .create_ah(p.pd, &fast_params().ah_attr(gid))
+        .create_ah(p.pd, &env.params().ah_attr(gid))
         .expect("create_ah");
     UdDest {
         ah,
@@ -99,7 +99,7 @@ fn send_size(env: &Env, size: u64) -> Outcome {
         p.b.qpn,
         RecvWr::new(5, vec![p.b.sge(0, (size + GRH) as u32)]),
     );
-    let d = dest(env, &p, fast_params().qkey, p.b.qpn, env.gid());
+    let d = dest(env, &p, env.params().qkey, p.b.qpn, env.gid());
     let sg = if size == 0 {
         vec![]
     } else {
@@ -124,7 +124,7 @@ fn send_size(env: &Env, size: u64) -> Outcome {
 fn send_imm(env: &Env) -> Outcome {
     let p = env.pair(QpType::Ud);
     env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
-    let d = dest(env, &p, fast_params().qkey, p.b.qpn, env.gid());
+    let d = dest(env, &p, env.params().qkey, p.b.qpn, env.gid());
     env.post_send(
         p.a.qpn,
         SendWr::send_with_imm(1, vec![p.a.sge(0, 16)], 0xABCD)
@@ -145,7 +145,7 @@ fn oversize(env: &Env) -> Outcome {
         p.b.qpn,
         RecvWr::new(5, vec![p.b.sge(0, (m + 1 + GRH) as u32)]),
     );
-    let d = dest(env, &p, fast_params().qkey, p.b.qpn, env.gid());
+    let d = dest(env, &p, env.params().qkey, p.b.qpn, env.gid());
     env.post_send(
         p.a.qpn,
         SendWr::send(1, vec![p.a.sge(0, (m + 1) as u32)])
@@ -160,7 +160,7 @@ fn oversize(env: &Env) -> Outcome {
 fn qkey_mismatch(env: &Env) -> Outcome {
     let p = env.pair(QpType::Ud);
     env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
-    let d = dest(env, &p, fast_params().qkey ^ 1, p.b.qpn, env.gid());
+    let d = dest(env, &p, env.params().qkey ^ 1, p.b.qpn, env.gid());
     env.post_send(
         p.a.qpn,
         SendWr::send(1, vec![p.a.sge(0, 16)]).with_ud(d).signaled(),
@@ -186,7 +186,7 @@ fn qkey_high_bit(env: &Env) -> Outcome {
 fn no_room_for_grh(env: &Env) -> Outcome {
     let p = env.pair(QpType::Ud);
     env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 100)]));
-    let d = dest(env, &p, fast_params().qkey, p.b.qpn, env.gid());
+    let d = dest(env, &p, env.params().qkey, p.b.qpn, env.gid());
     env.post_send(
         p.a.qpn,
         SendWr::send(1, vec![p.a.sge(0, 100)]).with_ud(d).signaled(),
@@ -200,7 +200,7 @@ fn ah_lifecycle(env: &Env) -> Outcome {
     let pd = env.pd();
     let ah = env
         .dev
-        .create_ah(pd, &fast_params().ah_attr(env.gid()))
+        .create_ah(pd, &env.params().ah_attr(env.gid()))
         .expect("create_ah");
     env.dev.destroy_ah(ah).expect("destroy_ah");
     assert_errno(env.dev.destroy_ah(ah), EINVAL);
@@ -211,7 +211,7 @@ fn pd_busy_with_ah(env: &Env) -> Outcome {
     let pd = env.pd();
     let ah = env
         .dev
-        .create_ah(pd, &fast_params().ah_attr(env.gid()))
+        .create_ah(pd, &env.params().ah_attr(env.gid()))
         .expect("create_ah");
     assert_errno(env.dev.dealloc_pd(pd), EBUSY);
     env.dev.destroy_ah(ah).expect("destroy_ah");
@@ -221,7 +221,7 @@ fn pd_busy_with_ah(env: &Env) -> Outcome {
 
 fn ud_write(env: &Env) -> Outcome {
     let p = env.pair(QpType::Ud);
-    let d = dest(env, &p, fast_params().qkey, p.b.qpn, env.gid());
+    let d = dest(env, &p, env.params().qkey, p.b.qpn, env.gid());
     let wr = SendWr::rdma_write(1, vec![p.a.sge(0, 8)], p.b.addr(0), p.b.mr.rkey).with_ud(d);
     let e = env.dev.post_send(p.a.qpn, &[wr]).expect_err("posted");
     assert_eq!((e.index, e.error.errno()), (0, EINVAL), "{e:?}");
@@ -241,7 +241,7 @@ fn multicast(env: &Env) -> Outcome {
     }
     env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
     env.post_recv(c.qpn, RecvWr::new(6, vec![c.sge(0, 128)]));
-    let d = dest(env, &p, fast_params().qkey, 0xFF_FFFF, group());
+    let d = dest(env, &p, env.params().qkey, 0xFF_FFFF, group());
     env.post_send(
         p.a.qpn,
         SendWr::send(1, vec![p.a.sge(0, 16)]).with_ud(d).signaled(),
@@ -261,7 +261,7 @@ fn detached(env: &Env) -> Outcome {
         .detach_mcast(p.b.qpn, &group(), 0)
         .expect("detach_mcast");
     env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
-    let d = dest(env, &p, fast_params().qkey, 0xFF_FFFF, group());
+    let d = dest(env, &p, env.params().qkey, 0xFF_FFFF, group());
     env.post_send(
         p.a.qpn,
         SendWr::send(1, vec![p.a.sge(0, 16)]).with_ud(d).signaled(),
