@@ -1113,7 +1113,9 @@ impl Qp {
             if ud && (w.ud.is_none() || r.ah.is_none()) {
                 return Err(PostError {
                     index: i,
-                    error: Error::InvalidArgument("a UD send needs wr.ud with a live address handle"),
+                    error: Error::InvalidArgument(
+                        "a UD send needs wr.ud with a live address handle",
+                    ),
                 });
             }
             if w.send_flags.contains(SendFlags::INLINE) {
