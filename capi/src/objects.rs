@@ -40,6 +40,9 @@ pub(crate) struct Device {
     pub(crate) cfg: DeviceConfig,
     /// Its index in the list (`ibv_get_device_index`).
     pub(crate) index: usize,
+    /// The NIC while any context of this process has it open: every
+    /// `ibv_open_device` of one device shares it, as contexts share one real NIC.
+    pub(crate) nic: Mutex<std::sync::Weak<EmuDevice>>,
 }
 
 /// An opened device (`ibv_context`).
@@ -47,8 +50,8 @@ pub(crate) struct Device {
 pub(crate) struct Context {
     /// What the program sees; `vctx.context` is the `ibv_context`.
     pub(crate) vctx: sys::verbs_context,
-    /// The emulated NIC.
-    pub(crate) dev: EmuDevice,
+    /// The emulated NIC (shared by the contexts of one device).
+    pub(crate) dev: std::sync::Arc<EmuDevice>,
     /// CQ handle -> the `Cq` object's address (to answer `ibv_get_cq_event` and
     /// async events with the program's pointers).
     pub(crate) cqs: Mutex<HashMap<u32, usize>>,

@@ -62,7 +62,7 @@ pub(crate) fn unsupported(what: &str) -> c_int {
 fn fail(e: &Error) -> c_int {
     let n = e.errno();
     if n == EOPNOTSUPP {
-        unsupported(&e.to_string());
+        eprintln!("rdma-emu libibverbs: not supported by the emulator: {e}");
     }
     set_errno(n);
     n
@@ -113,6 +113,7 @@ fn device_entry(cfg: DeviceConfig, index: usize) -> Dev {
         },
         cfg,
         index,
+        nic: Mutex::default(),
     }
 }
 
@@ -204,11 +205,21 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut s
     let Some(d) = (unsafe { from_ptr::<_, Dev>(device) }) else {
         return null(EINVAL);
     };
-    let dev = match open_emu(&d.cfg) {
-        Ok(dev) => dev,
-        Err(e) => {
-            eprintln!("rdma-emu libibverbs: cannot open {}: {e}", d.cfg.name);
-            return null(e.errno());
+    let dev = {
+        let mut nic = d.nic.lock();
+        match nic.upgrade() {
+            Some(dev) => dev,
+            None => match open_emu(&d.cfg) {
+                Ok(dev) => {
+                    let dev = std::sync::Arc::new(dev);
+                    *nic = std::sync::Arc::downgrade(&dev);
+                    dev
+                }
+                Err(e) => {
+                    eprintln!("rdma-emu libibverbs: cannot open {}: {e}", d.cfg.name);
+                    return null(e.errno());
+                }
+            },
         }
     };
     let async_fd = dev.async_fd().unwrap_or(-1);
