@@ -1,6 +1,71 @@
-//! `HwDevice`: the verbs API over libibverbs (through rdma-sys) for kernel rxe and real NICs.
+//! `HwDevice`: the verbs API ([`verbs_api::Device`]) over libibverbs, through rdma-sys,
+//! for kernel soft-RoCE (rxe) and real NICs (mlx5, ...).
 //!
-//! Not implemented yet (see the README's "What does not work yet"): this crate is the
-//! place the design reserves for it, and it exports nothing so that no caller can mistake
-//! it for a working backend.
-#![forbid(unsafe_code)]
+//! Code written against [`verbs_api::Device`] runs on the emulator's `EmuDevice` and,
+//! unchanged, on a real device opened with [`HwDevice::open`]:
+//!
+//! ```no_run
+//! use verbs_api::Device;
+//! let dev = hw_backend::HwDevice::open(Some("rxe0"))?;
+//! println!("{}: {} port(s)", dev.name(), dev.query_device()?.phys_port_cnt);
+//! # Ok::<(), verbs_api::Error>(())
+//! ```
+//!
+//! # The `hw` feature
+//!
+//! libibverbs is linked only with the cargo feature `hw` (the build then needs
+//! libibverbs-dev, librdmacm-dev and libclang-dev; at run time libibverbs1 and
+//! ibverbs-providers). Without it the crate still builds and exports the same names:
+//! [`HwDevice::open`] and [`devices`] return `EOPNOTSUPP` saying the crate was built
+//! without the feature, so `cargo test --workspace` needs nothing but Rust.
+//!
+//! # Modules
+//!
+//! * `sys` — the only module with `unsafe` code: owned wrappers of the libibverbs
+//!   objects and the safety argument for registered memory.
+//! * `convert` — value conversions between verbs-api types and the C structs, with the
+//!   tests that check every enum and flag value against the installed `verbs.h`.
+//! * `device` — [`HwDevice`]: the object tables and the `Device` implementation.
+//! * `disabled` — the build without the `hw` feature.
+//!
+//! # Errors
+//!
+//! Verbs return the errno libibverbs reports, as [`verbs_api::Error`]. No device at all
+//! is ENODEV with a message saying how to create a soft-RoCE device; a named device
+//! that does not exist is [`verbs_api::Error::NoDevice`]. Nothing panics on a missing
+//! device. (The libibverbs *library* itself is linked dynamically: a binary built with
+//! `hw` needs `libibverbs.so.1` to start at all, and the dynamic loader names it when it
+//! is missing; without a provider package it finds no device, which is the ENODEV
+//! above.)
+// `unsafe_code` is denied by the workspace; the FFI module `sys` alone allows it. The
+// build without `hw` has no such module and forbids it outright.
+#![cfg_attr(not(feature = "hw"), forbid(unsafe_code))]
+
+#[cfg(feature = "hw")]
+mod convert;
+#[cfg(feature = "hw")]
+mod device;
+#[cfg(feature = "hw")]
+mod sys;
+
+#[cfg(not(feature = "hw"))]
+mod disabled;
+
+#[cfg(feature = "hw")]
+pub use device::{devices, wait_fd_readable, HwDevice};
+#[cfg(not(feature = "hw"))]
+pub use disabled::{devices, wait_fd_readable, HwDevice};
+
+/// True when this build links libibverbs (the `hw` feature).
+pub const HW_ENABLED: bool = cfg!(feature = "hw");
+
+/// One entry of the device list (`ibv_get_device_list`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceListEntry {
+    /// `ibv_get_device_name`, e.g. `rxe0` or `mlx5_0`.
+    pub name: String,
+    /// `ibv_get_device_guid`, as the big-endian value of the GUID bytes.
+    pub guid: u64,
+    /// The kernel device name (`uverbsN`).
+    pub dev_name: String,
+}

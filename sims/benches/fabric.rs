@@ -24,7 +24,7 @@ struct Echo {
 }
 
 impl Endpoint for Echo {
-    fn deliver(&self, src: Ipv4Addr, packet: &[u8]) {
+    fn deliver(&self, src: Ipv4Addr, _dst: Ipv4Addr, packet: &[u8]) {
         let mut buf = [0u8; 256];
         let b = &mut buf[..packet.len()];
         b.copy_from_slice(packet);

@@ -45,8 +45,9 @@ use crate::trace::{Cause, Fate, Label, PacketRecord, Trace, TraceDevice, TraceMo
 /// its `DeviceDriver`), or anything else a test attaches with
 /// [`Fabric::add_endpoint`].
 pub trait Endpoint: Send + Sync {
-    /// A packet (RoCEv2 UDP payload, BTH through ICRC) from `src` arrived.
-    fn deliver(&self, src: Ipv4Addr, packet: &[u8]);
+    /// A packet (RoCEv2 UDP payload, BTH through ICRC) from `src` to `dst` (the
+    /// endpoint's address, or a multicast group it joined) arrived.
+    fn deliver(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &[u8]);
     /// When the endpoint's next timer is due.
     fn poll_timeout(&self) -> Option<Instant> {
         None
@@ -58,8 +59,8 @@ pub trait Endpoint: Send + Sync {
 struct Device(DeviceDriver);
 
 impl Endpoint for Device {
-    fn deliver(&self, src: Ipv4Addr, packet: &[u8]) {
-        self.0.handle_datagram(src, packet);
+    fn deliver(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &[u8]) {
+        self.0.handle_datagram_to(src, dst, packet);
     }
     fn poll_timeout(&self) -> Option<Instant> {
         self.0.poll_timeout()
@@ -73,7 +74,7 @@ impl Endpoint for Device {
 struct Nothing;
 
 impl Endpoint for Nothing {
-    fn deliver(&self, _: Ipv4Addr, _: &[u8]) {}
+    fn deliver(&self, _: Ipv4Addr, _: Ipv4Addr, _: &[u8]) {}
 }
 
 /// A fabric call named a device the fabric does not have, or an address in use.
@@ -119,11 +120,15 @@ struct Event {
     dst: usize,
     record: Option<usize>,
     bytes: Vec<u8>,
+    /// The multicast group it was sent to, if it was.
+    group: Option<Ipv4Addr>,
 }
 
 struct Node {
     name: String,
     ip: Ipv4Addr,
+    /// IPv4 multicast groups its QPs joined.
+    groups: Vec<Ipv4Addr>,
 }
 
 /// How a packet crosses the transit stage.
@@ -131,6 +136,8 @@ struct Transit {
     copies: usize,
     extra: Duration,
     corrupt_bit: Option<usize>,
+    /// The multicast group the packet was sent to, if it was.
+    group: Option<Ipv4Addr>,
 }
 
 struct State {
@@ -209,6 +216,14 @@ impl Link for FabricLink {
     fn idle(&self) -> bool {
         self.shared.step(None)
     }
+
+    fn set_multicast_groups(&self, groups: &[Ipv4Addr]) -> io::Result<()> {
+        let mut st = self.shared.state.lock();
+        if let Some(n) = st.nodes.get_mut(self.node) {
+            n.groups = groups.to_vec();
+        }
+        Ok(())
+    }
 }
 
 impl Shared {
@@ -262,8 +277,9 @@ impl Shared {
             }
             st.stats.delivered += 1;
             let src_ip = st.nodes[ev.src].ip;
+            let dst_ip = ev.group.unwrap_or(st.nodes[ev.dst].ip);
             drop(st);
-            eps[ev.dst].deliver(src_ip, &ev.bytes);
+            eps[ev.dst].deliver(src_ip, dst_ip, &ev.bytes);
             let mut bytes = ev.bytes;
             bytes.clear();
             let mut st = self.state.lock();
@@ -332,13 +348,42 @@ impl State {
     }
 
     /// A device sent `bytes` (ICRC filled in) to `dst_ip`.
+    /// A packet to a multicast group goes, as one traced packet each, to every device
+    /// that joined the group (the sender too, as IP multicast loops back).
     fn send(&mut self, now: Duration, src: usize, dst_ip: Ipv4Addr, bytes: &[u8]) {
-        let dst = self.nodes.iter().position(|n| n.ip == dst_ip);
-        let rec = self.record(now, src, dst, dst_ip, bytes, Fate::Delivered);
-        let Some(dst) = dst else {
-            self.set_fate(rec, Fate::Dropped(Cause::NoRoute));
+        if dst_ip.is_multicast() {
+            let members: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].groups.contains(&dst_ip))
+                .collect();
+            if members.is_empty() {
+                let rec = self.record(now, src, None, dst_ip, bytes, Fate::Delivered);
+                self.set_fate(rec, Fate::Dropped(Cause::NoRoute));
+            }
+            for m in members {
+                self.send_one(now, src, m, dst_ip, Some(dst_ip), bytes);
+            }
             return;
-        };
+        }
+        match self.nodes.iter().position(|n| n.ip == dst_ip) {
+            Some(dst) => self.send_one(now, src, dst, dst_ip, None, bytes),
+            None => {
+                let rec = self.record(now, src, None, dst_ip, bytes, Fate::Delivered);
+                self.set_fate(rec, Fate::Dropped(Cause::NoRoute));
+            }
+        }
+    }
+
+    /// One packet from `src` to node `dst`: partition, hold, then the rules and the link.
+    fn send_one(
+        &mut self,
+        now: Duration,
+        src: usize,
+        dst: usize,
+        dst_ip: Ipv4Addr,
+        group: Option<Ipv4Addr>,
+        bytes: &[u8],
+    ) {
+        let rec = self.record(now, src, Some(dst), dst_ip, bytes, Fate::Delivered);
         let index = self.packets - 1;
         let dir = self.dir(src, dst);
         if dir.partitioned {
@@ -346,11 +391,11 @@ impl State {
             return;
         }
         if let Some(held) = &mut dir.held {
-            held.push((bytes.to_vec(), rec, index));
+            held.push((bytes.to_vec(), rec, index, group));
             self.set_fate(rec, Fate::Held);
             return;
         }
-        self.route(now, (src, dst), bytes, rec, index);
+        self.route(now, (src, dst), bytes, rec, index, group);
     }
 
     /// The rule stage, then transit, for packet number `index`.
@@ -361,6 +406,7 @@ impl State {
         bytes: &[u8],
         rec: Option<usize>,
         index: u64,
+        group: Option<Ipv4Addr>,
     ) {
         let mut decided = None;
         if !self.rules.is_empty() {
@@ -396,6 +442,7 @@ impl State {
                 copies: 1 + usize::from(draw.duplicate),
                 extra: Duration::ZERO,
                 corrupt_bit: draw.corrupt_bit,
+                group,
             };
             self.transit(now, src, dst, bytes, rec, t);
             return;
@@ -405,6 +452,7 @@ impl State {
             copies: 1,
             extra: Duration::ZERO,
             corrupt_bit: None,
+            group,
         };
         match action {
             Action::Drop => return self.set_fate(rec, Fate::Dropped(cause)),
@@ -420,6 +468,34 @@ impl State {
                 // The ICRC's first byte, lowest bit.
                 t.corrupt_bit = Some((bytes.len() - 4) * 8);
                 self.set_fate(rec, Fate::Corrupted(cause));
+            }
+            Action::Truncate(n) => {
+                self.set_fate(rec, Fate::Dropped(cause));
+                let Ok((_, payload)) = PacketRepr::parse(bytes) else {
+                    return;
+                };
+                let keep = payload.len().saturating_sub(n);
+                let mut buf = vec![0u8; bytes.len()];
+                let len = repr.emit(&mut buf, &payload[..keep]);
+                let ep = Ipv4Endpoints {
+                    src: self.nodes[src].ip,
+                    dst: self.nodes[dst].ip,
+                    ip_id: 0,
+                    src_port: ROCE_PORT,
+                    dst_port: ROCE_PORT,
+                };
+                write_icrc(&ep, &mut buf[..len]);
+                let dst_ip = self.nodes[dst].ip;
+                let r = self.record(
+                    now,
+                    src,
+                    Some(dst),
+                    dst_ip,
+                    &buf[..len],
+                    Fate::Injected(name),
+                );
+                self.transit(now, src, dst, &buf[..len], r, t);
+                return;
             }
             Action::RnrNak {
                 requester_qpn,
@@ -445,6 +521,7 @@ impl State {
                 write_icrc(&ep, &mut buf[..n]);
                 let src_ip = self.nodes[src].ip;
                 let r = self.record(now, dst, Some(src), src_ip, &buf[..n], Fate::Injected(name));
+                t.group = None;
                 self.transit(now, dst, src, &buf[..n], r, t);
                 return;
             }
@@ -491,6 +568,7 @@ impl State {
                 dst,
                 record: rec,
                 bytes: b,
+                group: t.group,
             }));
         }
     }
@@ -570,6 +648,7 @@ impl Fabric {
         st.nodes.push(Node {
             name: name.into(),
             ip,
+            groups: Vec::new(),
         });
         st.trace.devices.push(TraceDevice {
             name: name.into(),
@@ -649,8 +728,8 @@ impl Fabric {
         let (a, b) = (self.node(&st, from)?, self.node(&st, to)?);
         let held = st.dir(a, b).held.take().unwrap_or_default();
         let now = self.now();
-        for (bytes, rec, index) in held {
-            st.route(now, (a, b), &bytes, rec, index);
+        for (bytes, rec, index, group) in held {
+            st.route(now, (a, b), &bytes, rec, index, group);
         }
         Ok(())
     }

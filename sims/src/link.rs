@@ -61,7 +61,7 @@ pub(crate) struct Draw {
 }
 
 /// A held packet: its bytes, its trace record, its packet number.
-pub(crate) type Held = (Vec<u8>, Option<usize>, u64);
+pub(crate) type Held = (Vec<u8>, Option<usize>, u64, Option<std::net::Ipv4Addr>);
 
 /// One direction's state.
 #[derive(Debug)]

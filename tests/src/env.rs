@@ -19,6 +19,11 @@ pub struct Env {
     pub dev: Arc<dyn Device>,
     /// Whether the device is the emulator.
     pub emulator: bool,
+    /// The backend's fault injection, if it has one (cases that need it are marked
+    /// [`crate::Case::faulty`] and run only where it exists).
+    pub faults: Option<Arc<dyn crate::Faults>>,
+    /// The device runs on virtual time: polling moves it on, so no need to sleep.
+    pub virtual_time: bool,
 }
 
 /// One end of a connected pair: a QP with its own CQ and a registered buffer.
@@ -191,7 +196,9 @@ impl Env {
             if Instant::now() > deadline {
                 return None;
             }
-            std::thread::sleep(Duration::from_micros(50));
+            if !self.virtual_time {
+                std::thread::sleep(Duration::from_micros(50));
+            }
         }
     }
 
@@ -200,6 +207,13 @@ impl Env {
         if let Some(wc) = self.try_poll(cq, within) {
             panic!("unexpected completion {wc:?}");
         }
+    }
+
+    /// The fault-injection capability (the case is marked faulty, so it exists).
+    pub fn faults(&self) -> &dyn crate::Faults {
+        self.faults
+            .as_deref()
+            .expect("a faulty case runs only with fault injection")
     }
 
     /// Waits for the next async event (panics after [`WAIT`]).

@@ -15,6 +15,7 @@
 //! produce it, or to the reason none can; a test fails when a variant has no entry.
 #![forbid(unsafe_code)]
 
+pub mod backends;
 pub mod cases;
 pub mod env;
 pub mod matrix;
@@ -23,6 +24,7 @@ use std::sync::Arc;
 
 use verbs_api::{AsyncEventType, Device, WcStatus};
 
+pub use backends::{EmuFabric, EmuUdp};
 pub use env::Env;
 
 /// What a case makes the device produce (for the coverage matrix).
@@ -45,6 +47,9 @@ pub struct Case {
     pub produces: Vec<Produces>,
     /// Runs the case.
     pub run: Runner,
+    /// The case needs the fault-injection capability ([`Faults`]); backends without it
+    /// skip it.
+    pub needs_faults: bool,
 }
 
 /// How a case runs: a plain function, or one with a parameter (for generated families
@@ -74,6 +79,7 @@ impl Case {
             rule,
             produces: Vec::new(),
             run: Runner::Plain(f),
+            needs_faults: false,
         }
     }
 
@@ -89,12 +95,19 @@ impl Case {
             rule,
             produces: Vec::new(),
             run: Runner::Param(f, param),
+            needs_faults: false,
         }
     }
 
     /// Declares that the case produces WC `status`.
     pub fn wc(mut self, status: WcStatus) -> Case {
         self.produces.push(Produces::Wc(status));
+        self
+    }
+
+    /// Declares that the case needs the fault-injection capability.
+    pub fn faulty(mut self) -> Case {
+        self.needs_faults = true;
         self
     }
 
@@ -113,13 +126,34 @@ impl Case {
     }
 }
 
+/// Faults a backend can inject on the network of the device it opened, for conditions a
+/// healthy device never shows (IBTA error flows that need a misbehaving peer or link).
+/// The emulator on the simulated fabric implements it; hardware does not, and cases that
+/// need it are skipped there with the reason.
+pub trait Faults: Send + Sync {
+    /// From now on every RC ACKNOWLEDGE (ACK, NAK, RNR NAK) is lost.
+    fn drop_all_acks(&self);
+    /// The next RDMA READ RESPONSE arrives `n` bytes short, with a correct ICRC.
+    fn truncate_next_read_response(&self, n: usize);
+}
+
+/// What a backend opens for one case.
+pub struct Opened {
+    /// The device.
+    pub dev: Arc<dyn Device>,
+    /// Its fault-injection capability, if the backend has one.
+    pub faults: Option<Arc<dyn Faults>>,
+    /// The device runs on virtual time: waiting costs no real time.
+    pub virtual_time: bool,
+}
+
 /// A backend the suite runs on: it opens a fresh device for each case.
 pub trait Backend: Send + Sync {
     /// Short name for reports (`emu-udp`, `emu-fabric`, `rxe`, ...).
     fn name(&self) -> &str;
     /// Opens a device for one case. Cases may run in parallel: each call returns a
     /// device of its own, or a shared one on which cases do not disturb each other.
-    fn open(&self) -> Arc<dyn Device>;
+    fn open(&self) -> Opened;
     /// Whether the backend is the emulator (which needs no natural fault to show a
     /// condition); hardware cases produce conditions naturally or skip.
     fn is_emulator(&self) -> bool;
@@ -128,9 +162,18 @@ pub trait Backend: Send + Sync {
 /// Runs `case` on a fresh device of `backend`, turning a panic into a failure.
 pub fn run_case(case: &Case, backend: &dyn Backend) -> matrix::Verdict {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let opened = backend.open();
+        if case.needs_faults && opened.faults.is_none() {
+            return Outcome::Skip(format!(
+                "needs fault injection, which the {} backend does not have",
+                backend.name()
+            ));
+        }
         let env = Env {
-            dev: backend.open(),
+            dev: opened.dev,
             emulator: backend.is_emulator(),
+            faults: opened.faults,
+            virtual_time: opened.virtual_time,
         };
         case.execute(&env)
     }));
@@ -143,30 +186,6 @@ pub fn run_case(case: &Case, backend: &dyn Backend) -> matrix::Verdict {
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "panicked".into()),
         ),
-    }
-}
-
-/// The emulator over UDP loopback: each case gets a device of its own on 127.0.0.1 with
-/// a port picked by the OS, its QPs talking to each other through that one device.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct EmuUdp;
-
-impl Backend for EmuUdp {
-    fn name(&self) -> &str {
-        "emu-udp"
-    }
-
-    fn open(&self) -> Arc<dyn Device> {
-        let dev = emu_core::nic::EmuDevice::open(emu_core::nic::EmuConfig {
-            port: 0,
-            ..emu_core::nic::EmuConfig::default()
-        })
-        .expect("open an emulated device on 127.0.0.1");
-        Arc::new(dev)
-    }
-
-    fn is_emulator(&self) -> bool {
-        true
     }
 }
 

@@ -1,5 +1,6 @@
 //! The conformance suite on the emulator over UDP loopback: every case, each on a
-//! device of its own (127.0.0.1, a port picked by the OS, talking to itself).
+//! device of its own (127.0.0.1, a port picked by the OS, talking to itself). Cases
+//! that need fault injection run on the fabric (`conformance_emu_fabric`) only.
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use tests::matrix::Verdict;
@@ -10,7 +11,7 @@ fn main() {
     let trials = all_cases()
         .into_iter()
         .map(|case| {
-            let pending = EMU_PENDING.iter().any(|p| case.name.starts_with(p));
+            let pending = case.needs_faults || EMU_PENDING.iter().any(|p| case.name.starts_with(p));
             Trial::test(case.name.clone(), move || match run_case(&case, &EmuUdp) {
                 Verdict::Pass => Ok(()),
                 Verdict::Fail(m) => Err(Failed::from(m)),

@@ -98,6 +98,8 @@ impl QueuePair {
                     implied = true;
                     break;
                 }
+                // Binds and LOCAL_INV are done when they run; they hold no PSN.
+                ReqKind::Local => {}
             }
         }
         if self.comp.psn != before {

@@ -16,7 +16,7 @@ use super::Limits;
 /// Borrowed engine state handed to a QP for one input.
 pub(crate) struct Ctx<'a> {
     pub(crate) now: Instant,
-    pub(crate) mrs: &'a MrTable,
+    pub(crate) mrs: &'a mut MrTable,
     pub(crate) ahs: &'a AhTable,
     pub(crate) cqs: &'a mut HashMap<u32, CompletionQueue>,
     pub(crate) srqs: &'a mut HashMap<u32, SharedReceiveQueue>,

@@ -20,6 +20,7 @@ mod cq;
 mod ctx;
 mod modify;
 mod mr;
+mod mw;
 mod qp;
 mod requester;
 mod responder;
@@ -35,14 +36,15 @@ use std::time::Instant;
 
 use emu_wire::{PacketRepr, Transport};
 use verbs_api::{
-    AccessFlags, AhAttr, AsyncEvent, AsyncEventType, Error, Gid, MemBuf, Mtu, PostError, QpAttr,
-    QpAttrMask, QpType, RecvWr, Result, SendWr, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, AsyncEventType, Error, Gid, MemBuf, Mtu, MwBind, MwType,
+    PostError, QpAttr, QpAttrMask, QpType, RecvWr, ReregMrFlags, Result, SendWr, WorkCompletion,
 };
 
 pub use ah::{init_ah_from_wc, is_multicast, AhHandle};
 pub use counters::Counters;
 pub use cq::CqHandle;
 pub use mr::{MrInfo, PdHandle};
+pub use mw::MwHandle;
 pub use qp::QpInitAttr;
 pub use srq::SrqHandle;
 pub use ud::{GRH_LEN, MULTICAST_QPN};
@@ -218,7 +220,7 @@ impl Engine {
         let qp = self.qps.get_mut(&qpn)?;
         let mut ctx = Ctx {
             now,
-            mrs: &self.mrs,
+            mrs: &mut self.mrs,
             ahs: &self.ahs,
             cqs: &mut self.cqs,
             srqs: &mut self.srqs,
@@ -290,9 +292,60 @@ impl Engine {
             .reg_mr(pd, buf, offset, length, access, self.limits.max_mr_size)
     }
 
-    /// `ibv_dereg_mr`.
+    /// `ibv_rereg_mr`: see the module `mr` for the rules. Returns the region with its
+    /// new keys.
+    pub fn rereg_mr(
+        &mut self,
+        lkey: u32,
+        flags: ReregMrFlags,
+        pd: Option<PdHandle>,
+        range: Option<(&MemBuf, usize, usize)>,
+        access: AccessFlags,
+    ) -> Result<MrInfo> {
+        self.mrs
+            .rereg_mr(lkey, flags, pd, range, access, self.limits.max_mr_size)
+    }
+
+    /// `ibv_dereg_mr`: EBUSY while memory windows are bound to the region.
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<()> {
         self.mrs.dereg_mr(lkey)
+    }
+
+    // ---- memory windows (manual 2.3.5; see the module `mw`) ----
+
+    /// `ibv_alloc_mw`: EINVAL for an unknown PD. Returns the window's handle and its
+    /// first R_Key.
+    pub fn alloc_mw(&mut self, pd: PdHandle, mw_type: MwType) -> Result<(MwHandle, u32)> {
+        let (id, rkey) = self.mrs.alloc_mw(pd, mw_type)?;
+        Ok((MwHandle(id), rkey))
+    }
+
+    /// `ibv_dealloc_mw`: EINVAL for an unknown window.
+    pub fn dealloc_mw(&mut self, mw: MwHandle) -> Result<()> {
+        self.mrs.dealloc_mw(mw.0)
+    }
+
+    /// The window's R_Key now (after the binds that have run) and its type.
+    pub fn mw_info(&self, mw: MwHandle) -> Result<(u32, MwType)> {
+        self.mrs
+            .mw_info(mw.0)
+            .ok_or(Error::InvalidArgument("no such memory window"))
+    }
+
+    /// `ibv_bind_mw` (type 1): posts a bind WQE on the send queue of `qpn` and returns
+    /// the window's new R_Key, which it answers to once the bind has run. EINVAL for an
+    /// unknown QP or window, a type 2 window, a UD QP or a QP not ready to send; ENOMEM
+    /// when the send queue is full. A bad bind completes with `MW_BIND_ERR`.
+    pub fn bind_mw(&mut self, now: Instant, qpn: u32, mw: MwHandle, bind: &MwBind) -> Result<u32> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(Self::qp_missing());
+        }
+        let new_rkey = self.mrs.next_type1_rkey(mw.0)?;
+        self.with_qp(now, qpn, |qp, ctx| {
+            qp.post_bind_verb(ctx, mw.0, new_rkey, bind)
+        })
+        .unwrap_or_else(|| Err(Self::qp_missing()))?;
+        Ok(new_rkey)
     }
 
     // ---- completion queues (manual 3.5) ----

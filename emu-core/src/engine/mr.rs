@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use verbs_api::{AccessFlags, Error, MemBuf, Result, WcStatus};
+use verbs_api::{AccessFlags, Error, MemBuf, ReregMrFlags, Result, WcStatus};
 
 /// A protection domain handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -68,6 +68,8 @@ pub(crate) struct MrTable {
     pds: HashMap<u32, u32>,
     next_pd: u32,
     mrs: HashMap<u32, MemoryRegion>,
+    /// Memory windows ([`mw`](super::mw)), in the same index space as the regions.
+    pub(crate) mws: HashMap<u32, super::mw::MemoryWindow>,
     next_index: u32,
     key_tag: u8,
 }
@@ -127,18 +129,8 @@ impl MrTable {
         if length as u64 > max_mr_size {
             return Err(Error::InvalidArgument("region larger than max_mr_size"));
         }
-        self.next_index = (self.next_index + 1) & 0x00FF_FFFF;
-        if self.next_index == 0 {
-            self.next_index = 1;
-        }
-        while self.mrs.contains_key(&self.next_index) {
-            self.next_index = (self.next_index % 0x00FF_FFFF) + 1;
-        }
-        let index = self.next_index;
-        // The low byte is a tag that changes with every registration, so a stale key
-        // that names a reused index is still refused (IBTA 10.6.3.?: keys are opaque).
-        self.key_tag = self.key_tag.wrapping_add(0x25);
-        let key = (index << 8) | u32::from(self.key_tag);
+        let key = self.alloc_key();
+        let index = key >> 8;
         let info = MrInfo {
             addr: buf.addr() + offset as u64,
             length: length as u64,
@@ -161,9 +153,28 @@ impl MrTable {
         Ok(info)
     }
 
-    /// `ibv_dereg_mr`.
+    /// A fresh key: a 24-bit index no region or window uses, and a low byte that
+    /// changes with every allocation, so a stale key that names a reused index is still
+    /// refused (IBTA 10.6.3.?: keys are opaque).
+    pub(crate) fn alloc_key(&mut self) -> u32 {
+        self.next_index = (self.next_index + 1) & 0x00FF_FFFF;
+        if self.next_index == 0 {
+            self.next_index = 1;
+        }
+        while self.mrs.contains_key(&self.next_index) || self.mws.contains_key(&self.next_index) {
+            self.next_index = (self.next_index % 0x00FF_FFFF) + 1;
+        }
+        self.key_tag = self.key_tag.wrapping_add(0x25);
+        (self.next_index << 8) | u32::from(self.key_tag)
+    }
+
+    /// `ibv_dereg_mr`: EBUSY while memory windows are bound to the region (manual
+    /// 3.4.?, IBTA 10.6.7.?; kernel rxe counts them in `num_mw`).
     pub(crate) fn dereg_mr(&mut self, lkey: u32) -> Result<()> {
         let index = lkey >> 8;
+        if self.by_key(lkey).is_some() && self.windows_bound_to(lkey) {
+            return Err(Error::Busy("memory windows are bound to the region"));
+        }
         match self.mrs.get(&index) {
             Some(mr) if mr.lkey == lkey => {
                 let pd = mr.pd;
@@ -175,7 +186,92 @@ impl MrTable {
         }
     }
 
-    fn by_key(&self, key: u32) -> Option<&MemoryRegion> {
+    /// `ibv_rereg_mr` (man page `ibv_rereg_mr(3)`; IBTA 10.6.3.? Reregister): changes
+    /// the PD (`CHANGE_PD`), the memory (`CHANGE_TRANSLATION`: `range` is the buffer,
+    /// offset and length) and/or the access (`CHANGE_ACCESS`) of the region with key
+    /// `lkey`, and gives it new keys (the old ones stop working, as after a deregister
+    /// and register). EINVAL for an unknown key, no or unknown flags, a missing or bad
+    /// PD or range, bad access flags, or access flags without `CHANGE_ACCESS` (as
+    /// libibverbs checks); EBUSY while memory windows are bound to the region (the
+    /// kernel's `usecnt` check). On error nothing changes.
+    pub(crate) fn rereg_mr(
+        &mut self,
+        lkey: u32,
+        flags: ReregMrFlags,
+        pd: Option<PdHandle>,
+        range: Option<(&MemBuf, usize, usize)>,
+        access: AccessFlags,
+        max_mr_size: u64,
+    ) -> Result<MrInfo> {
+        let bad = |what| Err(Error::InvalidArgument(what));
+        let Some(old) = self.by_key(lkey) else {
+            return bad("no memory region with this key");
+        };
+        if flags.is_empty() || !ReregMrFlags::all().contains(flags) {
+            return bad("rereg flags must name CHANGE_PD, CHANGE_TRANSLATION or CHANGE_ACCESS");
+        }
+        if !flags.contains(ReregMrFlags::CHANGE_ACCESS) && !access.is_empty() {
+            return bad("access flags given without CHANGE_ACCESS");
+        }
+        if self.windows_bound_to(lkey) {
+            return Err(Error::Busy("memory windows are bound to the region"));
+        }
+        let new_pd = if flags.contains(ReregMrFlags::CHANGE_PD) {
+            match pd {
+                Some(p) if self.pd_exists(p) => p,
+                _ => return bad("CHANGE_PD needs an existing protection domain"),
+            }
+        } else {
+            old.pd
+        };
+        let (buf, buf_offset, length) = if flags.contains(ReregMrFlags::CHANGE_TRANSLATION) {
+            let Some((buf, offset, length)) = range else {
+                return bad("CHANGE_TRANSLATION needs the new memory");
+            };
+            let end = offset.checked_add(length);
+            if length == 0 || end.is_none_or(|e| e > buf.len()) {
+                return bad("the new range is empty or outside the buffer");
+            }
+            if length as u64 > max_mr_size {
+                return bad("region larger than max_mr_size");
+            }
+            (buf.clone(), offset, length as u64)
+        } else {
+            (old.buf.clone(), old.buf_offset, old.length)
+        };
+        let new_access = if flags.contains(ReregMrFlags::CHANGE_ACCESS) {
+            check_access_flags(access)?;
+            access
+        } else {
+            old.access
+        };
+        let old_pd = old.pd;
+        self.mrs.remove(&(lkey >> 8));
+        self.pd_ref(old_pd, -1);
+        let key = self.alloc_key();
+        let addr = buf.addr() + buf_offset as u64;
+        self.mrs.insert(
+            key >> 8,
+            MemoryRegion {
+                pd: new_pd,
+                buf,
+                buf_offset,
+                addr,
+                length,
+                access: new_access,
+                lkey: key,
+            },
+        );
+        self.pd_ref(new_pd, 1);
+        Ok(MrInfo {
+            addr,
+            length,
+            lkey: key,
+            rkey: key,
+        })
+    }
+
+    pub(crate) fn by_key(&self, key: u32) -> Option<&MemoryRegion> {
         self.mrs.get(&(key >> 8)).filter(|mr| mr.lkey == key)
     }
 
@@ -218,19 +314,23 @@ impl MrTable {
         })
     }
 
-    /// Resolves a remote access (`rkey`, `va`, `length`) by a QP of `pd` that needs
+    /// Resolves a remote access (`rkey`, `va`, `length`) by QP `qpn` of `pd` that needs
     /// `need` (REMOTE_WRITE, REMOTE_READ or REMOTE_ATOMIC). IBTA 9.7.4.1.3: the R_Key
     /// must be valid, of the QP's PD, allow the operation, and the whole range must lie
-    /// inside the region.
+    /// inside the region. An R_Key may name a memory window instead: then the window's
+    /// range and access are checked, not the region's (see [`mw`](super::mw)).
     pub(crate) fn resolve_remote(
         &self,
         pd: PdHandle,
+        qpn: u32,
         rkey: u32,
         va: u64,
         length: u64,
         need: AccessFlags,
     ) -> std::result::Result<Segment, AccessError> {
-        let mr = self.by_key(rkey).ok_or(AccessError::BadKey)?;
+        let Some(mr) = self.by_key(rkey) else {
+            return self.resolve_window(pd, qpn, rkey, va, length, need);
+        };
         if mr.pd != pd {
             return Err(AccessError::WrongPd);
         }
@@ -252,7 +352,7 @@ impl MrTable {
 }
 
 /// The offset of `[addr, addr + len)` inside the region, if it lies wholly inside.
-fn range_in(mr: &MemoryRegion, addr: u64, len: u64) -> Option<usize> {
+pub(crate) fn range_in(mr: &MemoryRegion, addr: u64, len: u64) -> Option<usize> {
     let start = addr.checked_sub(mr.addr)?;
     let end = start.checked_add(len)?;
     (end <= mr.length).then_some(start as usize)
@@ -326,34 +426,37 @@ mod tests {
     fn remote_checks_refuse_every_bad_access() {
         let (t, pd, _buf, mr) = table_with_mr(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
         let w = AccessFlags::REMOTE_WRITE;
-        assert!(t.resolve_remote(pd, mr.rkey, mr.addr, 1024, w).is_ok());
+        assert!(t
+            .resolve_remote(pd, 0x11, mr.rkey, mr.addr, 1024, w)
+            .is_ok());
         assert_eq!(
-            t.resolve_remote(pd, mr.rkey ^ 1, mr.addr, 8, w)
+            t.resolve_remote(pd, 0x11, mr.rkey ^ 1, mr.addr, 8, w)
                 .unwrap_err(),
             AccessError::BadKey
         );
         assert_eq!(
-            t.resolve_remote(PdHandle(99), mr.rkey, mr.addr, 8, w)
+            t.resolve_remote(PdHandle(99), 0x11, mr.rkey, mr.addr, 8, w)
                 .unwrap_err(),
             AccessError::WrongPd
         );
         assert_eq!(
-            t.resolve_remote(pd, mr.rkey, mr.addr, 8, AccessFlags::REMOTE_READ)
+            t.resolve_remote(pd, 0x11, mr.rkey, mr.addr, 8, AccessFlags::REMOTE_READ)
                 .unwrap_err(),
             AccessError::NotPermitted
         );
         assert_eq!(
-            t.resolve_remote(pd, mr.rkey, mr.addr + 1, 1024, w)
+            t.resolve_remote(pd, 0x11, mr.rkey, mr.addr + 1, 1024, w)
                 .unwrap_err(),
             AccessError::OutOfBounds
         );
         assert_eq!(
-            t.resolve_remote(pd, mr.rkey, mr.addr - 1, 2, w)
+            t.resolve_remote(pd, 0x11, mr.rkey, mr.addr - 1, 2, w)
                 .unwrap_err(),
             AccessError::OutOfBounds
         );
         assert_eq!(
-            t.resolve_remote(pd, mr.rkey, u64::MAX, 2, w).unwrap_err(),
+            t.resolve_remote(pd, 0x11, mr.rkey, u64::MAX, 2, w)
+                .unwrap_err(),
             AccessError::OutOfBounds
         );
     }

@@ -18,6 +18,7 @@ use super::ah::AhHandle;
 use super::cq::CqHandle;
 use super::ctx::Ctx;
 use super::mr::{PdHandle, Segment};
+use super::mw::BindOrigin;
 use super::responder::ResponderState;
 use super::retry::RetryBudget;
 use super::rnr::RnrState;
@@ -163,6 +164,8 @@ impl QueuePair {
                 next_off: 0,
                 done: None,
                 ud,
+                bind_origin: matches!(wr.op, WrOperation::BindMw { .. })
+                    .then_some(BindOrigin::WorkRequest),
             };
             // IBTA 10.3.1?: WRs posted in ERR (and, for UC/UD, SQE) are flushed.
             if matches!(self.state(), QpState::Err | QpState::Sqe) {
@@ -179,10 +182,9 @@ impl QueuePair {
             return Err(Error::InvalidArgument("more SGEs than max_send_sge"));
         }
         match (&wr.op, self.init.qp_type) {
-            (WrOperation::LocalInv { .. } | WrOperation::BindMw { .. }, _) => Err(
-                Error::Unsupported("memory windows and LOCAL_INV are not implemented yet"),
-            ),
             (_, QpType::Rc) => Ok(()),
+            // IBTA 10.6.7.?: windows are bound and invalidated through connected QPs.
+            (WrOperation::LocalInv { .. } | WrOperation::BindMw { .. }, QpType::Uc) => Ok(()),
             // IBTA 9.8.? (table 38): UD carries SEND only, with or without immediate.
             (WrOperation::Send | WrOperation::SendWithImm { .. }, QpType::Ud) => Ok(()),
             // IBTA 9.8 (table 38): UC carries SEND and RDMA WRITE, with or without
@@ -225,6 +227,36 @@ impl QueuePair {
                 return Err(Error::InvalidArgument(
                     "INLINE is only for SEND and RDMA WRITE",
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `ibv_bind_mw` (type 1): a bind WQE for window `id` with R_Key `new_rkey`, posted
+    /// as `ibv_post_send` posts (the same EINVAL/ENOMEM rules). EINVAL on a UD QP.
+    pub(crate) fn post_bind_verb(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: u32,
+        new_rkey: u32,
+        bind: &verbs_api::MwBind,
+    ) -> verbs_api::Result<()> {
+        let op = WrOperation::BindMw {
+            mw_rkey: new_rkey,
+            new_rkey,
+            bind_info: bind.bind_info,
+        };
+        let wr = SendWr::new(bind.wr_id, Vec::new(), op).with_flags(bind.send_flags);
+        if self.init.qp_type == QpType::Ud {
+            return Err(Error::InvalidArgument(
+                "windows are not bound through UD QPs",
+            ));
+        }
+        self.post_send(ctx, std::slice::from_ref(&wr))
+            .map_err(|e| e.error)?;
+        if let Some(w) = self.sq.back_mut() {
+            if w.wr_id == bind.wr_id && matches!(w.op, WrOperation::BindMw { .. }) {
+                w.bind_origin = Some(BindOrigin::Verb(id));
             }
         }
         Ok(())

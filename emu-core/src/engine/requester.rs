@@ -49,6 +49,15 @@ impl QueuePair {
         if wqe.done.is_some() {
             return Gate::Wait;
         }
+        if wqe.kind() == ReqKind::Local && !wqe.started {
+            // Binds and LOCAL_INV wait for every earlier WQE to complete (kernel rxe
+            // makes LOCAL_INV wait so; a bind may overtake nothing either).
+            return if self.req.idx == 0 && state == QpState::Rts {
+                Gate::Go
+            } else {
+                Gate::Wait
+            };
+        }
         let next_psn = if wqe.started {
             wqe.first_psn.add(wqe.next_off)
         } else {
@@ -79,6 +88,16 @@ impl QueuePair {
             return None;
         }
         let idx = self.req.idx;
+        if self.sq[idx].kind() == ReqKind::Local {
+            let status = self.execute_local(ctx, idx);
+            let wqe = &mut self.sq[idx];
+            wqe.started = true;
+            wqe.npsn = 0;
+            wqe.done = Some(status);
+            self.req.idx += 1;
+            self.complete_ready(ctx);
+            return None;
+        }
         if !self.sq[idx].started && !self.start_wqe(ctx, idx) {
             self.complete_ready(ctx);
             return None;
@@ -152,6 +171,7 @@ impl QueuePair {
                 repr.bth.ack_req = true;
                 (repr, 0, 0, wqe.npsn - wqe.next_off)
             }
+            ReqKind::Local => unreachable!("local operations run above"),
             ReqKind::Atomic => {
                 let (opcode, eth) = match wqe.op {
                     WrOperation::AtomicCmpAndSwp {

@@ -444,6 +444,15 @@ impl QueuePair {
                 class_a: false,
             });
         }
+        if let Some(rkey) = repr.ieth {
+            // IBTA 10.6.7.?, 9.4.?: SEND with Invalidate unbinds a type 2 memory window
+            // of our PD. Anything else (a region from reg_mr, a type 1 window, an
+            // unknown or unbound key) is an invalid request, found before the last
+            // bytes land.
+            if ctx.mrs.invalidate(self.init.pd, rkey).is_err() {
+                return Err(INVALID_REQUEST);
+            }
+        }
         super::mr::scatter(segs, *received as usize, payload);
         *received += payload.len() as u64;
         self.resp.epsn = repr.bth.psn.add(1);
@@ -461,17 +470,8 @@ impl QueuePair {
                 wc.wc_flags |= WcFlags::WITH_IMM;
             }
             if let Some(rkey) = repr.ieth {
-                // IBTA 10.6.?: only memory windows (and fast-registered regions) can be
-                // invalidated; a region from reg_mr cannot, as in kernel rxe. Memory
-                // windows are not implemented yet, so every SEND with invalidate
-                // is refused rather than reported as done.
-                let _ = rkey;
-                self.resp.cur = Some(InProgress::Send {
-                    wqe,
-                    segs: Vec::new(),
-                    received,
-                });
-                return Err(INVALID_REQUEST);
+                wc.invalidated_rkey = rkey;
+                wc.wc_flags |= WcFlags::WITH_INV;
             }
             self.resp.complete_message();
             ctx.complete(self.init.recv_cq, wc, repr.bth.solicited);
@@ -501,7 +501,28 @@ impl QueuePair {
             let seg = if length == 0 {
                 None
             } else {
-                Some(self.remote(ctx, reth.rkey, reth.va, length, AccessFlags::REMOTE_WRITE)?)
+                match self.remote(ctx, reth.rkey, reth.va, length, AccessFlags::REMOTE_WRITE) {
+                    Ok(seg) => Some(seg),
+                    Err(fatal) => {
+                        // IBTA 10.8.3.? (Local Access Error): an RDMA WRITE with
+                        // immediate that fails its access check consumes the receive WQE
+                        // it would have completed, which completes with LOC_ACCESS_ERR.
+                        // (A multi-packet one is refused at its FIRST packet, before its
+                        // immediate data is known: its WQE is flushed.)
+                        if opcode.has_immediate() {
+                            if let Some(wqe) = self.take_recv(ctx) {
+                                let wc = WorkCompletion::new(
+                                    wqe.wr_id,
+                                    WcStatus::LocAccessErr,
+                                    WcOpcode::RecvRdmaWithImm,
+                                    self.qpn,
+                                );
+                                ctx.complete(self.init.recv_cq, wc, true);
+                            }
+                        }
+                        return Err(fatal);
+                    }
+                }
             };
             self.resp.cur = Some(InProgress::Write {
                 seg,
@@ -645,7 +666,7 @@ impl QueuePair {
         need: AccessFlags,
     ) -> Result<Segment, Fatal> {
         ctx.mrs
-            .resolve_remote(self.init.pd, rkey, va, length, need)
+            .resolve_remote(self.init.pd, self.qpn, rkey, va, length, need)
             .map_err(|_: AccessError| ACCESS_ERROR)
     }
 
@@ -683,6 +704,7 @@ impl QueuePair {
             } else {
                 match ctx.mrs.resolve_remote(
                     self.init.pd,
+                    self.qpn,
                     reth.rkey,
                     reth.va,
                     u64::from(reth.dma_len),

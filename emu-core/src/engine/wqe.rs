@@ -4,6 +4,7 @@ use emu_wire::Psn;
 use verbs_api::{SendFlags, Sge, WcStatus, WrOperation};
 
 use super::mr::Segment;
+use super::mw::BindOrigin;
 use super::ud::UdDestination;
 
 /// What kind of request a send WQE makes on the wire.
@@ -13,6 +14,8 @@ pub(crate) enum ReqKind {
     Write,
     Read,
     Atomic,
+    /// A bind or LOCAL_INV: no packet, run by the requester (see `mw`).
+    Local,
 }
 
 /// A send queue entry.
@@ -42,6 +45,8 @@ pub(crate) struct SendWqe {
     pub(crate) done: Option<WcStatus>,
     /// UD: where the message goes, copied from the WR and its address handle.
     pub(crate) ud: Option<UdDestination>,
+    /// A bind: whether the bind verb posted it (type 1) or a BIND_MW WR (type 2).
+    pub(crate) bind_origin: Option<BindOrigin>,
 }
 
 impl SendWqe {
@@ -52,6 +57,7 @@ impl SendWqe {
             | WrOperation::SendWithInv { .. } => ReqKind::Send,
             WrOperation::RdmaWrite { .. } | WrOperation::RdmaWriteWithImm { .. } => ReqKind::Write,
             WrOperation::RdmaRead { .. } => ReqKind::Read,
+            WrOperation::LocalInv { .. } | WrOperation::BindMw { .. } => ReqKind::Local,
             _ => ReqKind::Atomic,
         }
     }

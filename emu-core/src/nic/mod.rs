@@ -35,7 +35,9 @@ use verbs_api::{
     SrqAttrMask, SrqId, WorkCompletion,
 };
 
-use crate::engine::{self, AhHandle, CqHandle, Engine, Limits, PdHandle, SrqHandle, MAX_PACKET};
+use crate::engine::{
+    self, AhHandle, CqHandle, Engine, Limits, MwHandle, PdHandle, SrqHandle, MAX_PACKET,
+};
 use emu_wire::{check_icrc, Ipv4Endpoints};
 pub use link::Link;
 use link::UdpLink;
@@ -241,12 +243,22 @@ impl DeviceDriver {
     /// device port). A wrong ICRC drops it and counts it, as on UDP. Returns false if
     /// the device is gone.
     pub fn handle_datagram(&self, src: Ipv4Addr, packet: &[u8]) -> bool {
+        match self.ip() {
+            Some(ip) => self.handle_datagram_to(src, ip, packet),
+            None => false,
+        }
+    }
+
+    /// Delivers a datagram that `src` sent to `dst`: this device's address, or an IPv4
+    /// multicast group one of its QPs joined (the ICRC covers the destination address,
+    /// and multicast routing needs it).
+    pub fn handle_datagram_to(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &[u8]) -> bool {
         let Some(inner) = self.0.upgrade() else {
             return false;
         };
         let ep = Ipv4Endpoints {
             src,
-            dst: inner.cfg.ip,
+            dst,
             ip_id: 0,
             src_port: inner.cfg.port,
             dst_port: inner.cfg.port,
@@ -258,7 +270,9 @@ impl DeviceDriver {
                 .fetch_add(1, Ordering::Relaxed);
             return true;
         }
-        inner.with_engine(|e, now| e.handle_datagram(now, Gid::from_ipv4(src), packet));
+        inner.with_engine(|e, now| {
+            e.handle_datagram_to(now, Gid::from_ipv4(src), Gid::from_ipv4(dst), packet)
+        });
         true
     }
 
@@ -644,25 +658,36 @@ impl Device for EmuDevice {
 
     fn rereg_mr(
         &self,
-        _lkey: u32,
-        _flags: ReregMrFlags,
-        _pd: Option<PdId>,
-        _range: Option<(&MemBuf, usize, usize)>,
-        _access: AccessFlags,
+        lkey: u32,
+        flags: ReregMrFlags,
+        p: Option<PdId>,
+        range: Option<(&MemBuf, usize, usize)>,
+        access: AccessFlags,
     ) -> Result<MrInfo> {
-        Err(Error::Unsupported("ibv_rereg_mr is not emulated yet"))
+        let m = self.with_engine(|e, _| e.rereg_mr(lkey, flags, p.map(pd), range, access))?;
+        Ok(MrInfo {
+            addr: m.addr,
+            length: m.length,
+            lkey: m.lkey,
+            rkey: m.rkey,
+        })
     }
 
-    fn alloc_mw(&self, _pd: PdId, _mw_type: MwType) -> Result<MwInfo> {
-        Err(Error::Unsupported("memory windows are not emulated yet"))
+    fn alloc_mw(&self, p: PdId, mw_type: MwType) -> Result<MwInfo> {
+        let (id, rkey) = self.with_engine(|e, _| e.alloc_mw(pd(p), mw_type))?;
+        Ok(MwInfo {
+            id: MwId(id.0),
+            rkey,
+            mw_type,
+        })
     }
 
-    fn dealloc_mw(&self, _mw: MwId) -> Result<()> {
-        Err(Error::Unsupported("memory windows are not emulated yet"))
+    fn dealloc_mw(&self, mw: MwId) -> Result<()> {
+        self.with_engine(|e, _| e.dealloc_mw(MwHandle(mw.0)))
     }
 
-    fn bind_mw(&self, _qpn: u32, _mw: MwId, _bind: &MwBind) -> Result<u32> {
-        Err(Error::Unsupported("memory windows are not emulated yet"))
+    fn bind_mw(&self, qpn: u32, mw: MwId, bind: &MwBind) -> Result<u32> {
+        self.with_engine(|e, now| e.bind_mw(now, qpn, MwHandle(mw.0), bind))
     }
 
     fn create_srq(&self, p: PdId, attr: &SrqAttr) -> Result<SrqId> {

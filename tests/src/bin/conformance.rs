@@ -2,7 +2,7 @@
 //! coverage matrix with the results as markdown.
 //!
 //! ```text
-//! conformance [--backend emu-udp] [--markdown FILE] [--results FILE]... [FILTER]
+//! conformance [--backend emu-udp|emu-fabric] [--markdown FILE] [--save FILE] [--results FILE]... [FILTER]
 //! ```
 //!
 //! `--results FILE` (repeatable) reads earlier runs' result files (one `name<TAB>verdict`
@@ -12,7 +12,7 @@
 use std::io::Write;
 
 use tests::matrix::{render, Verdict};
-use tests::{all_cases, run_case, Backend, EmuUdp, EMU_PENDING};
+use tests::{all_cases, run_case, Backend, EmuFabric, EmuUdp, EMU_PENDING};
 
 fn parse_results(text: &str) -> Vec<(String, Verdict)> {
     text.lines()
@@ -59,8 +59,11 @@ fn main() {
     }
     let backend: Box<dyn Backend> = match backend_name.as_str() {
         "emu-udp" => Box::new(EmuUdp),
+        "emu-fabric" => Box::new(EmuFabric),
         other => {
-            eprintln!("conformance: unknown backend {other} (this build knows: emu-udp)");
+            eprintln!(
+                "conformance: unknown backend {other} (this build knows: emu-udp, emu-fabric)"
+            );
             std::process::exit(2);
         }
     };

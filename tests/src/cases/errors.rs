@@ -86,6 +86,8 @@ pub(super) fn register(v: &mut Vec<Case>) {
         "manual 2.1.?: UC has no atomics",
         uc_atomic,
     ));
+    v.push(Case::new("errors::rc_short_read_response_is_bad_resp", "IBTA 9.9.2.?: a READ response whose length does not fit its position is a bad response: BAD_RESP_ERR (manual 3.6.10)", short_read_response).wc(S::BadRespErr).faulty());
+    v.push(Case::new("errors::rc_lost_acks_exhaust_retries", "IBTA 9.7.6.1.?: a requester that never sees an ACK retries retry_cnt times, then RETRY_EXC_ERR", lost_acks).wc(S::RetryExcErr).faulty());
     v.push(Case::new("events::comm_est_on_first_packet_in_rtr", "manual 6.1.? IBV_EVENT_COMM_EST; IBTA 11.6.3: the first packet received by a QP in RTR", comm_est).event(E::CommEst));
     v.push(Case::new("events::sq_drained_after_sqd", "manual 6.1.? IBV_EVENT_SQ_DRAINED; IBTA 11.6.3: RTS->SQD with en_sqd_async_notify raises it once the send queue is drained", sq_drained).event(E::SqDrained));
 }
@@ -477,5 +479,30 @@ fn sq_drained(env: &Env) -> Outcome {
         (ev.event_type, ev.element),
         (E::SqDrained, EventElement::Qp(p.a.qpn))
     );
+    Outcome::Pass
+}
+
+fn short_read_response(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Rc);
+    env.faults().truncate_next_read_response(8);
+    env.post_send(
+        p.a.qpn,
+        SendWr::rdma_read(1, vec![p.a.sge(0, 64)], p.b.addr(0), p.b.mr.rkey).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, S::BadRespErr);
+    Outcome::Pass
+}
+
+fn lost_acks(env: &Env) -> Outcome {
+    let mut params = fast_params();
+    params.retry_cnt = 3;
+    let p = env.pair_with(QpType::Rc, &params, default_cap(), 64);
+    env.faults().drop_all_acks();
+    env.post_send(
+        p.a.qpn,
+        SendWr::rdma_write(1, vec![p.a.sge(0, 8)], p.b.addr(0), p.b.mr.rkey).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, S::RetryExcErr);
+    // The responder executed the WRITE once: its bytes are there.
     Outcome::Pass
 }

@@ -7,6 +7,7 @@ mod cq;
 mod data;
 mod device;
 mod errors;
+mod mw;
 mod pd_mr;
 mod qp_state;
 mod srq;
@@ -20,6 +21,7 @@ pub fn register(v: &mut Vec<Case>) {
     qp_state::register(v);
     data::register(v);
     errors::register(v);
+    mw::register(v);
     srq::register(v);
     ud::register(v);
 }

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# CI step: hw-backend on the real kernel rxe driver.
+#   1. installs the build packages (libibverbs-dev, librdmacm-dev, libclang-dev),
+#   2. builds (or reuses) the Debian 12 VM image with rdma_rxe (scripts/rxe-vm/),
+#   3. builds hw-backend's test binaries with `--features hw` on the host,
+#   4. boots the VM, which creates rxe0 and runs them (scripts/rxe-vm/hw-job.sh),
+#   5. fails on any test failure not listed in scripts/rxe-vm/rxe-deviations.txt.
+# Env: RXEVM_W (VM work folder; default /work/rxevm-cache when /work is writable, else
+# $TMPDIR/rxevm: kept between runs, it is a cache), ACCEL=tcg|kvm (default tcg).
+# Writes the per-test table to $RXEVM_W/share/results.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+t0=$(date +%s)
+note() { printf '[ci-hw %4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*"; }
+
+if [ -z "${RXEVM_W:-}" ]; then
+  if [ -d /work ] && [ -w /work ]; then RXEVM_W=/work/rxevm-cache; else RXEVM_W=${TMPDIR:-/tmp}/rxevm; fi
+fi
+export W=$RXEVM_W
+mkdir -p "$W"
+
+note "packages"
+export DEBIAN_FRONTEND=noninteractive
+PKGS="libibverbs-dev librdmacm-dev libclang-dev pkg-config"
+if ! dpkg -s $PKGS >/dev/null 2>&1; then
+  apt-get install -y -qq $PKGS >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $PKGS >/dev/null; }
+fi
+
+note "VM image under $W"
+if [ -x "$W/qemu-root/usr/bin/qemu-system-x86_64" ] && [ -f "$W/initramfs.cpio.gz" ] \
+   && [ -x "$W/rootfs/usr/bin/ibv_devices" ]; then
+  note "VM image cached"
+else
+  "$REPO/scripts/rxe-vm/build-image.sh" > "$W/build-image.log" 2>&1 \
+    || { tail -30 "$W/build-image.log"; exit 1; }
+  tail -1 "$W/build-image.log"
+fi
+
+note "build hw-backend tests with --features hw"
+exes=$(cargo test -p hw-backend --features hw --no-run --message-format=json 2>/dev/null \
+  | grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/')
+[ -n "$exes" ] || { echo "no test executables built"; exit 1; }
+rm -rf "$W/share/bin" "$W/share/results"
+mkdir -p "$W/share/bin"
+for e in $exes; do
+  n=$(basename "$e"); cp "$e" "$W/share/bin/${n%-*}"
+done
+ls "$W/share/bin"
+
+note "run in the VM"
+vmrc=0
+"$REPO/scripts/rxe-vm/run-rxe-vm.sh" "$REPO/scripts/rxe-vm/hw-job.sh" > "$W/vm.log" 2>&1 || vmrc=$?
+sed -n '/RXEVM: rxe0 ready/,$p' "$W/vm.log" | grep -v '^\s*$' | head -200
+if [ "$vmrc" -ne 0 ]; then echo "VM job failed (exit $vmrc)"; exit 1; fi
+
+note "compare with scripts/rxe-vm/rxe-deviations.txt"
+known=$(grep -v '^\s*#' "$REPO/scripts/rxe-vm/rxe-deviations.txt" | cut -d'|' -f1 | tr -d ' ' | grep -v '^$' || true)
+results=$(cat "$W"/share/results/*.log | grep -E '^test .* \.\.\. (ok|FAILED|ignored)$' || true)
+[ -n "$results" ] || { echo "no test results from the VM"; exit 1; }
+unexpected=0; ok=0; dev=0
+table="| test | rxe | note |"$'\n'"|---|---|---|"
+while read -r _ name _ res; do
+  case "$res" in
+    ok) ok=$((ok + 1)); note_="";
+        if grep -qx "$name" <<<"$known"; then note_="listed as a deviation but passes: remove it"; echo "NOTE: $name $note_"; fi
+        table+=$'\n'"| $name | pass | $note_ |";;
+    FAILED)
+        if grep -qx "$name" <<<"$known"; then dev=$((dev + 1))
+          table+=$'\n'"| $name | fail | known rxe deviation |"
+        else unexpected=$((unexpected + 1)); echo "UNEXPECTED FAILURE on rxe: $name"
+          table+=$'\n'"| $name | fail | UNEXPECTED |"
+        fi;;
+    *) table+=$'\n'"| $name | $res | |";;
+  esac
+done <<<"$results"
+printf '%s\n' "$table" > "$W/share/results.md"
+cat "$W/share/results.md"
+if [ "$unexpected" -ne 0 ]; then
+  for f in "$W"/share/results/*.log; do sed -n '/^failures:$/,/^test result/p' "$f"; done
+fi
+note "rxe: $ok ok, $dev known deviations, $unexpected unexpected failures"
+[ "$unexpected" -eq 0 ]

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs the conformance suite on the emulator (fabric and UDP) and renders
+# docs/conformance.md with their results, plus kernel rxe's if a result file from the
+# VM run (scripts/ci-hw.sh) is given: scripts/conformance.sh [rxe.tsv]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${TMPDIR:-/tmp}/conformance.$$"
+mkdir -p "$out"
+cargo run -q -p tests --bin conformance -- --backend emu-udp --save "$out/emu-udp.tsv" | tail -1
+extra=()
+for f in "$@"; do extra+=(--results "$f"); done
+cargo run -q -p tests --bin conformance -- --backend emu-fabric --results "$out/emu-udp.tsv" \
+  "${extra[@]}" --markdown docs/conformance.md | tail -2
+rm -rf "$out"
