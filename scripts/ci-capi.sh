@@ -59,6 +59,7 @@ pair ibv_srq_pingpong 18520 "ibv_srq_pingpong -g 0 -p 18520" "ibv_srq_pingpong -
 pair ib_write_bw 18521 "ib_write_bw -p 18521" "ib_write_bw -p 18521 $SRV_IP" "^ *65536"
 pair ib_read_bw 18522 "ib_read_bw -p 18522" "ib_read_bw -p 18522 $SRV_IP" "^ *65536"
 pair ib_send_bw 18523 "ib_send_bw -p 18523" "ib_send_bw -p 18523 $SRV_IP" "^ *65536"
+pair ib_send_bw_e 18528 "ib_send_bw -e -p 18528" "ib_send_bw -e -p 18528 $SRV_IP" "^ *65536"
 pair ib_atomic_bw 18524 "ib_atomic_bw -p 18524" "ib_atomic_bw -p 18524 $SRV_IP" "^ *8 "
 pair ib_write_lat 18525 "ib_write_lat -p 18525" "ib_write_lat -p 18525 $SRV_IP" "^ *2 "
 pair ib_read_lat 18526 "ib_read_lat -p 18526" "ib_read_lat -p 18526 $SRV_IP" "^ *2 "
