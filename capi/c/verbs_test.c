@@ -256,10 +256,20 @@ static void test_rc(struct end *a, struct end *b)
 	post_send(a, IBV_WR_RDMA_WRITE, 200, 300, b, 1000, 0);
 	expect_ok(a->cq, IBV_WC_RDMA_WRITE);
 	CHECK(b->buf[1000] == 'w' && b->buf[1299] == 'w' && b->buf[1300] == 0, "write landed");
-	memcpy(a->buf + 600, "inline!", 8);
-	post_send(a, IBV_WR_RDMA_WRITE, 600, 8, b, 1400, IBV_SEND_INLINE);
-	expect_ok(a->cq, IBV_WC_RDMA_WRITE);
-	CHECK(strcmp(b->buf + 1400, "inline!") == 0, "inline write");
+	{
+		/* INLINE from memory that was never registered (the stack), lkey ignored. */
+		char stack[8] = "inline!";
+		struct ibv_sge s = { (uintptr_t)stack, 8, 0 };
+		struct ibv_send_wr w = { .wr_id = 5, .sg_list = &s, .num_sge = 1,
+					 .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE }, *bw;
+		w.wr.rdma.remote_addr = (uintptr_t)b->buf + 1400;
+		w.wr.rdma.rkey = b->mr->rkey;
+		CHECK(ibv_post_send(a->qp, &w, &bw) == 0, "inline post");
+		memset(stack, 0, sizeof(stack)); /* reusable as soon as the post returns */
+		expect_ok(a->cq, IBV_WC_RDMA_WRITE);
+		CHECK(strcmp(b->buf + 1400, "inline!") == 0, "inline write");
+	}
 	strcpy(b->buf + 2000, "remote bytes");
 	post_send(a, IBV_WR_RDMA_READ, 2000, 13, b, 2000, 0);
 	expect_ok(a->cq, IBV_WC_RDMA_READ);

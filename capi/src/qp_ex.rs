@@ -95,8 +95,7 @@ unsafe extern "C" fn wr_complete(qp: *mut sys::ibv_qp_ex) -> c_int {
     let Some(ctx) = (unsafe { Context::from_ptr(q.raw.qp_base.context) }) else {
         return libc::EINVAL;
     };
-    use verbs_api::Device;
-    match ctx.dev.post_send(q.raw.qp_base.qp_num, &batch.wrs) {
+    match crate::verbs::post_send_staged(ctx, q, batch.wrs) {
         Ok(()) => 0,
         Err(e) => e.error.errno(),
     }
@@ -221,9 +220,8 @@ unsafe extern "C" fn wr_set_ud_addr(
     }
 }
 
-/// INLINE data given by pointer: the engine takes INLINE bytes from registered
-/// memory (they are found by address, whatever the key), so the pointer becomes an
-/// SGE with key 0 and the INLINE flag.
+/// INLINE data given by pointer: an SGE with key 0 and the INLINE flag, which
+/// `post_send_staged` copies at post time.
 unsafe extern "C" fn wr_set_inline_data(qp: *mut sys::ibv_qp_ex, addr: *mut c_void, length: usize) {
     let Ok(len) = u32::try_from(length) else {
         with_batch(qp, |b, _| {

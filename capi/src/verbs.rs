@@ -1204,6 +1204,60 @@ unsafe fn send_wr(q: &Qp, w: &sys::ibv_send_wr) -> Result<verbs_api::SendWr, c_i
     Ok(wr)
 }
 
+/// Posts send WRs of `q`. INLINE data may sit in memory the program never registered
+/// (libibverbs copies it at post time and ignores its keys), while the engine takes
+/// INLINE bytes from registered memory: so each INLINE WR's bytes are copied here into
+/// a private region registered for the call and deregistered once the engine has
+/// copied them (it does so while posting).
+pub(crate) fn post_send_staged(
+    ctx: &Context,
+    q: &Qp,
+    mut wrs: Vec<verbs_api::SendWr>,
+) -> Result<(), verbs_api::PostError> {
+    if wrs.is_empty() {
+        return Ok(());
+    }
+    let mut staged = Vec::new();
+    let fail_at = |index, error| verbs_api::PostError { index, error };
+    for (i, w) in wrs.iter_mut().enumerate() {
+        if !w.send_flags.contains(SendFlags::INLINE) || w.sg_list.iter().all(|s| s.length == 0) {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        for sge in &w.sg_list {
+            if sge.length == 0 {
+                continue;
+            }
+            if sge.addr == 0 {
+                return Err(fail_at(
+                    i,
+                    Error::InvalidArgument("INLINE data at address 0"),
+                ));
+            }
+            // SAFETY: the ibv_post_send contract: INLINE data is readable during the call.
+            bytes.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(sge.addr as *const u8, sge.length as usize)
+            });
+        }
+        // SAFETY: module safety argument.
+        let Some(pd) = (unsafe { from_ptr::<_, Pd>(q.raw.qp_base.pd) }) else {
+            return Err(fail_at(i, Error::InvalidArgument("QP without a PD")));
+        };
+        let buf = MemBuf::from_slice(&bytes);
+        let mr = ctx
+            .dev
+            .reg_mr(pd.id, &buf, 0, bytes.len(), AccessFlags::LOCAL_WRITE)
+            .map_err(|e| fail_at(i, e))?;
+        w.sg_list = vec![verbs_api::Sge::new(buf.addr(), bytes.len() as u32, mr.lkey)];
+        staged.push(mr.lkey);
+    }
+    let r = ctx.dev.post_send(q.raw.qp_base.qp_num, &wrs);
+    for lkey in staged {
+        let _ = ctx.dev.dereg_mr(lkey);
+    }
+    r
+}
+
 unsafe extern "C" fn op_post_send(
     qp: *mut sys::ibv_qp,
     wr: *mut sys::ibv_send_wr,
@@ -1231,8 +1285,8 @@ unsafe extern "C" fn op_post_send(
         }
         p = w.next;
     }
-    if let Err(e) = ctx.dev.post_send(q.raw.qp_base.qp_num, &wrs) {
-        out!(bad_wr, ptrs[e.index.min(ptrs.len() - 1)]);
+    if let Err(e) = post_send_staged(ctx, q, wrs) {
+        out!(bad_wr, ptrs[e.index.min(ptrs.len().saturating_sub(1))]);
         return e.error.errno();
     }
     if let Some((p, e)) = bad {
