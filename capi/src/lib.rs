@@ -12,7 +12,9 @@
 //! * `convert`: C structs to and from `verbs_api` values.
 //! * `objects`: the objects behind the pointers the program holds.
 //! * `memory`: registered C memory as a `MemBuf`.
-//! * `verbs`: the exported verbs and the `ctx->ops` / `verbs_context` operations.
+//! * `verbs`: the exported verbs and the `ctx->ops` / `verbs_context` operations, one
+//!   submodule per kind of object (`device`, `mr`, `cq`, `qp`, `srq`, `ah`, `mw`,
+//!   `event`, `misc`) under one safety argument (`verbs/mod.rs`).
 //! * `cq_ex`, `qp_ex`: the extended CQ polling and `ibv_wr_*` send verbs.
 //! * `stubs`: exports that fail cleanly (EOPNOTSUPP / ENOSYS) and the rate helpers.
 //!
