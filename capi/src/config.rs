@@ -189,4 +189,36 @@ mod tests {
             [Ipv4Addr::new(127, 0, 0, 253), Ipv4Addr::new(127, 0, 0, 254)]
         );
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A device list written in the documented syntax parses back to itself.
+        #[test]
+        fn device_lists_round_trip(
+            devs in proptest::collection::btree_map("[a-z][a-z0-9_]{0,14}", (any::<[u8; 4]>(), any::<u16>(), any::<bool>()), 1..6),
+        ) {
+            let text: Vec<String> = devs
+                .iter()
+                .map(|(n, (ip, port, with_port))| {
+                    let ip = Ipv4Addr::from(*ip);
+                    if *with_port { format!("{n}={ip}:{port}") } else { format!("{n}={ip}") }
+                })
+                .collect();
+            let parsed = from_env(env(&[("RDMA_EMU_DEVICES", &text.join(","))])).unwrap();
+            prop_assert_eq!(parsed.len(), devs.len());
+            for (d, (n, (ip, port, with_port))) in parsed.iter().zip(&devs) {
+                prop_assert_eq!(&d.name, n);
+                prop_assert_eq!(d.ip, Ipv4Addr::from(*ip));
+                prop_assert_eq!(d.port, if *with_port { *port } else { ROCE_PORT });
+                prop_assert!(!d.auto_ip);
+            }
+        }
+
+        /// Arbitrary text never panics the parser.
+        #[test]
+        fn garbage_is_an_error_not_a_panic(text in ".{0,64}") {
+            let _ = from_env(env(&[("RDMA_EMU_DEVICES", &text)]));
+        }
+    }
 }

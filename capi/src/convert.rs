@@ -520,4 +520,95 @@ mod tests {
         let s: [std::ffi::c_char; 4] = c_string("abcdef");
         assert_eq!(s, [97, 98, 99, 0]);
     }
+
+    use proptest::prelude::*;
+    use verbs_api::AhAttr;
+
+    fn any_ah() -> impl Strategy<Value = AhAttr> {
+        (
+            any::<[u8; 16]>(),
+            0u32..(1 << 20),
+            any::<(u8, u8, u8, u16, u8, u8, u8, bool, u8)>(),
+        )
+            .prop_map(
+                |(
+                    gid,
+                    flow_label,
+                    (sgid_index, hop_limit, traffic_class, dlid, sl, bits, rate, g, port),
+                )| AhAttr {
+                    grh: GlobalRoute {
+                        dgid: Gid(gid),
+                        flow_label,
+                        sgid_index,
+                        hop_limit,
+                        traffic_class,
+                    },
+                    dlid,
+                    sl,
+                    src_path_bits: bits,
+                    static_rate: rate,
+                    is_global: g,
+                    port_num: port,
+                },
+            )
+    }
+
+    proptest! {
+        /// Every attribute survives C and back when the mask names it.
+        #[test]
+        fn qp_attr_round_trips(
+            state in 0..QpState::ALL.len(),
+            mtu in 0..Mtu::ALL.len(),
+            nums in any::<(u32, u32, u32, u32, u16)>(),
+            small in any::<(u8, u8, u8, u8, u8, u8, u8, bool)>(),
+            access in 0u32..(1 << 8),
+            ah in any_ah(),
+        ) {
+            let q = QpAttr {
+                qp_state: QpState::ALL[state],
+                path_mtu: Mtu::ALL[mtu],
+                qkey: nums.0,
+                rq_psn: nums.1 & 0xff_ffff,
+                sq_psn: nums.2 & 0xff_ffff,
+                dest_qp_num: nums.3 & 0xff_ffff,
+                pkey_index: nums.4,
+                qp_access_flags: AccessFlags::from_bits_retain(access),
+                max_rd_atomic: small.0,
+                max_dest_rd_atomic: small.1,
+                min_rnr_timer: small.2,
+                port_num: small.3,
+                timeout: small.4,
+                retry_cnt: small.5,
+                rnr_retry: small.6,
+                en_sqd_async_notify: small.7,
+                ah_attr: ah,
+                ..QpAttr::default()
+            };
+            let mask = QpAttrMask::all() - QpAttrMask::ALT_PATH - QpAttrMask::CAP;
+            let back = qp_attr_from_c(&qp_attr_to_c(&q), mask).unwrap();
+            prop_assert_eq!(back, q);
+        }
+
+        /// Immediate data is network order in C and host order in Rust, both ways.
+        #[test]
+        fn immediate_byte_order(imm in any::<u32>(), addr in any::<u64>(), rkey in any::<u32>()) {
+            let mut wr = sys::ibv_send_wr { opcode: sys::IBV_WR_SEND_WITH_IMM, ..Default::default() };
+            wr.__bindgen_anon_1.imm_data = imm.to_be();
+            prop_assert_eq!(wr_operation_from_c(&wr).unwrap(), WrOperation::SendWithImm { imm_data: imm });
+            wr.opcode = sys::IBV_WR_RDMA_READ;
+            wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: addr, rkey };
+            prop_assert_eq!(wr_operation_from_c(&wr).unwrap(), WrOperation::RdmaRead { remote_addr: addr, rkey });
+            let mut w = WorkCompletion::new(1, WcStatus::Success, WcOpcode::Recv, 2);
+            w.imm_data = imm;
+            w.wc_flags = WcFlags::WITH_IMM;
+            prop_assert_eq!(wc_imm(&wc_to_c(&w)), imm);
+        }
+
+        /// An unknown opcode is EINVAL, never a panic.
+        #[test]
+        fn unknown_opcodes_are_refused(op in 11u32..u32::MAX) {
+            let wr = sys::ibv_send_wr { opcode: op, ..Default::default() };
+            prop_assert_eq!(wr_operation_from_c(&wr).unwrap_err().errno(), 22);
+        }
+    }
 }
