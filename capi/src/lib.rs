@@ -31,7 +31,8 @@ mod memory;
 mod objects;
 mod qp_ex;
 mod stubs;
-mod sys;
+#[doc(hidden)]
+pub mod sys;
 mod verbs;
 
 #[cfg(test)]
