@@ -51,6 +51,16 @@ pair() { # name port "server args" "client args" [check]
 single ibv_devices ibv_devices
 single ibv_devinfo ibv_devinfo -v
 pair ibv_rc_pingpong 18515 "ibv_rc_pingpong -g 0 -p 18515" "ibv_rc_pingpong -g 0 -p 18515 $SRV_IP" "iters in"
+# No address configured at all: the server takes 127.0.0.1 (or the next free one) and
+# the client, finding it taken, the next free 127.0.0.x.
+if want ibv_rc_pingpong_auto; then
+  env -u RDMA_EMU_IP timeout "$T" ibv_rc_pingpong -g 0 -p 18529 >"$work/auto.srv" 2>&1 &
+  spid=$!; sleep 1
+  env -u RDMA_EMU_IP timeout "$T" ibv_rc_pingpong -g 0 -p 18529 127.0.0.1 >"$work/auto.cli" 2>&1
+  crc=$?; wait $spid; src=$?
+  record ibv_rc_pingpong_auto $(( crc != 0 ? crc : src )) "$work/auto.srv" "$work/auto.cli"
+  grep -h "local address" "$work/auto.srv" "$work/auto.cli" | sed 's/^/    /'
+fi
 pair ibv_rc_pingpong_e 18516 "ibv_rc_pingpong -g 0 -e -p 18516" "ibv_rc_pingpong -g 0 -e -p 18516 $SRV_IP" "iters in"
 pair ibv_rc_pingpong_N 18517 "ibv_rc_pingpong -g 0 -N -p 18517" "ibv_rc_pingpong -g 0 -N -p 18517 $SRV_IP" "iters in"
 pair ibv_uc_pingpong 18518 "ibv_uc_pingpong -g 0 -p 18518" "ibv_uc_pingpong -g 0 -p 18518 $SRV_IP" "iters in"
