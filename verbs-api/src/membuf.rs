@@ -60,7 +60,7 @@
 //! dereferences it; the engine translates an address back to an offset
 //! ([`MemBuf::offset_of`]) and accesses the bytes through the lock.
 //!
-//! `addr()` is always a multiple of [`MemBuf::ALIGN`] (64): the block is
+//! `addr()` of a buffer made by [`MemBuf::new`] is a multiple of [`MemBuf::ALIGN`] (64): the block is
 //! over-allocated by up to 63 bytes and the buffer starts at the first
 //! aligned byte. So offsets that are multiples of 8 are 8-byte-aligned
 //! virtual addresses, as IBTA requires for atomic operations, just as with
@@ -87,12 +87,50 @@ use parking_lot::RwLock;
 
 use crate::error::{Error, Result};
 
+/// Memory that a [`MemBuf`] can stand for instead of a heap block of its own: bytes
+/// whose owner is outside Rust, e.g. the buffer a C program hands `ibv_reg_mr`
+/// through the C ABI (crate `capi`). The `MemBuf` reaches the bytes only through
+/// these two methods, under its lock, exactly as it reaches its own block; the
+/// implementor answers for the bytes staying valid, and at the same address, for as
+/// long as it lives.
+pub trait ExternalMemory: Send + Sync + 'static {
+    /// The bytes, for reading. Must return the same address and length every time.
+    fn bytes(&self) -> &[u8];
+    /// The bytes, for writing. Must return the same address and length as `bytes`.
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+/// The bytes behind a [`MemBuf`]: its own heap block, or external memory.
+enum Block {
+    Owned(Box<[u8]>),
+    External(Box<dyn ExternalMemory>),
+}
+
+impl core::ops::Deref for Block {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Block::Owned(b) => b,
+            Block::External(m) => m.bytes(),
+        }
+    }
+}
+
+impl core::ops::DerefMut for Block {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Block::Owned(b) => b,
+            Block::External(m) => m.bytes_mut(),
+        }
+    }
+}
+
 /// A shared, lock-protected, address-stable block of registrable memory. See
 /// the [module documentation](self) for the ownership model.
 #[derive(Clone)]
 pub struct MemBuf {
     /// The shared heap block (possibly longer than `len`; see `start`).
-    block: Arc<RwLock<Box<[u8]>>>,
+    block: Arc<RwLock<Block>>,
     /// Index in `block` of the buffer's first byte (the first aligned byte).
     start: usize,
     /// Length of the buffer in bytes.
@@ -124,8 +162,25 @@ impl MemBuf {
         let start = base.wrapping_neg() % Self::ALIGN;
         let addr = (base + start) as u64;
         MemBuf {
-            block: Arc::new(RwLock::new(block)),
+            block: Arc::new(RwLock::new(Block::Owned(block))),
             start,
+            len,
+            addr,
+        }
+    }
+
+    /// A buffer standing for external memory (see [`ExternalMemory`]): its address is
+    /// the address of `mem.bytes()`, which need not be aligned, and its bytes are
+    /// reached through the lock like any other buffer's. Nothing is copied.
+    #[must_use]
+    pub fn from_external(mem: Box<dyn ExternalMemory>) -> MemBuf {
+        let (addr, len) = {
+            let b = mem.bytes();
+            (b.as_ptr() as u64, b.len())
+        };
+        MemBuf {
+            block: Arc::new(RwLock::new(Block::External(mem))),
+            start: 0,
             len,
             addr,
         }
@@ -146,7 +201,8 @@ impl MemBuf {
     }
 
     /// The virtual address of the first byte: stable for the life of the
-    /// buffer and its clones, non-zero, and a multiple of [`MemBuf::ALIGN`].
+    /// buffer and its clones, non-zero, and (except for external memory) a multiple
+    /// of [`MemBuf::ALIGN`].
     #[must_use]
     pub fn addr(&self) -> u64 {
         self.addr
@@ -430,6 +486,29 @@ mod tests {
             "no lost updates"
         );
         assert_eq!(buf.addr(), addr);
+    }
+
+    struct Leaked(&'static mut [u8]);
+    impl ExternalMemory for Leaked {
+        fn bytes(&self) -> &[u8] {
+            self.0
+        }
+        fn bytes_mut(&mut self) -> &mut [u8] {
+            self.0
+        }
+    }
+
+    #[test]
+    fn external_memory_is_used_in_place() {
+        let mem: &'static mut [u8] = Box::leak(vec![0u8; 32].into_boxed_slice());
+        let addr = mem.as_ptr() as u64;
+        let b = MemBuf::from_external(Box::new(Leaked(mem)));
+        assert_eq!((b.addr(), b.len()), (addr, 32));
+        b.write(3, b"abc").unwrap();
+        assert_eq!(&b.clone().to_vec()[2..6], b"\0abc");
+        assert_eq!(b.fetch_add_u64(8, 7).unwrap(), 0);
+        assert_eq!(b.read_u64(8).unwrap(), 7);
+        assert!(b.write(30, b"abc").is_err());
     }
 
     #[test]

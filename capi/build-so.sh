@@ -1,0 +1,24 @@
+#!/bin/sh
+# Links the emulator's libibverbs.so.1 from the crate's static library.
+#   capi/build-so.sh [--release] OUTDIR
+# Builds `cargo build -p capi` (honouring CARGO_TARGET_DIR), then links
+# OUTDIR/libibverbs.so.1 with the version script libibverbs.map (a Rust cdylib cannot
+# carry symbol versions: rustc passes a version script of its own). Needs cc.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+profile=debug
+if [ "${1:-}" = "--release" ]; then profile=release; shift; fi
+out=${1:?usage: build-so.sh [--release] OUTDIR}
+target=${CARGO_TARGET_DIR:-$here/../target}
+if [ "$profile" = release ]; then
+  cargo build -q --release -p capi --manifest-path "$here/../Cargo.toml"
+else
+  cargo build -q -p capi --manifest-path "$here/../Cargo.toml"
+fi
+mkdir -p "$out"
+cc -shared -o "$out/libibverbs.so.1" \
+  -Wl,--whole-archive "$target/$profile/librdma_emu_ibverbs.a" -Wl,--no-whole-archive \
+  -Wl,--version-script="$here/libibverbs.map" -Wl,-soname,libibverbs.so.1 \
+  -Wl,-z,now -lpthread -ldl -lm -lgcc_s -lc
+ln -sf libibverbs.so.1 "$out/libibverbs.so"
+echo "$out/libibverbs.so.1"

@@ -1,0 +1,224 @@
+//! Which emulated devices `ibv_get_device_list` shows, from the environment.
+//!
+//! * `RDMA_EMU_DEVICES="emu0=127.0.0.1:4791,emu1=127.0.0.2"`: the devices, each
+//!   `name=ipv4[:port]` (port 4791 when omitted; every device a program talks to must
+//!   use the same port).
+//! * `RDMA_EMU_CONFIG=/path/to/file`: the same, one device per line (`name ipv4[:port]`
+//!   or `name=ipv4[:port]`; `#` starts a comment). Used when `RDMA_EMU_DEVICES` is unset.
+//! * `RDMA_EMU_IP=127.0.0.2`: one device `emu0` on that address.
+//! * Nothing set: one device `emu0` on 127.0.0.1; if another process already holds
+//!   127.0.0.1:4791, `ibv_open_device` takes the next free address 127.0.0.2,
+//!   127.0.0.3, ... (Linux answers on all of 127.0.0.0/8), so a server and a client on
+//!   one host need no configuration. Its GID carries the address it got.
+
+use std::net::Ipv4Addr;
+
+/// The RoCEv2 UDP port.
+pub const ROCE_PORT: u16 = 4791;
+
+/// One configured device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// `ibv_get_device_name`.
+    pub name: String,
+    /// The address it owns (its GID is `::ffff:ip`).
+    pub ip: Ipv4Addr,
+    /// The UDP port.
+    pub port: u16,
+    /// True when no address was configured: opening may move on to the next free
+    /// 127.0.0.x.
+    pub auto_ip: bool,
+}
+
+/// The devices from the variables `get` returns (the process environment in use;
+/// a map in tests). Errors name the bad entry.
+pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Vec<DeviceConfig>, String> {
+    if let Some(list) = get("RDMA_EMU_DEVICES") {
+        return parse_list(list.split(','));
+    }
+    if let Some(path) = get("RDMA_EMU_CONFIG") {
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("RDMA_EMU_CONFIG={path}: {e}"))?;
+        return parse_list(text.lines().map(|l| l.split('#').next().unwrap_or("")));
+    }
+    if let Some(ip) = get("RDMA_EMU_IP") {
+        let (ip, port) = parse_addr(ip.trim())?;
+        return Ok(vec![DeviceConfig {
+            name: "emu0".into(),
+            ip,
+            port,
+            auto_ip: false,
+        }]);
+    }
+    Ok(vec![DeviceConfig {
+        name: "emu0".into(),
+        ip: Ipv4Addr::LOCALHOST,
+        port: ROCE_PORT,
+        auto_ip: true,
+    }])
+}
+
+fn parse_list<'a>(entries: impl Iterator<Item = &'a str>) -> Result<Vec<DeviceConfig>, String> {
+    let mut out: Vec<DeviceConfig> = Vec::new();
+    for entry in entries.map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, addr) = entry
+            .split_once('=')
+            .or_else(|| entry.split_once(char::is_whitespace))
+            .ok_or_else(|| format!("device entry {entry:?}: expected name=ipv4[:port]"))?;
+        let name = name.trim();
+        if name.is_empty() || name.len() >= 64 || !name.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!("device entry {entry:?}: bad device name"));
+        }
+        if out.iter().any(|d| d.name == name) {
+            return Err(format!("device {name} is configured twice"));
+        }
+        let (ip, port) = parse_addr(addr.trim())?;
+        out.push(DeviceConfig {
+            name: name.into(),
+            ip,
+            port,
+            auto_ip: false,
+        });
+    }
+    Ok(out)
+}
+
+fn parse_addr(s: &str) -> Result<(Ipv4Addr, u16), String> {
+    let (ip, port) = match s.split_once(':') {
+        Some((ip, port)) => (
+            ip,
+            port.parse::<u16>()
+                .map_err(|_| format!("{s:?}: bad UDP port"))?,
+        ),
+        None => (s, ROCE_PORT),
+    };
+    let ip = ip
+        .parse::<Ipv4Addr>()
+        .map_err(|_| format!("{s:?}: expected an IPv4 address"))?;
+    Ok((ip, port))
+}
+
+/// The addresses an automatically addressed device tries, in order.
+pub fn auto_candidates(first: Ipv4Addr) -> impl Iterator<Item = Ipv4Addr> {
+    let [a, b, c, d] = first.octets();
+    (d..=254).map(move |d| Ipv4Addr::new(a, b, c, d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn default_is_one_auto_device() {
+        let d = from_env(env(&[])).unwrap();
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].name, "emu0");
+        assert_eq!(d[0].ip, Ipv4Addr::LOCALHOST);
+        assert_eq!(d[0].port, 4791);
+        assert!(d[0].auto_ip);
+    }
+
+    #[test]
+    fn rdma_emu_ip_fixes_the_address() {
+        let d = from_env(env(&[("RDMA_EMU_IP", "127.0.0.2")])).unwrap();
+        assert_eq!(d[0].ip, Ipv4Addr::new(127, 0, 0, 2));
+        assert!(!d[0].auto_ip);
+        assert!(from_env(env(&[("RDMA_EMU_IP", "localhost")])).is_err());
+    }
+
+    #[test]
+    fn device_list() {
+        let d = from_env(env(&[(
+            "RDMA_EMU_DEVICES",
+            "emu0=127.0.0.1:5000, emu1=127.0.0.2",
+        )]))
+        .unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!((d[0].name.as_str(), d[0].port), ("emu0", 5000));
+        assert_eq!(
+            (d[1].name.as_str(), d[1].ip, d[1].port),
+            ("emu1", Ipv4Addr::new(127, 0, 0, 2), 4791)
+        );
+        for bad in [
+            "emu0",
+            "emu0=1.2.3",
+            "emu0=1.2.3.4:x",
+            "=1.2.3.4",
+            "a=1.1.1.1,a=1.1.1.2",
+        ] {
+            assert!(
+                from_env(env(&[("RDMA_EMU_DEVICES", bad)])).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn config_file() {
+        let path = std::env::temp_dir().join(format!("capi-config-{}", std::process::id()));
+        std::fs::write(
+            &path,
+            "# devices\nemuA 127.0.0.5\n\nemuB=127.0.0.6:4800 # second\n",
+        )
+        .unwrap();
+        let d = from_env(env(&[("RDMA_EMU_CONFIG", path.to_str().unwrap())])).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            (d[0].name.as_str(), d[0].ip),
+            ("emuA", Ipv4Addr::new(127, 0, 0, 5))
+        );
+        assert_eq!((d[1].name.as_str(), d[1].port), ("emuB", 4800));
+        assert!(from_env(env(&[("RDMA_EMU_CONFIG", "/nonexistent/x")])).is_err());
+    }
+
+    #[test]
+    fn auto_candidates_walk_the_last_octet() {
+        let v: Vec<_> = auto_candidates(Ipv4Addr::new(127, 0, 0, 253)).collect();
+        assert_eq!(
+            v,
+            [Ipv4Addr::new(127, 0, 0, 253), Ipv4Addr::new(127, 0, 0, 254)]
+        );
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A device list written in the documented syntax parses back to itself.
+        #[test]
+        fn device_lists_round_trip(
+            devs in proptest::collection::btree_map("[a-z][a-z0-9_]{0,14}", (any::<[u8; 4]>(), any::<u16>(), any::<bool>()), 1..6),
+        ) {
+            let text: Vec<String> = devs
+                .iter()
+                .map(|(n, (ip, port, with_port))| {
+                    let ip = Ipv4Addr::from(*ip);
+                    if *with_port { format!("{n}={ip}:{port}") } else { format!("{n}={ip}") }
+                })
+                .collect();
+            let parsed = from_env(env(&[("RDMA_EMU_DEVICES", &text.join(","))])).unwrap();
+            prop_assert_eq!(parsed.len(), devs.len());
+            for (d, (n, (ip, port, with_port))) in parsed.iter().zip(&devs) {
+                prop_assert_eq!(&d.name, n);
+                prop_assert_eq!(d.ip, Ipv4Addr::from(*ip));
+                prop_assert_eq!(d.port, if *with_port { *port } else { ROCE_PORT });
+                prop_assert!(!d.auto_ip);
+            }
+        }
+
+        /// Arbitrary text never panics the parser.
+        #[test]
+        fn garbage_is_an_error_not_a_panic(text in ".{0,64}") {
+            let _ = from_env(env(&[("RDMA_EMU_DEVICES", &text)]));
+        }
+    }
+}

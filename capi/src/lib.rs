@@ -1,0 +1,42 @@
+//! `libibverbs.so.1` over the emulator: unmodified C verbs programs (`ibv_rc_pingpong`,
+//! perftest, your own) run on [`EmuDevice`](emu_core::nic::EmuDevice) with
+//! `LD_LIBRARY_PATH` pointing at this library. See `capi/README.md`.
+//!
+//! The library replaces rdma-core's `libibverbs.so.1` (a provider inside rdma-core's
+//! library would need the kernel's `/dev/infiniband/uverbs*`). It is a thin layer: each
+//! verb converts its C structs and calls the [`verbs_api::Device`] verb of an
+//! `EmuDevice`. Modules, one concern each:
+//!
+//! * [`config`]: which devices exist (environment, config file, defaults).
+//! * `sys`: the C structs, generated from `<infiniband/verbs.h>` by bindgen.
+//! * `convert`: C structs to and from `verbs_api` values.
+//! * `objects`: the objects behind the pointers the program holds.
+//! * `memory`: registered C memory as a `MemBuf`.
+//! * `verbs`: the exported verbs and the `ctx->ops` / `verbs_context` operations, one
+//!   submodule per kind of object (`device`, `mr`, `cq`, `qp`, `srq`, `ah`, `mw`,
+//!   `event`, `misc`) under one safety argument (`verbs/mod.rs`).
+//! * `cq_ex`, `qp_ex`: the extended CQ polling and `ibv_wr_*` send verbs.
+//! * `stubs`: exports that fail cleanly (EOPNOTSUPP / ENOSYS) and the rate helpers.
+//!
+//! `unsafe` is denied in the crate and allowed only in `sys` (generated), `memory`,
+//! `objects`, `convert` (union reads), `verbs`, `cq_ex` and `qp_ex`, each with its
+//! safety argument in its module documentation.
+
+#![deny(unsafe_code)]
+
+pub mod config;
+mod convert;
+mod cq_ex;
+mod memory;
+mod objects;
+mod qp_ex;
+mod stubs;
+#[doc(hidden)]
+pub mod sys;
+mod verbs;
+
+#[cfg(test)]
+mod layout_tests;
+
+pub use stubs::*;
+pub use verbs::*;

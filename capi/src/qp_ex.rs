@@ -1,0 +1,263 @@
+//! Extended send verbs (`ibv_qp_to_qp_ex` + `ibv_wr_*`, man page `ibv_wr_post(3)`):
+//! between `ibv_wr_start` and `ibv_wr_complete` each `ibv_wr_<op>` call starts a work
+//! request (its `wr_id` and flags are the `ibv_qp_ex` fields at that moment) and the
+//! `ibv_wr_set_*` calls complete it; `ibv_wr_complete` posts the batch with the same
+//! `Device::post_send` as `ibv_post_send`, `ibv_wr_abort` drops it.
+//!
+//! Safety argument: the `ibv_qp_ex` pointer is one this library made (every QP is an
+//! `ibv_qp_ex`; [`crate::objects`]) and the SGE list and AH pointers follow the
+//! `ibv_wr_*` contract ([`crate::verbs`]).
+
+#![allow(unsafe_code)]
+
+use std::ffi::{c_int, c_void};
+
+use verbs_api::{SendFlags, SendWr, Sge, UdDest, WrOperation};
+
+use crate::objects::{from_ptr, Ah, Context, Qp};
+use crate::sys;
+
+/// The work requests of one `ibv_wr_start` .. `ibv_wr_complete` batch.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    wrs: Vec<SendWr>,
+    /// The first error met while building (returned by `ibv_wr_complete`).
+    error: Option<c_int>,
+}
+
+/// Fills the `ibv_wr_*` function pointers of a new QP.
+pub(crate) fn install(r: &mut sys::ibv_qp_ex) {
+    r.wr_start = Some(wr_start);
+    r.wr_complete = Some(wr_complete);
+    r.wr_abort = Some(wr_abort);
+    r.wr_send = Some(wr_send);
+    r.wr_send_imm = Some(wr_send_imm);
+    r.wr_send_inv = Some(wr_send_inv);
+    r.wr_rdma_write = Some(wr_rdma_write);
+    r.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    r.wr_rdma_read = Some(wr_rdma_read);
+    r.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    r.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    r.wr_local_inv = Some(wr_local_inv);
+    r.wr_set_sge = Some(wr_set_sge);
+    r.wr_set_sge_list = Some(wr_set_sge_list);
+    r.wr_set_ud_addr = Some(wr_set_ud_addr);
+    r.wr_set_inline_data = Some(wr_set_inline_data);
+    r.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+}
+
+fn with_batch(qp: *mut sys::ibv_qp_ex, f: impl FnOnce(&mut Batch, &sys::ibv_qp_ex)) {
+    // SAFETY: module safety argument.
+    if let Some(q) = unsafe { from_ptr::<_, Qp>(qp) } {
+        f(&mut q.building.lock(), &q.raw);
+    }
+}
+
+fn start_wr(qp: *mut sys::ibv_qp_ex, op: WrOperation) {
+    with_batch(qp, |b, raw| {
+        b.wrs.push(SendWr {
+            wr_id: raw.wr_id,
+            sg_list: Vec::new(),
+            op,
+            send_flags: SendFlags::from_bits_retain(raw.wr_flags),
+            ud: None,
+        });
+    });
+}
+
+fn on_last(qp: *mut sys::ibv_qp_ex, f: impl FnOnce(&mut SendWr)) {
+    with_batch(qp, |b, _| match b.wrs.last_mut() {
+        Some(w) => f(w),
+        None => {
+            b.error.get_or_insert(libc::EINVAL);
+        }
+    });
+}
+
+unsafe extern "C" fn wr_start(qp: *mut sys::ibv_qp_ex) {
+    with_batch(qp, |b, _| *b = Batch::default());
+}
+
+unsafe extern "C" fn wr_abort(qp: *mut sys::ibv_qp_ex) {
+    with_batch(qp, |b, _| *b = Batch::default());
+}
+
+unsafe extern "C" fn wr_complete(qp: *mut sys::ibv_qp_ex) -> c_int {
+    // SAFETY: module safety argument.
+    let Some(q) = (unsafe { from_ptr::<_, Qp>(qp) }) else {
+        return libc::EINVAL;
+    };
+    let batch = std::mem::take(&mut *q.building.lock());
+    if let Some(e) = batch.error {
+        return e;
+    }
+    // SAFETY: the QP's context pointer is its live context.
+    let Some(ctx) = (unsafe { Context::from_ptr(q.raw.qp_base.context) }) else {
+        return libc::EINVAL;
+    };
+    match crate::verbs::post_send_staged(ctx, q, batch.wrs) {
+        Ok(()) => 0,
+        Err(e) => e.error.errno(),
+    }
+}
+
+unsafe extern "C" fn wr_send(qp: *mut sys::ibv_qp_ex) {
+    start_wr(qp, WrOperation::Send);
+}
+unsafe extern "C" fn wr_send_imm(qp: *mut sys::ibv_qp_ex, imm: u32) {
+    start_wr(
+        qp,
+        WrOperation::SendWithImm {
+            imm_data: u32::from_be(imm),
+        },
+    );
+}
+unsafe extern "C" fn wr_send_inv(qp: *mut sys::ibv_qp_ex, rkey: u32) {
+    start_wr(
+        qp,
+        WrOperation::SendWithInv {
+            invalidate_rkey: rkey,
+        },
+    );
+}
+unsafe extern "C" fn wr_rdma_write(qp: *mut sys::ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    start_wr(qp, WrOperation::RdmaWrite { remote_addr, rkey });
+}
+unsafe extern "C" fn wr_rdma_write_imm(
+    qp: *mut sys::ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    imm: u32,
+) {
+    start_wr(
+        qp,
+        WrOperation::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm_data: u32::from_be(imm),
+        },
+    );
+}
+unsafe extern "C" fn wr_rdma_read(qp: *mut sys::ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    start_wr(qp, WrOperation::RdmaRead { remote_addr, rkey });
+}
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    qp: *mut sys::ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    start_wr(
+        qp,
+        WrOperation::AtomicCmpAndSwp {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        },
+    );
+}
+unsafe extern "C" fn wr_atomic_fetch_add(
+    qp: *mut sys::ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    add: u64,
+) {
+    start_wr(
+        qp,
+        WrOperation::AtomicFetchAndAdd {
+            remote_addr,
+            rkey,
+            add,
+        },
+    );
+}
+unsafe extern "C" fn wr_local_inv(qp: *mut sys::ibv_qp_ex, rkey: u32) {
+    start_wr(
+        qp,
+        WrOperation::LocalInv {
+            invalidate_rkey: rkey,
+        },
+    );
+}
+
+unsafe extern "C" fn wr_set_sge(qp: *mut sys::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    on_last(qp, |w| w.sg_list = vec![Sge::new(addr, length, lkey)]);
+}
+
+unsafe extern "C" fn wr_set_sge_list(qp: *mut sys::ibv_qp_ex, n: usize, list: *const sys::ibv_sge) {
+    let sges: Vec<Sge> = if n == 0 || list.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: the caller's array of n SGEs.
+        unsafe { std::slice::from_raw_parts(list, n) }
+            .iter()
+            .map(crate::convert::sge_from_c)
+            .collect()
+    };
+    on_last(qp, |w| w.sg_list = sges);
+}
+
+unsafe extern "C" fn wr_set_ud_addr(
+    qp: *mut sys::ibv_qp_ex,
+    ah: *mut sys::ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
+    // SAFETY: module safety argument.
+    match unsafe { from_ptr::<_, Ah>(ah) } {
+        Some(a) => on_last(qp, |w| {
+            w.ud = Some(UdDest {
+                ah: a.id,
+                remote_qpn,
+                remote_qkey,
+            });
+        }),
+        None => with_batch(qp, |b, _| {
+            b.error.get_or_insert(libc::EINVAL);
+        }),
+    }
+}
+
+/// INLINE data given by pointer: an SGE with key 0 and the INLINE flag, which
+/// `post_send_staged` copies at post time.
+unsafe extern "C" fn wr_set_inline_data(qp: *mut sys::ibv_qp_ex, addr: *mut c_void, length: usize) {
+    let Ok(len) = u32::try_from(length) else {
+        with_batch(qp, |b, _| {
+            b.error.get_or_insert(libc::EINVAL);
+        });
+        return;
+    };
+    on_last(qp, |w| {
+        w.sg_list = vec![Sge::new(addr as u64, len, 0)];
+        w.send_flags |= SendFlags::INLINE;
+    });
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(
+    qp: *mut sys::ibv_qp_ex,
+    n: usize,
+    list: *const sys::ibv_data_buf,
+) {
+    let bufs: &[sys::ibv_data_buf] = if n == 0 || list.is_null() {
+        &[]
+    } else {
+        // SAFETY: the caller's array of n buffers.
+        unsafe { std::slice::from_raw_parts(list, n) }
+    };
+    let sges: Vec<Sge> = bufs
+        .iter()
+        .map(|b| {
+            Sge::new(
+                b.addr as u64,
+                u32::try_from(b.length).unwrap_or(u32::MAX),
+                0,
+            )
+        })
+        .collect();
+    on_last(qp, |w| {
+        w.sg_list = sges;
+        w.send_flags |= SendFlags::INLINE;
+    });
+}

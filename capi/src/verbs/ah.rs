@@ -1,0 +1,146 @@
+//! Address handles and multicast.
+//! (Safety argument: the parent module's.)
+
+use super::*;
+
+/// `ibv_create_ah`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah(
+    pd: *mut sys::ibv_pd,
+    attr: *mut sys::ibv_ah_attr,
+) -> *mut sys::ibv_ah {
+    let p = obj_or!(Pd, pd, null(EINVAL));
+    let ctx = ctx_or!(p.raw.context, null(EINVAL));
+    if attr.is_null() {
+        return null(EINVAL);
+    }
+    // SAFETY: the caller's attributes.
+    let a = convert::ah_attr_from_c(unsafe { &*attr });
+    match ctx.dev.create_ah(p.id, &a) {
+        Ok(id) => into_ptr::<_, Ah>(Ah {
+            raw: sys::ibv_ah {
+                context: p.raw.context,
+                pd,
+                handle: id.0,
+            },
+            id,
+        }),
+        Err(e) => null(fail(&e)),
+    }
+}
+
+/// `ibv_destroy_ah`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut sys::ibv_ah) -> c_int {
+    let a = obj_or!(Ah, ah, EINVAL);
+    let ctx = ctx_or!(a.raw.context, EINVAL);
+    match ctx.dev.destroy_ah(a.id) {
+        // SAFETY: made by ibv_create_ah; destroyed once.
+        Ok(()) => unsafe {
+            free::<_, Ah>(ah);
+            0
+        },
+        Err(e) => fail(&e),
+    }
+}
+
+/// `ibv_init_ah_from_wc`: the reply path of a received UD message (its GRH, which
+/// every RoCEv2 packet carries, gives the source GID).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    context: *mut sys::ibv_context,
+    port_num: u8,
+    wc: *mut sys::ibv_wc,
+    grh: *mut sys::ibv_grh,
+    ah_attr: *mut sys::ibv_ah_attr,
+) -> c_int {
+    let ctx = ctx_or!(context, EINVAL);
+    if wc.is_null() || grh.is_null() || ah_attr.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: the caller's completion and GRH (the first 40 bytes of its buffer).
+    let (w, g) = unsafe { (&*wc, &*grh) };
+    if w.wc_flags & sys::IBV_WC_GRH == 0 {
+        return unsupported("ibv_init_ah_from_wc without a GRH");
+    }
+    let sgid = convert::gid_from_c(&g.sgid);
+    let dgid = convert::gid_from_c(&g.dgid);
+    let index = (0..16u32)
+        .find(|&i| ctx.dev.query_gid(port_num, i).ok() == Some(dgid))
+        .unwrap_or(0);
+    let flow = u32::from_be(g.version_tclass_flow);
+    out!(
+        ah_attr,
+        convert::ah_attr_to_c(&verbs_api::AhAttr {
+            grh: verbs_api::GlobalRoute {
+                dgid: sgid,
+                flow_label: flow & 0xf_ffff,
+                sgid_index: index as u8,
+                hop_limit: 0xff,
+                traffic_class: ((flow >> 20) & 0xff) as u8,
+            },
+            dlid: w.slid,
+            sl: w.sl,
+            src_path_bits: w.dlid_path_bits,
+            static_rate: 0,
+            is_global: true,
+            port_num,
+        })
+    );
+    0
+}
+
+/// `ibv_create_ah_from_wc`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut sys::ibv_pd,
+    wc: *mut sys::ibv_wc,
+    grh: *mut sys::ibv_grh,
+    port_num: u8,
+) -> *mut sys::ibv_ah {
+    let p = obj_or!(Pd, pd, null(EINVAL));
+    let mut attr = sys::ibv_ah_attr::default();
+    // SAFETY: module safety argument.
+    let r = unsafe { ibv_init_ah_from_wc(p.raw.context, port_num, wc, grh, &mut attr) };
+    if r != 0 {
+        return null(r);
+    }
+    // SAFETY: module safety argument.
+    unsafe { ibv_create_ah(pd, &mut attr) }
+}
+
+fn mcast(qp: *mut sys::ibv_qp, gid: *const sys::ibv_gid, lid: u16, attach: bool) -> c_int {
+    let q = obj_or!(Qp, qp, EINVAL);
+    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    if gid.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: the caller's GID.
+    let g: Gid = convert::gid_from_c(unsafe { &*gid });
+    let qpn = q.raw.qp_base.qp_num;
+    status(if attach {
+        ctx.dev.attach_mcast(qpn, &g, lid)
+    } else {
+        ctx.dev.detach_mcast(qpn, &g, lid)
+    })
+}
+
+/// `ibv_attach_mcast`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_attach_mcast(
+    qp: *mut sys::ibv_qp,
+    gid: *const sys::ibv_gid,
+    lid: u16,
+) -> c_int {
+    mcast(qp, gid, lid, true)
+}
+
+/// `ibv_detach_mcast`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_detach_mcast(
+    qp: *mut sys::ibv_qp,
+    gid: *const sys::ibv_gid,
+    lid: u16,
+) -> c_int {
+    mcast(qp, gid, lid, false)
+}

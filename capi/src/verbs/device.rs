@@ -1,0 +1,430 @@
+//! Devices: the list, opening and closing, and the device, port, GID and P_Key queries.
+//! (Safety argument: the parent module's.)
+
+use super::*;
+
+/// The configured devices, made once per process.
+fn devices() -> &'static [Dev] {
+    // Never grows after it is made, so the entries' addresses are stable.
+    static DEVICES: OnceLock<Vec<Dev>> = OnceLock::new();
+    DEVICES.get_or_init(|| {
+        let cfgs = config::from_env(|k| std::env::var(k).ok()).unwrap_or_else(|e| {
+            eprintln!("rdma-emu libibverbs: bad device configuration: {e}; no devices");
+            Vec::new()
+        });
+        cfgs.into_iter()
+            .enumerate()
+            .map(|(index, cfg)| device_entry(cfg, index))
+            .collect()
+    })
+}
+
+fn device_entry(cfg: DeviceConfig, index: usize) -> Dev {
+    let path = format!("/sys/class/infiniband/{}", cfg.name);
+    Dev {
+        raw: sys::ibv_device {
+            _ops: sys::_ibv_device_ops::default(),
+            node_type: sys::IBV_NODE_CA,
+            transport_type: sys::IBV_TRANSPORT_IB,
+            name: convert::c_string(&cfg.name),
+            dev_name: convert::c_string(&format!("uverbs-{}", cfg.name)),
+            dev_path: convert::c_string("/dev/null"),
+            ibdev_path: convert::c_string(&path),
+        },
+        cfg,
+        index,
+        nic: Mutex::default(),
+    }
+}
+
+/// The node GUID `EmuDevice` reports for the configured address (before the device
+/// is opened; an automatically addressed device may end up on another address).
+fn guid_of(cfg: &DeviceConfig) -> u64 {
+    u64::from_be_bytes([0x02, 0, 0, 0xFF, 0xFE, 0, 0, 0]) | u64::from(u32::from(cfg.ip))
+}
+
+/// `ibv_get_device_list`: the configured emulated devices, NULL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut sys::ibv_device {
+    let devs = devices();
+    let mut list: Vec<*mut sys::ibv_device> = devs
+        .iter()
+        .map(|d| std::ptr::addr_of!(d.raw).cast_mut())
+        .collect();
+    list.push(std::ptr::null_mut());
+    if !num_devices.is_null() {
+        // SAFETY: caller's out parameter.
+        unsafe { *num_devices = (list.len() - 1) as c_int };
+    }
+    Box::into_raw(list.into_boxed_slice()).cast()
+}
+
+/// `ibv_free_device_list`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut sys::ibv_device) {
+    if list.is_null() {
+        return;
+    }
+    let len = devices().len() + 1;
+    // SAFETY: made by ibv_get_device_list with exactly this length.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, len)) });
+}
+
+/// `ibv_get_device_name`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_name(device: *mut sys::ibv_device) -> *const c_char {
+    // SAFETY: module safety argument.
+    match unsafe { from_ptr::<_, Dev>(device) } {
+        Some(d) => d.raw.name.as_ptr(),
+        None => null(EINVAL),
+    }
+}
+
+/// `ibv_get_device_guid`: in network byte order.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_guid(device: *mut sys::ibv_device) -> u64 {
+    // SAFETY: module safety argument.
+    unsafe { from_ptr::<_, Dev>(device) }.map_or(0, |d| guid_of(&d.cfg).to_be())
+}
+
+/// `ibv_get_device_index`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_index(device: *mut sys::ibv_device) -> c_int {
+    // SAFETY: module safety argument.
+    unsafe { from_ptr::<_, Dev>(device) }.map_or(-1, |d| d.index as c_int)
+}
+
+/// Opens the emulated NIC of `cfg`; an automatically addressed device moves on to the
+/// next 127.0.0.x while the address is taken by another process.
+fn open_emu(cfg: &DeviceConfig) -> verbs_api::Result<EmuDevice> {
+    let open = |ip| {
+        EmuDevice::open(EmuConfig {
+            name: cfg.name.clone(),
+            ip,
+            port: cfg.port,
+            ..EmuConfig::default()
+        })
+    };
+    if !cfg.auto_ip {
+        return open(cfg.ip);
+    }
+    let mut last = Error::InvalidArgument("no free address");
+    for ip in config::auto_candidates(cfg.ip) {
+        match open(ip) {
+            Err(e @ Error::Os { errno, .. }) if errno == libc::EADDRINUSE => last = e,
+            r => return r,
+        }
+    }
+    Err(last)
+}
+
+/// `ibv_open_device`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut sys::ibv_context {
+    // SAFETY: module safety argument.
+    let Some(d) = (unsafe { from_ptr::<_, Dev>(device) }) else {
+        return null(EINVAL);
+    };
+    let dev = {
+        let mut nic = d.nic.lock();
+        match nic.upgrade() {
+            Some(dev) => dev,
+            None => match open_emu(&d.cfg) {
+                Ok(dev) => {
+                    let dev = std::sync::Arc::new(dev);
+                    *nic = std::sync::Arc::downgrade(&dev);
+                    dev
+                }
+                Err(e) => {
+                    eprintln!("rdma-emu libibverbs: cannot open {}: {e}", d.cfg.name);
+                    return null(e.errno());
+                }
+            },
+        }
+    };
+    let async_fd = dev.async_fd().unwrap_or(-1);
+    let mut vctx = sys::verbs_context {
+        query_port: Some(vctx_query_port),
+        query_device_ex: Some(vctx_query_device_ex),
+        create_cq_ex: Some(crate::cq_ex::vctx_create_cq_ex),
+        create_qp_ex: Some(vctx_create_qp_ex),
+        sz: std::mem::size_of::<sys::verbs_context>(),
+        ..Default::default()
+    };
+    vctx.context.device = device;
+    vctx.context.cmd_fd = -1;
+    vctx.context.async_fd = async_fd;
+    vctx.context.num_comp_vectors = 1;
+    vctx.context.abi_compat = usize::MAX as *mut c_void;
+    let ops = &mut vctx.context.ops;
+    ops.poll_cq = Some(op_poll_cq);
+    ops.req_notify_cq = Some(op_req_notify_cq);
+    ops.post_send = Some(op_post_send);
+    ops.post_recv = Some(op_post_recv);
+    ops.post_srq_recv = Some(op_post_srq_recv);
+    ops.alloc_mw = Some(op_alloc_mw);
+    ops.bind_mw = Some(op_bind_mw);
+    ops.dealloc_mw = Some(op_dealloc_mw);
+    let ctx = Box::new(Context {
+        vctx,
+        dev,
+        cqs: Mutex::default(),
+        qps: Mutex::default(),
+        srqs: Mutex::default(),
+    });
+    Box::leak(ctx).as_ptr()
+}
+
+/// `ibv_close_device`: stops the emulated NIC. Objects the program did not destroy
+/// are leaked, as their pointers may still be in its hands.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_close_device(context: *mut sys::ibv_context) -> c_int {
+    // SAFETY: module safety argument.
+    let Some(ctx) = (unsafe { Context::from_ptr(context) }) else {
+        return EINVAL;
+    };
+    // SAFETY: made by Box::leak in ibv_open_device; the caller gives it up.
+    drop(unsafe { Box::from_raw(std::ptr::from_ref(ctx).cast_mut()) });
+    0
+}
+
+/// `ibv_query_device`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(
+    context: *mut sys::ibv_context,
+    attr: *mut sys::ibv_device_attr,
+) -> c_int {
+    let ctx = ctx_or!(context, EINVAL);
+    if attr.is_null() {
+        return EINVAL;
+    }
+    match ctx.dev.query_device() {
+        Ok(a) => {
+            out!(attr, convert::device_attr_to_c(&a));
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+unsafe extern "C" fn vctx_query_device_ex(
+    context: *mut sys::ibv_context,
+    _input: *const sys::ibv_query_device_ex_input,
+    attr: *mut sys::ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    let ctx = ctx_or!(context, EINVAL);
+    if attr.is_null() {
+        return EINVAL;
+    }
+    match ctx.dev.query_device() {
+        Ok(a) => {
+            let ex = sys::ibv_device_attr_ex {
+                orig_attr: convert::device_attr_to_c(&a),
+                phys_port_cnt_ex: u32::from(a.phys_port_cnt),
+                ..Default::default()
+            };
+            // SAFETY: the caller's struct has attr_size bytes.
+            unsafe { write_prefix(attr, &ex, attr_size) };
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+fn port_attr(ctx: &Context, port: u8) -> Result<sys::ibv_port_attr, c_int> {
+    ctx.dev
+        .query_port(port)
+        .map(|p| convert::port_attr_to_c(&p))
+        .map_err(|e| fail(&e))
+}
+
+/// `ibv_query_port` (the exported, old-ABI entry: `struct _compat_ibv_port_attr`).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_port(
+    context: *mut sys::ibv_context,
+    port_num: u8,
+    port_attr_out: *mut sys::ibv_port_attr,
+) -> c_int {
+    let ctx = ctx_or!(context, EINVAL);
+    match port_attr(ctx, port_num) {
+        Ok(a) if !port_attr_out.is_null() => {
+            // SAFETY: the caller's struct is at least the compat layout.
+            unsafe {
+                write_prefix(
+                    port_attr_out,
+                    &a,
+                    std::mem::size_of::<sys::_compat_ibv_port_attr>(),
+                )
+            };
+            0
+        }
+        Ok(_) => EINVAL,
+        Err(e) => e,
+    }
+}
+
+unsafe extern "C" fn vctx_query_port(
+    context: *mut sys::ibv_context,
+    port_num: u8,
+    attr: *mut sys::ibv_port_attr,
+    attr_len: usize,
+) -> c_int {
+    let ctx = ctx_or!(context, EINVAL);
+    match port_attr(ctx, port_num) {
+        Ok(a) if !attr.is_null() => {
+            // SAFETY: the caller's struct has attr_len bytes.
+            unsafe { write_prefix(attr, &a, attr_len) };
+            0
+        }
+        Ok(_) => EINVAL,
+        Err(e) => e,
+    }
+}
+
+/// `ibv_query_gid`: 0, or -1 with errno.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid(
+    context: *mut sys::ibv_context,
+    port_num: u8,
+    index: c_int,
+    gid: *mut sys::ibv_gid,
+) -> c_int {
+    let ctx = ctx_or!(context, -1);
+    let Ok(index) = u32::try_from(index) else {
+        set_errno(EINVAL);
+        return -1;
+    };
+    match ctx.dev.query_gid(port_num, index) {
+        Ok(g) => {
+            out!(gid, convert::gid_to_c(&g));
+            0
+        }
+        Err(e) => {
+            set_errno(e.errno());
+            -1
+        }
+    }
+}
+
+/// The GID table entry `index` of `port`: RoCEv2, as every emulated GID is.
+fn gid_entry(ctx: &Context, port: u8, index: u32) -> verbs_api::Result<sys::ibv_gid_entry> {
+    let g = ctx.dev.query_gid(port, index)?;
+    Ok(sys::ibv_gid_entry {
+        gid: convert::gid_to_c(&g),
+        gid_index: index,
+        port_num: u32::from(port),
+        gid_type: sys::IBV_GID_TYPE_ROCE_V2,
+        ndev_ifindex: 0,
+    })
+}
+
+/// `_ibv_query_gid_ex` (what the inline `ibv_query_gid_ex` calls).
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    context: *mut sys::ibv_context,
+    port_num: u32,
+    gid_index: u32,
+    entry: *mut sys::ibv_gid_entry,
+    _flags: u32,
+    entry_size: usize,
+) -> c_int {
+    let ctx = ctx_or!(context, EINVAL);
+    let Ok(port) = u8::try_from(port_num) else {
+        return EINVAL;
+    };
+    match gid_entry(ctx, port, gid_index) {
+        Ok(g) if !entry.is_null() => {
+            // SAFETY: the caller's entry has entry_size bytes.
+            unsafe { write_prefix(entry, &g, entry_size) };
+            0
+        }
+        Ok(_) => EINVAL,
+        Err(e) => fail(&e),
+    }
+}
+
+/// `_ibv_query_gid_table`: the valid GIDs of every port; the count, or -errno.
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    context: *mut sys::ibv_context,
+    entries: *mut sys::ibv_gid_entry,
+    max_entries: usize,
+    _flags: u32,
+    entry_size: usize,
+) -> isize {
+    let ctx = ctx_or!(context, -(EINVAL as isize));
+    if entries.is_null() || entry_size < std::mem::size_of::<sys::ibv_gid_entry>() {
+        return -(EINVAL as isize);
+    }
+    let len = ctx.dev.query_port(1).map_or(0, |p| p.gid_tbl_len);
+    let mut n = 0usize;
+    for i in 0..len {
+        if n == max_entries {
+            break;
+        }
+        if let Ok(g) = gid_entry(ctx, 1, i) {
+            // SAFETY: the caller's array has max_entries entries of entry_size bytes.
+            unsafe { write_prefix(entries.byte_add(n * entry_size), &g, entry_size) };
+            n += 1;
+        }
+    }
+    n as isize
+}
+
+/// `ibv_query_gid_type` (private, used by ibv_devinfo and librdmacm): every GID is
+/// RoCEv2 (`IBV_GID_TYPE_SYSFS_ROCE_V2`, 1, in this function's sysfs numbering).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    context: *mut sys::ibv_context,
+    port_num: u8,
+    index: c_uint,
+    gid_type: *mut c_uint,
+) -> c_int {
+    let ctx = ctx_or!(context, EINVAL);
+    match ctx.dev.query_gid(port_num, index) {
+        Ok(_) => {
+            out!(gid_type, 1);
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `ibv_query_pkey`: the P_Key in network order; 0 or -1 with errno.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_pkey(
+    context: *mut sys::ibv_context,
+    port_num: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    let ctx = ctx_or!(context, -1);
+    match u16::try_from(index)
+        .map_err(|_| Error::InvalidArgument("index"))
+        .and_then(|i| ctx.dev.query_pkey(port_num, i))
+    {
+        Ok(p) => {
+            out!(pkey, p.to_be());
+            0
+        }
+        Err(e) => {
+            set_errno(e.errno());
+            -1
+        }
+    }
+}
+
+/// `ibv_get_pkey_index`: the index of a P_Key (network order), or -1.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_pkey_index(
+    context: *mut sys::ibv_context,
+    port_num: u8,
+    pkey: u16,
+) -> c_int {
+    let ctx = ctx_or!(context, -1);
+    let len = ctx.dev.query_port(port_num).map_or(0, |p| p.pkey_tbl_len);
+    (0..len)
+        .find(|&i| ctx.dev.query_pkey(port_num, i).ok() == Some(u16::from_be(pkey)))
+        .map_or(-1, c_int::from)
+}

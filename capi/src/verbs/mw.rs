@@ -1,0 +1,74 @@
+//! Memory windows (the `ctx->ops` entries the inline MW verbs call).
+//! (Safety argument: the parent module's.)
+
+use super::*;
+
+pub(super) unsafe extern "C" fn op_alloc_mw(
+    pd: *mut sys::ibv_pd,
+    mw_type: sys::ibv_mw_type,
+) -> *mut sys::ibv_mw {
+    let p = obj_or!(Pd, pd, null(EINVAL));
+    let ctx = ctx_or!(p.raw.context, null(EINVAL));
+    let Ok(t) = MwType::try_from(mw_type) else {
+        return null(EINVAL);
+    };
+    match ctx.dev.alloc_mw(p.id, t) {
+        Ok(info) => into_ptr::<_, Mw>(Mw {
+            raw: sys::ibv_mw {
+                context: p.raw.context,
+                pd,
+                rkey: info.rkey,
+                handle: info.id.0,
+                type_: mw_type,
+            },
+            id: info.id,
+        }),
+        Err(e) => null(fail(&e)),
+    }
+}
+
+pub(super) unsafe extern "C" fn op_dealloc_mw(mw: *mut sys::ibv_mw) -> c_int {
+    let m = obj_or!(Mw, mw, EINVAL);
+    let ctx = ctx_or!(m.raw.context, EINVAL);
+    match ctx.dev.dealloc_mw(m.id) {
+        // SAFETY: made by ibv_alloc_mw; destroyed once.
+        Ok(()) => unsafe {
+            free::<_, Mw>(mw);
+            0
+        },
+        Err(e) => fail(&e),
+    }
+}
+
+pub(super) unsafe extern "C" fn op_bind_mw(
+    qp: *mut sys::ibv_qp,
+    mw: *mut sys::ibv_mw,
+    bind: *mut sys::ibv_mw_bind,
+) -> c_int {
+    let q = obj_or!(Qp, qp, EINVAL);
+    let m = obj_or!(Mw, mw, EINVAL);
+    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    if bind.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: the caller's bind request.
+    let b = unsafe { &*bind };
+    let lkey = if b.bind_info.length == 0 {
+        0
+    } else {
+        obj_or!(Mr, b.bind_info.mr, EINVAL).raw.lkey
+    };
+    let req = MwBind {
+        wr_id: b.wr_id,
+        send_flags: SendFlags::from_bits_retain(b.send_flags),
+        bind_info: convert::bind_info_from_c(&b.bind_info, lkey),
+    };
+    match ctx.dev.bind_mw(q.raw.qp_base.qp_num, m.id, &req) {
+        Ok(rkey) => {
+            // SAFETY: the program's MW object; `rkey` is the field it reads.
+            unsafe { (*mw).rkey = rkey };
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}

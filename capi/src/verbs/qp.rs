@@ -1,0 +1,407 @@
+//! Queue pairs: create, modify, query, destroy, and posting work requests.
+//! (Safety argument: the parent module's.)
+
+use super::*;
+
+fn qp_type_of(t: sys::ibv_qp_type) -> Result<QpType, c_int> {
+    match QpType::try_from(t) {
+        Ok(q @ (QpType::Rc | QpType::Uc | QpType::Ud)) => Ok(q),
+        _ => Err(unsupported("a QP type other than RC, UC and UD")),
+    }
+}
+
+/// Creates a QP from the common attributes of `ibv_qp_init_attr(_ex)`.
+pub(crate) unsafe fn create_qp_common(
+    pd: *mut sys::ibv_pd,
+    a: &mut sys::ibv_qp_init_attr,
+) -> *mut sys::ibv_qp {
+    let p = obj_or!(Pd, pd, null(EINVAL));
+    let ctx = ctx_or!(p.raw.context, null(EINVAL));
+    let (qp_context, send_cq, recv_cq, srq) = (a.qp_context, a.send_cq, a.recv_cq, a.srq);
+    let scq = obj_or!(Cq, send_cq, null(EINVAL));
+    let rcq = obj_or!(Cq, recv_cq, null(EINVAL));
+    // SAFETY: module safety argument.
+    let s = unsafe { from_ptr::<_, Srq>(srq) }.map(|s| s.id);
+    let qp_type = match qp_type_of(a.qp_type) {
+        Ok(t) => t,
+        Err(e) => return null(e),
+    };
+    let init = QpInitAttr {
+        pd: p.id,
+        send_cq: scq.id,
+        recv_cq: rcq.id,
+        qp_type,
+        cap: convert::cap_from_c(&a.cap),
+        sq_sig_all: a.sq_sig_all != 0,
+        srq: s,
+    };
+    let qpn = match ctx.dev.create_qp(&init) {
+        Ok(n) => n,
+        Err(e) => return null(fail(&e)),
+    };
+    if let Ok((_, actual)) = ctx.dev.query_qp(qpn) {
+        a.cap = convert::cap_to_c(&actual.cap);
+    }
+    let mut raw = sys::ibv_qp_ex {
+        qp_base: sys::ibv_qp {
+            context: ctx.as_ptr(),
+            qp_context,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            handle: qpn,
+            qp_num: qpn,
+            state: sys::IBV_QPS_RESET,
+            qp_type: qp_type.as_u32(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    crate::qp_ex::install(&mut raw);
+    let ptr = into_ptr::<sys::ibv_qp_ex, Qp>(Qp {
+        raw,
+        building: Mutex::default(),
+    });
+    ctx.qps.lock().insert(qpn, ptr as usize);
+    ptr.cast()
+}
+
+/// `ibv_create_qp`: `init_attr->cap` is updated to what the QP got.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut sys::ibv_pd,
+    init_attr: *mut sys::ibv_qp_init_attr,
+) -> *mut sys::ibv_qp {
+    if init_attr.is_null() {
+        return null(EINVAL);
+    }
+    // SAFETY: the caller's attributes.
+    let a = unsafe { &mut *init_attr };
+    // SAFETY: module safety argument.
+    unsafe { create_qp_common(pd, a) }
+}
+
+pub(super) unsafe extern "C" fn vctx_create_qp_ex(
+    context: *mut sys::ibv_context,
+    attr: *mut sys::ibv_qp_init_attr_ex,
+) -> *mut sys::ibv_qp {
+    let _ = ctx_or!(context, null(EINVAL));
+    if attr.is_null() {
+        return null(EINVAL);
+    }
+    // SAFETY: the caller's attributes.
+    let a = unsafe { &mut *attr };
+    let known = sys::IBV_QP_INIT_ATTR_PD | sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.comp_mask & !known != 0 {
+        return null(unsupported(
+            "ibv_create_qp_ex with XRC, RSS, TSO or other extended attributes",
+        ));
+    }
+    if a.comp_mask & sys::IBV_QP_INIT_ATTR_PD == 0 {
+        return null(EINVAL);
+    }
+    let mut basic = sys::ibv_qp_init_attr {
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+    };
+    // SAFETY: module safety argument.
+    let qp = unsafe { create_qp_common(a.pd, &mut basic) };
+    a.cap = basic.cap;
+    qp
+}
+
+/// `ibv_qp_to_qp_ex`: every QP is an `ibv_qp_ex`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut sys::ibv_qp) -> *mut sys::ibv_qp_ex {
+    qp.cast()
+}
+
+/// `ibv_modify_qp`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut sys::ibv_qp,
+    attr: *mut sys::ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    let q = obj_or!(Qp, qp, EINVAL);
+    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    if attr.is_null() {
+        return EINVAL;
+    }
+    let mask = QpAttrMask::from_bits_retain(attr_mask as u32);
+    // SAFETY: the caller's attributes.
+    let a = match convert::qp_attr_from_c(unsafe { &*attr }, mask) {
+        Ok(a) => a,
+        Err(e) => return fail(&e),
+    };
+    match ctx.dev.modify_qp(q.raw.qp_base.qp_num, &a, mask) {
+        Ok(()) => {
+            if mask.contains(QpAttrMask::STATE) {
+                // SAFETY: the program's QP object; `state` is the field it reads.
+                unsafe { (*qp).state = a.qp_state.as_u32() };
+            }
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `ibv_query_qp`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut sys::ibv_qp,
+    attr: *mut sys::ibv_qp_attr,
+    _attr_mask: c_int,
+    init_attr: *mut sys::ibv_qp_init_attr,
+) -> c_int {
+    let q = obj_or!(Qp, qp, EINVAL);
+    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    match ctx.dev.query_qp(q.raw.qp_base.qp_num) {
+        Ok((a, i)) => {
+            out!(attr, convert::qp_attr_to_c(&a));
+            let b = &q.raw.qp_base;
+            out!(
+                init_attr,
+                sys::ibv_qp_init_attr {
+                    qp_context: b.qp_context,
+                    send_cq: b.send_cq,
+                    recv_cq: b.recv_cq,
+                    srq: b.srq,
+                    cap: convert::cap_to_c(&i.cap),
+                    qp_type: b.qp_type,
+                    sq_sig_all: c_int::from(i.sq_sig_all),
+                }
+            );
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `ibv_destroy_qp`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut sys::ibv_qp) -> c_int {
+    let q = obj_or!(Qp, qp, EINVAL);
+    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    let qpn = q.raw.qp_base.qp_num;
+    match ctx.dev.destroy_qp(qpn) {
+        Ok(()) => {
+            ctx.qps.lock().remove(&qpn);
+            // SAFETY: made by ibv_create_qp; destroyed once.
+            unsafe { free::<_, Qp>(qp) };
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// Reads the SGE list of a work request.
+unsafe fn sges(list: *const sys::ibv_sge, n: c_int) -> Result<Vec<verbs_api::Sge>, c_int> {
+    let n = usize::try_from(n).map_err(|_| EINVAL)?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if list.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: the caller's SGE array has num_sge entries.
+    Ok(unsafe { std::slice::from_raw_parts(list, n) }
+        .iter()
+        .map(convert::sge_from_c)
+        .collect())
+}
+
+/// Converts one `ibv_send_wr` of QP `q`.
+unsafe fn send_wr(q: &Qp, w: &sys::ibv_send_wr) -> Result<verbs_api::SendWr, c_int> {
+    // SAFETY: module safety argument.
+    let sg = unsafe { sges(w.sg_list, w.num_sge) }?;
+    let ud = if q.raw.qp_base.qp_type == sys::IBV_QPT_UD {
+        let (ah, qpn, qkey) = convert::ud_fields(w);
+        let ah = obj_or!(Ah, ah, Err(EINVAL));
+        Some((ah.id, qpn, qkey))
+    } else {
+        None
+    };
+    let mut wr = convert::send_wr_from_c(w, sg, ud).map_err(|e| e.errno())?;
+    if let WrOperation::BindMw {
+        mw_rkey, bind_info, ..
+    } = &mut wr.op
+    {
+        // SAFETY: union of plain fields (crate::convert).
+        let b = unsafe { w.__bindgen_anon_2.bind_mw };
+        *mw_rkey = obj_or!(Mw, b.mw, Err(EINVAL)).raw.rkey;
+        bind_info.mr_lkey = obj_or!(Mr, b.bind_info.mr, Err(EINVAL)).raw.lkey;
+    }
+    Ok(wr)
+}
+
+/// Posts send WRs of `q`. INLINE data may sit in memory the program never registered
+/// (libibverbs copies it at post time and ignores its keys), while the engine takes
+/// INLINE bytes from registered memory: so each INLINE WR's bytes are copied here into
+/// a private region registered for the call and deregistered once the engine has
+/// copied them (it does so while posting).
+pub(crate) fn post_send_staged(
+    ctx: &Context,
+    q: &Qp,
+    mut wrs: Vec<verbs_api::SendWr>,
+) -> Result<(), verbs_api::PostError> {
+    if wrs.is_empty() {
+        return Ok(());
+    }
+    let mut staged = Vec::new();
+    let fail_at = |index, error| verbs_api::PostError { index, error };
+    for (i, w) in wrs.iter_mut().enumerate() {
+        if !w.send_flags.contains(SendFlags::INLINE) || w.sg_list.iter().all(|s| s.length == 0) {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        for sge in &w.sg_list {
+            if sge.length == 0 {
+                continue;
+            }
+            if sge.addr == 0 {
+                return Err(fail_at(
+                    i,
+                    Error::InvalidArgument("INLINE data at address 0"),
+                ));
+            }
+            // SAFETY: the ibv_post_send contract: INLINE data is readable during the call.
+            bytes.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(sge.addr as *const u8, sge.length as usize)
+            });
+        }
+        // SAFETY: module safety argument.
+        let Some(pd) = (unsafe { from_ptr::<_, Pd>(q.raw.qp_base.pd) }) else {
+            return Err(fail_at(i, Error::InvalidArgument("QP without a PD")));
+        };
+        let buf = MemBuf::from_slice(&bytes);
+        let mr = ctx
+            .dev
+            .reg_mr(pd.id, &buf, 0, bytes.len(), AccessFlags::LOCAL_WRITE)
+            .map_err(|e| fail_at(i, e))?;
+        w.sg_list = vec![verbs_api::Sge::new(buf.addr(), bytes.len() as u32, mr.lkey)];
+        staged.push(mr.lkey);
+    }
+    let r = ctx.dev.post_send(q.raw.qp_base.qp_num, &wrs);
+    for lkey in staged {
+        let _ = ctx.dev.dereg_mr(lkey);
+    }
+    r
+}
+
+pub(super) unsafe extern "C" fn op_post_send(
+    qp: *mut sys::ibv_qp,
+    wr: *mut sys::ibv_send_wr,
+    bad_wr: *mut *mut sys::ibv_send_wr,
+) -> c_int {
+    let q = obj_or!(Qp, qp, EINVAL);
+    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    let mut wrs = Vec::new();
+    let mut ptrs = Vec::new();
+    let mut bad = None;
+    let mut p = wr;
+    while !p.is_null() {
+        // SAFETY: the caller's linked list of work requests.
+        let w = unsafe { &*p };
+        // SAFETY: as above.
+        match unsafe { send_wr(q, w) } {
+            Ok(x) => {
+                wrs.push(x);
+                ptrs.push(p);
+            }
+            Err(e) => {
+                bad = Some((p, e));
+                break;
+            }
+        }
+        p = w.next;
+    }
+    if let Err(e) = post_send_staged(ctx, q, wrs) {
+        out!(bad_wr, ptrs[e.index.min(ptrs.len().saturating_sub(1))]);
+        return e.error.errno();
+    }
+    if let Some((p, e)) = bad {
+        out!(bad_wr, p);
+        return e;
+    }
+    0
+}
+
+/// Converts a chain of `ibv_recv_wr`; the first bad one ends the chain.
+unsafe fn recv_wrs(
+    wr: *mut sys::ibv_recv_wr,
+) -> (
+    Vec<verbs_api::RecvWr>,
+    Vec<*mut sys::ibv_recv_wr>,
+    Option<(*mut sys::ibv_recv_wr, c_int)>,
+) {
+    let mut wrs = Vec::new();
+    let mut ptrs = Vec::new();
+    let mut p = wr;
+    while !p.is_null() {
+        // SAFETY: the caller's linked list of work requests.
+        let w = unsafe { &*p };
+        // SAFETY: as above.
+        match unsafe { sges(w.sg_list, w.num_sge) } {
+            Ok(sg) => {
+                wrs.push(convert::recv_wr(w.wr_id, sg));
+                ptrs.push(p);
+            }
+            Err(e) => return (wrs, ptrs, Some((p, e))),
+        }
+        p = w.next;
+    }
+    (wrs, ptrs, None)
+}
+
+fn finish_recv(
+    r: Result<(), verbs_api::PostError>,
+    ptrs: &[*mut sys::ibv_recv_wr],
+    bad: Option<(*mut sys::ibv_recv_wr, c_int)>,
+    bad_wr: *mut *mut sys::ibv_recv_wr,
+) -> c_int {
+    if let Err(e) = r {
+        out!(bad_wr, ptrs[e.index.min(ptrs.len() - 1)]);
+        return e.error.errno();
+    }
+    if let Some((p, e)) = bad {
+        out!(bad_wr, p);
+        return e;
+    }
+    0
+}
+
+pub(super) unsafe extern "C" fn op_post_recv(
+    qp: *mut sys::ibv_qp,
+    wr: *mut sys::ibv_recv_wr,
+    bad_wr: *mut *mut sys::ibv_recv_wr,
+) -> c_int {
+    let q = obj_or!(Qp, qp, EINVAL);
+    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    // SAFETY: module safety argument.
+    let (wrs, ptrs, bad) = unsafe { recv_wrs(wr) };
+    finish_recv(
+        ctx.dev.post_recv(q.raw.qp_base.qp_num, &wrs),
+        &ptrs,
+        bad,
+        bad_wr,
+    )
+}
+
+pub(super) unsafe extern "C" fn op_post_srq_recv(
+    srq: *mut sys::ibv_srq,
+    wr: *mut sys::ibv_recv_wr,
+    bad_wr: *mut *mut sys::ibv_recv_wr,
+) -> c_int {
+    let s = obj_or!(Srq, srq, EINVAL);
+    let ctx = ctx_or!(s.raw.context, EINVAL);
+    // SAFETY: module safety argument.
+    let (wrs, ptrs, bad) = unsafe { recv_wrs(wr) };
+    finish_recv(ctx.dev.post_srq_recv(s.id, &wrs), &ptrs, bad, bad_wr)
+}

@@ -1,0 +1,170 @@
+//! Runs unmodified C programs on the emulator through this crate's libibverbs.so.1:
+//! `ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` (server and client as two
+//! processes) and `c/verbs_test.c` compiled against the installed headers. Skips,
+//! saying so, when cc, ibverbs-utils or libibverbs-dev are missing
+//! (`scripts/ci-capi.sh` runs the full tool list and makes them mandatory).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Links libibverbs.so.1 from the static library cargo built for this test into a
+/// temporary directory.
+fn build_library(dir: &Path) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    // `cargo test` builds only the rlib for tests: build the static library (same
+    // target directory and profile) so it is current.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "-q", "-p", "capi", "--lib", "--target-dir"])
+        .arg(profile_dir.parent().unwrap())
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        build.arg("--release");
+    }
+    assert!(
+        build.status().unwrap().success(),
+        "building the static library failed"
+    );
+    let archive = profile_dir.join("librdma_emu_ibverbs.a");
+    let map = Path::new(env!("CARGO_MANIFEST_DIR")).join("libibverbs.map");
+    let out = dir.join("libibverbs.so.1");
+    let status = Command::new("cc")
+        .arg("-shared")
+        .arg("-o")
+        .arg(&out)
+        .arg("-Wl,--whole-archive")
+        .arg(&archive)
+        .arg("-Wl,--no-whole-archive")
+        .arg(format!("-Wl,--version-script={}", map.display()))
+        .args([
+            "-Wl,-soname,libibverbs.so.1",
+            "-lpthread",
+            "-ldl",
+            "-lm",
+            "-lgcc_s",
+            "-lc",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success(), "linking libibverbs.so.1 failed");
+    std::os::unix::fs::symlink("libibverbs.so.1", dir.join("libibverbs.so")).unwrap();
+    out
+}
+
+fn run(dir: &Path, env: &[(&str, &str)], cmd: &str, args: &[&str]) -> std::process::Child {
+    Command::new(cmd)
+        .args(args)
+        .env("LD_LIBRARY_PATH", dir)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"))
+}
+
+fn finish(child: std::process::Child, what: &str) -> String {
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{text}",
+        out.status
+    );
+    text
+}
+
+#[test]
+fn stock_binaries_run_on_the_emulator() {
+    let missing: Vec<&str> = ["cc", "ibv_devices", "ibv_devinfo", "ibv_rc_pingpong"]
+        .into_iter()
+        .filter(|c| !have(c))
+        .collect();
+    if !missing.is_empty() || !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        eprintln!(
+            "SKIPPED: needs cc, ibverbs-utils and libibverbs-dev (missing: {missing:?}); \
+             scripts/ci-capi.sh makes them mandatory"
+        );
+        return;
+    }
+    let tmp = std::env::temp_dir().join(format!("capi-tools-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    build_library(&tmp);
+
+    let out = finish(
+        run(&tmp, &[("RDMA_EMU_IP", "127.0.0.11")], "ibv_devices", &[]),
+        "ibv_devices",
+    );
+    assert!(out.contains("emu0"), "{out}");
+    let out = finish(
+        run(
+            &tmp,
+            &[("RDMA_EMU_IP", "127.0.0.11")],
+            "ibv_devinfo",
+            &["-v"],
+        ),
+        "ibv_devinfo",
+    );
+    assert!(
+        out.contains("PORT_ACTIVE") && out.contains("Ethernet"),
+        "{out}"
+    );
+
+    // Two processes, each with its own address; -e: completion channel events.
+    let server = run(
+        &tmp,
+        &[("RDMA_EMU_IP", "127.0.0.11")],
+        "ibv_rc_pingpong",
+        &["-g", "0", "-e", "-n", "200", "-p", "18611"],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let client = run(
+        &tmp,
+        &[("RDMA_EMU_IP", "127.0.0.12")],
+        "ibv_rc_pingpong",
+        &["-g", "0", "-e", "-n", "200", "-p", "18611", "127.0.0.11"],
+    );
+    let c = finish(client, "ibv_rc_pingpong client");
+    let s = finish(server, "ibv_rc_pingpong server");
+    assert!(
+        c.contains("200 iters in") && s.contains("200 iters in"),
+        "{c}\n{s}"
+    );
+
+    // The C program over every verb the library implements.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/verbs_test.c");
+    let exe = tmp.join("verbs_test");
+    let status = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg(format!("-L{}", tmp.display()))
+        .arg("-libverbs")
+        .status()
+        .unwrap();
+    assert!(status.success(), "compiling verbs_test.c failed");
+    let out = finish(
+        run(
+            &tmp,
+            &[("RDMA_EMU_DEVICES", "emu0=127.0.0.13,emu1=127.0.0.14")],
+            exe.to_str().unwrap(),
+            &[],
+        ),
+        "verbs_test",
+    );
+    assert!(out.contains("checks passed"), "{out}");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
