@@ -913,9 +913,11 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             let peak = peak_rss_kib();
             drop(st);
             // The same test on one QP, same total messages, for the message-rate ratio.
-            let one = setup(&o, size, 1, o.tx_depth, o.tx_depth * 2)?;
+            let depth = o.tx_depth.min(4096);
+            let one = setup(&o, size, 1, depth, depth * 2)?;
             let mut o1 = o.clone();
             o1.qps = 1;
+            o1.tx_depth = depth;
             let r1 = run_bw(&o1, &one, size, r.msgs)?;
             drop(one);
             let mpps1 = r1.msgs as f64 / r1.secs / 1e6;
