@@ -5,8 +5,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use sims::scenario;
+
+mod cli;
 
 #[derive(Parser)]
 #[command(
@@ -21,12 +23,42 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Opens an emulated device and prints its attributes, as `ibv_devinfo -v`.
+    Devinfo(cli::devinfo::DevinfoOpts),
+    /// Ping-pong between two emulated devices, as rdma-core's ibv_{rc,uc,ud,srq}_pingpong:
+    /// no HOST = server, HOST = client, `--loopback` = both ends in this process.
+    /// Options: -s SIZE -n ITERS -p TCP_PORT --ip ADDR --udp-port N -q NUM_QP (srq)
+    /// --timeout SECS --loopback [HOST].
+    Pingpong {
+        /// The transport.
+        #[arg(value_enum)]
+        transport: PingpongKind,
+        /// The options of the rdma-core example, passed through.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// perftest-style bandwidth and latency tests, each with its ratio against raw
+    /// UDP (or memcpy) measured in the same run.
+    Bench(cli::bench::BenchOpts),
     /// The scenario library: deterministic programs on a simulated fabric, one rule
     /// of the transport each.
     Scenario {
         #[command(subcommand)]
         action: ScenarioCmd,
     },
+}
+
+/// Which ping-pong.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PingpongKind {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable connected.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+    /// RC QPs sharing a receive queue.
+    Srq,
 }
 
 #[derive(Subcommand)]
@@ -93,6 +125,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Scenario { action } => scenario_cmd(action),
+        Command::Devinfo(o) => cli::devinfo::run(o),
+        Command::Bench(o) => cli::bench::run(o),
+        Command::Pingpong { transport, args } => {
+            use cli::pingpong::{main_with_args, Mode};
+            let mode = match transport {
+                PingpongKind::Rc => Mode::Rc,
+                PingpongKind::Uc => Mode::Uc,
+                PingpongKind::Ud => Mode::Ud,
+                PingpongKind::Srq => Mode::Srq,
+            };
+            main_with_args(mode, args);
+            Ok(())
+        }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -66,7 +66,7 @@ struct Opts {
     timeout: u64,
 }
 
-fn parse_args(mode: Mode) -> Opts {
+fn parse_args(mode: Mode, args: Vec<String>) -> Opts {
     let mut o = Opts {
         server: None,
         size: if mode == Mode::Ud { 2048 } else { 4096 },
@@ -78,7 +78,7 @@ fn parse_args(mode: Mode) -> Opts {
         loopback: false,
         timeout: 60,
     };
-    let mut args = std::env::args().skip(1);
+    let mut args = args.into_iter();
     while let Some(a) = args.next() {
         let mut val = |name: &str| {
             args.next()
@@ -523,9 +523,16 @@ fn print_dests(what: &str, ds: &[Dest]) {
     }
 }
 
-/// Runs the program for `mode`.
+/// Runs the program for `mode` with the command line's arguments.
+#[allow(dead_code)] // `rdma-emu pingpong` calls `main_with_args`
 pub(crate) fn main(mode: Mode) {
-    let o = parse_args(mode);
+    main_with_args(mode, std::env::args().skip(1).collect())
+}
+
+/// Runs the program for `mode` with `args` (options and HOST, no program name); also
+/// what `rdma-emu pingpong` runs (crate sims includes this file).
+pub(crate) fn main_with_args(mode: Mode, args: Vec<String>) {
+    let o = parse_args(mode, args);
     if o.loopback {
         let port = if o.udp_port == ROCE_PORT {
             20000 + (std::process::id() % 20000) as u16

@@ -3,6 +3,15 @@
 //! socket per device, RoCEv2 datagrams with their ICRC computed on send and checked on
 //! receive.
 //!
+//! The UDP link batches: a run of equal-sized packets to one peer leaves in one
+//! `sendmsg` with `UDP_SEGMENT` (generic segmentation offload: the kernel cuts it into
+//! datagrams, or on loopback hands it whole to a receiver that asked for `UDP_GRO`),
+//! and the device thread receives with `recvmmsg` and `UDP_GRO`, up to 64 KiB of
+//! coalesced datagrams per slot, split again by the segment size the kernel reports.
+//! Kernels without GSO or GRO get one datagram per slot and per send (quinn-udp probes
+//! and falls back). The system calls and their control messages are quinn-udp's, so
+//! this crate keeps no `unsafe`.
+//!
 //! The ICRC covers the IPv4 header, identification field included (Annex A17.4), which
 //! a UDP socket does not choose. Measured on Linux (docs/roce-wire.md): an unconnected
 //! UDP socket with `IP_MTU_DISCOVER = IP_PMTUDISC_DO` (DF set) sends every datagram with
@@ -10,11 +19,13 @@
 //! that only sees the UDP payload can recompute it with ID 0. This is exact between
 //! emulated devices; a real rxe peer uses non-zero IDs (see the interop issue).
 
-use std::io;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::io::{self, IoSliceMut};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
 use emu_wire::{check_icrc, write_icrc, Ipv4Endpoints};
+use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
+use rustix::event::{PollFd, PollFlags};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// What carries an emulated device's packets and tells its time: the UDP socket of a
@@ -31,6 +42,31 @@ pub trait Link: Send + Sync + std::fmt::Debug {
     /// Fills in the ICRC of `packet` (a RoCEv2 UDP payload, BTH to ICRC, from `src` to
     /// `dst`, both on the device port) and sends it.
     fn send(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()>;
+
+    /// Sends `packets`: consecutive packets of `segment` bytes each (the last may be
+    /// shorter), all from `src` to `dst`; fills in each one's ICRC. A link that can
+    /// hand the kernel a whole run at once (UDP GSO) does; the default sends them one
+    /// by one through [`Link::send`].
+    fn send_batch(
+        &self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        packets: &mut [u8],
+        segment: usize,
+    ) -> io::Result<()> {
+        let mut r = Ok(());
+        for p in packets.chunks_mut(segment.max(1)) {
+            if let Err(e) = self.send(src, dst, p) {
+                r = Err(e);
+            }
+        }
+        r
+    }
+
+    /// How many packets [`Link::send_batch`] takes at once (1: no batching).
+    fn max_batch(&self) -> usize {
+        1
+    }
 
     /// Called when the application found nothing to do: an empty `poll_cq`, or a wait
     /// for a completion event or an async event with nothing queued. A link with
@@ -56,6 +92,18 @@ pub trait Link: Send + Sync + std::fmt::Debug {
 /// Socket buffer size asked for (the kernel may cap it at net.core.*mem_max).
 const SOCKET_BUFFER: usize = 8 << 20;
 
+/// The most UDP payload one GSO send may carry: an IPv4 datagram is at most 65535
+/// bytes, less 20 of IP header and 8 of UDP header.
+pub(crate) const GSO_MAX_BYTES: usize = 65_535 - 28;
+
+/// Receive slots per `recvmmsg` call, each large enough for one GRO-coalesced run.
+const RX_SLOTS: usize = 16;
+/// Bytes per receive slot: a whole coalesced run (64 KiB) when GRO is on.
+const RX_SLOT_GRO: usize = 64 << 10;
+/// Bytes per receive slot without GRO (a RoCEv2 packet is at most 4096 + 128 bytes;
+/// anything larger is truncated and then fails its ICRC).
+const RX_SLOT_PLAIN: usize = 9216;
+
 /// A bound RoCEv2 UDP socket, and one socket per multicast group the device joined.
 ///
 /// Multicast is IP multicast: a send to a multicast GID goes to the IPv4 group address
@@ -67,14 +115,53 @@ const SOCKET_BUFFER: usize = 8 << 20;
 /// although it lacks the MULTICAST flag.
 #[derive(Debug)]
 pub(crate) struct UdpLink {
+    /// Non-blocking; waits go through `poll(2)`.
     socket: UdpSocket,
+    state: UdpSocketState,
     ip: Ipv4Addr,
     port: u16,
     groups: parking_lot::Mutex<Vec<(Ipv4Addr, UdpSocket)>>,
 }
 
+/// One datagram taken off the socket: where it sits in the receive buffers, who sent
+/// it, and to which address (ours or a multicast group).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rx {
+    slot: usize,
+    start: usize,
+    len: usize,
+    /// The sender.
+    pub(crate) from: SocketAddrV4,
+    /// Our address or a group's.
+    pub(crate) dst: Ipv4Addr,
+}
+
+/// The receive buffers of a device, allocated once: no heap allocation per packet.
+#[derive(Debug)]
+pub(crate) struct RxBufs {
+    slots: Vec<Vec<u8>>,
+    meta: Vec<RecvMeta>,
+    /// The datagrams of the last [`UdpLink::recv_batch`], GRO runs already split.
+    pub(crate) got: Vec<Rx>,
+    mslots: Vec<Vec<u8>>,
+    mcast: Vec<(usize, SocketAddrV4, Ipv4Addr)>,
+}
+
+impl RxBufs {
+    /// The bytes of a received datagram.
+    pub(crate) fn bytes(&self, rx: &Rx) -> &[u8] {
+        let slot = if rx.slot < self.slots.len() {
+            &self.slots[rx.slot]
+        } else {
+            &self.mslots[rx.slot - self.slots.len()]
+        };
+        &slot[rx.start..rx.start + rx.len]
+    }
+}
+
 impl UdpLink {
-    /// Binds `ip:port` with DF set (IP ID 0) and large buffers.
+    /// Binds `ip:port` with DF set (IP ID 0), large buffers, GRO on where the kernel
+    /// has it, and non-blocking I/O.
     pub(crate) fn bind(ip: Ipv4Addr, port: u16) -> io::Result<Self> {
         let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
         // Large buffers keep a briefly starved device thread from losing datagrams (which
@@ -86,10 +173,6 @@ impl UdpLink {
         if rustix::net::sockopt::set_socket_send_buffer_size_force(&s, SOCKET_BUFFER).is_err() {
             let _ = s.set_send_buffer_size(SOCKET_BUFFER);
         }
-        rustix::net::sockopt::set_ip_mtu_discover(
-            &s,
-            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
-        )?;
         // Multicast sends leave through our own address's interface, TTL 1, and are
         // looped back to the host's other members.
         if !ip.is_unspecified() {
@@ -98,13 +181,38 @@ impl UdpLink {
         s.set_multicast_loop_v4(true)?;
         s.bind(&SocketAddr::V4(SocketAddrV4::new(ip, port)).into())?;
         let socket: UdpSocket = s.into();
+        // quinn-udp turns GRO on, makes the socket non-blocking, and sets path MTU
+        // discovery to "probe"; DF with IP ID 0 needs "do", so set it after.
+        let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
+        rustix::net::sockopt::set_ip_mtu_discover(
+            &socket,
+            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+        )?;
         let port = socket.local_addr()?.port();
         Ok(UdpLink {
             socket,
+            state,
             ip,
             port,
             groups: parking_lot::Mutex::new(Vec::new()),
         })
+    }
+
+    /// Receive buffers sized for this socket (GRO or not).
+    pub(crate) fn rx_bufs(&self) -> RxBufs {
+        let size = if self.state.gro_segments() > 1 {
+            RX_SLOT_GRO
+        } else {
+            RX_SLOT_PLAIN
+        };
+        let n = RX_SLOTS.min(quinn_udp::BATCH_SIZE.max(1));
+        RxBufs {
+            slots: (0..n).map(|_| vec![0u8; size]).collect(),
+            meta: vec![RecvMeta::default(); n],
+            got: Vec::with_capacity(n * 64 + 8),
+            mslots: (0..8).map(|_| vec![0u8; RX_SLOT_PLAIN]).collect(),
+            mcast: Vec::with_capacity(8),
+        }
     }
 
     /// A non-blocking socket on `group:port` that has joined `group` on the interface
@@ -118,79 +226,91 @@ impl UdpLink {
         Ok(s.into())
     }
 
-    /// Receives, without blocking, up to `slots.len()` datagrams waiting on the group
-    /// sockets; `got` gets (length, source, group) per filled slot.
-    pub(crate) fn recv_groups(
-        &self,
-        slots: &mut [Vec<u8>],
-        got: &mut Vec<(usize, SocketAddrV4, Ipv4Addr)>,
-    ) {
-        let groups = self.groups.lock();
-        for (group, sock) in groups.iter() {
-            while got.len() < slots.len() {
-                match sock.recv_from(&mut slots[got.len()]) {
-                    Ok((n, SocketAddr::V4(from))) => got.push((n, from, *group)),
-                    _ => break,
-                }
-            }
-        }
-    }
-
     /// The bound port (useful when bound to port 0).
     pub(crate) fn port(&self) -> u16 {
         self.port
     }
 
-    /// Fills in the ICRC and sends `packet` to `dst` at the same port as ours (every
-    /// device of a deployment uses one port, 4791 unless configured).
-    fn send_to(&self, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
-        let ep = Ipv4Endpoints {
-            src: self.ip,
-            dst,
-            ip_id: 0,
-            src_port: self.port,
-            dst_port: self.port,
-        };
-        write_icrc(&ep, packet);
-        self.socket
-            .send_to(packet, SocketAddrV4::new(dst, self.port))
-            .map(|_| ())
+    /// Waits up to `timeout` for the socket to become readable; true if it is.
+    pub(crate) fn wait_readable(&self, timeout: Duration) -> bool {
+        let ts = rustix::event::Timespec::try_from(timeout).ok();
+        let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
+        matches!(rustix::event::poll(&mut fds, ts.as_ref()), Ok(n) if n > 0)
     }
 
-    /// Waits up to `timeout` for a datagram; returns its length and source, or `None`
-    /// when the time ran out.
-    pub(crate) fn recv(
-        &self,
-        buf: &mut [u8],
-        timeout: Duration,
-    ) -> io::Result<Option<(usize, SocketAddrV4)>> {
-        self.socket
-            .set_read_timeout(Some(timeout.max(Duration::from_micros(1))))?;
-        self.recv_inner(buf)
-    }
-
-    /// A datagram if one is waiting, without blocking.
-    pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddrV4)>> {
-        self.socket.set_nonblocking(true)?;
-        let r = self.recv_inner(buf);
-        self.socket.set_nonblocking(false)?;
-        r
-    }
-
-    fn recv_inner(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddrV4)>> {
-        match self.socket.recv_from(buf) {
-            Ok((n, SocketAddr::V4(from))) => Ok(Some((n, from))),
-            Ok((_, SocketAddr::V6(_))) => Ok(None),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(e),
+    /// Takes every datagram waiting (up to the buffers' capacity) without blocking,
+    /// unicast and multicast, into `rx.got`, coalesced runs split into datagrams.
+    /// Returns how many.
+    pub(crate) fn recv_batch(&self, rx: &mut RxBufs) -> usize {
+        let RxBufs {
+            slots,
+            meta,
+            got,
+            mslots,
+            mcast,
+        } = rx;
+        got.clear();
+        let n = slots.len();
+        let mut iov: [IoSliceMut<'_>; RX_SLOTS] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
+        for (v, s) in iov.iter_mut().zip(slots.iter_mut()) {
+            *v = IoSliceMut::new(s);
         }
+        if let Ok(k) = self
+            .state
+            .recv(UdpSockRef::from(&self.socket), &mut iov[..n], meta)
+        {
+            for (slot, m) in meta.iter().enumerate().take(k) {
+                let SocketAddr::V4(from) = m.addr else {
+                    continue;
+                };
+                let stride = m.stride.max(1);
+                let mut start = 0;
+                if m.len == 0 {
+                    // An empty datagram is one too (it fails its ICRC and is counted).
+                    got.push(Rx {
+                        slot,
+                        start: 0,
+                        len: 0,
+                        from,
+                        dst: self.ip,
+                    });
+                }
+                while start < m.len {
+                    let len = stride.min(m.len - start);
+                    got.push(Rx {
+                        slot,
+                        start,
+                        len,
+                        from,
+                        dst: self.ip,
+                    });
+                    start += len;
+                }
+            }
+        }
+        // Multicast datagrams wait on the group sockets.
+        mcast.clear();
+        {
+            let groups = self.groups.lock();
+            for (group, sock) in groups.iter() {
+                while mcast.len() < mslots.len() {
+                    match sock.recv_from(&mut mslots[mcast.len()]) {
+                        Ok((len, SocketAddr::V4(from))) => mcast.push((len, from, *group)),
+                        _ => break,
+                    }
+                }
+            }
+        }
+        for (i, &(len, from, dst)) in mcast.iter().enumerate() {
+            got.push(Rx {
+                slot: n + i,
+                start: 0,
+                len,
+                from,
+                dst,
+            });
+        }
+        got.len()
     }
 
     /// Whether the ICRC of a datagram from `from` to `dst` (our address or a group) is
@@ -205,6 +325,46 @@ impl UdpLink {
         };
         check_icrc(&ep, packet)
     }
+
+    /// Hands `contents` to the kernel (as GSO segments of `segment` bytes when it holds
+    /// more than one); waits for room in the socket buffer if it is full.
+    fn transmit(&self, dst: Ipv4Addr, contents: &[u8], segment: usize) -> io::Result<()> {
+        let t = Transmit {
+            destination: SocketAddr::V4(SocketAddrV4::new(dst, self.port)),
+            ecn: None,
+            contents,
+            segment_size: (contents.len() > segment).then_some(segment),
+            src_ip: None::<IpAddr>,
+        };
+        // A full send buffer: wait for room, a bounded number of times (the receiver
+        // is on this host or the datagram can be dropped: RC retransmits).
+        for _ in 0..1000 {
+            match self.state.try_send(UdpSockRef::from(&self.socket), &t) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let mut fds = [PollFd::new(&self.socket, PollFlags::OUT)];
+                    let ts = rustix::event::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: 1_000_000,
+                    };
+                    let _ = rustix::event::poll(&mut fds, Some(&ts));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => return r,
+            }
+        }
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// The ICRC fields of a packet we send to `dst`.
+    fn endpoints(&self, dst: Ipv4Addr) -> Ipv4Endpoints {
+        Ipv4Endpoints {
+            src: self.ip,
+            dst,
+            ip_id: 0,
+            src_port: self.port,
+            dst_port: self.port,
+        }
+    }
 }
 
 impl Link for UdpLink {
@@ -213,7 +373,40 @@ impl Link for UdpLink {
     }
 
     fn send(&self, _src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
-        self.send_to(dst, packet)
+        write_icrc(&self.endpoints(dst), packet);
+        let n = packet.len();
+        self.transmit(dst, packet, n.max(1))
+    }
+
+    fn send_batch(
+        &self,
+        _src: Ipv4Addr,
+        dst: Ipv4Addr,
+        packets: &mut [u8],
+        segment: usize,
+    ) -> io::Result<()> {
+        let ep = self.endpoints(dst);
+        let segment = segment.max(1);
+        for p in packets.chunks_mut(segment) {
+            write_icrc(&ep, p);
+        }
+        // GSO cuts a run into datagrams with the IP ID counting up from the first's;
+        // every segment's ICRC is computed with ID 0 as a receiver that sees only the
+        // UDP payload checks it (exact between emulated devices; see the module docs).
+        if packets.len() <= segment || self.max_batch() == 1 {
+            let mut r = Ok(());
+            for p in packets.chunks(segment) {
+                if let Err(e) = self.transmit(dst, p, segment) {
+                    r = Err(e);
+                }
+            }
+            return r;
+        }
+        self.transmit(dst, packets, segment)
+    }
+
+    fn max_batch(&self) -> usize {
+        self.state.max_gso_segments()
     }
 
     fn set_multicast_groups(&self, groups: &[Ipv4Addr]) -> io::Result<()> {

@@ -14,6 +14,13 @@
 //! fabric with virtual time move the network on: a single-threaded program then runs
 //! deterministically.
 //!
+//! Batching: packets the engine emits back to back to one peer with one size go to
+//! the link as one run ([`Link::send_batch`]; UDP sends it with GSO), and the device
+//! thread receives with `recvmmsg` and GRO (see `link`). With [`EmuConfig::busy_poll`]
+//! an empty `poll_cq` also takes waiting datagrams off the socket and runs them
+//! through the engine in the caller's thread, so a busy-polling application sees a
+//! completion without waiting for the device thread to be scheduled.
+//!
 //! Several devices on one host: give each its own address in 127.0.0.0/8 (Linux answers
 //! on all of it) and the same port, e.g. `emu0` on 127.0.0.1 and `emu1` on 127.0.0.2.
 
@@ -40,7 +47,7 @@ use crate::engine::{
 };
 use emu_wire::{check_icrc, Ipv4Endpoints};
 pub use link::Link;
-use link::UdpLink;
+use link::{RxBufs, UdpLink, GSO_MAX_BYTES};
 use notify::Notifier;
 
 /// The UDP port of RoCEv2 (IBTA Annex A17).
@@ -62,6 +69,11 @@ pub struct EmuConfig {
     pub port: u16,
     /// Device limits.
     pub limits: Limits,
+    /// Busy-poll mode (UDP only): an empty `poll_cq` receives and processes waiting
+    /// datagrams itself instead of leaving them to the device thread, which stays off
+    /// the socket while an application polls. Lowest latency, for applications that
+    /// spin on `poll_cq`; costs a core per polling thread.
+    pub busy_poll: bool,
 }
 
 impl Default for EmuConfig {
@@ -71,6 +83,7 @@ impl Default for EmuConfig {
             ip: Ipv4Addr::LOCALHOST,
             port: ROCE_PORT,
             limits: Limits::default(),
+            busy_poll: false,
         }
     }
 }
@@ -87,7 +100,21 @@ pub struct LinkCounters {
 
 struct Core {
     engine: Engine,
-    txbuf: Vec<u8>,
+    /// Packets waiting to leave as one run: same destination, same size (the last may
+    /// be shorter), at most [`GSO_MAX_BYTES`] and the link's `max_batch` packets.
+    tx: TxBatch,
+}
+
+/// A run of packets being gathered in one buffer, as the engine writes them.
+struct TxBatch {
+    buf: Vec<u8>,
+    /// Bytes in the run.
+    fill: usize,
+    /// Packets in the run.
+    count: usize,
+    /// The size of each packet of the run.
+    segment: usize,
+    dst: Ipv4Addr,
 }
 
 struct Inner {
@@ -103,6 +130,14 @@ struct Inner {
     mcast: Mutex<()>,
     stop: AtomicBool,
     link_counters: LinkCounters,
+    /// The UDP link, when the device runs on one (busy-poll receives through it).
+    udp: Option<Arc<UdpLink>>,
+    /// The receive buffers; whoever holds them receives, so datagrams are handed to
+    /// the engine in the order they arrived.
+    rx: Mutex<Option<RxBufs>>,
+    /// Nanoseconds since `epoch` of the last busy-poll that found the CQ empty.
+    last_busy_poll: AtomicU64,
+    epoch: Instant,
 }
 
 /// An emulated RDMA device on UDP.
@@ -122,11 +157,9 @@ impl std::fmt::Debug for EmuDevice {
 
 /// The longest the device thread sleeps before looking at the engine's timers again.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
-/// Datagrams handled under one lock.
-const BATCH: usize = 64;
-/// The largest datagram the device takes (a RoCEv2 packet is at most 4096 + 128 bytes;
-/// anything larger is truncated by the socket and then fails its ICRC).
-const MAX_DATAGRAM: usize = 9216;
+/// While an application busy-polled this recently, the device thread leaves the
+/// socket to it.
+const BUSY_POLL_GRACE: Duration = Duration::from_millis(2);
 
 impl EmuDevice {
     /// Opens a device on UDP: binds its socket and starts its thread. EADDRINUSE and
@@ -138,7 +171,7 @@ impl EmuDevice {
         })?);
         let mut cfg = cfg;
         cfg.port = udp.port();
-        let inner = Inner::new(cfg, udp.clone())?;
+        let inner = Inner::new(cfg, udp.clone(), Some(udp.clone()))?;
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{}-nic", inner.cfg.name))
@@ -155,7 +188,7 @@ impl EmuDevice {
     /// how the simulated fabric of crate `sims` attaches devices).
     pub fn with_link(cfg: EmuConfig, link: Arc<dyn Link>) -> Result<EmuDevice> {
         Ok(EmuDevice {
-            inner: Inner::new(cfg, link)?,
+            inner: Inner::new(cfg, link, None)?,
             thread: None,
         })
     }
@@ -295,7 +328,8 @@ impl DeviceDriver {
 }
 
 impl Inner {
-    fn new(cfg: EmuConfig, link: Arc<dyn Link>) -> Result<Arc<Inner>> {
+    fn new(cfg: EmuConfig, link: Arc<dyn Link>, udp: Option<Arc<UdpLink>>) -> Result<Arc<Inner>> {
+        let rx = udp.as_ref().map(|u| u.rx_bufs());
         Ok(Arc::new(Inner {
             gid: Gid::from_ipv4(cfg.ip),
             core: Mutex::new(Core {
@@ -304,7 +338,13 @@ impl Inner {
                     e.set_gid(Gid::from_ipv4(cfg.ip));
                     e
                 },
-                txbuf: vec![0; MAX_PACKET],
+                tx: TxBatch {
+                    buf: vec![0; GSO_MAX_BYTES],
+                    fill: 0,
+                    count: 0,
+                    segment: 0,
+                    dst: Ipv4Addr::UNSPECIFIED,
+                },
             }),
             cfg,
             link,
@@ -315,6 +355,10 @@ impl Inner {
             mcast: Mutex::new(()),
             stop: AtomicBool::new(false),
             link_counters: LinkCounters::default(),
+            udp,
+            rx: Mutex::new(rx),
+            last_busy_poll: AtomicU64::new(0),
+            epoch: Instant::now(),
         }))
     }
 }
@@ -337,22 +381,39 @@ impl Inner {
         r
     }
 
-    /// Sends what the engine wants sent and hands out its notifications.
+    /// Sends what the engine wants sent and hands out its notifications. The engine
+    /// writes each packet straight after the previous one in the run buffer; a packet
+    /// that cannot join the run (another peer, another size, or no room) sends the run
+    /// and starts the next.
     fn flush(&self, core: &mut Core, now: Instant) {
-        let Core { engine, txbuf } = core;
-        while let Some(t) = engine.poll_transmit(now, txbuf) {
+        let Core { engine, tx } = core;
+        let max_batch = self.link.max_batch().max(1);
+        loop {
+            if tx.count > 0 && (tx.fill + MAX_PACKET > tx.buf.len() || tx.count >= max_batch) {
+                self.send_run(tx);
+            }
+            let Some(t) = engine.poll_transmit(now, &mut tx.buf[tx.fill..tx.fill + MAX_PACKET])
+            else {
+                break;
+            };
             let Some(dst) = t.dest.to_ipv4() else {
                 continue;
             };
-            if self
-                .link
-                .send(self.cfg.ip, dst, &mut txbuf[..t.size])
-                .is_err()
-            {
-                self.link_counters
-                    .send_errors
-                    .fetch_add(1, Ordering::Relaxed);
+            if tx.count > 0 && (dst != tx.dst || t.size != tx.segment) {
+                // The new packet sits after the run: send the run, move it to the front.
+                let at = tx.fill;
+                self.send_run(tx);
+                tx.buf.copy_within(at..at + t.size, 0);
             }
+            if tx.count == 0 {
+                tx.dst = dst;
+                tx.segment = t.size;
+            }
+            tx.fill += t.size;
+            tx.count += 1;
+        }
+        if tx.count > 0 {
+            self.send_run(tx);
         }
         while let Some(cq) = engine.poll_cq_event() {
             let channel = self.cq_channel.lock().get(&cq.0).copied();
@@ -365,13 +426,82 @@ impl Inner {
         }
     }
 
-    /// The device thread. Receive buffers are allocated once: no heap allocation per
-    /// packet on the data path.
+    /// Hands the gathered run to the link and empties it.
+    fn send_run(&self, tx: &mut TxBatch) {
+        let r = if tx.count == 1 {
+            self.link.send(self.cfg.ip, tx.dst, &mut tx.buf[..tx.fill])
+        } else {
+            self.link
+                .send_batch(self.cfg.ip, tx.dst, &mut tx.buf[..tx.fill], tx.segment)
+        };
+        if r.is_err() {
+            self.link_counters
+                .send_errors
+                .fetch_add(tx.count as u64, Ordering::Relaxed);
+        }
+        tx.fill = 0;
+        tx.count = 0;
+    }
+
+    /// Takes what waits on the socket (if no other thread is receiving), checks each
+    /// ICRC outside the engine lock, then feeds the good ones to the engine under one
+    /// lock, fires due timers and sends the output. Returns how many datagrams it took.
+    fn receive(&self, udp: &UdpLink, block: bool) -> usize {
+        let Some(mut guard) = (if block {
+            Some(self.rx.lock())
+        } else {
+            self.rx.try_lock()
+        }) else {
+            return 0;
+        };
+        let Some(rx) = guard.as_mut() else {
+            return 0;
+        };
+        let n = udp.recv_batch(rx);
+        if n == 0 {
+            return 0;
+        }
+        let mut bad = 0;
+        for i in 0..rx.got.len() {
+            let d = rx.got[i];
+            if !udp.icrc_ok(d.from, d.dst, rx.bytes(&d)) {
+                rx.got[i].from = std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+                bad += 1;
+            }
+        }
+        if bad > 0 {
+            self.link_counters
+                .icrc_errors
+                .fetch_add(bad, Ordering::Relaxed);
+        }
+        let mut core = self.core.lock();
+        let now = Instant::now();
+        for d in &rx.got {
+            if d.from.port() == 0 && d.from.ip().is_unspecified() {
+                continue;
+            }
+            core.engine.handle_datagram_to(
+                now,
+                Gid::from_ipv4(*d.from.ip()),
+                Gid::from_ipv4(d.dst),
+                rx.bytes(d),
+            );
+        }
+        core.engine.handle_timeout(now);
+        self.flush(&mut core, now);
+        n
+    }
+
+    /// Whether an application busy-polled within the grace period.
+    fn app_is_polling(&self) -> bool {
+        let last = self.last_busy_poll.load(Ordering::Relaxed);
+        last != 0
+            && self.epoch.elapsed().as_nanos() as u64 - last < BUSY_POLL_GRACE.as_nanos() as u64
+    }
+
+    /// The device thread: waits for datagrams or the next timer, then receives a batch.
+    /// Receive buffers are allocated once: no heap allocation per packet.
     fn run(&self, udp: &UdpLink) {
-        let mut slots: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; MAX_DATAGRAM]).collect();
-        let mut got: Vec<(usize, std::net::SocketAddrV4)> = Vec::with_capacity(BATCH);
-        let mut mslots: Vec<Vec<u8>> = (0..8).map(|_| vec![0u8; MAX_DATAGRAM]).collect();
-        let mut mcast = Vec::with_capacity(mslots.len());
         while !self.stop.load(Ordering::Relaxed) {
             let sleep = {
                 let core = self.core.lock();
@@ -380,44 +510,18 @@ impl Inner {
                     t.saturating_duration_since(now).min(MAX_SLEEP)
                 })
             };
-            got.clear();
-            if let Ok(Some(first)) = udp.recv(&mut slots[0], sleep) {
-                got.push(first);
-                while got.len() < BATCH {
-                    match udp.try_recv(&mut slots[got.len()]) {
-                        Ok(Some(d)) => got.push(d),
-                        _ => break,
-                    }
-                }
+            if self.cfg.busy_poll && self.app_is_polling() {
+                // The application takes the datagrams; only keep time.
+                std::thread::sleep(sleep.min(Duration::from_micros(200)));
+            } else {
+                udp.wait_readable(sleep);
             }
-            // Multicast datagrams wait on the group sockets; they are picked up at
-            // least every MAX_SLEEP.
-            mcast.clear();
-            udp.recv_groups(&mut mslots, &mut mcast);
-            let mut core = self.core.lock();
-            let now = Instant::now();
-            let unicast = got.iter().map(|&(n, from)| (n, from, self.cfg.ip));
-            let all = slots
-                .iter()
-                .zip(unicast)
-                .chain(mslots.iter().zip(mcast.iter().copied()));
-            for (slot, (n, from, dst)) in all {
-                let packet = &slot[..n];
-                if udp.icrc_ok(from, dst, packet) {
-                    core.engine.handle_datagram_to(
-                        now,
-                        Gid::from_ipv4(*from.ip()),
-                        Gid::from_ipv4(dst),
-                        packet,
-                    );
-                } else {
-                    self.link_counters
-                        .icrc_errors
-                        .fetch_add(1, Ordering::Relaxed);
-                }
+            if self.receive(udp, true) == 0 {
+                let mut core = self.core.lock();
+                let now = Instant::now();
+                core.engine.handle_timeout(now);
+                self.flush(&mut core, now);
             }
-            core.engine.handle_timeout(now);
-            self.flush(&mut core, now);
         }
     }
 }
@@ -605,6 +709,17 @@ impl Device for EmuDevice {
     fn poll_cq(&self, c: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
         // No flush needed: polling a CQ changes nothing the wire sees.
         let n = self.inner.core.lock().engine.poll_cq(cq(c), max, out)?;
+        if n == 0 && self.inner.cfg.busy_poll {
+            if let Some(udp) = &self.inner.udp {
+                let inner = &self.inner;
+                let t = inner.epoch.elapsed().as_nanos() as u64;
+                inner.last_busy_poll.store(t.max(1), Ordering::Relaxed);
+                if inner.receive(udp, false) > 0 {
+                    return inner.core.lock().engine.poll_cq(cq(c), max, out);
+                }
+                return Ok(0);
+            }
+        }
         if n == 0 && self.inner.link.idle() {
             return self.inner.core.lock().engine.poll_cq(cq(c), max, out);
         }

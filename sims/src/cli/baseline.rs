@@ -1,0 +1,250 @@
+//! The baselines every bench is compared with, measured in the same run on the same
+//! path: raw UDP on loopback one datagram per system call ("plain"), raw UDP with GSO
+//! on send and GRO on receive (the kernel's fastest UDP path), raw UDP ping-pong
+//! (blocking and busy-polling) for latency, and memcpy for the in-memory fabric.
+
+use std::io::IoSliceMut;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
+
+/// How long each throughput baseline runs.
+const RUN: Duration = Duration::from_millis(400);
+
+/// Bytes the sender may be ahead of the receiver (well under the 8 MiB socket
+/// buffers): flow control through shared memory, so no datagram is lost and none
+/// costs a system call beyond its own send and receive.
+const WINDOW: u64 = 2 << 20;
+
+/// Flow control of a baseline: bytes sent and bytes received.
+#[derive(Default)]
+struct Flow {
+    sent: AtomicU64,
+    received: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Flow {
+    /// Waits until `n` more bytes fit the window.
+    fn wait_room(&self, n: u64) {
+        while self.sent.load(Ordering::Relaxed) + n > self.received.load(Ordering::Relaxed) + WINDOW
+        {
+            std::thread::yield_now();
+        }
+        self.sent.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+fn socket(ip: Ipv4Addr) -> std::io::Result<UdpSocket> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+    if rustix::net::sockopt::set_socket_recv_buffer_size_force(&s, 8 << 20).is_err() {
+        let _ = s.set_recv_buffer_size(8 << 20);
+    }
+    if rustix::net::sockopt::set_socket_send_buffer_size_force(&s, 8 << 20).is_err() {
+        let _ = s.set_send_buffer_size(8 << 20);
+    }
+    s.bind(&SocketAddr::from((ip, 0)).into())?;
+    Ok(s.into())
+}
+
+/// Receiver side of a throughput baseline: counts bytes from the first datagram to
+/// the moment the sender says it stopped (or 100 ms of silence); MB/s.
+fn receive_rate(
+    flow: &Flow,
+    mut recv: impl FnMut() -> std::io::Result<usize>,
+) -> std::io::Result<f64> {
+    let mut bytes = 0u64;
+    let mut first = None;
+    let mut last = Instant::now();
+    loop {
+        match recv() {
+            Ok(n) => {
+                let now = Instant::now();
+                first.get_or_insert(now);
+                last = now;
+                bytes += n as u64;
+                flow.received.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                let drained =
+                    flow.received.load(Ordering::Relaxed) >= flow.sent.load(Ordering::Relaxed);
+                if (flow.stop.load(Ordering::Relaxed) && drained)
+                    || last.elapsed() > Duration::from_secs(1)
+                {
+                    break;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
+    Ok(if secs > 0.0 {
+        bytes as f64 / secs / 1e6
+    } else {
+        0.0
+    })
+}
+
+/// Raw UDP on loopback, `datagram` bytes each, one `sendto` and one `recvfrom` per
+/// datagram; what the receiver got, in MB/s.
+pub(crate) fn plain_udp(datagram: usize) -> std::io::Result<f64> {
+    let rx = socket(Ipv4Addr::LOCALHOST)?;
+    let tx = socket(Ipv4Addr::LOCALHOST)?;
+    rx.set_read_timeout(Some(Duration::from_millis(20)))?;
+    let to = rx.local_addr()?;
+    let flow = Arc::new(Flow::default());
+    let f2 = flow.clone();
+    let sender = std::thread::spawn(move || {
+        let buf = vec![0x5Au8; datagram];
+        let t = Instant::now();
+        while t.elapsed() < RUN {
+            for _ in 0..64 {
+                f2.wait_room(datagram as u64);
+                let _ = tx.send_to(&buf, to);
+            }
+        }
+        f2.stop.store(true, Ordering::Relaxed);
+    });
+    let mut buf = vec![0u8; 65536];
+    let r = receive_rate(&flow, || rx.recv(&mut buf));
+    let _ = sender.join();
+    r
+}
+
+/// Raw UDP with GSO on send (64 KiB runs of `datagram`-byte segments) and GRO on
+/// receive (recvmmsg), through the same library the device uses; MB/s received.
+pub(crate) fn gso_gro_udp(datagram: usize) -> std::io::Result<f64> {
+    let rx = socket(Ipv4Addr::LOCALHOST)?;
+    let tx = socket(Ipv4Addr::LOCALHOST)?;
+    let rx_state = UdpSocketState::new(UdpSockRef::from(&rx))?;
+    let tx_state = UdpSocketState::new(UdpSockRef::from(&tx))?;
+    tx.set_nonblocking(false)?;
+    let to = rx.local_addr()?;
+    let flow = Arc::new(Flow::default());
+    let f2 = flow.clone();
+    let sender = std::thread::spawn(move || {
+        let segs = (65_507 / datagram).clamp(1, tx_state.max_gso_segments().max(1));
+        let buf = vec![0x5Au8; datagram * segs];
+        let t = Instant::now();
+        while t.elapsed() < RUN {
+            let tr = Transmit {
+                destination: to,
+                ecn: None,
+                contents: &buf,
+                segment_size: (segs > 1).then_some(datagram),
+                src_ip: None,
+            };
+            f2.wait_room(buf.len() as u64);
+            if tx_state.try_send(UdpSockRef::from(&tx), &tr).is_err() {
+                f2.sent.fetch_sub(buf.len() as u64, Ordering::Relaxed);
+            }
+        }
+        f2.stop.store(true, Ordering::Relaxed);
+    });
+    let mut slots: Vec<Vec<u8>> = (0..16).map(|_| vec![0u8; 65536]).collect();
+    let mut meta = vec![RecvMeta::default(); 16];
+    let r = receive_rate(&flow, || {
+        let mut iov: Vec<IoSliceMut<'_>> = slots.iter_mut().map(|s| IoSliceMut::new(s)).collect();
+        let n = match rx_state.recv(UdpSockRef::from(&rx), &mut iov, &mut meta) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // Block as the plain receiver does, instead of spinning.
+                let mut fds = [rustix::event::PollFd::new(
+                    &rx,
+                    rustix::event::PollFlags::IN,
+                )];
+                let ts = rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 20_000_000,
+                };
+                let _ = rustix::event::poll(&mut fds, Some(&ts));
+                return Err(e);
+            }
+            r => r?,
+        };
+        if n == 0 {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        Ok(meta[..n].iter().map(|m| m.len).sum())
+    });
+    let _ = sender.join();
+    r
+}
+
+/// Raw UDP ping-pong of `datagram`-byte datagrams between two threads, `iters` round
+/// trips, blocking `recv` or busy-polling non-blocking ones; half round trips in
+/// microseconds, one per iteration.
+pub(crate) fn udp_pingpong(datagram: usize, iters: usize, busy: bool) -> std::io::Result<Vec<f64>> {
+    let a = socket(Ipv4Addr::LOCALHOST)?;
+    let b = socket(Ipv4Addr::LOCALHOST)?;
+    a.connect(b.local_addr()?)?;
+    b.connect(a.local_addr()?)?;
+    for s in [&a, &b] {
+        if busy {
+            s.set_nonblocking(true)?;
+        } else {
+            s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        }
+    }
+    fn recv(s: &UdpSocket, buf: &mut [u8], busy: bool) -> std::io::Result<usize> {
+        loop {
+            match s.recv(buf) {
+                Err(e) if busy && e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::hint::spin_loop()
+                }
+                r => return r,
+            }
+        }
+    }
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut buf = vec![0u8; datagram.max(1)];
+        for _ in 0..iters {
+            let n = recv(&b, &mut buf, busy)?;
+            b.send(&buf[..n])?;
+        }
+        Ok(())
+    });
+    let msg = vec![0x5Au8; datagram.max(1)];
+    let mut buf = vec![0u8; datagram.max(1)];
+    let mut out = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        a.send(&msg)?;
+        recv(&a, &mut buf, busy)?;
+        out.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+    }
+    echo.join()
+        .map_err(|_| std::io::Error::other("echo thread panicked"))??;
+    Ok(out)
+}
+
+/// memcpy of `size`-byte blocks through a working set of at least 64 MiB (as large
+/// as the bench's buffers, so caches help neither more nor less); MB/s.
+pub(crate) fn memcpy(size: usize) -> f64 {
+    let size = size.max(1);
+    let blocks = (64usize << 20).div_ceil(size).max(1);
+    let len = (blocks * size).min(1 << 30);
+    let blocks = (len / size).max(1);
+    let src = vec![0x5Au8; blocks * size];
+    let mut dst = vec![0u8; blocks * size];
+    let mut bytes = 0u64;
+    let t = Instant::now();
+    let mut i = 0;
+    while t.elapsed() < RUN {
+        for _ in 0..64 {
+            let o = i * size;
+            dst[o..o + size].copy_from_slice(&src[o..o + size]);
+            std::hint::black_box(&mut dst);
+            i = (i + 1) % blocks;
+            bytes += size as u64;
+        }
+    }
+    bytes as f64 / t.elapsed().as_secs_f64() / 1e6
+}

@@ -1,0 +1,992 @@
+//! `rdma-emu bench`: perftest-style bandwidth and latency tests between two emulated
+//! devices, on UDP loopback (two devices in this process, 127.0.0.1 and 127.0.0.2) or
+//! on the in-memory fabric (`--fabric`), each followed by its ratio against baselines
+//! measured in the same run on the same path (see `baseline`).
+//!
+//! Bandwidth tests keep `--tx-depth` work requests in flight, spread over `--qps` QPs,
+//! every one signaled; the server's application only reposts receives (send_bw).
+//! Latency tests are ping-pongs on one QP: send_lat (SEND both ways; half the round
+//! trip), write_lat (RDMA WRITE both ways, each side polling the last byte of its
+//! buffer; half the round trip), read_lat (one RDMA READ; the whole round trip, as
+//! perftest reports it).
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use emu_core::nic::{EmuConfig, EmuDevice};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sims::{Fabric, TraceMode};
+use verbs_api::{
+    connect_qp, AccessFlags, CqId, Device, Endpoint, MemBuf, MrInfo, Mtu, PdId, QpCap, QpInitAttr,
+    QpParams, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOperation,
+};
+
+use super::baseline;
+use super::stats::{peak_rss_kib, rss_kib, LatStats};
+
+/// The test to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[allow(clippy::enum_variant_names)]
+pub(crate) enum Test {
+    /// SEND bandwidth.
+    #[value(name = "send_bw")]
+    SendBw,
+    /// RDMA WRITE bandwidth.
+    #[value(name = "write_bw")]
+    WriteBw,
+    /// RDMA READ bandwidth.
+    #[value(name = "read_bw")]
+    ReadBw,
+    /// FETCH_ADD message rate (8 bytes each).
+    #[value(name = "atomic_bw")]
+    AtomicBw,
+    /// SEND ping-pong latency.
+    #[value(name = "send_lat")]
+    SendLat,
+    /// RDMA WRITE ping-pong latency.
+    #[value(name = "write_lat")]
+    WriteLat,
+    /// RDMA READ latency.
+    #[value(name = "read_lat")]
+    ReadLat,
+}
+
+impl Test {
+    fn is_lat(self) -> bool {
+        matches!(self, Test::SendLat | Test::WriteLat | Test::ReadLat)
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Test::SendBw => "Send BW Test",
+            Test::WriteBw => "RDMA_Write BW Test",
+            Test::ReadBw => "RDMA_Read BW Test",
+            Test::AtomicBw => "Atomic FETCH_ADD BW Test",
+            Test::SendLat => "Send Latency Test",
+            Test::WriteLat => "RDMA_Write Latency Test",
+            Test::ReadLat => "RDMA_Read Latency Test",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Test::SendBw => "send_bw",
+            Test::WriteBw => "write_bw",
+            Test::ReadBw => "read_bw",
+            Test::AtomicBw => "atomic_bw",
+            Test::SendLat => "send_lat",
+            Test::WriteLat => "write_lat",
+            Test::ReadLat => "read_lat",
+        }
+    }
+}
+
+/// Options of `rdma-emu bench`.
+#[derive(Args, Clone, Debug)]
+pub(crate) struct BenchOpts {
+    /// The test.
+    #[arg(value_enum)]
+    pub(crate) test: Test,
+    /// Message size in bytes (atomic_bw: always 8). Default: 65536 for bandwidth,
+    /// 8 for latency.
+    #[arg(long, short = 's')]
+    pub(crate) size: Option<u64>,
+    /// Messages per QP (bandwidth) or round trips (latency).
+    #[arg(long, short = 'n')]
+    pub(crate) iters: Option<u64>,
+    /// Queue pairs (bandwidth tests; a run with more than one also measures one QP
+    /// and prints the ratio).
+    #[arg(long, short = 'q', default_value_t = 1)]
+    pub(crate) qps: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(long, short = 'm', default_value_t = 4096)]
+    pub(crate) mtu: u32,
+    /// Work requests in flight (bandwidth tests), over all QPs.
+    #[arg(long, short = 't', default_value_t = 128)]
+    pub(crate) tx_depth: u32,
+    /// Fill the source with a pattern and check the target byte for byte at the end;
+    /// exit non-zero on any mismatch.
+    #[arg(long)]
+    pub(crate) verify: bool,
+    /// Run on the in-memory fabric instead of UDP loopback (baseline: memcpy).
+    #[arg(long)]
+    pub(crate) fabric: bool,
+    /// Open the devices in busy-poll mode (an empty poll_cq receives itself); the
+    /// latency baseline is then the busy-polling raw ping-pong.
+    #[arg(long)]
+    pub(crate) busy_poll: bool,
+    /// UDP port of both devices (0: pick one from the process id).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) port: u16,
+    /// Skip the baselines (no ratios).
+    #[arg(long)]
+    pub(crate) no_baseline: bool,
+    /// Print one JSON object with the results as the last line.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// One side of the test: a device, its QPs and its registered memory.
+struct Host {
+    dev: Arc<EmuDevice>,
+    pd: PdId,
+    cq: CqId,
+    qpns: Vec<u32>,
+    buf: MemBuf,
+    mr: MrInfo,
+}
+
+/// Two connected hosts and what keeps their network alive.
+struct Setup {
+    client: Host,
+    server: Host,
+    fabric: Option<Fabric>,
+    /// Bytes of memory region per QP.
+    region: u64,
+}
+
+fn mtu_of(bytes: u32) -> Result<Mtu, String> {
+    Ok(match bytes {
+        256 => Mtu::Mtu256,
+        512 => Mtu::Mtu512,
+        1024 => Mtu::Mtu1024,
+        2048 => Mtu::Mtu2048,
+        4096 => Mtu::Mtu4096,
+        _ => {
+            return Err(format!(
+                "--mtu {bytes}: must be 256, 512, 1024, 2048 or 4096"
+            ))
+        }
+    })
+}
+
+fn os(what: &str) -> impl Fn(verbs_api::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+fn open_host(
+    dev: Arc<EmuDevice>,
+    qps: u32,
+    send_wr: u32,
+    recv_wr: u32,
+    buf_len: usize,
+) -> Result<Host, String> {
+    let pd = dev.alloc_pd().map_err(os("alloc_pd"))?;
+    let cqe = (qps as u64 * u64::from(send_wr.max(recv_wr)) * 2).clamp(16, (1 << 15) - 1);
+    let cq = dev.create_cq(cqe as u32, None).map_err(os("create_cq"))?;
+    let cap = QpCap {
+        max_send_wr: send_wr,
+        max_recv_wr: recv_wr,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qpns = (0..qps)
+        .map(|_| {
+            dev.create_qp(&QpInitAttr {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                qp_type: QpType::Rc,
+                cap,
+                sq_sig_all: false,
+                srq: None,
+            })
+            .map_err(os("create_qp"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let buf = MemBuf::new(buf_len.max(8));
+    let access = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
+    let mr = dev
+        .reg_mr(pd, &buf, 0, buf.len(), access)
+        .map_err(os("reg_mr"))?;
+    Ok(Host {
+        dev,
+        pd,
+        cq,
+        qpns,
+        buf,
+        mr,
+    })
+}
+
+fn setup(o: &BenchOpts, size: u64, qps: u32, send_wr: u32, recv_wr: u32) -> Result<Setup, String> {
+    let mtu = mtu_of(o.mtu)?;
+    // Each QP gets a region of the buffers, as long as that stays under 256 MiB;
+    // beyond that QPs share.
+    let region = size.max(8);
+    let buf_len = region * u64::from(qps).min((256u64 << 20).div_ceil(region).max(1));
+    let buf_len = usize::try_from(buf_len).map_err(|_| "the message does not fit memory")?;
+    let (a, b, fabric) = if o.fabric {
+        let f = Fabric::new(1);
+        f.set_trace_mode(TraceMode::Off);
+        let a = f
+            .add_device("emu0", Ipv4Addr::new(10, 0, 0, 1))
+            .map_err(os("fabric"))?;
+        let b = f
+            .add_device("emu1", Ipv4Addr::new(10, 0, 0, 2))
+            .map_err(os("fabric"))?;
+        (a, b, Some(f))
+    } else {
+        let port = if o.port == 0 {
+            20000 + (std::process::id() % 20000) as u16
+        } else {
+            o.port
+        };
+        let open = |name: &str, last: u8| {
+            EmuDevice::open(EmuConfig {
+                name: name.into(),
+                ip: Ipv4Addr::new(127, 0, 0, last),
+                port,
+                busy_poll: o.busy_poll,
+                ..EmuConfig::default()
+            })
+            .map(Arc::new)
+            .map_err(os("open the device"))
+        };
+        (open("emu0", 1)?, open("emu1", 2)?, None)
+    };
+    let client = open_host(a, qps, send_wr, recv_wr, buf_len)?;
+    let server = open_host(b, qps, send_wr, recv_wr, buf_len)?;
+    let params = QpParams {
+        path_mtu: mtu,
+        access: client.mr_access(),
+        // 268 ms per try: a loaded 2-core machine can starve a device thread.
+        timeout: 16,
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 16,
+        ..QpParams::default()
+    };
+    for (i, (&cq, &sq)) in client.qpns.iter().zip(&server.qpns).enumerate() {
+        let psn = (i as u32 * 7919) & 0xFF_FFFF;
+        let ce = Endpoint {
+            qpn: cq,
+            psn,
+            gid: client.dev.gid(),
+            ..Endpoint::default()
+        };
+        let se = Endpoint {
+            qpn: sq,
+            psn: psn ^ 0x5555,
+            gid: server.dev.gid(),
+            ..Endpoint::default()
+        };
+        connect_qp(&*client.dev, cq, QpType::Rc, &params, ce.psn, &se).map_err(os("connect"))?;
+        connect_qp(&*server.dev, sq, QpType::Rc, &params, se.psn, &ce).map_err(os("connect"))?;
+    }
+    Ok(Setup {
+        client,
+        server,
+        fabric,
+        region,
+    })
+}
+
+impl Host {
+    fn mr_access(&self) -> AccessFlags {
+        AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC
+    }
+
+    fn sge(&self, offset: u64, len: u64) -> Sge {
+        Sge {
+            addr: self.mr.addr + offset,
+            length: len as u32,
+            lkey: self.mr.lkey,
+        }
+    }
+
+    fn offset(&self, qp: usize, region: u64) -> u64 {
+        (qp as u64 * region) % (self.buf.len() as u64 - region + 1).max(1)
+    }
+
+    fn post_recvs(&self, qp: usize, n: u32, region: u64, len: u64) -> Result<(), String> {
+        let wr = RecvWr {
+            wr_id: qp as u64,
+            sg_list: vec![self.sge(self.offset(qp, region), len)],
+        };
+        let wrs = vec![wr; n as usize];
+        self.dev
+            .post_recv(self.qpns[qp], &wrs)
+            .map_err(|e| format!("post_recv: {e}"))
+    }
+
+    fn poll(&self, out: &mut Vec<WorkCompletion>) -> Result<usize, String> {
+        out.clear();
+        let n = self.dev.poll_cq(self.cq, 64, out).map_err(os("poll_cq"))?;
+        if let Some(bad) = out.iter().find(|w| w.status != WcStatus::Success) {
+            return Err(format!(
+                "completion with status {} on QP {:#x} (opcode {:?})",
+                bad.status, bad.qp_num, bad.opcode
+            ));
+        }
+        Ok(n)
+    }
+}
+
+/// A progress bar that appears once the run has lasted a second (on a terminal).
+struct Progress {
+    bar: ProgressBar,
+    start: Instant,
+    shown: bool,
+}
+
+impl Progress {
+    fn new(len: u64, json: bool) -> Progress {
+        let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::hidden());
+        if let Ok(style) =
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}")
+        {
+            bar.set_style(style);
+        }
+        Progress {
+            bar,
+            start: Instant::now(),
+            // JSON output is for scripts: no bar.
+            shown: json,
+        }
+    }
+
+    fn set(&mut self, pos: u64) {
+        if !self.shown && self.start.elapsed() > Duration::from_secs(1) {
+            self.shown = true;
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        self.bar.set_position(pos);
+    }
+
+    fn finish(self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// What a bandwidth run measured.
+struct BwResult {
+    bytes: u64,
+    msgs: u64,
+    secs: f64,
+    peak_mbps: f64,
+}
+
+/// Runs the server's side of a bandwidth test until `stop`: reposts receives for
+/// send_bw, otherwise only keeps the device polled.
+fn serve(
+    s: &Host,
+    test: Test,
+    region: u64,
+    size: u64,
+    stop: &AtomicBool,
+    fabric: bool,
+) -> Result<(), String> {
+    let mut wcs = Vec::with_capacity(64);
+    while !stop.load(Ordering::Relaxed) {
+        let n = s.poll(&mut wcs)?;
+        if test == Test::SendBw {
+            for wc in &wcs {
+                s.post_recvs(wc.wr_id as usize, 1, region, size)?;
+            }
+        }
+        if fabric {
+            return Ok(());
+        }
+        if n == 0 {
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
+}
+
+fn run_bw(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<BwResult, String> {
+    let (c, s) = (&st.client, &st.server);
+    let qps = c.qpns.len();
+    let per_qp = (o.tx_depth as usize).div_ceil(qps).max(1);
+    let total = iters * qps as u64;
+    if o.test == Test::SendBw {
+        for q in 0..qps {
+            s.post_recvs(q, (per_qp * 2) as u32, st.region, size)?;
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = (st.fabric.is_none()).then(|| {
+        let dev = s.dev.clone();
+        let h = Host {
+            dev,
+            pd: s.pd,
+            cq: s.cq,
+            qpns: s.qpns.clone(),
+            buf: s.buf.clone(),
+            mr: s.mr,
+        };
+        let stop = stop.clone();
+        let (test, region) = (o.test, st.region);
+        std::thread::spawn(move || serve(&h, test, region, size, &stop, false))
+    });
+    let mut outstanding = vec![0usize; qps];
+    let mut posted = vec![0u64; qps];
+    let (mut done, mut next_qp) = (0u64, 0usize);
+    let mut wcs = Vec::with_capacity(64);
+    let mut wrs: Vec<SendWr> = Vec::with_capacity(per_qp);
+    let mut progress = Progress::new(total, o.json);
+    let samples = 32u64;
+    let mut marks: Vec<(Instant, u64)> = Vec::with_capacity(samples as usize + 2);
+    let start = Instant::now();
+    marks.push((start, 0));
+    let result = (|| -> Result<(), String> {
+        while done < total {
+            // Post on up to qps QPs round robin, as many as each has room for.
+            for _ in 0..qps.min(64) {
+                let q = next_qp;
+                next_qp = (next_qp + 1) % qps;
+                let room = (per_qp - outstanding[q]).min((iters - posted[q]) as usize);
+                if room == 0 {
+                    continue;
+                }
+                wrs.clear();
+                let off = c.offset(q, st.region);
+                let roff = s.offset(q, st.region);
+                for _ in 0..room {
+                    let op = match o.test {
+                        Test::SendBw => WrOperation::Send,
+                        Test::WriteBw => WrOperation::RdmaWrite {
+                            remote_addr: s.mr.addr + roff,
+                            rkey: s.mr.rkey,
+                        },
+                        Test::ReadBw => WrOperation::RdmaRead {
+                            remote_addr: s.mr.addr + roff,
+                            rkey: s.mr.rkey,
+                        },
+                        _ => WrOperation::AtomicFetchAndAdd {
+                            remote_addr: s.mr.addr,
+                            rkey: s.mr.rkey,
+                            add: 1,
+                        },
+                    };
+                    let mut wr = SendWr::new(q as u64, vec![c.sge(off, size)], op);
+                    wr.send_flags = SendFlags::SIGNALED;
+                    wrs.push(wr);
+                }
+                c.dev
+                    .post_send(c.qpns[q], &wrs)
+                    .map_err(|e| format!("post_send: {e}"))?;
+                outstanding[q] += room;
+                posted[q] += room as u64;
+            }
+            let n = c.poll(&mut wcs)?;
+            for wc in &wcs {
+                outstanding[wc.wr_id as usize] -= 1;
+            }
+            done += n as u64;
+            if n > 0 && done * samples / total > (marks.len() as u64 - 1) {
+                marks.push((Instant::now(), done));
+                progress.set(done);
+            }
+            if let Some(f) = &st.fabric {
+                let _ = f;
+                serve(s, o.test, st.region, size, &AtomicBool::new(false), true)?;
+            } else if n == 0 && !o.busy_poll {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    })();
+    let secs = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    if let Some(h) = server {
+        h.join().map_err(|_| "server thread panicked")??;
+    }
+    progress.finish();
+    result?;
+    marks.push((Instant::now(), done));
+    let peak_mbps = marks
+        .windows(2)
+        .filter_map(|w| {
+            let dt = w[1].0.duration_since(w[0].0).as_secs_f64();
+            (dt > 0.0).then(|| (w[1].1 - w[0].1) as f64 * size as f64 / dt / 1e6)
+        })
+        .fold(0.0, f64::max);
+    Ok(BwResult {
+        bytes: total * size,
+        msgs: total,
+        secs,
+        peak_mbps,
+    })
+}
+
+/// One latency run: samples in microseconds (half round trips, or whole ones for
+/// read_lat).
+fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>, String> {
+    let (c, s) = (&st.client, &st.server);
+    let mut out = Vec::with_capacity(iters as usize);
+    let mut progress = Progress::new(iters, o.json);
+    let fabric = st.fabric.is_some();
+    match o.test {
+        Test::ReadLat => {
+            let mut wcs = Vec::with_capacity(4);
+            for i in 0..iters {
+                let mut wr = SendWr::new(
+                    i,
+                    vec![c.sge(0, size)],
+                    WrOperation::RdmaRead {
+                        remote_addr: s.mr.addr,
+                        rkey: s.mr.rkey,
+                    },
+                );
+                wr.send_flags = SendFlags::SIGNALED;
+                let t = Instant::now();
+                c.dev
+                    .post_send(c.qpns[0], &[wr])
+                    .map_err(|e| format!("post_send: {e}"))?;
+                while c.poll(&mut wcs)? == 0 {
+                    if !o.busy_poll && !fabric {
+                        std::thread::yield_now();
+                    }
+                }
+                out.push(t.elapsed().as_secs_f64() * 1e6);
+                progress.set(i + 1);
+            }
+        }
+        Test::SendLat | Test::WriteLat => {
+            let send = o.test == Test::SendLat;
+            if send {
+                c.post_recvs(0, 64, st.region, size)?;
+                s.post_recvs(0, 64, st.region, size)?;
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            // The echoing side: answers each message in kind.
+            let echo = |h: &Host,
+                        peer: &Host,
+                        i: u64,
+                        wcs: &mut Vec<WorkCompletion>,
+                        spin: bool|
+             -> Result<bool, String> {
+                // Waits for message i (a receive completion, or the last byte of the
+                // buffer turning to i's mark), then sends the answer.
+                let mark = (i % 127 + 1) as u8;
+                loop {
+                    let n = h.poll(wcs)?;
+                    let got = if send {
+                        let r = wcs.iter().filter(|w| w.opcode.is_recv()).count();
+                        if r > 0 {
+                            h.post_recvs(0, r as u32, st.region, size)?;
+                        }
+                        r > 0
+                    } else {
+                        h.buf.with(|b| b[size as usize - 1] == mark)
+                    };
+                    if got {
+                        break;
+                    }
+                    if !spin {
+                        return Ok(false);
+                    }
+                    if n == 0 && !o.busy_poll {
+                        std::thread::yield_now();
+                    }
+                }
+                let op = if send {
+                    WrOperation::Send
+                } else {
+                    WrOperation::RdmaWrite {
+                        remote_addr: peer.mr.addr,
+                        rkey: peer.mr.rkey,
+                    }
+                };
+                // The answer carries the mark with the top bit set.
+                h.buf.with_mut(|b| b[size as usize - 1] = mark | 0x80);
+                let mut wr = SendWr::new(i, vec![h.sge(0, size)], op);
+                wr.send_flags = SendFlags::SIGNALED;
+                h.dev
+                    .post_send(h.qpns[0], &[wr])
+                    .map_err(|e| format!("post_send: {e}"))?;
+                Ok(true)
+            };
+            let _ = &stop;
+            if fabric {
+                return Err("latency tests run on UDP only (the fabric's time is virtual)".into());
+            }
+            let result = std::thread::scope(|scope| -> Result<(), String> {
+                let server = scope.spawn(|| -> Result<(), String> {
+                    let mut wcs = Vec::with_capacity(64);
+                    for i in 0..iters {
+                        echo(s, c, i, &mut wcs, true)?;
+                    }
+                    // Let the last answer be acknowledged.
+                    let t = Instant::now();
+                    while t.elapsed() < Duration::from_millis(50) {
+                        s.poll(&mut wcs)?;
+                        std::thread::yield_now();
+                    }
+                    Ok(())
+                });
+                let mut wcs = Vec::with_capacity(64);
+                let op = |i: u64| {
+                    if send {
+                        WrOperation::Send
+                    } else {
+                        let _ = i;
+                        WrOperation::RdmaWrite {
+                            remote_addr: s.mr.addr,
+                            rkey: s.mr.rkey,
+                        }
+                    }
+                };
+                for i in 0..iters {
+                    let mark = (i % 127 + 1) as u8;
+                    c.buf.with_mut(|b| b[size as usize - 1] = mark);
+                    let mut wr = SendWr::new(i, vec![c.sge(0, size)], op(i));
+                    wr.send_flags = SendFlags::SIGNALED;
+                    let t = Instant::now();
+                    c.dev
+                        .post_send(c.qpns[0], &[wr])
+                        .map_err(|e| format!("post_send: {e}"))?;
+                    // The answer: a receive, or our last byte set to the mark.
+                    loop {
+                        let n = c.poll(&mut wcs)?;
+                        let got = if send {
+                            let r = wcs.iter().filter(|w| w.opcode.is_recv()).count();
+                            if r > 0 {
+                                c.post_recvs(0, r as u32, st.region, size)?;
+                            }
+                            r > 0
+                        } else {
+                            c.buf.with(|b| b[size as usize - 1] == mark | 0x80)
+                        };
+                        if got {
+                            break;
+                        }
+                        if n == 0 && !o.busy_poll {
+                            std::thread::yield_now();
+                        }
+                    }
+                    out.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+                    progress.set(i + 1);
+                }
+                server.join().map_err(|_| "server thread panicked")??;
+                Ok(())
+            });
+            result?;
+        }
+        _ => unreachable!("bandwidth tests run in run_bw"),
+    }
+    progress.finish();
+    Ok(out)
+}
+
+/// Fills the source with a pattern before the run, checks the target after it.
+fn verify_fill(o: &BenchOpts, st: &Setup) {
+    let src = match o.test {
+        Test::ReadBw | Test::ReadLat => &st.server.buf,
+        _ => &st.client.buf,
+    };
+    src.with_mut(|b| {
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3];
+        }
+    });
+}
+
+fn verify_check(o: &BenchOpts, st: &Setup, size: u64, msgs: u64) -> Result<(), String> {
+    let (src, dst) = match o.test {
+        Test::ReadBw | Test::ReadLat => (&st.server.buf, &st.client.buf),
+        _ => (&st.client.buf, &st.server.buf),
+    };
+    if o.test == Test::AtomicBw {
+        let v = dst.read_u64(0).map_err(os("read"))?;
+        return if v == msgs {
+            Ok(())
+        } else {
+            Err(format!("verify: the counter is {v}, expected {msgs}"))
+        };
+    }
+    let qps = st.client.qpns.len();
+    for q in 0..qps {
+        let (so, doff) = (
+            st.client.offset(q, st.region),
+            st.server.offset(q, st.region),
+        );
+        let (so, doff) = match o.test {
+            Test::ReadBw | Test::ReadLat => (doff, so),
+            _ => (so, doff),
+        };
+        let n = if o.is_lat_marked() { size - 1 } else { size } as usize;
+        let a = src.with(|b| b[so as usize..so as usize + n].to_vec());
+        let ok = dst.with(|b| b[doff as usize..doff as usize + n] == a[..]);
+        if !ok {
+            let first = dst.with(|b| {
+                b[doff as usize..doff as usize + n]
+                    .iter()
+                    .zip(&a)
+                    .position(|(x, y)| x != y)
+                    .unwrap_or(0)
+            });
+            return Err(format!(
+                "verify: QP {q}: the target differs from the source at byte {first}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl BenchOpts {
+    /// Latency tests that write a mark in the last byte.
+    fn is_lat_marked(&self) -> bool {
+        matches!(self.test, Test::SendLat | Test::WriteLat)
+    }
+}
+
+fn line() -> &'static str {
+    "---------------------------------------------------------------------------------------"
+}
+
+/// The UDP payload of a full-sized data packet of this test: BTH, payload, ICRC (the
+/// datagram size the baselines use).
+fn datagram(size: u64, mtu: u32) -> usize {
+    size.clamp(1, u64::from(mtu)) as usize + 12 + 4
+}
+
+fn json_num(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.3}")
+    } else {
+        "null".into()
+    }
+}
+
+/// Runs `rdma-emu bench`.
+pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
+    let lat = o.test.is_lat();
+    let size = if o.test == Test::AtomicBw {
+        8
+    } else {
+        o.size.unwrap_or(if lat { 8 } else { 65536 })
+    };
+    if size == 0 || size > 1 << 31 {
+        return Err("--size must be 1..=2147483648".into());
+    }
+    if lat && o.qps != 1 {
+        return Err("latency tests use one QP".into());
+    }
+    if o.qps == 0 || o.tx_depth == 0 {
+        return Err("--qps and --tx-depth must be at least 1".into());
+    }
+    let iters = o.iters.unwrap_or(if lat {
+        10_000
+    } else {
+        ((4u64 << 30) / size / u64::from(o.qps)).clamp(1, 20_000)
+    });
+    if lat && o.fabric {
+        return Err("latency tests run on UDP only (the fabric's time is virtual)".into());
+    }
+    o.size = Some(size);
+    let transport = if o.fabric {
+        "in-memory fabric (sims::Fabric)"
+    } else {
+        "UDP loopback (127.0.0.1 <-> 127.0.0.2)"
+    };
+    println!("{}", line());
+    println!("                    {}", o.test.title());
+    println!(" Transport       : {transport}");
+    println!(" Number of qps   : {:<10} Connection type : RC", o.qps);
+    println!(
+        " Mtu             : {}[B]      Busy poll       : {}",
+        o.mtu,
+        if o.busy_poll { "ON" } else { "OFF" }
+    );
+    if !lat {
+        println!(" TX depth        : {}", o.tx_depth);
+    }
+    println!(" ICRC            : computed on send, checked on receive");
+    println!("{}", line());
+    let rss_before = rss_kib();
+    let per_qp = (o.tx_depth as usize).div_ceil(o.qps as usize).max(1) as u32;
+    let (send_wr, recv_wr) = if lat {
+        (128, 128)
+    } else {
+        (per_qp, per_qp * 2)
+    };
+    let st = setup(&o, size, o.qps, send_wr, recv_wr)?;
+    let rss_setup = rss_kib();
+    if o.verify {
+        verify_fill(&o, &st);
+    }
+    let mut json = format!(
+        "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{}",
+        o.test.name(),
+        if o.fabric { "fabric" } else { "udp" },
+        size,
+        iters,
+        o.qps,
+        o.mtu,
+        o.busy_poll
+    );
+    if lat {
+        let mut samples = run_lat(&o, &st, size, iters)?;
+        let s = LatStats::of(&mut samples);
+        println!(
+            " #bytes #iterations  t_min[usec]  t_max[usec]  t_typical[usec]  t_avg[usec]  t_stdev[usec]  99% percentile[usec]  99.9% percentile[usec]"
+        );
+        println!(
+            " {:<6} {:<12} {:<12.2} {:<12.2} {:<16.2} {:<12.2} {:<14.2} {:<21.2} {:.2}",
+            size, iters, s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p999
+        );
+        if o.test == Test::ReadLat {
+            println!(" (read_lat: whole round trips; send_lat and write_lat: half round trips)");
+        }
+        json += &format!(
+            ",\"lat_min_us\":{},\"lat_typical_us\":{},\"lat_max_us\":{},\"lat_avg_us\":{},\"lat_stdev_us\":{},\"lat_p99_us\":{},\"lat_p999_us\":{}",
+            json_num(s.min), json_num(s.typical), json_num(s.max), json_num(s.avg),
+            json_num(s.stdev), json_num(s.p99), json_num(s.p999)
+        );
+        if o.verify {
+            verify_check(&o, &st, size, iters)?;
+            println!(" verify: the target matches the source byte for byte");
+        }
+        drop(st);
+        if !o.no_baseline {
+            let d = datagram(size, o.mtu);
+            let n = iters.min(20_000) as usize;
+            let mode = if o.busy_poll {
+                "busy-polling"
+            } else {
+                "blocking"
+            };
+            let mut raw =
+                baseline::udp_pingpong(d, n, o.busy_poll).map_err(|e| format!("baseline: {e}"))?;
+            let mut raw = LatStats::of(&mut raw).typical;
+            // read_lat is a whole round trip.
+            if o.test == Test::ReadLat {
+                raw *= 2.0;
+            }
+            let ratio = s.typical / raw;
+            println!("{}", line());
+            println!(
+                " baseline: raw UDP ping-pong, {d}-byte datagrams, {mode}: {raw:.2} usec typical{}",
+                if o.test == Test::ReadLat {
+                    " (round trip)"
+                } else {
+                    ""
+                }
+            );
+            println!(" ratio (lower is better): {ratio:.2}x");
+            json += &format!(
+                ",\"baseline\":\"udp_pingpong_{}\",\"baseline_us\":{},\"ratio\":{}",
+                if o.busy_poll { "busy" } else { "blocking" },
+                json_num(raw),
+                json_num(ratio)
+            );
+        }
+    } else {
+        let r = run_bw(&o, &st, size, iters)?;
+        let avg = r.bytes as f64 / r.secs / 1e6;
+        let mpps = r.msgs as f64 / r.secs / 1e6;
+        println!(
+            " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+        );
+        println!(
+            " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
+            size, r.msgs, r.peak_mbps, avg, mpps
+        );
+        json += &format!(
+            ",\"bw_peak_mbps\":{},\"bw_avg_mbps\":{},\"msg_rate_mpps\":{},\"secs\":{}",
+            json_num(r.peak_mbps),
+            json_num(avg),
+            json_num(mpps),
+            json_num(r.secs)
+        );
+        if o.verify {
+            verify_check(&o, &st, size, r.msgs)?;
+            println!(" verify: the target matches the source byte for byte");
+        }
+        if o.qps > 1 {
+            let per_qp_kib = match (rss_before, rss_setup) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / f64::from(o.qps) / 2.0),
+                _ => None,
+            };
+            let peak = peak_rss_kib();
+            drop(st);
+            // The same test on one QP, same total messages, for the message-rate ratio.
+            let depth = o.tx_depth.min(4096);
+            let one = setup(&o, size, 1, depth, depth * 2)?;
+            let mut o1 = o.clone();
+            o1.qps = 1;
+            o1.tx_depth = depth;
+            let r1 = run_bw(&o1, &one, size, r.msgs)?;
+            drop(one);
+            let mpps1 = r1.msgs as f64 / r1.secs / 1e6;
+            println!("{}", line());
+            println!(
+                " one QP, same messages: {mpps1:.6} Mpps; {} QPs / one QP: {:.2}x",
+                o.qps,
+                mpps / mpps1
+            );
+            if let Some(p) = peak {
+                println!(" peak RSS: {:.1} MiB", p as f64 / 1024.0);
+            }
+            if let Some(k) = per_qp_kib {
+                println!(
+                    " memory per connected RC QP (RSS growth of setup / QPs, both ends): {k:.2} KiB"
+                );
+            }
+            json += &format!(
+                ",\"one_qp_mpps\":{},\"ratio_one_qp\":{},\"peak_rss_kib\":{},\"kib_per_qp\":{}",
+                json_num(mpps1),
+                json_num(mpps / mpps1),
+                peak.map_or("null".into(), |p| p.to_string()),
+                per_qp_kib.map_or("null".into(), json_num)
+            );
+        } else {
+            drop(st);
+        }
+        if !o.no_baseline {
+            println!("{}", line());
+            if o.fabric {
+                let m = baseline::memcpy(size as usize);
+                println!(" baseline: memcpy of {size}-byte blocks: {m:.2} MB/sec");
+                println!(" ratio: {:.2}x", avg / m);
+                json += &format!(
+                    ",\"baseline\":\"memcpy\",\"baseline_mbps\":{},\"ratio\":{}",
+                    json_num(m),
+                    json_num(avg / m)
+                );
+            } else {
+                let d = datagram(size, o.mtu);
+                let plain = baseline::plain_udp(d).map_err(|e| format!("baseline: {e}"))?;
+                let gso = baseline::gso_gro_udp(d).map_err(|e| format!("baseline: {e}"))?;
+                println!(
+                    " baseline: raw UDP, {d}-byte datagrams, one per syscall: {plain:.2} MB/sec"
+                );
+                println!(" baseline: raw UDP with GSO and GRO, {d}-byte segments: {gso:.2} MB/sec");
+                println!(
+                    " ratio: {:.2}x plain, {:.2}x GSO+GRO",
+                    avg / plain,
+                    avg / gso
+                );
+                json += &format!(
+                    ",\"baseline\":\"udp_plain\",\"baseline_mbps\":{},\"ratio\":{},\"baseline_gso_gro_mbps\":{},\"ratio_gso_gro\":{}",
+                    json_num(plain),
+                    json_num(avg / plain),
+                    json_num(gso),
+                    json_num(avg / gso)
+                );
+            }
+        }
+        if let Some(p) = peak_rss_kib() {
+            if o.qps == 1 {
+                json += &format!(",\"peak_rss_kib\":{p}");
+            }
+        }
+    }
+    println!("{}", line());
+    if o.json {
+        println!("{json}}}");
+    }
+    Ok(())
+}

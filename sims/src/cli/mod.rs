@@ -1,0 +1,11 @@
+//! The subcommands of `rdma-emu` beyond `scenario`: `devinfo`, `pingpong`, `bench`.
+
+pub(crate) mod baseline;
+pub(crate) mod bench;
+pub(crate) mod devinfo;
+pub(crate) mod stats;
+
+/// rdma-core's ping-pong programs, shared with the `*_pingpong` examples of emu-core
+/// (one source file, so the tool and the examples cannot drift apart).
+#[path = "../../../emu-core/examples/common/pingpong.rs"]
+pub(crate) mod pingpong;
