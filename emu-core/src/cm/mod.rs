@@ -115,8 +115,11 @@ impl VirtualNet {
         m.iter().filter_map(Weak::upgrade).collect()
     }
 
-    /// Moves every member on by one step; false when nothing can ever happen.
-    fn advance(&self) -> bool {
+    /// Moves every member on by one step: takes the MADs that arrived and fires due
+    /// timers, else lets the fabric deliver what is in flight, else jumps the clock to
+    /// the next CM timer. False when nothing can ever happen. `get_cm_event` calls it
+    /// while it waits; a test may call it to let time pass between two CM calls.
+    pub fn step(&self) -> bool {
         let members = self.members();
         let pump_all = || {
             let now = self.now();
@@ -310,7 +313,7 @@ impl EmuCm {
                 if let Some(ev) = q.try_pop(want) {
                     return Ok(ev);
                 }
-                if !net.advance() {
+                if !net.step() {
                     // Nothing in flight and no timer: nothing will ever come.
                     return q.try_pop(want).ok_or(Error::TimedOut);
                 }
