@@ -3,6 +3,7 @@
 
 use crate::Case;
 
+mod cm;
 mod cq;
 mod data;
 mod device;
@@ -22,6 +23,7 @@ pub fn register(v: &mut Vec<Case>) {
     errors::register(v);
     srq::register(v);
     ud::register(v);
+    cm::register(v);
 }
 
 /// Asserts that `r` is an error with errno `errno`.
