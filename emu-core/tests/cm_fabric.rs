@@ -259,3 +259,55 @@ fn ud_reject_is_unreachable_with_the_sidr_status() {
     let e = ev(&c, CmEventType::Unreachable);
     assert_eq!(e.status, 2); // IB_SIDR_REJECT
 }
+
+#[test]
+fn an_id_without_a_qp_gets_connect_response_then_establishes() {
+    let (_fabric, _net, s, c) = world();
+    let l = listen(&s, PortSpace::Tcp, 5005);
+    let cid = resolve(&c, PortSpace::Tcp, 5005);
+    // The QP is the application's own, named by number (manual 4.2.9 qp_num).
+    let qpn = c.dev.create_qp(&qp_init(&*c.dev, QpType::Rc)).unwrap();
+    c.cm.connect(
+        cid,
+        &ConnParam {
+            qp_num: qpn,
+            ..ConnParam::default()
+        },
+    )
+    .unwrap();
+    let req = s.cm.get_request(l, None).unwrap();
+    let CmEventParam::Conn(p) = &req.param else {
+        panic!("{req:?}")
+    };
+    assert_eq!(p.qp_num, qpn);
+    let sqpn =
+        s.cm.create_qp(req.id, &qp_init(&*s.dev, QpType::Rc))
+            .unwrap();
+    s.cm.accept(req.id, &ConnParam::default()).unwrap();
+    let e = ev(&c, CmEventType::ConnectResponse);
+    let CmEventParam::Conn(p) = &e.param else {
+        panic!("{e:?}")
+    };
+    assert_eq!(p.qp_num, sqpn);
+    c.cm.establish(cid).unwrap();
+    ev(&s, CmEventType::Established);
+}
+
+#[test]
+fn a_rep_that_cannot_be_used_is_connect_error() {
+    let (_fabric, _net, s, c) = world();
+    let l = listen(&s, PortSpace::Tcp, 5006);
+    let cid = resolve(&c, PortSpace::Tcp, 5006);
+    let qpn = c.cm.create_qp(cid, &qp_init(&*c.dev, QpType::Rc)).unwrap();
+    c.cm.connect(cid, &ConnParam::default()).unwrap();
+    // The QP vanishes behind the CM's back: the REP cannot bring it to RTR.
+    c.dev.destroy_qp(qpn).unwrap();
+    let req = s.cm.get_request(l, None).unwrap();
+    s.cm.create_qp(req.id, &qp_init(&*s.dev, QpType::Rc))
+        .unwrap();
+    s.cm.accept(req.id, &ConnParam::default()).unwrap();
+    let e = ev(&c, CmEventType::ConnectError);
+    assert!(e.status < 0, "{e:?}");
+    // The passive side is told with a REJ (IBTA 12.6.7: "no QP").
+    assert_eq!(ev(&s, CmEventType::Rejected).status, 1);
+}

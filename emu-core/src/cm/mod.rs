@@ -167,8 +167,7 @@ enum Clock {
 }
 
 /// One CM's state behind its lock.
-#[doc(hidden)]
-pub struct Shared {
+struct Shared {
     state: Mutex<State>,
     clock: Clock,
     stop: AtomicBool,
