@@ -165,6 +165,8 @@ fn receive(ip: Ipv4Addr, udp_port: u16, port: u16) -> Res<bool> {
     );
     send_msg(&s.cm, id, &buf, &mr, &[RESULT, u8::from(ok)])?;
     expect_cm_event(&s.cm, s.ch, Some(id), CmEventType::Disconnected, WAIT)?;
+    // The usual answer to DISCONNECTED (librdmacm sends the DREP then).
+    s.cm.disconnect(id)?;
     s.cm.destroy_qp(id)?;
     Ok(ok)
 }
