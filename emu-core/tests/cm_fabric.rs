@@ -182,11 +182,33 @@ fn disconnect_from_the_passive_side() {
     ev(&s, CmEventType::Established);
     s.cm.disconnect(req.id).unwrap();
     ev(&c, CmEventType::Disconnected);
+    c.cm.disconnect(cid).unwrap();
     ev(&s, CmEventType::Disconnected);
-    // The other side's disconnect is then a no-op.
+    // Once disconnected, disconnect again is a no-op.
     c.cm.disconnect(cid).unwrap();
     ev(&c, CmEventType::TimewaitExit);
     ev(&s, CmEventType::TimewaitExit);
+}
+
+#[test]
+fn a_peer_that_never_answers_the_dreq_is_disconnected_after_the_retries() {
+    let (_fabric, _net, s, c) = world();
+    let l = listen(&s, PortSpace::Tcp, 5007);
+    let cid = resolve(&c, PortSpace::Tcp, 5007);
+    c.cm.create_qp(cid, &qp_init(&*c.dev, QpType::Rc)).unwrap();
+    c.cm.connect(cid, &ConnParam::default()).unwrap();
+    let req = s.cm.get_request(l, None).unwrap();
+    s.cm.create_qp(req.id, &qp_init(&*s.dev, QpType::Rc))
+        .unwrap();
+    s.cm.accept(req.id, &ConnParam::default()).unwrap();
+    ev(&c, CmEventType::Established);
+    ev(&s, CmEventType::Established);
+    c.cm.disconnect(cid).unwrap();
+    ev(&s, CmEventType::Disconnected);
+    // The server never calls disconnect: the client repeats its DREQ (the server's CM
+    // stays silent: its consumer has not answered), then gives up and is disconnected.
+    ev(&c, CmEventType::Disconnected);
+    assert_eq!(c.cm.stats().retransmits, u64::from(cfg().max_retries));
 }
 
 #[test]

@@ -179,8 +179,10 @@ fn connect_send_write_disconnect() {
     assert_eq!(sbuf.to_vec(), vec![0xAB; 4096]);
 
     c.cm.disconnect(cid).unwrap();
-    ev(&c, CmEventType::Disconnected);
     ev(&s, CmEventType::Disconnected);
+    // The passive side answers DISCONNECTED with disconnect (the DREP), as with rdma_cm.
+    s.cm.disconnect(sid).unwrap();
+    ev(&c, CmEventType::Disconnected);
     assert_eq!(c.dev.query_qp(cqpn).unwrap().0.qp_state, QpState::Err);
     assert_eq!(s.dev.query_qp(sqpn).unwrap().0.qp_state, QpState::Err);
     ev(&c, CmEventType::TimewaitExit);

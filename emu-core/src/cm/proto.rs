@@ -12,9 +12,11 @@
 //!   duplicate REQ while the consumer has not decided is answered with an MRA, a
 //!   duplicate after the REP with the REP again (12.6.5.?). The REP is repeated until
 //!   the RTU comes; a duplicate REP at the active side is answered with the RTU again.
-//! - Disconnect: DREQ (12.6.10) -> the QP to ERROR, DREP (12.6.11), `DISCONNECTED`, and
-//!   after the time-wait (12.9.?) `TIMEWAIT_EXIT`. A DREQ for an unknown connection is
-//!   still answered. An unanswered DREQ is repeated, then the side disconnects anyway.
+//! - Disconnect: DREQ (12.6.10) -> the QP to ERROR and `DISCONNECTED` at the peer,
+//!   whose `disconnect` in answer sends the DREP (12.6.11; rdma_cm's order) that gives
+//!   the first side its `DISCONNECTED`; after the time-wait (12.9.?) each side gets
+//!   `TIMEWAIT_EXIT`. A DREQ for an unknown connection is still answered. An unanswered
+//!   DREQ is repeated, then the side disconnects anyway.
 //! - UD (`RDMA_PS_UDP`): SIDR_REQ / SIDR_REP (12.11) carry the QPN and Q_Key.
 //! - Address resolution asks the destination's QP1 for its CM ClassPortInfo (13.4.8.1)
 //!   in place of ARP: an address no device owns gets no answer, hence `ADDR_ERROR`.
@@ -70,6 +72,8 @@ enum St {
     RepRcvd,
     Established,
     DreqSent,
+    /// A DREQ came; the DREP waits for the consumer's `disconnect` (as rdma_cm).
+    DreqRcvd,
     TimeWait,
     Disconnected,
     Failed,
@@ -282,6 +286,7 @@ impl State {
                 let _ = self.reject(id, &[], reason::CONSUMER, now);
             }
             St::ReqSent | St::MraRcvd | St::RepSent => self.rej_timeout(id.0),
+            St::DreqRcvd => self.send_drep(id.0),
             _ => {}
         }
         self.ids.remove(&id.0);
@@ -743,6 +748,16 @@ impl State {
         match self.id(id)?.st {
             St::Established | St::RepSent | St::RepRcvd => {}
             St::DreqSent | St::TimeWait | St::Disconnected => return Ok(()),
+            // The answer to DISCONNECTED: the DREP the peer waits for (rdma_cm sends it
+            // here too), then the time-wait.
+            St::DreqRcvd => {
+                self.send_drep(id.0);
+                let t = self.timeout();
+                let i = self.id(id)?;
+                i.st = St::TimeWait;
+                i.deadline = Some(now + t);
+                return Ok(());
+            }
             _ => return Err(einval("the id is not connected")),
         }
         self.qp_to_error(id.0);
@@ -1196,21 +1211,41 @@ impl State {
         self.emit(id, CmEventType::Established, 0, param);
     }
 
+    /// DREP for id `id`'s connection.
+    fn send_drep(&mut self, id: u32) {
+        let i = &self.ids[&id];
+        let Some(dev) = i.dev else { return };
+        let (dst, tid) = (i.dgid, u64::from(i.remote_comm));
+        let drep = CmMsg::Drep(Ids {
+            local_comm_id: i.comm,
+            remote_comm_id: i.remote_comm,
+            ..Ids::default()
+        });
+        self.send_to(dev, dst, &drep, tid);
+    }
+
     fn on_dreq(&mut self, dev: usize, src: Gid, tid: u64, m: Ids, now: Instant) {
         let hit = self.find_comm(m.remote_comm_id);
-        if let Some(id) = hit {
-            let st = self.ids[&id].st;
-            if matches!(
-                st,
-                St::Established | St::RepSent | St::RepRcvd | St::DreqSent
-            ) {
+        match hit.map(|id| (id, self.ids[&id].st)) {
+            // The consumer is told and answers with `disconnect`, which sends the DREP
+            // (rdma_cm's order; IBTA 12.6.10 lets the DREP wait for the QP to be
+            // quiesced).
+            Some((id, St::Established | St::RepSent | St::RepRcvd)) => {
                 self.qp_to_error(id);
-                self.disconnected(id, now);
+                let i = self.ids.get_mut(&id).expect("exists");
+                i.st = St::DreqRcvd;
+                i.deadline = None;
+                self.emit(id, CmEventType::Disconnected, 0, CmEventParam::None);
+                return;
             }
-        } else {
-            self.stats.unmatched += 1;
+            // The consumer has not answered the first DREQ yet.
+            Some((_, St::DreqRcvd)) => return,
+            // Both sides disconnect at once: answer, and this side is done too.
+            Some((id, St::DreqSent)) => self.disconnected(id, now),
+            Some(_) => {}
+            None => self.stats.unmatched += 1,
         }
-        // IBTA 12.6.10: a DREQ is always answered, even for a connection gone.
+        // IBTA 12.6.10: a DREQ is otherwise always answered, even for a connection gone.
         let (local, remote) = hit.map_or((0, m.local_comm_id), |id| {
             (self.ids[&id].comm, self.ids[&id].remote_comm)
         });

@@ -19,7 +19,7 @@ use crate::env::{default_cap, WAIT};
 use crate::{Case, Env, Outcome};
 
 pub(super) fn register(v: &mut Vec<Case>) {
-    v.push(Case::new("cm::connect_establish_disconnect", "manual 4.2.9-4.2.15, IBTA 12.6.5-12.6.11: REQ/REP/RTU give CONNECT_REQUEST (with the client's private data) and ESTABLISHED on both ids with both QPs in RTS; DREQ/DREP give DISCONNECTED with both QPs in ERROR, then TIMEWAIT_EXIT", connect_disconnect));
+    v.push(Case::new("cm::connect_establish_disconnect", "manual 4.2.9-4.2.15, IBTA 12.6.5-12.6.11: REQ/REP/RTU give CONNECT_REQUEST (with the client's private data) and ESTABLISHED on both ids with both QPs in RTS; DREQ gives the peer DISCONNECTED, its rdma_disconnect the DREP and the first side's DISCONNECTED, both QPs in ERROR, then TIMEWAIT_EXIT", connect_disconnect));
     v.push(Case::new("cm::reject_is_rejected_with_private_data", "manual 4.2.13, IBTA 12.6.7: rdma_reject sends REJ 'consumer reject' (28) with private data; the active id gets REJECTED", reject));
     v.push(Case::new("cm::no_listener_is_rejected", "IBTA 12.6.7 table 108: a REQ for a service ID nobody listens on is answered with REJ 'invalid service ID' (8): REJECTED", no_listener));
     v.push(Case::new(
@@ -129,8 +129,10 @@ fn connect_disconnect(env: &Env) -> Outcome {
     assert_eq!(env.dev.query_qp(pq).unwrap().0.qp_state, QpState::Rts);
     assert_eq!(env.dev.query_qp(aq).unwrap().0.dest_qp_num, pq);
     cm.disconnect(a).unwrap();
-    ev(&cm, ch, CmEventType::Disconnected);
-    ev(&cm, ch, CmEventType::Disconnected);
+    assert_eq!(ev(&cm, ch, CmEventType::Disconnected).id, req.id);
+    // The passive side answers with rdma_disconnect, which sends the DREP.
+    cm.disconnect(req.id).unwrap();
+    assert_eq!(ev(&cm, ch, CmEventType::Disconnected).id, a);
     assert_eq!(env.dev.query_qp(aq).unwrap().0.qp_state, QpState::Err);
     assert_eq!(env.dev.query_qp(pq).unwrap().0.qp_state, QpState::Err);
     ev(&cm, ch, CmEventType::TimewaitExit);
