@@ -46,6 +46,7 @@
 #[macro_use]
 mod macros;
 
+pub mod cm;
 pub mod connect;
 pub mod device;
 pub mod error;
@@ -59,6 +60,7 @@ pub mod verbs;
 pub mod wc;
 pub mod wr;
 
+pub use cm::*;
 pub use connect::*;
 pub use device::*;
 pub use error::*;

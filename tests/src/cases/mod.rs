@@ -3,6 +3,7 @@
 
 use crate::Case;
 
+mod cm;
 mod cq;
 mod data;
 mod device;
@@ -24,6 +25,7 @@ pub fn register(v: &mut Vec<Case>) {
     mw::register(v);
     srq::register(v);
     ud::register(v);
+    cm::register(v);
 }
 
 /// Asserts that `r` is an error with errno `errno`.
