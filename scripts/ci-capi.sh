@@ -1,6 +1,9 @@
 #!/bin/bash
-# Runs unmodified Debian RDMA binaries on the emulator through capi's libibverbs.so.1.
-#   scripts/ci-capi.sh            # needs: ibverbs-utils perftest libibverbs-dev cc
+# Runs unmodified Debian RDMA binaries on the emulator through capi's libibverbs.so.1
+# and librdmacm.so.1.
+#   scripts/ci-capi.sh            # needs: ibverbs-utils rdmacm-utils perftest libibverbs-dev cc
+# RDMACM_UTILS=/dir takes rping, udaddy, rdma_server, rdma_client from /dir instead of
+# PATH (e.g. an unpacked rdmacm-utils .deb: apt-get download + dpkg -x).
 # Builds the library (release), then runs each tool (servers and clients as two
 # processes over loopback, each with its own 127.0.0.x address) and a C program
 # compiled against the real headers. Prints PASS/FAIL per tool and exits non-zero
@@ -38,7 +41,7 @@ pair() { # name port "server args" "client args" [check]
   want "$name" || return 0
   RDMA_EMU_IP=$SRV_IP timeout "$T" $s >"$work/$name.srv" 2>&1 &
   local spid=$!
-  sleep 1
+  sleep "${PAIR_WAIT:-1}"
   RDMA_EMU_IP=$CLI_IP timeout "$T" $c >"$work/$name.cli" 2>&1
   local crc=$?
   wait $spid; local src=$?
@@ -74,6 +77,16 @@ pair ib_atomic_bw 18524 "ib_atomic_bw -p 18524" "ib_atomic_bw -p 18524 $SRV_IP" 
 pair ib_write_lat 18525 "ib_write_lat -p 18525" "ib_write_lat -p 18525 $SRV_IP" "^ *2 "
 pair ib_read_lat 18526 "ib_read_lat -p 18526" "ib_read_lat -p 18526 $SRV_IP" "^ *2 "
 pair ib_send_lat 18527 "ib_send_lat -p 18527" "ib_send_lat -p 18527 $SRV_IP" "^ *2 "
+
+# librdmacm: connections by address and port through the emulator's CM.
+cm() { if [ -n "${RDMACM_UTILS:-}" ]; then echo "$RDMACM_UTILS/$1"; else echo "$1"; fi; }
+pair rping 7174 "$(cm rping) -s -v -C 10 -a $SRV_IP" "$(cm rping) -c -v -C 10 -a $SRV_IP" "ping data: rdma-ping-9"
+pair udaddy 7174 "$(cm udaddy)" "$(cm udaddy) -s $SRV_IP" "test complete"
+pair rdma_server_client 7471 "$(cm rdma_server)" "$(cm rdma_client) -s $SRV_IP" "rdma_client: end 0"
+# perftest's server sets up its buffers before it listens: give it longer.
+PAIR_WAIT=3 pair ib_send_bw_R 18530 "ib_send_bw -R -p 18530" "ib_send_bw -R -p 18530 $SRV_IP" "^ *65536"
+PAIR_WAIT=3 pair ib_write_bw_R 18531 "ib_write_bw -R -p 18531" "ib_write_bw -R -p 18531 $SRV_IP" "^ *65536"
+PAIR_WAIT=3 pair ib_send_lat_R 18532 "ib_send_lat -R -p 18532" "ib_send_lat -R -p 18532 $SRV_IP" "^ *2 "
 
 if want verbs_c; then
   if cc -O1 -Wall -o "$work/verbs_c" "$root/capi/c/verbs_test.c" -libverbs -L"$lib" 2>"$work/verbs_c.out"; then

@@ -58,3 +58,39 @@ fn objects_and_device() {
     );
     assert_eq!(offset_of!(ibv_qp_ex, qp_base), 0);
 }
+
+/// The librdmacm structs the programs read directly (measured with the installed
+/// `<rdma/rdma_cma.h>`, rdma-core 44, x86-64): `id->verbs`, `id->qp`, `id->pd`, the
+/// CQs, `event->param`, `rdma_addrinfo`'s addresses.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn librdmacm_structs() {
+    use crate::sys::rdma::*;
+    assert_eq!(offset_of!(rdma_cm_id, verbs), 0);
+    assert_eq!(offset_of!(rdma_cm_id, channel), 8);
+    assert_eq!(offset_of!(rdma_cm_id, context), 16);
+    assert_eq!(offset_of!(rdma_cm_id, qp), 24);
+    assert_eq!(offset_of!(rdma_cm_id, route), 32);
+    assert_eq!(offset_of!(rdma_cm_id, ps), 344);
+    assert_eq!(offset_of!(rdma_cm_id, port_num), 348);
+    assert_eq!(offset_of!(rdma_cm_id, event), 352);
+    assert_eq!(offset_of!(rdma_cm_id, send_cq_channel), 360);
+    assert_eq!(offset_of!(rdma_cm_id, send_cq), 368);
+    assert_eq!(offset_of!(rdma_cm_id, recv_cq_channel), 376);
+    assert_eq!(offset_of!(rdma_cm_id, recv_cq), 384);
+    assert_eq!(offset_of!(rdma_cm_id, srq), 392);
+    assert_eq!(offset_of!(rdma_cm_id, pd), 400);
+    assert_eq!(offset_of!(rdma_cm_id, qp_type), 408);
+    assert_eq!(size_of::<rdma_cm_id>(), 416);
+    assert_eq!(offset_of!(rdma_cm_event, event), 16);
+    assert_eq!(offset_of!(rdma_cm_event, status), 20);
+    assert_eq!(offset_of!(rdma_cm_event, param), 24);
+    assert_eq!(size_of::<rdma_cm_event>(), 80);
+    assert_eq!(offset_of!(rdma_conn_param, qp_num), 16);
+    assert_eq!(offset_of!(rdma_ud_param, qp_num), 48);
+    assert_eq!(offset_of!(rdma_ud_param, qkey), 52);
+    assert_eq!(offset_of!(rdma_addrinfo, ai_src_addr), 24);
+    assert_eq!(offset_of!(rdma_addrinfo, ai_dst_addr), 32);
+    assert_eq!(offset_of!(rdma_addrinfo, ai_next), 88);
+    assert_eq!(size_of::<rdma_addrinfo>(), 96);
+}

@@ -16,10 +16,12 @@
 //!   submodule per kind of object (`device`, `mr`, `cq`, `qp`, `srq`, `ah`, `mw`,
 //!   `event`, `misc`) under one safety argument (`verbs/mod.rs`).
 //! * `cq_ex`, `qp_ex`: the extended CQ polling and `ibv_wr_*` send verbs.
+//! * `rdmacm`: the `rdma_*` calls of `librdmacm.so.1` over the emulator's connection
+//!   manager, on the same objects.
 //! * `stubs`: exports that fail cleanly (EOPNOTSUPP / ENOSYS) and the rate helpers.
 //!
 //! `unsafe` is denied in the crate and allowed only in `sys` (generated), `memory`,
-//! `objects`, `convert` (union reads), `verbs`, `cq_ex` and `qp_ex`, each with its
+//! `objects`, `convert` (union reads), `verbs`, `rdmacm`, `cq_ex` and `qp_ex`, each with its
 //! safety argument in its module documentation.
 
 #![deny(unsafe_code)]
@@ -30,6 +32,7 @@ mod cq_ex;
 mod memory;
 mod objects;
 mod qp_ex;
+mod rdmacm;
 mod stubs;
 #[doc(hidden)]
 pub mod sys;
@@ -38,5 +41,6 @@ mod verbs;
 #[cfg(test)]
 mod layout_tests;
 
+pub use rdmacm::*;
 pub use stubs::*;
 pub use verbs::*;

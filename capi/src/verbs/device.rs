@@ -4,7 +4,7 @@
 use super::*;
 
 /// The configured devices, made once per process.
-fn devices() -> &'static [Dev] {
+pub(crate) fn devices() -> &'static [Dev] {
     // Never grows after it is made, so the entries' addresses are stable.
     static DEVICES: OnceLock<Vec<Dev>> = OnceLock::new();
     DEVICES.get_or_init(|| {

@@ -59,7 +59,7 @@ pub(crate) fn unsupported(what: &str) -> c_int {
 }
 
 /// An error as the `int` verbs return it (and in errno too).
-fn fail(e: &Error) -> c_int {
+pub(crate) fn fail(e: &Error) -> c_int {
     let n = e.errno();
     if n == EOPNOTSUPP {
         eprintln!("rdma-emu libibverbs: not supported by the emulator: {e}");
@@ -69,7 +69,7 @@ fn fail(e: &Error) -> c_int {
 }
 
 /// Null with errno, for the verbs that return pointers.
-fn null<T>(errno: c_int) -> *mut T {
+pub(crate) fn null<T>(errno: c_int) -> *mut T {
     set_errno(errno);
     std::ptr::null_mut()
 }
@@ -125,7 +125,7 @@ unsafe fn write_prefix<T>(p: *mut T, value: &T, len: usize) {
 
 /// True if `fd` is in non-blocking mode (then the event calls return EAGAIN instead
 /// of waiting, as rdma-core's `read()` on the fd would).
-fn nonblocking(fd: c_int) -> bool {
+pub(crate) fn nonblocking(fd: c_int) -> bool {
     // SAFETY: F_GETFL only reads the descriptor's flags.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     flags >= 0 && flags & libc::O_NONBLOCK != 0
@@ -145,12 +145,13 @@ pub use ah::*;
 pub use cq::*;
 pub(crate) use cq::{channel_id, new_cq};
 use cq::{op_poll_cq, op_req_notify_cq};
+pub(crate) use device::devices;
 pub use device::*;
 pub use event::*;
 pub use misc::*;
 pub use mr::*;
 use mw::{op_alloc_mw, op_bind_mw, op_dealloc_mw};
-pub(crate) use qp::post_send_staged;
 pub use qp::*;
 use qp::{op_post_recv, op_post_send, op_post_srq_recv, vctx_create_qp_ex};
+pub(crate) use qp::{post_send_staged, qp_init_of, unwrap_qp, wrap_qp};
 pub use srq::*;

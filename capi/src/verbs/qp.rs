@@ -10,50 +10,53 @@ fn qp_type_of(t: sys::ibv_qp_type) -> Result<QpType, c_int> {
     }
 }
 
-/// Creates a QP from the common attributes of `ibv_qp_init_attr(_ex)`.
-pub(crate) unsafe fn create_qp_common(
+/// The context and `verbs_api` attributes of `ibv_qp_init_attr`'s objects.
+pub(crate) unsafe fn qp_init_of<'a>(
     pd: *mut sys::ibv_pd,
-    a: &mut sys::ibv_qp_init_attr,
-) -> *mut sys::ibv_qp {
-    let p = obj_or!(Pd, pd, null(EINVAL));
-    let ctx = ctx_or!(p.raw.context, null(EINVAL));
-    let (qp_context, send_cq, recv_cq, srq) = (a.qp_context, a.send_cq, a.recv_cq, a.srq);
-    let scq = obj_or!(Cq, send_cq, null(EINVAL));
-    let rcq = obj_or!(Cq, recv_cq, null(EINVAL));
+    a: &sys::ibv_qp_init_attr,
+) -> Result<(&'a Context, QpInitAttr), c_int> {
+    let p = obj_or!(Pd, pd, Err(EINVAL));
+    let ctx = ctx_or!(p.raw.context, Err(EINVAL));
+    let scq = obj_or!(Cq, a.send_cq, Err(EINVAL));
+    let rcq = obj_or!(Cq, a.recv_cq, Err(EINVAL));
     // SAFETY: module safety argument.
-    let s = unsafe { from_ptr::<_, Srq>(srq) }.map(|s| s.id);
-    let qp_type = match qp_type_of(a.qp_type) {
-        Ok(t) => t,
-        Err(e) => return null(e),
-    };
+    let s = unsafe { from_ptr::<_, Srq>(a.srq) }.map(|s| s.id);
     let init = QpInitAttr {
         pd: p.id,
         send_cq: scq.id,
         recv_cq: rcq.id,
-        qp_type,
+        qp_type: qp_type_of(a.qp_type)?,
         cap: convert::cap_from_c(&a.cap),
         sq_sig_all: a.sq_sig_all != 0,
         srq: s,
     };
-    let qpn = match ctx.dev.create_qp(&init) {
-        Ok(n) => n,
-        Err(e) => return null(fail(&e)),
-    };
+    Ok((ctx, init))
+}
+
+/// The `ibv_qp` object of the device QP `qpn`, made from `a` on `pd` (by
+/// `ibv_create_qp` or by the connection manager); `a.cap` becomes what it got.
+pub(crate) fn wrap_qp(
+    ctx: &Context,
+    qpn: u32,
+    pd: *mut sys::ibv_pd,
+    a: &mut sys::ibv_qp_init_attr,
+) -> *mut sys::ibv_qp {
+    let qp_type = a.qp_type;
     if let Ok((_, actual)) = ctx.dev.query_qp(qpn) {
         a.cap = convert::cap_to_c(&actual.cap);
     }
     let mut raw = sys::ibv_qp_ex {
         qp_base: sys::ibv_qp {
             context: ctx.as_ptr(),
-            qp_context,
+            qp_context: a.qp_context,
             pd,
-            send_cq,
-            recv_cq,
-            srq,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
             handle: qpn,
             qp_num: qpn,
             state: sys::IBV_QPS_RESET,
-            qp_type: qp_type.as_u32(),
+            qp_type,
             ..Default::default()
         },
         ..Default::default()
@@ -65,6 +68,35 @@ pub(crate) unsafe fn create_qp_common(
     });
     ctx.qps.lock().insert(qpn, ptr as usize);
     ptr.cast()
+}
+
+/// Frees the object of a QP whose device QP is gone.
+///
+/// # Safety
+///
+/// `qp` came from [`wrap_qp`] and is not used again.
+pub(crate) unsafe fn unwrap_qp(ctx: &Context, qp: *mut sys::ibv_qp) {
+    // SAFETY: caller's contract.
+    let qpn = unsafe { (*qp).qp_num };
+    ctx.qps.lock().remove(&qpn);
+    // SAFETY: made by wrap_qp; freed once (caller's contract).
+    unsafe { free::<_, Qp>(qp) };
+}
+
+/// Creates a QP from the common attributes of `ibv_qp_init_attr(_ex)`.
+pub(crate) unsafe fn create_qp_common(
+    pd: *mut sys::ibv_pd,
+    a: &mut sys::ibv_qp_init_attr,
+) -> *mut sys::ibv_qp {
+    // SAFETY: module safety argument.
+    let (ctx, init) = match unsafe { qp_init_of(pd, a) } {
+        Ok(x) => x,
+        Err(e) => return null(e),
+    };
+    match ctx.dev.create_qp(&init) {
+        Ok(qpn) => wrap_qp(ctx, qpn, pd, a),
+        Err(e) => null(fail(&e)),
+    }
 }
 
 /// `ibv_create_qp`: `init_attr->cap` is updated to what the QP got.
@@ -189,12 +221,14 @@ pub unsafe extern "C" fn ibv_query_qp(
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut sys::ibv_qp) -> c_int {
     let q = obj_or!(Qp, qp, EINVAL);
     let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    if let Some(r) = crate::rdmacm::destroy_cm_qp(qp) {
+        return r;
+    }
     let qpn = q.raw.qp_base.qp_num;
     match ctx.dev.destroy_qp(qpn) {
         Ok(()) => {
-            ctx.qps.lock().remove(&qpn);
             // SAFETY: made by ibv_create_qp; destroyed once.
-            unsafe { free::<_, Qp>(qp) };
+            unsafe { unwrap_qp(ctx, qp) };
             0
         }
         Err(e) => fail(&e),

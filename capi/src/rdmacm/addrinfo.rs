@@ -1,0 +1,135 @@
+//! `rdma_getaddrinfo` and `rdma_freeaddrinfo` (manual 4.2.?; librdmacm's
+//! `rdma_getaddrinfo(3)`): the host name and service through the system resolver,
+//! IPv4 only. (Safety argument: the parent module's.)
+
+use std::ffi::{c_char, c_int};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+use super::*;
+use crate::objects::{free, into_ptr, Wraps};
+
+// SAFETY: #[repr(C)] with rdma_addrinfo first (parent module).
+unsafe impl Wraps<r::rdma_addrinfo> for AddrInfoObj {}
+
+/// The first IPv4 address and port of `node`/`service` (either may be null), or
+/// EADDRNOTAVAIL / the resolver's failure as ENOENT.
+unsafe fn lookup(
+    node: *const c_char,
+    service: *const c_char,
+    numeric: bool,
+) -> Result<SocketAddrV4, c_int> {
+    let hints = libc::addrinfo {
+        ai_family: libc::AF_INET,
+        ai_socktype: libc::SOCK_STREAM,
+        ai_flags: if numeric { libc::AI_NUMERICHOST } else { 0 },
+        ..unsafe { std::mem::zeroed() }
+    };
+    let mut res: *mut libc::addrinfo = std::ptr::null_mut();
+    // SAFETY: NUL-terminated strings or null (the caller's contract), our hints.
+    if unsafe { libc::getaddrinfo(node, service, &hints, &mut res) } != 0 || res.is_null() {
+        return Err(libc::EADDRNOTAVAIL);
+    }
+    // SAFETY: getaddrinfo gave a list; the first entry's address is a sockaddr_in
+    // (AF_INET asked for).
+    let found = unsafe { sockaddr_from_c((*res).ai_addr.cast()) };
+    // SAFETY: the list getaddrinfo made.
+    unsafe { libc::freeaddrinfo(res) };
+    match found {
+        Ok(Some(SocketAddr::V4(a))) => Ok(a),
+        _ => Err(libc::EADDRNOTAVAIL),
+    }
+}
+
+/// `rdma_getaddrinfo`: one entry. `RAI_PASSIVE` makes `node:service` (or
+/// 0.0.0.0:service) the source address; otherwise it is the destination and the
+/// source comes from `hints->ai_src_addr` if given. The port space and QP type
+/// come from the hints (default `RDMA_PS_TCP`, RC).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const r::rdma_addrinfo,
+    res: *mut *mut r::rdma_addrinfo,
+) -> c_int {
+    if res.is_null() || (node.is_null() && service.is_null()) {
+        return err(libc::EINVAL);
+    }
+    // SAFETY: the caller's hints or null.
+    let h = unsafe { hints.as_ref() };
+    let flags = h.map_or(0, |h| h.ai_flags);
+    if h.is_some_and(|h| h.ai_family != 0 && h.ai_family != libc::AF_INET) {
+        return err(libc::EAFNOSUPPORT);
+    }
+    let passive = flags & r::RAI_PASSIVE as c_int != 0;
+    let numeric = flags & r::RAI_NUMERICHOST as c_int != 0;
+    let addr = if node.is_null() {
+        // SAFETY: as lookup's contract.
+        match unsafe { lookup(c"0.0.0.0".as_ptr(), service, true) } {
+            Ok(a) => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, a.port()),
+            Err(e) => return err(e),
+        }
+    } else {
+        // SAFETY: the caller's strings.
+        match unsafe { lookup(node, service, numeric) } {
+            Ok(a) => a,
+            Err(e) => return err(e),
+        }
+    };
+    let ps = h.map_or(0, |h| h.ai_port_space);
+    let ps = if ps == 0 { r::RDMA_PS_TCP as c_int } else { ps };
+    let qp_type = match h.map_or(0, |h| h.ai_qp_type) {
+        0 if ps == r::RDMA_PS_UDP as c_int => sys::IBV_QPT_UD as c_int,
+        0 => sys::IBV_QPT_RC as c_int,
+        t => t,
+    };
+    let src = if passive {
+        Some(SocketAddr::V4(addr))
+    } else {
+        // SAFETY: the hints' source address, a sockaddr of its family, or null.
+        match h.map(|h| unsafe { sockaddr_from_c(h.ai_src_addr) }) {
+            Some(Err(e)) => return err(e),
+            Some(Ok(a)) => a,
+            None => None,
+        }
+    };
+    let dst = (!passive).then_some(SocketAddr::V4(addr));
+    let p = into_ptr::<r::rdma_addrinfo, AddrInfoObj>(AddrInfoObj {
+        raw: r::rdma_addrinfo {
+            ai_flags: flags,
+            ai_family: libc::AF_INET,
+            ai_qp_type: qp_type,
+            ai_port_space: ps,
+            ..Default::default()
+        },
+        src: sockaddr_to_c(src),
+        dst: sockaddr_to_c(dst),
+    });
+    // SAFETY: just made; the addresses live in the same allocation as the entry.
+    unsafe {
+        let o = &mut *p.cast::<AddrInfoObj>();
+        let len = std::mem::size_of::<r::sockaddr_in>() as r::socklen_t;
+        if src.is_some() {
+            o.raw.ai_src_addr = std::ptr::addr_of_mut!(o.src).cast();
+            o.raw.ai_src_len = len;
+        }
+        if dst.is_some() {
+            o.raw.ai_dst_addr = std::ptr::addr_of_mut!(o.dst).cast();
+            o.raw.ai_dst_len = len;
+        }
+        *res = p;
+    }
+    0
+}
+
+/// `rdma_freeaddrinfo`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut r::rdma_addrinfo) {
+    let mut p = res;
+    while !p.is_null() {
+        // SAFETY: an entry rdma_getaddrinfo made; freed once.
+        let next = unsafe { (*p).ai_next };
+        // SAFETY: as above.
+        unsafe { free::<_, AddrInfoObj>(p) };
+        p = next;
+    }
+}

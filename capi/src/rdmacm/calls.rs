@@ -1,0 +1,1046 @@
+//! The exported `rdma_*` calls (librdmacm's `rdma_cma.h`), over [`EmuCm`]. Ids made
+//! with no event channel are synchronous, as in librdmacm: each call that produces an
+//! event waits for it. (Safety argument: the parent module's.)
+
+use std::ffi::{c_char, c_int, c_void};
+use std::time::Duration;
+
+use verbs_api::{CmEvent, CmEventParam, CmEventType, ConnParam, PortSpace};
+
+use super::*;
+use crate::convert;
+use crate::objects::{free, into_ptr, Wraps};
+use crate::verbs::{
+    ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq, nonblocking,
+    qp_init_of, unwrap_qp, wrap_qp,
+};
+
+// SAFETY: each is #[repr(C)] with the named struct first (parent module).
+unsafe impl Wraps<r::rdma_event_channel> for ChannelObj {}
+// SAFETY: as above.
+unsafe impl Wraps<r::rdma_cm_id> for IdObj {}
+// SAFETY: as above.
+unsafe impl Wraps<r::rdma_cm_event> for EventObj {}
+
+/// The CM, or return -1 with its errno from the call.
+macro_rules! cm_or {
+    ($err:expr) => {
+        match cm() {
+            Ok(c) => c,
+            Err(e) => {
+                set_errno(e);
+                return $err;
+            }
+        }
+    };
+}
+
+/// The id object behind a pointer (mutable: the library keeps its public fields
+/// up to date), or return -1/EINVAL.
+macro_rules! id_or {
+    ($p:expr, $err:expr) => {
+        if $p.is_null() {
+            set_errno(libc::EINVAL);
+            return $err;
+        } else {
+            // SAFETY: a live id of ours (module safety argument).
+            unsafe { &mut *$p.cast::<IdObj>() }
+        }
+    };
+}
+
+/// -1 with errno for a CM error, 0 for success.
+fn status(r: verbs_api::Result<()>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            fail(&e);
+            -1
+        }
+    }
+}
+
+fn port_space(ps: r::rdma_port_space) -> Option<PortSpace> {
+    PortSpace::try_from(ps).ok()
+}
+
+fn qp_type_of(ps: r::rdma_port_space) -> sys::ibv_qp_type {
+    match port_space(ps) {
+        Some(PortSpace::Udp | PortSpace::Ipoib) => sys::IBV_QPT_UD,
+        _ => sys::IBV_QPT_RC,
+    }
+}
+
+/// Brings the public fields of the id (`verbs`, `port_num`, `route.addr`) up to date
+/// with the CM's view of it.
+fn refresh(cm: &Cm, o: &mut IdObj) {
+    let Ok(info) = cm.cm.id_info(o.id) else {
+        return;
+    };
+    if let Some(dev) = &info.device {
+        o.raw.verbs = cm.context(dev);
+        o.raw.port_num = info.port_num;
+    }
+    let addr = &mut o.raw.route.addr;
+    addr.__bindgen_anon_1.src_sin = sockaddr_to_c(info.local);
+    addr.__bindgen_anon_2.dst_sin = sockaddr_to_c(info.peer);
+    // SAFETY: writing the ibaddr member of the union (plain data).
+    unsafe {
+        let ib = addr.addr.ibaddr.as_mut();
+        ib.sgid = convert::gid_to_c(&info.sgid);
+        ib.dgid = convert::gid_to_c(&info.dgid);
+        ib.pkey = 0xFFFFu16.to_be();
+    }
+}
+
+/// A new id object reporting to `channel`.
+fn new_id(
+    cm: &Cm,
+    cid: CmId,
+    channel: *mut r::rdma_event_channel,
+    context: *mut c_void,
+    ps: r::rdma_port_space,
+    sync: bool,
+    own_channel: bool,
+) -> *mut r::rdma_cm_id {
+    let p = into_ptr::<r::rdma_cm_id, IdObj>(IdObj {
+        raw: r::rdma_cm_id {
+            channel,
+            context,
+            ps,
+            qp_type: qp_type_of(ps),
+            ..Default::default()
+        },
+        id: cid,
+        sync,
+        own_channel,
+        own_cqs: false,
+        ep_qp: None,
+        destroyed: false,
+    });
+    cm.ids.lock().insert(cid.0, p as usize);
+    p
+}
+
+fn id_ptr(cm: &Cm, id: CmId) -> *mut r::rdma_cm_id {
+    cm.ids
+        .lock()
+        .get(&id.0)
+        .map_or(std::ptr::null_mut(), |p| *p as *mut r::rdma_cm_id)
+}
+
+/// The C event of `ev`; a connection request gets its new id here.
+fn make_event(cm: &Cm, ev: CmEvent) -> *mut r::rdma_cm_event {
+    let listen = ev.listen_id.map_or(std::ptr::null_mut(), |l| id_ptr(cm, l));
+    let mut id = id_ptr(cm, ev.id);
+    if id.is_null() && ev.event == CmEventType::ConnectRequest && !listen.is_null() {
+        // SAFETY: a live id of ours.
+        let l = unsafe { &*listen.cast::<IdObj>() };
+        id = new_id(
+            cm,
+            ev.id,
+            l.raw.channel,
+            l.raw.context,
+            l.raw.ps,
+            l.sync,
+            false,
+        );
+    }
+    if !id.is_null() {
+        // SAFETY: a live id of ours.
+        refresh(cm, unsafe { &mut *id.cast::<IdObj>() });
+    }
+    let data = ev.param.private_data().to_vec();
+    let mut raw = r::rdma_cm_event {
+        id,
+        listen_id: listen,
+        event: ev.event.as_u32(),
+        status: ev.status,
+        ..Default::default()
+    };
+    let pd = data.as_ptr().cast::<c_void>();
+    let len = data.len().min(255) as u8;
+    match &ev.param {
+        CmEventParam::None => {}
+        CmEventParam::Conn(c) => {
+            // SAFETY: writing one member of the param union (plain data).
+            unsafe {
+                *raw.param.conn.as_mut() = r::rdma_conn_param {
+                    private_data: if data.is_empty() {
+                        std::ptr::null()
+                    } else {
+                        pd
+                    },
+                    private_data_len: len,
+                    responder_resources: c.responder_resources,
+                    initiator_depth: c.initiator_depth,
+                    flow_control: u8::from(c.flow_control),
+                    retry_count: c.retry_count,
+                    rnr_retry_count: c.rnr_retry_count,
+                    srq: u8::from(c.srq),
+                    qp_num: c.qp_num,
+                }
+            };
+        }
+        CmEventParam::Ud(u) => {
+            // SAFETY: as above.
+            unsafe {
+                *raw.param.ud.as_mut() = r::rdma_ud_param {
+                    private_data: if data.is_empty() {
+                        std::ptr::null()
+                    } else {
+                        pd
+                    },
+                    private_data_len: len,
+                    ah_attr: convert::ah_attr_to_c(&u.ah_attr),
+                    qp_num: u.qp_num,
+                    qkey: u.qkey,
+                }
+            };
+        }
+    }
+    into_ptr::<r::rdma_cm_event, EventObj>(EventObj { raw, data })
+}
+
+/// For a synchronous id, waits for the event its call produces and turns anything
+/// but `want` into -1 with librdmacm's errno (ECONNREFUSED for a reject, ETIMEDOUT
+/// for no answer).
+fn complete(cm: &Cm, o: &IdObj, want: CmEventType) -> c_int {
+    if !o.sync {
+        return 0;
+    }
+    // SAFETY: the id's channel is a live channel of ours.
+    let ch = unsafe { &*o.raw.channel.cast::<ChannelObj>() };
+    match cm.cm.get_cm_event(ch.id, None) {
+        Err(e) => {
+            fail(&e);
+            -1
+        }
+        Ok(ev) if ev.event == want => 0,
+        Ok(ev) => {
+            let errno = match ev.event {
+                CmEventType::Rejected => libc::ECONNREFUSED,
+                CmEventType::Unreachable | CmEventType::AddrError | CmEventType::RouteError => {
+                    if ev.status < 0 {
+                        -ev.status
+                    } else {
+                        libc::ETIMEDOUT
+                    }
+                }
+                _ => libc::EPROTO,
+            };
+            err(errno)
+        }
+    }
+}
+
+/// `rdma_create_event_channel`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_event_channel() -> *mut r::rdma_event_channel {
+    let cm = cm_or!(std::ptr::null_mut());
+    let made = cm
+        .cm
+        .create_event_channel()
+        .and_then(|ch| Ok((ch, cm.cm.event_channel_fd(ch)?)));
+    match made {
+        Ok((id, fd)) => into_ptr(ChannelObj {
+            raw: r::rdma_event_channel { fd },
+            id,
+        }),
+        Err(e) => {
+            fail(&e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `rdma_destroy_event_channel`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut r::rdma_event_channel) {
+    let Ok(cm) = cm() else { return };
+    if channel.is_null() {
+        return;
+    }
+    // SAFETY: a live channel of ours.
+    let ch = unsafe { &*channel.cast::<ChannelObj>() };
+    if let Err(e) = cm.cm.destroy_event_channel(ch.id) {
+        eprintln!("rdma-emu librdmacm: rdma_destroy_event_channel: {e}");
+        return;
+    }
+    // SAFETY: made by rdma_create_event_channel; destroyed once.
+    unsafe { free::<_, ChannelObj>(channel) };
+}
+
+/// `rdma_get_cm_event`: waits for the next event (EAGAIN at once on a non-blocking fd).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_cm_event(
+    channel: *mut r::rdma_event_channel,
+    event: *mut *mut r::rdma_cm_event,
+) -> c_int {
+    let cm = cm_or!(-1);
+    if channel.is_null() || event.is_null() {
+        return err(libc::EINVAL);
+    }
+    // SAFETY: a live channel of ours.
+    let ch = unsafe { &*channel.cast::<ChannelObj>() };
+    let nb = nonblocking(ch.raw.fd);
+    match cm.cm.get_cm_event(ch.id, nb.then_some(Duration::ZERO)) {
+        Ok(ev) => {
+            // SAFETY: the caller's out pointer.
+            unsafe { *event = make_event(cm, ev) };
+            0
+        }
+        Err(Error::TimedOut) if nb => err(libc::EAGAIN),
+        Err(e) => {
+            fail(&e);
+            -1
+        }
+    }
+}
+
+/// `rdma_ack_cm_event`: frees the event.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut r::rdma_cm_event) -> c_int {
+    if event.is_null() {
+        return err(libc::EINVAL);
+    }
+    // SAFETY: made by rdma_get_cm_event; acked once.
+    unsafe { free::<_, EventObj>(event) };
+    0
+}
+
+/// `rdma_event_str`.
+#[no_mangle]
+pub extern "C" fn rdma_event_str(event: r::rdma_cm_event_type) -> *const c_char {
+    match CmEventType::try_from(event) {
+        // NUL-terminated copies of CmEventType::as_str, made once.
+        Ok(e) => {
+            static NAMES: OnceLock<Vec<std::ffi::CString>> = OnceLock::new();
+            let names = NAMES.get_or_init(|| {
+                CmEventType::ALL
+                    .iter()
+                    .map(|e| std::ffi::CString::new(e.as_str()).expect("no NUL"))
+                    .collect()
+            });
+            names[e.as_u32() as usize].as_ptr()
+        }
+        Err(_) => c"UNKNOWN EVENT".as_ptr(),
+    }
+}
+
+/// `rdma_create_id`: a NULL channel makes a synchronous id.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_id(
+    channel: *mut r::rdma_event_channel,
+    id: *mut *mut r::rdma_cm_id,
+    context: *mut c_void,
+    ps: r::rdma_port_space,
+) -> c_int {
+    let cm = cm_or!(-1);
+    if id.is_null() {
+        return err(libc::EINVAL);
+    }
+    let Some(space) = port_space(ps) else {
+        return err(libc::EINVAL);
+    };
+    let (channel, own) = if channel.is_null() {
+        // SAFETY: no arguments.
+        let ch = unsafe { rdma_create_event_channel() };
+        if ch.is_null() {
+            return -1;
+        }
+        (ch, true)
+    } else {
+        (channel, false)
+    };
+    // SAFETY: a live channel of ours.
+    let ch = unsafe { &*channel.cast::<ChannelObj>() };
+    match cm.cm.create_id(ch.id, space) {
+        Ok(cid) => {
+            let p = new_id(cm, cid, channel, context, ps, own, own);
+            // SAFETY: the caller's out pointer.
+            unsafe { *id = p };
+            0
+        }
+        Err(e) => {
+            fail(&e);
+            if own {
+                // SAFETY: made just above.
+                unsafe { rdma_destroy_event_channel(channel) };
+            }
+            -1
+        }
+    }
+}
+
+/// `rdma_destroy_id`. An id whose QP is still there goes when the QP does
+/// (`rdma_destroy_qp` or `ibv_destroy_qp`), as the program may destroy them in either
+/// order with librdmacm.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut r::rdma_cm_id) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(id, -1);
+    match cm.cm.destroy_id(o.id) {
+        Ok(()) => {}
+        Err(Error::Busy(_)) if !o.raw.qp.is_null() => {
+            o.destroyed = true;
+            return 0;
+        }
+        Err(e) => {
+            fail(&e);
+            return -1;
+        }
+    }
+    // SAFETY: the id is gone from the CM; nothing else frees it.
+    unsafe { free_id(cm, id) };
+    0
+}
+
+/// Frees an id object the CM no longer knows, with its kept event and own channel.
+unsafe fn free_id(cm: &Cm, id: *mut r::rdma_cm_id) {
+    // SAFETY: a live id of ours (caller's contract).
+    let o = unsafe { &mut *id.cast::<IdObj>() };
+    cm.ids.lock().remove(&o.id.0);
+    if !o.raw.event.is_null() {
+        // SAFETY: the event rdma_get_request kept; freed once.
+        unsafe { free::<_, EventObj>(o.raw.event) };
+    }
+    if o.own_channel {
+        // SAFETY: the id's own channel, made by rdma_create_id.
+        unsafe { rdma_destroy_event_channel(o.raw.channel) };
+    }
+    // SAFETY: made by new_id; freed once.
+    unsafe { free::<_, IdObj>(id) };
+}
+
+/// `rdma_bind_addr`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut r::rdma_cm_id, addr: *mut r::sockaddr) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(id, -1);
+    // SAFETY: the caller's sockaddr.
+    let a = match unsafe { sockaddr_from_c(addr) } {
+        Ok(Some(a)) => a,
+        Ok(None) => return err(libc::EINVAL),
+        Err(e) => return err(e),
+    };
+    let r = status(cm.cm.bind_addr(o.id, a));
+    refresh(cm, o);
+    r
+}
+
+/// `rdma_resolve_addr`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_addr(
+    id: *mut r::rdma_cm_id,
+    src_addr: *mut r::sockaddr,
+    dst_addr: *mut r::sockaddr,
+    timeout_ms: c_int,
+) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(id, -1);
+    // SAFETY: the caller's sockaddrs.
+    let (src, dst) = match unsafe { (sockaddr_from_c(src_addr), sockaddr_from_c(dst_addr)) } {
+        (Ok(s), Ok(Some(d))) => (s, d),
+        (Err(e), _) | (_, Err(e)) => return err(e),
+        (_, Ok(None)) => return err(libc::EINVAL),
+    };
+    let t = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0).max(1));
+    if status(cm.cm.resolve_addr(o.id, src, dst, t)) != 0 {
+        return -1;
+    }
+    refresh(cm, o);
+    complete(cm, o, CmEventType::AddrResolved)
+}
+
+/// `rdma_resolve_route`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_route(id: *mut r::rdma_cm_id, timeout_ms: c_int) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(id, -1);
+    let t = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+    if status(cm.cm.resolve_route(o.id, t)) != 0 {
+        return -1;
+    }
+    refresh(cm, o);
+    complete(cm, o, CmEventType::RouteResolved)
+}
+
+/// `rdma_listen`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_listen(id: *mut r::rdma_cm_id, backlog: c_int) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(id, -1);
+    let r = status(cm.cm.listen(o.id, u32::try_from(backlog).unwrap_or(0)));
+    refresh(cm, o);
+    r
+}
+
+/// Creates the CQ (and its completion channel) `rdma_create_qp` makes for an id
+/// given none.
+unsafe fn own_cq(
+    ctx: *mut sys::ibv_context,
+    depth: u32,
+    id: *mut r::rdma_cm_id,
+) -> Option<(*mut sys::ibv_comp_channel, *mut sys::ibv_cq)> {
+    // SAFETY: a live context of ours.
+    let ch = unsafe { ibv_create_comp_channel(ctx) };
+    if ch.is_null() {
+        return None;
+    }
+    let n = c_int::try_from(depth.max(1)).unwrap_or(c_int::MAX);
+    // SAFETY: as above; the channel was just made on it.
+    let cq = unsafe { ibv_create_cq(ctx, n, id.cast(), ch, 0) };
+    if cq.is_null() {
+        // SAFETY: made above.
+        unsafe { ibv_destroy_comp_channel(ch) };
+        return None;
+    }
+    Some((ch, cq))
+}
+
+/// Destroys the CQs and channels `own_cq` made for the id.
+unsafe fn drop_own_cqs(o: &mut IdObj) {
+    for (cq, ch) in [
+        (o.raw.send_cq, o.raw.send_cq_channel),
+        (o.raw.recv_cq, o.raw.recv_cq_channel),
+    ] {
+        if !cq.is_null() {
+            // SAFETY: made by own_cq.
+            unsafe { ibv_destroy_cq(cq) };
+        }
+        if !ch.is_null() {
+            // SAFETY: made by own_cq.
+            unsafe { ibv_destroy_comp_channel(ch) };
+        }
+    }
+    o.raw.send_cq = std::ptr::null_mut();
+    o.raw.recv_cq = std::ptr::null_mut();
+    o.raw.send_cq_channel = std::ptr::null_mut();
+    o.raw.recv_cq_channel = std::ptr::null_mut();
+    o.own_cqs = false;
+}
+
+/// `rdma_create_qp`: the id's QP, made and driven by the CM, is an ordinary `ibv_qp`
+/// of the PD's context. With no PD the id's (or the device's) PD is used; with no
+/// CQs, CQs with completion channels are made (`id->send_cq`, `id->recv_cq`).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp(
+    id: *mut r::rdma_cm_id,
+    pd: *mut sys::ibv_pd,
+    qp_init_attr: *mut sys::ibv_qp_init_attr,
+) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(id, -1);
+    if qp_init_attr.is_null() {
+        return err(libc::EINVAL);
+    }
+    if o.raw.verbs.is_null() {
+        return err(libc::EINVAL); // not bound to a device yet
+    }
+    let pd = if !pd.is_null() {
+        pd
+    } else if !o.raw.pd.is_null() {
+        o.raw.pd
+    } else {
+        cm.default_pd(o.raw.verbs)
+    };
+    if pd.is_null() {
+        return -1;
+    }
+    // SAFETY: the caller's attributes.
+    let mut a = unsafe { *qp_init_attr };
+    // SAFETY: a live PD.
+    let ctx_ptr = unsafe { (*pd).context };
+    let made_cqs = a.send_cq.is_null() || a.recv_cq.is_null();
+    if made_cqs {
+        // SAFETY: the PD's context.
+        let s = unsafe { own_cq(ctx_ptr, a.cap.max_send_wr, id) };
+        // SAFETY: as above.
+        let r = unsafe { own_cq(ctx_ptr, a.cap.max_recv_wr, id) };
+        o.own_cqs = true;
+        if let Some((ch, cq)) = s {
+            (o.raw.send_cq_channel, o.raw.send_cq) = (ch, cq);
+        }
+        if let Some((ch, cq)) = r {
+            (o.raw.recv_cq_channel, o.raw.recv_cq) = (ch, cq);
+        }
+        if s.is_none() || r.is_none() {
+            // SAFETY: the id's own CQs.
+            unsafe { drop_own_cqs(o) };
+            return err(libc::ENOMEM);
+        }
+        if a.send_cq.is_null() {
+            a.send_cq = o.raw.send_cq;
+        }
+        if a.recv_cq.is_null() {
+            a.recv_cq = o.raw.recv_cq;
+        }
+    }
+    if a.srq.is_null() {
+        a.srq = o.raw.srq;
+    }
+    // SAFETY: module safety argument.
+    let made = unsafe { qp_init_of(pd, &a) }.and_then(|(ctx, init)| {
+        // The PD must be on the NIC the id is bound to.
+        let same = cm.cm.device(o.id).is_ok_and(|d| {
+            std::ptr::addr_eq(std::sync::Arc::as_ptr(&d), std::sync::Arc::as_ptr(&ctx.dev))
+        });
+        if !same {
+            eprintln!("rdma-emu librdmacm: rdma_create_qp: the PD is not on the id's device");
+            return Err(libc::EINVAL);
+        }
+        let qpn = cm.cm.create_qp(o.id, &init).map_err(|e| fail(&e))?;
+        Ok(wrap_qp(ctx, qpn, pd, &mut a))
+    });
+    match made {
+        Ok(qp) => {
+            o.raw.qp = qp;
+            o.raw.pd = pd;
+            o.raw.qp_type = a.qp_type;
+            if !made_cqs {
+                o.raw.send_cq = a.send_cq;
+                o.raw.recv_cq = a.recv_cq;
+            }
+            // SAFETY: the caller's attributes: the capabilities the QP got.
+            unsafe { (*qp_init_attr).cap = a.cap };
+            0
+        }
+        Err(e) => {
+            if made_cqs {
+                // SAFETY: the id's own CQs.
+                unsafe { drop_own_cqs(o) };
+            }
+            err(e)
+        }
+    }
+}
+
+/// `rdma_create_qp_ex`: the attributes `rdma_create_qp` takes (PD, CQs, SRQ, caps);
+/// other extended attributes are EOPNOTSUPP.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp_ex(
+    id: *mut r::rdma_cm_id,
+    attr: *mut sys::ibv_qp_init_attr_ex,
+) -> c_int {
+    if attr.is_null() {
+        return err(libc::EINVAL);
+    }
+    // SAFETY: the caller's attributes.
+    let a = unsafe { &mut *attr };
+    if a.comp_mask & !(sys::IBV_QP_INIT_ATTR_PD | sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 {
+        return unsupported("rdma_create_qp_ex with XRC, RSS, TSO or other extended attributes");
+    }
+    let pd = if a.comp_mask & sys::IBV_QP_INIT_ATTR_PD != 0 {
+        a.pd
+    } else {
+        std::ptr::null_mut()
+    };
+    let mut basic = sys::ibv_qp_init_attr {
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+    };
+    // SAFETY: module safety argument.
+    let r = unsafe { rdma_create_qp(id, pd, &mut basic) };
+    a.cap = basic.cap;
+    r
+}
+
+/// `rdma_destroy_qp`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_qp(id: *mut r::rdma_cm_id) {
+    let Ok(cm) = cm() else { return };
+    if id.is_null() {
+        return;
+    }
+    if destroy_qp_of(cm, id) != 0 {
+        eprintln!(
+            "rdma-emu librdmacm: rdma_destroy_qp: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Destroys the id's QP through the CM, its object, and the CQs made for it (and
+/// the id, if `rdma_destroy_id` came first); 0 or the errno (as `ibv_destroy_qp`).
+pub(crate) fn destroy_qp_of(cm: &Cm, id: *mut r::rdma_cm_id) -> c_int {
+    // SAFETY: a live id of ours.
+    let o = unsafe { &mut *id.cast::<IdObj>() };
+    if o.raw.qp.is_null() {
+        set_errno(libc::EINVAL);
+        return libc::EINVAL;
+    }
+    if let Err(e) = cm.cm.destroy_qp(o.id) {
+        return fail(&e);
+    }
+    // SAFETY: a live QP of ours; its device QP is gone.
+    if let Some(ctx) = unsafe { Context::from_ptr((*o.raw.qp).context) } {
+        // SAFETY: made by wrap_qp in rdma_create_qp; freed once.
+        unsafe { unwrap_qp(ctx, o.raw.qp) };
+    }
+    o.raw.qp = std::ptr::null_mut();
+    if o.own_cqs {
+        // SAFETY: the id's own CQs, no QP uses them any more.
+        unsafe { drop_own_cqs(o) };
+    }
+    if o.destroyed && cm.cm.destroy_id(o.id).is_ok() {
+        // SAFETY: the program destroyed the id already; the CM has let it go.
+        unsafe { free_id(cm, id) };
+    }
+    0
+}
+
+/// A C `rdma_conn_param` (null: librdmacm's defaults).
+unsafe fn conn_param_of(p: *const r::rdma_conn_param) -> ConnParam {
+    // SAFETY: the caller's struct or null.
+    let Some(c) = (unsafe { p.as_ref() }) else {
+        return ConnParam::default();
+    };
+    let private_data = if c.private_data.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: private_data_len bytes of the caller's.
+        unsafe {
+            std::slice::from_raw_parts(c.private_data.cast::<u8>(), usize::from(c.private_data_len))
+        }
+        .to_vec()
+    };
+    ConnParam {
+        private_data,
+        responder_resources: c.responder_resources,
+        initiator_depth: c.initiator_depth,
+        flow_control: c.flow_control != 0,
+        retry_count: c.retry_count,
+        rnr_retry_count: c.rnr_retry_count,
+        srq: c.srq != 0,
+        qp_num: c.qp_num,
+    }
+}
+
+/// `rdma_connect`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_connect(
+    id: *mut r::rdma_cm_id,
+    conn_param: *mut r::rdma_conn_param,
+) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(id, -1);
+    // SAFETY: the caller's parameters.
+    let p = unsafe { conn_param_of(conn_param) };
+    if status(cm.cm.connect(o.id, &p)) != 0 {
+        return -1;
+    }
+    complete(cm, o, CmEventType::Established)
+}
+
+/// `rdma_establish`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_establish(id: *mut r::rdma_cm_id) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(id, -1);
+    status(cm.cm.establish(o.id))
+}
+
+/// `rdma_accept`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_accept(
+    id: *mut r::rdma_cm_id,
+    conn_param: *mut r::rdma_conn_param,
+) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(id, -1);
+    // SAFETY: the caller's parameters.
+    let p = unsafe { conn_param_of(conn_param) };
+    if status(cm.cm.accept(o.id, &p)) != 0 {
+        return -1;
+    }
+    if o.raw.qp_type == sys::IBV_QPT_UD {
+        return 0; // a SIDR reply completes nothing on this side
+    }
+    complete(cm, o, CmEventType::Established)
+}
+
+/// `rdma_reject`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_reject(
+    id: *mut r::rdma_cm_id,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(id, -1);
+    let data = if private_data.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: private_data_len bytes of the caller's.
+        unsafe {
+            std::slice::from_raw_parts(private_data.cast::<u8>(), usize::from(private_data_len))
+        }
+    };
+    status(cm.cm.reject(o.id, data))
+}
+
+/// `rdma_disconnect`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_disconnect(id: *mut r::rdma_cm_id) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(id, -1);
+    if status(cm.cm.disconnect(o.id)) != 0 {
+        return -1;
+    }
+    complete(cm, o, CmEventType::Disconnected)
+}
+
+/// `rdma_get_request`: the next connection request of a listening id, as a new id
+/// (with its QP when the listener was made by `rdma_create_ep` with QP attributes).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_request(
+    listen: *mut r::rdma_cm_id,
+    id: *mut *mut r::rdma_cm_id,
+) -> c_int {
+    let cm = cm_or!(-1);
+    let l = id_or!(listen, -1);
+    if id.is_null() {
+        return err(libc::EINVAL);
+    }
+    let ev = match cm.cm.get_request(l.id, None) {
+        Ok(ev) => ev,
+        Err(e) => {
+            fail(&e);
+            return -1;
+        }
+    };
+    let event = make_event(cm, ev);
+    // SAFETY: just made.
+    let child = unsafe { (*event).id };
+    // SAFETY: the new id (make_event made it for the request).
+    let c = unsafe { &mut *child.cast::<IdObj>() };
+    c.raw.event = event;
+    if let Some((mut attr, pd)) = l.ep_qp {
+        // SAFETY: module safety argument.
+        if unsafe { rdma_create_qp(child, pd as *mut sys::ibv_pd, &mut attr) } != 0 {
+            let e = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL);
+            let _ = cm.cm.reject(c.id, &[]);
+            // SAFETY: the id made above, not given out.
+            unsafe { rdma_destroy_id(child) };
+            return err(e);
+        }
+    }
+    // SAFETY: the caller's out pointer.
+    unsafe { *id = child };
+    0
+}
+
+/// `rdma_create_ep`: a synchronous id for `res` (passive: bound, active: address
+/// and route resolved), with a QP when `qp_init_attr` is given (passive: each
+/// `rdma_get_request` id gets one).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_ep(
+    id: *mut *mut r::rdma_cm_id,
+    res: *mut r::rdma_addrinfo,
+    pd: *mut sys::ibv_pd,
+    qp_init_attr: *mut sys::ibv_qp_init_attr,
+) -> c_int {
+    if id.is_null() || res.is_null() {
+        return err(libc::EINVAL);
+    }
+    // SAFETY: the caller's address info.
+    let res = unsafe { &*res };
+    let ps = if res.ai_port_space == 0 {
+        r::RDMA_PS_TCP
+    } else {
+        res.ai_port_space as r::rdma_port_space
+    };
+    // librdmacm gives the QP the type of the address info (rdma_create_ep(3)).
+    let mut attr = (!qp_init_attr.is_null()).then(|| {
+        // SAFETY: the caller's attributes.
+        let mut a = unsafe { *qp_init_attr };
+        a.qp_type = match res.ai_qp_type {
+            0 => qp_type_of(ps),
+            t => t as sys::ibv_qp_type,
+        };
+        a
+    });
+    let mut made = std::ptr::null_mut();
+    // SAFETY: module safety argument.
+    if unsafe { rdma_create_id(std::ptr::null_mut(), &mut made, std::ptr::null_mut(), ps) } != 0 {
+        return -1;
+    }
+    // SAFETY: module safety argument (the caller's sockaddrs).
+    let r = unsafe {
+        if res.ai_flags & r::RAI_PASSIVE as c_int != 0 {
+            let r = rdma_bind_addr(made, res.ai_src_addr);
+            if let (0, Some(a)) = (r, attr) {
+                (*made.cast::<IdObj>()).ep_qp = Some((a, pd as usize));
+            }
+            r
+        } else {
+            let mut r = rdma_resolve_addr(made, res.ai_src_addr, res.ai_dst_addr, 2000);
+            if r == 0 {
+                r = rdma_resolve_route(made, 2000);
+            }
+            if let (0, Some(a)) = (r, attr.as_mut()) {
+                r = rdma_create_qp(made, pd, a);
+                (*qp_init_attr).cap = a.cap;
+            }
+            r
+        }
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL);
+        // SAFETY: made above, not given out.
+        unsafe { rdma_destroy_id(made) };
+        return err(e);
+    }
+    // SAFETY: the caller's out pointer.
+    unsafe { *id = made };
+    0
+}
+
+/// `rdma_destroy_ep`: the QP (and the CQs made for it), then the id.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_ep(id: *mut r::rdma_cm_id) {
+    // SAFETY: module safety argument.
+    unsafe {
+        rdma_destroy_qp(id);
+        rdma_destroy_id(id);
+    }
+}
+
+/// `rdma_get_devices`: the contexts the CM uses, NULL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut sys::ibv_context {
+    let cm = cm_or!(std::ptr::null_mut());
+    let mut list: Vec<*mut sys::ibv_context> = cm
+        .contexts
+        .iter()
+        .map(|(_, c)| *c as *mut sys::ibv_context)
+        .collect();
+    if !num_devices.is_null() {
+        // SAFETY: the caller's out pointer.
+        unsafe { *num_devices = list.len() as c_int };
+    }
+    list.push(std::ptr::null_mut());
+    Box::into_raw(list.into_boxed_slice()).cast()
+}
+
+/// `rdma_free_devices`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut sys::ibv_context) {
+    if list.is_null() {
+        return;
+    }
+    let mut n = 0;
+    // SAFETY: our NULL-terminated list.
+    while !unsafe { *list.add(n) }.is_null() {
+        n += 1;
+    }
+    // SAFETY: made by rdma_get_devices with n + 1 entries; freed once.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+}
+
+/// `rdma_get_src_port` (network byte order, as librdmacm).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_src_port(id: *mut r::rdma_cm_id) -> u16 {
+    // SAFETY: a live id or null.
+    unsafe { id.as_ref() }.map_or(0, |i| unsafe {
+        i.route.addr.__bindgen_anon_1.src_sin.sin_port
+    })
+}
+
+/// `rdma_get_dst_port` (network byte order).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_dst_port(id: *mut r::rdma_cm_id) -> u16 {
+    // SAFETY: a live id or null.
+    unsafe { id.as_ref() }.map_or(0, |i| unsafe {
+        i.route.addr.__bindgen_anon_2.dst_sin.sin_port
+    })
+}
+
+/// `rdma_set_option`: `RDMA_OPTION_ID_REUSEADDR` and `_AFONLY` are accepted (the
+/// emulator's ports are free as soon as their id is destroyed, and it has IPv4
+/// only); the rest is EOPNOTSUPP.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_set_option(
+    id: *mut r::rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    _optval: *mut c_void,
+    _optlen: usize,
+) -> c_int {
+    if id.is_null() {
+        return err(libc::EINVAL);
+    }
+    let ok = level as u32 == r::RDMA_OPTION_ID
+        && [r::RDMA_OPTION_ID_REUSEADDR, r::RDMA_OPTION_ID_AFONLY].contains(&(optname as u32));
+    if ok {
+        0
+    } else {
+        unsupported(&format!("rdma_set_option level {level} option {optname}"))
+    }
+}
+
+/// `rpoll`: with no rsockets (unsupported), every descriptor is an ordinary one.
+#[no_mangle]
+pub unsafe extern "C" fn rpoll(
+    fds: *mut libc::pollfd,
+    nfds: libc::nfds_t,
+    timeout: c_int,
+) -> c_int {
+    // SAFETY: the caller's array of nfds entries, as poll(2) takes it.
+    unsafe { libc::poll(fds, nfds, timeout) }
+}
+
+/// `rselect`: as `rpoll`, select(2).
+#[no_mangle]
+pub unsafe extern "C" fn rselect(
+    nfds: c_int,
+    readfds: *mut libc::fd_set,
+    writefds: *mut libc::fd_set,
+    exceptfds: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    // SAFETY: the caller's sets, as select(2) takes them.
+    unsafe { libc::select(nfds, readfds, writefds, exceptfds, timeout) }
+}
+
+/// Exports the emulator does not implement: each says so on stderr and fails with
+/// -1 and `errno` (the `int`, `ssize_t` and `off_t` calls alike; the arguments are
+/// not read).
+macro_rules! unsupported_calls {
+    ($errno:expr, $what:literal: $($name:ident),* $(,)?) => {$(
+        #[doc = concat!("`", stringify!($name), "`: not supported (", $what, ").")]
+        #[no_mangle]
+        pub extern "C" fn $name() -> isize {
+            eprintln!(
+                "rdma-emu librdmacm: {} is not supported by the emulator ({})",
+                stringify!($name),
+                $what
+            );
+            set_errno($errno);
+            -1
+        }
+    )*};
+}
+
+unsupported_calls!(libc::EOPNOTSUPP, "the CM drives the QPs itself":
+    rdma_init_qp_attr, rdma_notify, rdma_migrate_id);
+unsupported_calls!(libc::EOPNOTSUPP, "multicast through the CM":
+    rdma_join_multicast, rdma_join_multicast_ex, rdma_leave_multicast);
+unsupported_calls!(libc::EOPNOTSUPP, "SRQs through the CM; use ibv_create_srq":
+    rdma_create_srq, rdma_create_srq_ex, rdma_destroy_srq);
+unsupported_calls!(libc::EOPNOTSUPP, "ECE":
+    rdma_get_remote_ece, rdma_reject_ece, rdma_set_local_ece);
+unsupported_calls!(libc::ENOSYS, "rsockets":
+    rsocket, rbind, rlisten, raccept, rconnect, rshutdown, rclose, rrecv, rrecvfrom,
+    rrecvmsg, rsend, rsendto, rsendmsg, rread, rreadv, rwrite, rwritev, rsetsockopt,
+    rgetsockopt, rgetpeername, rgetsockname, rfcntl, riomap, riounmap, riowrite);

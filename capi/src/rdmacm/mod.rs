@@ -1,0 +1,261 @@
+//! `librdmacm.so.1` over the emulator's connection manager
+//! ([`emu_core::cm::EmuCm`]): `rping`, `udaddy`, `rdma_server`/`rdma_client` and
+//! perftest's `-R` run unmodified.
+//!
+//! The library file is the one that holds libibverbs (`build-so.sh` installs it under
+//! both names, and the dynamic loader maps one file once), so a CM id's `verbs`, `qp`,
+//! `pd` and CQs are the very objects the program uses through the `ibv_*` calls.
+//!
+//! One [`EmuCm`] serves the process: made at the first `rdma_*` call over every
+//! configured device, each opened once as a context (`rdma_get_devices`). The C
+//! objects follow the libibverbs pattern ([`crate::objects`]): a `#[repr(C)]` struct
+//! whose first field is the librdmacm struct the program sees.
+//!
+//! - `calls`: the exported `rdma_*` functions.
+//! - `addrinfo`: `rdma_getaddrinfo` / `rdma_freeaddrinfo`.
+//!
+//! # Safety argument
+//!
+//! As for the verbs (`crate::verbs`): every pointer argument is, by the librdmacm
+//! contract (its man pages), null (refused with EINVAL) or valid for the documented
+//! access: ids, channels, events and address lists this library returned and has not
+//! freed, caller-owned attribute structs and `sockaddr`s of the documented type
+//! (`sockaddr_in` for AF_INET, the only family here). The fields of an id the program
+//! reads (`verbs`, `qp`, `route.addr`, ...) are written only by this library, while
+//! the calls the contract orders before the program reads them run (the same race
+//! freedom rdma-core's librdmacm relies on).
+
+#![allow(unsafe_code)]
+#![allow(clippy::missing_safety_doc)]
+
+mod addrinfo;
+mod calls;
+
+pub use addrinfo::*;
+pub use calls::*;
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::{Arc, OnceLock};
+
+use emu_core::cm::{CmConfig, EmuCm};
+use parking_lot::Mutex;
+use verbs_api::{CmChannelId, CmId, ConnectionManager, Device, Error};
+
+use crate::objects::Context;
+use crate::sys;
+use crate::sys::rdma as r;
+use crate::verbs::{ibv_alloc_pd, ibv_open_device, set_errno};
+
+/// The connection manager of the process and what the C side keeps beside it.
+pub(crate) struct Cm {
+    pub(crate) cm: EmuCm,
+    /// One context per device, as `rdma_get_devices` lists them (names alike).
+    pub(crate) contexts: Vec<(String, usize)>,
+    /// A PD per context for ids given none (librdmacm's per-device PD).
+    pub(crate) pds: Mutex<HashMap<usize, usize>>,
+    /// CM id -> its `IdObj`.
+    pub(crate) ids: Mutex<HashMap<u32, usize>>,
+}
+
+/// The process's CM, made at the first call (errno if no device could be opened).
+pub(crate) fn cm() -> Result<&'static Cm, c_int> {
+    CM.get_or_init(open).as_ref().map_err(|e| *e)
+}
+
+static CM: OnceLock<Result<Cm, c_int>> = OnceLock::new();
+
+/// `ibv_destroy_qp` on the QP of a CM id (rping and perftest destroy it so): the QP
+/// goes through the CM, as `rdma_destroy_qp`, so the id forgets it. `None` when the
+/// QP is no CM id's.
+pub(crate) fn destroy_cm_qp(qp: *mut sys::ibv_qp) -> Option<c_int> {
+    let Some(Ok(cm)) = CM.get() else {
+        return None;
+    };
+    let id = cm.ids.lock().values().copied().find(|p| {
+        // SAFETY: the ids in the map are live.
+        unsafe { (*(*p as *const IdObj)).raw.qp == qp }
+    })?;
+    Some(calls::destroy_qp_of(cm, id as *mut r::rdma_cm_id))
+}
+
+fn open() -> Result<Cm, c_int> {
+    let mut contexts = Vec::new();
+    let mut devs: Vec<Arc<dyn Device>> = Vec::new();
+    for d in crate::verbs::devices() {
+        // SAFETY: a device of our own list (module safety argument).
+        let ctx = unsafe { ibv_open_device(std::ptr::from_ref(&d.raw).cast_mut()) };
+        // SAFETY: just opened, or null.
+        let Some(c) = (unsafe { Context::from_ptr(ctx) }) else {
+            eprintln!("rdma-emu librdmacm: cannot open {}", d.cfg.name);
+            continue;
+        };
+        devs.push(c.dev.clone());
+        contexts.push((d.cfg.name.clone(), ctx as usize));
+    }
+    if devs.is_empty() {
+        eprintln!("rdma-emu librdmacm: no device (see RDMA_EMU_DEVICES)");
+        return Err(libc::ENODEV);
+    }
+    let cm = EmuCm::open(devs, CmConfig::default()).map_err(|e| {
+        eprintln!("rdma-emu librdmacm: cannot start the connection manager: {e}");
+        e.errno()
+    })?;
+    Ok(Cm {
+        cm,
+        contexts,
+        pds: Mutex::default(),
+        ids: Mutex::default(),
+    })
+}
+
+impl Cm {
+    /// The context of the device named `name`.
+    pub(crate) fn context(&self, name: &str) -> *mut sys::ibv_context {
+        self.contexts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(std::ptr::null_mut(), |(_, c)| *c as *mut sys::ibv_context)
+    }
+
+    /// The PD this library keeps for `ctx` (made on first use).
+    pub(crate) fn default_pd(&self, ctx: *mut sys::ibv_context) -> *mut sys::ibv_pd {
+        let mut pds = self.pds.lock();
+        if let Some(p) = pds.get(&(ctx as usize)) {
+            return *p as *mut sys::ibv_pd;
+        }
+        // SAFETY: one of our contexts.
+        let pd = unsafe { ibv_alloc_pd(ctx) };
+        if !pd.is_null() {
+            pds.insert(ctx as usize, pd as usize);
+        }
+        pd
+    }
+}
+
+/// An event channel (`rdma_event_channel`).
+#[repr(C)]
+pub(crate) struct ChannelObj {
+    pub(crate) raw: r::rdma_event_channel,
+    pub(crate) id: CmChannelId,
+}
+
+/// A CM id (`rdma_cm_id`).
+#[repr(C)]
+pub(crate) struct IdObj {
+    pub(crate) raw: r::rdma_cm_id,
+    pub(crate) id: CmId,
+    /// Synchronous (made with no channel): the calls wait for their own events on a
+    /// channel this library made (`raw.channel`).
+    pub(crate) sync: bool,
+    /// The channel is this id's own (freed with it).
+    pub(crate) own_channel: bool,
+    /// The CQs and channels `rdma_create_qp` made because the caller gave none.
+    pub(crate) own_cqs: bool,
+    /// `rdma_create_ep` on a passive id: the QP attributes and PD each
+    /// `rdma_get_request` id gets.
+    pub(crate) ep_qp: Option<(sys::ibv_qp_init_attr, usize)>,
+    /// `rdma_destroy_id` came while the id still had its QP (librdmacm allows it:
+    /// the QP is the program's): the id goes when the QP does.
+    pub(crate) destroyed: bool,
+}
+
+/// An event (`rdma_cm_event`) and the private data its `param` points at.
+#[repr(C)]
+pub(crate) struct EventObj {
+    pub(crate) raw: r::rdma_cm_event,
+    pub(crate) data: Vec<u8>,
+}
+
+/// An address list entry (`rdma_addrinfo`) with its addresses.
+#[repr(C)]
+pub(crate) struct AddrInfoObj {
+    pub(crate) raw: r::rdma_addrinfo,
+    pub(crate) src: r::sockaddr_in,
+    pub(crate) dst: r::sockaddr_in,
+}
+
+/// The errno of a CM error (and in `errno`), with EOPNOTSUPP said on stderr.
+pub(crate) fn fail(e: &Error) -> c_int {
+    let n = e.errno();
+    if n == libc::EOPNOTSUPP {
+        eprintln!("rdma-emu librdmacm: not supported by the emulator: {e}");
+    }
+    set_errno(n);
+    n
+}
+
+/// -1 with `errno` (librdmacm's convention for its `int` calls).
+pub(crate) fn err(errno: c_int) -> c_int {
+    set_errno(errno);
+    -1
+}
+
+/// Says on stderr that `what` is not supported; -1 with errno EOPNOTSUPP.
+pub(crate) fn unsupported(what: &str) -> c_int {
+    eprintln!("rdma-emu librdmacm: {what} is not supported by the emulator (EOPNOTSUPP)");
+    err(libc::EOPNOTSUPP)
+}
+
+/// A `sockaddr` (AF_INET) as a socket address; EAFNOSUPPORT for other families.
+///
+/// # Safety
+///
+/// `sa` is null or a valid `sockaddr` of its family's size.
+pub(crate) unsafe fn sockaddr_from_c(sa: *const r::sockaddr) -> Result<Option<SocketAddr>, c_int> {
+    if sa.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: caller's contract.
+    let family = c_int::from(unsafe { (*sa).sa_family });
+    if family != libc::AF_INET {
+        eprintln!("rdma-emu librdmacm: only IPv4 addresses (AF_INET) are supported");
+        return Err(libc::EAFNOSUPPORT);
+    }
+    // SAFETY: an AF_INET sockaddr is a sockaddr_in.
+    let sin = unsafe { &*sa.cast::<r::sockaddr_in>() };
+    Ok(Some(SocketAddr::V4(SocketAddrV4::new(
+        Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+        u16::from_be(sin.sin_port),
+    ))))
+}
+
+/// A socket address as a `sockaddr_in` (IPv6 addresses, which the CM never gives,
+/// become 0.0.0.0).
+pub(crate) fn sockaddr_to_c(a: Option<SocketAddr>) -> r::sockaddr_in {
+    let (ip, port) = match a {
+        Some(SocketAddr::V4(v)) => (*v.ip(), v.port()),
+        _ => (Ipv4Addr::UNSPECIFIED, 0),
+    };
+    r::sockaddr_in {
+        sin_family: libc::AF_INET as r::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: r::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockaddrs_round_trip() {
+        let a = SocketAddr::from(([127, 0, 0, 2], 7174));
+        let c = sockaddr_to_c(Some(a));
+        assert_eq!(c.sin_port, 7174u16.to_be());
+        // SAFETY: a sockaddr_in is a valid AF_INET sockaddr.
+        let back = unsafe { sockaddr_from_c(std::ptr::from_ref(&c).cast()) };
+        assert_eq!(back, Ok(Some(a)));
+        let mut six = c;
+        six.sin_family = libc::AF_INET6 as r::sa_family_t;
+        // SAFETY: as above (the family is only read).
+        let e = unsafe { sockaddr_from_c(std::ptr::from_ref(&six).cast()) };
+        assert_eq!(e, Err(libc::EAFNOSUPPORT));
+        // SAFETY: null is allowed.
+        assert_eq!(unsafe { sockaddr_from_c(std::ptr::null()) }, Ok(None));
+    }
+}
