@@ -1,6 +1,7 @@
 //! Runs unmodified C programs on the emulator through this crate's libibverbs.so.1:
 //! `ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` (server and client as two
-//! processes) and `c/verbs_test.c` compiled against the installed headers. Skips,
+//! processes), `c/verbs_test.c` compiled against the installed headers, and through
+//! librdmacm.so.1 `rping` (rdmacm-utils in PATH, or the directory `RDMACM_UTILS`). Skips,
 //! saying so, when cc, ibverbs-utils or libibverbs-dev are missing
 //! (`scripts/ci-capi.sh` runs the full tool list and makes them mandatory).
 
@@ -37,6 +38,7 @@ fn build_library(dir: &Path) -> PathBuf {
     );
     let archive = profile_dir.join("librdma_emu_ibverbs.a");
     let map = Path::new(env!("CARGO_MANIFEST_DIR")).join("libibverbs.map");
+    let cm_map = Path::new(env!("CARGO_MANIFEST_DIR")).join("librdmacm.map");
     let out = dir.join("libibverbs.so.1");
     let status = Command::new("cc")
         .arg("-shared")
@@ -46,6 +48,7 @@ fn build_library(dir: &Path) -> PathBuf {
         .arg(&archive)
         .arg("-Wl,--no-whole-archive")
         .arg(format!("-Wl,--version-script={}", map.display()))
+        .arg(format!("-Wl,--version-script={}", cm_map.display()))
         .args([
             "-Wl,-soname,libibverbs.so.1",
             "-lpthread",
@@ -58,6 +61,8 @@ fn build_library(dir: &Path) -> PathBuf {
         .unwrap();
     assert!(status.success(), "linking libibverbs.so.1 failed");
     std::os::unix::fs::symlink("libibverbs.so.1", dir.join("libibverbs.so")).unwrap();
+    // librdmacm.so.1 is the same file (see build-so.sh).
+    std::os::unix::fs::symlink("libibverbs.so.1", dir.join("librdmacm.so.1")).unwrap();
     out
 }
 
@@ -166,5 +171,43 @@ fn stock_binaries_run_on_the_emulator() {
         "verbs_test",
     );
     assert!(out.contains("checks passed"), "{out}");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// rping server and client over the emulator's connection manager.
+#[test]
+fn rping_connects_through_the_cm() {
+    let rping = match std::env::var("RDMACM_UTILS") {
+        Ok(d) => Path::new(&d).join("rping").display().to_string(),
+        Err(_) => "rping".into(),
+    };
+    if !have("cc") || !have(&rping) {
+        eprintln!("SKIPPED: needs cc and rping (rdmacm-utils, or RDMACM_UTILS=dir)");
+        return;
+    }
+    let tmp = std::env::temp_dir().join(format!("capi-rping-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    build_library(&tmp);
+    let server = run(
+        &tmp,
+        &[("RDMA_EMU_IP", "127.0.0.15")],
+        &rping,
+        &["-s", "-v", "-C", "5", "-a", "127.0.0.15", "-p", "7175"],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let client = run(
+        &tmp,
+        &[("RDMA_EMU_IP", "127.0.0.16")],
+        &rping,
+        &["-c", "-v", "-C", "5", "-a", "127.0.0.15", "-p", "7175"],
+    );
+    let c = finish(client, "rping client");
+    let s = finish(server, "rping server");
+    assert!(c.contains("ping data: rdma-ping-4"), "{c}");
+    assert!(s.contains("server ping data: rdma-ping-4"), "{s}");
+    assert!(
+        !c.contains("rdma-emu") && !s.contains("rdma-emu"),
+        "{c}\n{s}"
+    );
     std::fs::remove_dir_all(&tmp).unwrap();
 }
