@@ -9,6 +9,7 @@ mod device;
 mod errors;
 mod mw;
 mod pd_mr;
+mod ports;
 mod qp_state;
 mod srq;
 mod ud;
@@ -24,6 +25,7 @@ pub fn register(v: &mut Vec<Case>) {
     mw::register(v);
     srq::register(v);
     ud::register(v);
+    ports::register(v);
 }
 
 /// Asserts that `r` is an error with errno `errno`.
