@@ -336,6 +336,16 @@ impl Qp {
     pub fn query(&self) -> Result<QpAttr> {
         Ok(self.0.dev.query_qp(self.0.id)?.0)
     }
+    /// RESET -> INIT -> RTR -> RTS, connected to `remote` (see [`crate::connect_qp`]).
+    pub fn connect(
+        &self,
+        params: &crate::QpParams,
+        sq_psn: u32,
+        remote: &crate::Endpoint,
+    ) -> Result<()> {
+        let qp_type = self.0.dev.query_qp(self.0.id)?.1.qp_type;
+        crate::connect_qp(&*self.0.dev, self.0.id, qp_type, params, sq_psn, remote)
+    }
     /// `ibv_post_send`.
     pub fn post_send(&self, wrs: &[SendWr]) -> std::result::Result<(), PostError> {
         self.0.dev.post_send(self.0.id, wrs)
