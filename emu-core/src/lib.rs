@@ -6,7 +6,10 @@
 //!
 //! - [`nic`]: `EmuDevice`, the `verbs_api::Device` implementation that runs the engine on
 //!   a UDP socket with a thread of its own.
+//!
+//! - [`cm`]: the connection manager (librdmacm's API) over the IB CM protocol on QP1.
 #![forbid(unsafe_code)]
 
+pub mod cm;
 pub mod engine;
 pub mod nic;

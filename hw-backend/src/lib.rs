@@ -25,6 +25,8 @@
 //!   objects and the safety argument for registered memory.
 //! * `convert` — value conversions between verbs-api types and the C structs, with the
 //!   tests that check every enum and flag value against the installed `verbs.h`.
+//! * `cm` — `HwCm`: the connection manager over librdmacm (its own `unsafe`, with its
+//!   safety argument).
 //! * `device` — [`HwDevice`]: the object tables and the `Device` implementation.
 //! * `disabled` — the build without the `hw` feature.
 //!
@@ -42,6 +44,8 @@
 #![cfg_attr(not(feature = "hw"), forbid(unsafe_code))]
 
 #[cfg(feature = "hw")]
+mod cm;
+#[cfg(feature = "hw")]
 mod convert;
 #[cfg(feature = "hw")]
 mod device;
@@ -51,6 +55,8 @@ mod sys;
 #[cfg(not(feature = "hw"))]
 mod disabled;
 
+#[cfg(feature = "hw")]
+pub use cm::HwCm;
 #[cfg(feature = "hw")]
 pub use device::{devices, wait_fd_readable, HwDevice};
 #[cfg(not(feature = "hw"))]

@@ -39,13 +39,14 @@
 //! * [`error`] — errors and errno values.
 //! * [`verbs`] — the [`Device`] trait every backend implements.
 //! * [`connect`] — bringing a QP from RESET to RTS with the attributes each transport needs.
-//! * [`handles`] — RAII handles over any `Device`: [`Context`], [`Pd`], [`Mr`], [`Cq`], [`Qp`].
+//! * [`handles`] — RAII handles over any `Device`: [`Context`], [`Pd`], [`Mr`], [`Cq`], [`Qp`], [`Srq`], [`Ah`], [`Mw`].
 
 #![forbid(unsafe_code)]
 
 #[macro_use]
 mod macros;
 
+pub mod cm;
 pub mod connect;
 pub mod device;
 pub mod error;
@@ -59,6 +60,7 @@ pub mod verbs;
 pub mod wc;
 pub mod wr;
 
+pub use cm::*;
 pub use connect::*;
 pub use device::*;
 pub use error::*;

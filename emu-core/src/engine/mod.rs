@@ -19,6 +19,7 @@ mod completer;
 mod counters;
 mod cq;
 mod ctx;
+mod gsi;
 mod manage;
 mod modify;
 mod mr;
@@ -46,6 +47,7 @@ use verbs_api::{
 pub use ah::{init_ah_from_wc, is_multicast, AhHandle};
 pub use counters::Counters;
 pub use cq::CqHandle;
+pub use gsi::{GSI_QKEY, GSI_QPN};
 pub use manage::EIO;
 pub use mr::{MrInfo, PdHandle};
 pub use mw::MwHandle;
@@ -536,7 +538,8 @@ impl Engine {
 
     /// `ibv_create_qp`. Returns the QP number. EINVAL for an unknown PD, CQ or SRQ, an
     /// SRQ of another PD, or capacities over the device limits; EOPNOTSUPP for QP types
-    /// not implemented yet. With an SRQ the receive capacities are ignored and set to 0
+    /// not implemented yet; `QpType::Driver` makes the device's QP1, the GSI QP (see
+    /// [`gsi`]; EBUSY if it exists). With an SRQ the receive capacities are ignored and set to 0
     /// (manual 3.4.1: "max_recv_wr ... ignored if srq is not NULL"; kernel rxe reports
     /// 0 too).
     pub fn create_qp(&mut self, mut init: QpInitAttr) -> Result<u32> {
@@ -561,6 +564,13 @@ impl Engine {
             init.cap.max_recv_wr = 0;
             init.cap.max_recv_sge = 0;
         }
+        let gsi = init.qp_type == QpType::Driver;
+        if gsi {
+            if self.qps.contains_key(&GSI_QPN) {
+                return Err(Error::Busy("the device has its QP1 already"));
+            }
+            init.qp_type = QpType::Ud;
+        }
         match init.qp_type {
             QpType::Rc | QpType::Uc | QpType::Ud => {}
             _ => return Err(Error::Unsupported("QP type not supported by the emulator")),
@@ -580,11 +590,16 @@ impl Engine {
         if self.qps.len() >= l.max_qp as usize {
             return Err(Error::NoMemory("max_qp reached"));
         }
-        let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) {
-            qpn = next_qpn(qpn);
-        }
-        self.next_qpn = next_qpn(qpn);
+        let qpn = if gsi {
+            GSI_QPN
+        } else {
+            let mut qpn = self.next_qpn;
+            while self.qps.contains_key(&qpn) {
+                qpn = next_qpn(qpn);
+            }
+            self.next_qpn = next_qpn(qpn);
+            qpn
+        };
         self.mrs.pd_ref(init.pd, 1);
         for cq in [init.send_cq, init.recv_cq] {
             if let Some(q) = self.cqs.get_mut(&cq.0) {
@@ -598,6 +613,9 @@ impl Engine {
         if init.qp_type == QpType::Ud {
             // A UD QP sends with the port's active MTU (IBTA 9.8.?; no path attributes).
             qp.attr.path_mtu = self.limits.active_mtu;
+        }
+        if gsi {
+            qp.attr.qkey = GSI_QKEY;
         }
         self.qps.insert(qpn, qp);
         Ok(qpn)
@@ -636,8 +654,14 @@ impl Engine {
         attr: &QpAttr,
         mask: QpAttrMask,
     ) -> Result<()> {
-        self.with_qp(now, qpn, |qp, ctx| qp.modify(ctx, attr, mask))
-            .unwrap_or_else(|| Err(Self::qp_missing()))
+        let r = self.with_qp(now, qpn, |qp, ctx| qp.modify(ctx, attr, mask));
+        if qpn == GSI_QPN {
+            // IBTA 13.5.3.?: QP1's Q_Key is the well-known one, whatever is asked.
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.attr.qkey = GSI_QKEY;
+            }
+        }
+        r.unwrap_or_else(|| Err(Self::qp_missing()))
     }
 
     /// `ibv_query_qp`: the current attributes and the creation attributes.

@@ -3,6 +3,7 @@
 
 use crate::Case;
 
+mod cm;
 mod cq;
 mod data;
 mod device;
@@ -26,6 +27,7 @@ pub fn register(v: &mut Vec<Case>) {
     srq::register(v);
     ud::register(v);
     ports::register(v);
+    cm::register(v);
 }
 
 /// Asserts that `r` is an error with errno `errno`.

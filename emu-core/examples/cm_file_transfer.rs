@@ -1,0 +1,289 @@
+//! The seed tutorial's "Lab 3" file transfer over the connection manager, as two
+//! processes on emulated devices over UDP:
+//!
+//! ```sh
+//! cargo run -p emu-core --example cm_file_transfer -- receive            # on 127.0.0.1
+//! cargo run -p emu-core --example cm_file_transfer -- send 127.0.0.1 FILE # on 127.0.0.2
+//! ```
+//!
+//! 1. The sender connects (rdma_cm: resolve address and route, connect) and SENDs the
+//!    file's length and hash.
+//! 2. The receiver registers a buffer that long for remote writes and SENDs back its
+//!    address, length and rkey.
+//! 3. The sender RDMA-WRITEs the file into it and SENDs DONE.
+//! 4. The receiver hashes what arrived and answers good or bad; the sender disconnects.
+//!
+//! Options: `--port P` (the CM port, 7471), `--udp-port P` (the RoCE UDP port of both
+//! devices, else `$EMU_PORT`, else 4791), `--ip A` (this side's device address).
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use emu_core::cm::{CmConfig, EmuCm};
+use emu_core::nic::{EmuConfig, EmuDevice};
+use verbs_api::*;
+
+const MSG: u32 = 64;
+const FILE_INFO: u8 = 1;
+const MR_INFO: u8 = 2;
+const DONE: u8 = 3;
+const RESULT: u8 = 4;
+const WAIT: Option<Duration> = Some(Duration::from_secs(30));
+/// Largest single RDMA WRITE.
+const CHUNK: usize = 1 << 20;
+
+type Res<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// FNV-1a, 64 bits: the "hash" both sides compute.
+fn hash(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+struct Side {
+    cm: EmuCm,
+    ch: CmChannelId,
+    _dev: Arc<dyn Device>,
+}
+
+fn open(ip: Ipv4Addr, udp_port: u16) -> Res<Side> {
+    let dev: Arc<dyn Device> = Arc::new(EmuDevice::open(EmuConfig {
+        name: format!("emu-{ip}"),
+        ip,
+        port: udp_port,
+        ..EmuConfig::default()
+    })?);
+    let cm = EmuCm::open(
+        vec![dev.clone()],
+        CmConfig {
+            response_timeout: 16,
+            max_retries: 8,
+            ..CmConfig::default()
+        },
+    )?;
+    let ch = cm.create_event_channel()?;
+    Ok(Side { cm, ch, _dev: dev })
+}
+
+/// The id's QP (RC) with one CQ, and a message buffer for two sends and two receives.
+fn setup(cm: &EmuCm, id: CmId) -> Res<(MemBuf, MrInfo)> {
+    let dev = cm.device(id)?;
+    let pd = dev.alloc_pd()?;
+    let cq = dev.create_cq(16, None)?;
+    cm.create_qp(
+        id,
+        &QpInitAttr {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type: QpType::Rc,
+            cap: QpCap {
+                max_send_wr: 8,
+                max_recv_wr: 8,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: true,
+            srq: None,
+        },
+    )?;
+    let buf = MemBuf::new(2 * MSG as usize);
+    let mr = reg_msgs(cm, id, &buf, 0, buf.len())?;
+    Ok((buf, mr))
+}
+
+/// Receive slot at 0, send slot at MSG.
+fn send_msg(cm: &EmuCm, id: CmId, buf: &MemBuf, mr: &MrInfo, msg: &[u8]) -> Res<()> {
+    buf.write(MSG as usize, msg)?;
+    post_send(
+        cm,
+        id,
+        1,
+        mr.addr + u64::from(MSG),
+        MSG,
+        Some(mr),
+        SendFlags::SIGNALED,
+    )?;
+    let wc = get_send_comp(cm, id, WAIT)?;
+    if wc.status != WcStatus::Success {
+        return Err(format!("send failed: {}", wc.status).into());
+    }
+    Ok(())
+}
+
+fn recv_msg(cm: &EmuCm, id: CmId, buf: &MemBuf, mr: &MrInfo, kind: u8) -> Res<Vec<u8>> {
+    let wc = get_recv_comp(cm, id, WAIT)?;
+    if wc.status != WcStatus::Success {
+        return Err(format!("receive failed: {}", wc.status).into());
+    }
+    let mut m = vec![0u8; MSG as usize];
+    buf.read(0, &mut m)?;
+    if m[0] != kind {
+        return Err(format!("expected message {kind}, got {}", m[0]).into());
+    }
+    post_recv(cm, id, 0, mr.addr, MSG, mr)?;
+    Ok(m)
+}
+
+fn u64_at(m: &[u8], at: usize) -> u64 {
+    u64::from_be_bytes(m[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn receive(ip: Ipv4Addr, udp_port: u16, port: u16) -> Res<bool> {
+    let s = open(ip, udp_port)?;
+    let l = s.cm.create_id(s.ch, PortSpace::Tcp)?;
+    s.cm.bind_addr(l, SocketAddr::from((ip, port)))?;
+    s.cm.listen(l, 1)?;
+    println!("listening on {ip}:{port}");
+    let req = s.cm.get_request(l, None)?;
+    let id = req.id;
+    let (buf, mr) = setup(&s.cm, id)?;
+    post_recv(&s.cm, id, 0, mr.addr, MSG, &mr)?;
+    s.cm.accept(id, &ConnParam::default())?;
+    expect_cm_event(&s.cm, s.ch, Some(id), CmEventType::Established, WAIT)?;
+
+    let info = recv_msg(&s.cm, id, &buf, &mr, FILE_INFO)?;
+    let (len, want) = (u64_at(&info, 8) as usize, u64_at(&info, 16));
+    let file = MemBuf::new(len.max(1));
+    let fmr = reg_write(&s.cm, id, &file, 0, len.max(1))?;
+    let mut m = vec![MR_INFO; 1];
+    m.resize(8, 0);
+    m.extend_from_slice(&fmr.addr.to_be_bytes());
+    m.extend_from_slice(&(len as u64).to_be_bytes());
+    m.extend_from_slice(&u64::from(fmr.rkey).to_be_bytes());
+    send_msg(&s.cm, id, &buf, &mr, &m)?;
+
+    recv_msg(&s.cm, id, &buf, &mr, DONE)?;
+    let got = file.with(|b| hash(&b[..len]));
+    let ok = got == want;
+    println!(
+        "received {len} bytes, hash {got:016x}: {}",
+        if ok { "good" } else { "BAD" }
+    );
+    send_msg(&s.cm, id, &buf, &mr, &[RESULT, u8::from(ok)])?;
+    expect_cm_event(&s.cm, s.ch, Some(id), CmEventType::Disconnected, WAIT)?;
+    // The usual answer to DISCONNECTED (librdmacm sends the DREP then).
+    s.cm.disconnect(id)?;
+    s.cm.destroy_qp(id)?;
+    Ok(ok)
+}
+
+fn send(ip: Ipv4Addr, udp_port: u16, to: SocketAddr, path: &str) -> Res<bool> {
+    let data = std::fs::read(path)?;
+    let c = open(ip, udp_port)?;
+    let id = c.cm.create_id(c.ch, PortSpace::Tcp)?;
+    c.cm.resolve_addr(id, None, to, Duration::from_secs(2))?;
+    expect_cm_event(&c.cm, c.ch, Some(id), CmEventType::AddrResolved, WAIT)?;
+    c.cm.resolve_route(id, Duration::from_secs(2))?;
+    expect_cm_event(&c.cm, c.ch, Some(id), CmEventType::RouteResolved, WAIT)?;
+    let (buf, mr) = setup(&c.cm, id)?;
+    post_recv(&c.cm, id, 0, mr.addr, MSG, &mr)?;
+    c.cm.connect(id, &ConnParam::default())?;
+    expect_cm_event(&c.cm, c.ch, Some(id), CmEventType::Established, WAIT)?;
+
+    let t0 = Instant::now();
+    let mut m = vec![FILE_INFO; 1];
+    m.resize(8, 0);
+    m.extend_from_slice(&(data.len() as u64).to_be_bytes());
+    m.extend_from_slice(&hash(&data).to_be_bytes());
+    send_msg(&c.cm, id, &buf, &mr, &m)?;
+    let r = recv_msg(&c.cm, id, &buf, &mr, MR_INFO)?;
+    let (addr, len, rkey) = (u64_at(&r, 8), u64_at(&r, 16), u64_at(&r, 24) as u32);
+    if len as usize != data.len() {
+        return Err("the receiver's buffer has the wrong length".into());
+    }
+    let file = MemBuf::from_vec(data.clone());
+    let fmr = reg_msgs(&c.cm, id, &file, 0, file.len().max(1))?;
+    for (k, off) in (0..data.len()).step_by(CHUNK).enumerate() {
+        let n = CHUNK.min(data.len() - off);
+        post_write(
+            &c.cm,
+            id,
+            10 + k as u64,
+            fmr.addr + off as u64,
+            n as u32,
+            &fmr,
+            SendFlags::SIGNALED,
+            addr + off as u64,
+            rkey,
+        )?;
+        let wc = get_send_comp(&c.cm, id, WAIT)?;
+        if wc.status != WcStatus::Success {
+            return Err(format!("RDMA WRITE failed: {}", wc.status).into());
+        }
+    }
+    send_msg(&c.cm, id, &buf, &mr, &[DONE])?;
+    let r = recv_msg(&c.cm, id, &buf, &mr, RESULT)?;
+    let ok = r[1] == 1;
+    println!(
+        "sent {} bytes in {:?}: the receiver says {}",
+        data.len(),
+        t0.elapsed(),
+        if ok { "good" } else { "BAD" }
+    );
+    c.cm.disconnect(id)?;
+    expect_cm_event(&c.cm, c.ch, Some(id), CmEventType::Disconnected, WAIT)?;
+    c.cm.destroy_qp(id)?;
+    Ok(ok)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opt = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let udp_port = opt("--udp-port")
+        .or_else(|| std::env::var("EMU_PORT").ok())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(4791);
+    let port: u16 = opt("--port").and_then(|p| p.parse().ok()).unwrap_or(7471);
+    let positional: Vec<&String> = {
+        let mut v = Vec::new();
+        let mut skip = false;
+        for a in &args {
+            if skip {
+                skip = false;
+            } else if a.starts_with("--") {
+                skip = true;
+            } else {
+                v.push(a);
+            }
+        }
+        v
+    };
+    let r = match positional.as_slice() {
+        [mode] if *mode == "receive" => {
+            let ip = opt("--ip")
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(Ipv4Addr::LOCALHOST);
+            receive(ip, udp_port, port)
+        }
+        [mode, to, path] if *mode == "send" => {
+            let ip = opt("--ip")
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(Ipv4Addr::new(127, 0, 0, 2));
+            match to.parse::<Ipv4Addr>() {
+                Ok(to) => send(ip, udp_port, SocketAddr::from((to, port)), path),
+                Err(e) => Err(e.into()),
+            }
+        }
+        _ => {
+            eprintln!("usage: cm_file_transfer receive | cm_file_transfer send RECEIVER_IP FILE");
+            std::process::exit(2);
+        }
+    };
+    match r {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    }
+}

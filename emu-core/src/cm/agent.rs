@@ -1,0 +1,208 @@
+//! The GSI agent of one device: its QP1 (see `engine::gsi`), the buffers MADs are
+//! received into and sent from, and an address handle per peer, all made through the
+//! plain [`Device`] verbs. RoCEv2 carries a MAD as a UD SEND to destination QP 1 with
+//! the GSI Q_Key (IBTA 13.5.1, Annex A17), exactly as kernel rxe sends rdma_cm's.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use verbs_api::{
+    AhId, ChannelId, CqId, Device, Endpoint, Error, Gid, MemBuf, MrInfo, Mtu, PdId, QpCap,
+    QpInitAttr, QpParams, QpType, RecvWr, Result, SendWr, Sge, UdDest, WcStatus, WorkCompletion,
+};
+
+use super::mad::MAD_LEN;
+use crate::engine::{init_ah_from_wc, GRH_LEN, GSI_QKEY, GSI_QPN};
+
+/// Receive buffers kept posted on QP1.
+const RECV_SLOTS: usize = 128;
+/// Send buffers, used round-robin (a UD send is on the wire when `post_send` returns
+/// on the emulator, so a slot is free again long before it comes round).
+const SEND_SLOTS: usize = 64;
+/// Bytes per slot: GRH plus MAD, rounded up.
+const SLOT: usize = 512;
+/// wr_id bit that marks a send.
+const SEND_TAG: u64 = 1 << 63;
+
+/// One device's QP1 and what it needs.
+pub(crate) struct Agent {
+    pub(crate) dev: Arc<dyn Device>,
+    pub(crate) gid: Gid,
+    pub(crate) ip: Ipv4Addr,
+    pub(crate) guid: u64,
+    pub(crate) mtu: Mtu,
+    pd: PdId,
+    cq: CqId,
+    pub(crate) channel: ChannelId,
+    buf: MemBuf,
+    mr: MrInfo,
+    ahs: HashMap<Gid, AhId>,
+    next_send: usize,
+    wcs: Vec<WorkCompletion>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("device", &self.dev.name())
+            .field("ip", &self.ip)
+            .finish()
+    }
+}
+
+impl Agent {
+    /// Makes QP1 on `dev` and brings it to RTS with every receive buffer posted.
+    pub(crate) fn open(dev: Arc<dyn Device>) -> Result<Agent> {
+        let gid = dev.query_gid(1, 0)?;
+        let ip = gid
+            .to_ipv4()
+            .ok_or(Error::Unsupported("the CM runs on IPv4 RoCEv2 GIDs only"))?;
+        let guid = dev.query_device()?.node_guid;
+        let mtu = dev.query_port(1)?.active_mtu;
+        let pd = dev.alloc_pd()?;
+        let channel = dev.create_comp_channel()?;
+        let cq = dev.create_cq(4 * (RECV_SLOTS + SEND_SLOTS) as u32, Some(channel))?;
+        let qpn = dev.create_qp(&QpInitAttr {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type: QpType::Driver,
+            cap: QpCap {
+                max_send_wr: 2 * SEND_SLOTS as u32,
+                max_recv_wr: RECV_SLOTS as u32,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: true,
+            srq: None,
+        })?;
+        if qpn != GSI_QPN {
+            let _ = dev.destroy_qp(qpn);
+            return Err(Error::Unsupported("the device has no GSI QP"));
+        }
+        let params = QpParams {
+            qkey: GSI_QKEY,
+            ..QpParams::default()
+        };
+        for (attr, mask) in [
+            params.init(QpType::Ud),
+            params.rtr(QpType::Ud, &Endpoint::default()),
+            params.rts(QpType::Ud, 0),
+        ] {
+            dev.modify_qp(qpn, &attr, mask)?;
+        }
+        let buf = MemBuf::new((RECV_SLOTS + SEND_SLOTS) * SLOT);
+        let mr = dev.reg_mr(pd, &buf, 0, buf.len(), verbs_api::AccessFlags::LOCAL_WRITE)?;
+        let agent = Agent {
+            dev,
+            gid,
+            ip,
+            guid,
+            mtu,
+            pd,
+            cq,
+            channel,
+            buf,
+            mr,
+            ahs: HashMap::new(),
+            next_send: 0,
+            wcs: Vec::with_capacity(64),
+        };
+        for slot in 0..RECV_SLOTS {
+            agent.post_recv(slot)?;
+        }
+        agent.dev.req_notify_cq(cq, false)?;
+        Ok(agent)
+    }
+
+    fn post_recv(&self, slot: usize) -> Result<()> {
+        let sge = Sge {
+            addr: self.mr.addr + (slot * SLOT) as u64,
+            length: SLOT as u32,
+            lkey: self.mr.lkey,
+        };
+        self.dev
+            .post_recv(GSI_QPN, &[RecvWr::new(slot as u64, vec![sge])])
+            .map_err(|e| e.error)
+    }
+
+    /// Sends one MAD to QP1 of `dst`.
+    pub(crate) fn send(&mut self, dst: Gid, mad: &[u8; MAD_LEN]) -> Result<()> {
+        let ah = match self.ahs.get(&dst) {
+            Some(ah) => *ah,
+            None => {
+                let ah = self
+                    .dev
+                    .create_ah(self.pd, &QpParams::default().ah_attr(dst))?;
+                self.ahs.insert(dst, ah);
+                ah
+            }
+        };
+        let slot = RECV_SLOTS + self.next_send;
+        self.next_send = (self.next_send + 1) % SEND_SLOTS;
+        self.buf.write(slot * SLOT, mad)?;
+        let sge = Sge {
+            addr: self.mr.addr + (slot * SLOT) as u64,
+            length: MAD_LEN as u32,
+            lkey: self.mr.lkey,
+        };
+        let wr = SendWr::send(SEND_TAG | slot as u64, vec![sge]).with_ud(UdDest {
+            ah,
+            remote_qpn: GSI_QPN,
+            remote_qkey: GSI_QKEY,
+        });
+        self.dev.post_send(GSI_QPN, &[wr]).map_err(|e| e.error)
+    }
+
+    /// Takes every MAD that arrived (sender's GID and bytes), reposting the buffers,
+    /// and re-arms the CQ. Send completions are only counted away. Returns the number of
+    /// receive completions that were not a MAD (short, or in error).
+    pub(crate) fn poll(&mut self, out: &mut Vec<(Gid, [u8; MAD_LEN])>) -> Result<u64> {
+        let mut bad = 0;
+        loop {
+            self.wcs.clear();
+            if self.dev.poll_cq(self.cq, 64, &mut self.wcs)? == 0 {
+                break;
+            }
+            for wc in std::mem::take(&mut self.wcs) {
+                if wc.wr_id & SEND_TAG != 0 {
+                    continue;
+                }
+                let slot = wc.wr_id as usize;
+                if wc.status == WcStatus::Success && wc.byte_len as usize >= GRH_LEN + MAD_LEN {
+                    let mut bytes = [0u8; GRH_LEN + MAD_LEN];
+                    self.buf.read(slot * SLOT, &mut bytes)?;
+                    match init_ah_from_wc(1, &wc, &bytes[..GRH_LEN], &[self.gid]) {
+                        Ok(ah) => {
+                            let mut mad = [0u8; MAD_LEN];
+                            mad.copy_from_slice(&bytes[GRH_LEN..]);
+                            out.push((ah.grh.dgid, mad));
+                        }
+                        Err(_) => bad += 1,
+                    }
+                } else {
+                    bad += 1;
+                }
+                if wc.status != WcStatus::WrFlushErr {
+                    self.post_recv(slot)?;
+                }
+            }
+        }
+        self.dev.req_notify_cq(self.cq, false)?;
+        Ok(bad)
+    }
+
+    /// Frees QP1 and everything made for it.
+    pub(crate) fn close(&mut self) {
+        let _ = self.dev.destroy_qp(GSI_QPN);
+        for (_, ah) in self.ahs.drain() {
+            let _ = self.dev.destroy_ah(ah);
+        }
+        let _ = self.dev.dereg_mr(self.mr.lkey);
+        let _ = self.dev.destroy_cq(self.cq);
+        let _ = self.dev.destroy_comp_channel(self.channel);
+        let _ = self.dev.dealloc_pd(self.pd);
+    }
+}

@@ -1,0 +1,442 @@
+//! The emulator's connection manager: librdmacm's API ([`verbs_api::ConnectionManager`])
+//! over the IB CM protocol, carried in MADs on QP1 inside RoCEv2 as rdma_cm does over
+//! kernel rxe (the RDMA IP CM service IDs, rdma_cm's private-data header with the IP
+//! addresses), so the wire is the one a real rdma_cm peer speaks.
+//!
+//! An [`EmuCm`] is the CM of one host: it serves the devices it is given (each gets its
+//! GSI QP, QP1, made through the plain `Device` verbs; see `engine::gsi`), and an id is
+//! bound to the device that owns its address or reaches its peer.
+//!
+//! - [`mad`]: the CM MADs as bytes.
+//! - `agent`: one device's QP1, buffers and address handles.
+//! - `proto`: ids, states, timers, and what each MAD does.
+//! - `channel`: event channels.
+//!
+//! Time: [`EmuCm::open`] runs on real time, with a thread that takes MADs as they
+//! arrive and fires the CM's timers. [`EmuCm::open_virtual`] runs on a simulated fabric
+//! with virtual time and no thread: the CMs that share a [`VirtualNet`] move when a CM
+//! call waits (`get_cm_event`, `get_request`): they let the fabric deliver what is in
+//! flight (through the devices' own idle hook), take the MADs, and when the fabric has
+//! nothing left to do, jump the CM clock to the next CM timer. A single-threaded test
+//! is then deterministic, and a lost REQ costs no real time.
+
+mod agent;
+mod channel;
+pub mod mad;
+mod proto;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use verbs_api::{
+    CmChannelId, CmEvent, CmEventType, CmId, CmIdInfo, ConnParam, ConnectionManager, Device, Error,
+    PortSpace, QpInitAttr, Result,
+};
+
+use agent::Agent;
+use channel::EventQueue;
+use proto::State;
+pub use proto::{cm_time, RDMA_UDP_QKEY};
+
+/// The CM's timing choices (IBTA 12.7.?, with rdma_cm's defaults).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmConfig {
+    /// How long to wait for an answer, as IBTA's time code (4.096 us * 2^t); also the
+    /// time-wait. rdma_cm: 20 (about 4.3 s).
+    pub response_timeout: u8,
+    /// Times a REQ, REP, DREQ or SIDR_REQ is sent again before giving up. rdma_cm: 15.
+    pub max_retries: u8,
+    /// The service timeout an MRA asks for (time code).
+    pub mra_service_timeout: u8,
+    /// The local ACK timeout of the connected QPs (time code).
+    pub ack_timeout: u8,
+}
+
+impl Default for CmConfig {
+    fn default() -> Self {
+        CmConfig {
+            response_timeout: 20,
+            max_retries: 15,
+            mra_service_timeout: 22,
+            ack_timeout: 14,
+        }
+    }
+}
+
+/// What a CM counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CmStats {
+    /// MADs sent (retransmissions included).
+    pub sent: u64,
+    /// MADs received.
+    pub received: u64,
+    /// REQ, REP, DREQ and SIDR_REQ sent again after a timeout.
+    pub retransmits: u64,
+    /// MRAs sent.
+    pub mra_sent: u64,
+    /// REJs sent.
+    pub rej_sent: u64,
+    /// Received MADs that were not CM MADs, or malformed.
+    pub dropped: u64,
+    /// MADs that matched no id in a state that takes them (stale duplicates).
+    pub unmatched: u64,
+    /// MADs that could not be posted.
+    pub send_errors: u64,
+}
+
+/// The CMs that share one simulated fabric: one virtual clock, and every member moves
+/// when any of them waits.
+#[derive(Debug)]
+pub struct VirtualNet {
+    now: Mutex<Instant>,
+    members: Mutex<Vec<Weak<Shared>>>,
+}
+
+impl VirtualNet {
+    /// A new, empty set.
+    pub fn new() -> Arc<VirtualNet> {
+        Arc::new(VirtualNet {
+            now: Mutex::new(Instant::now()),
+            members: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn now(&self) -> Instant {
+        *self.now.lock()
+    }
+
+    fn members(&self) -> Vec<Arc<Shared>> {
+        let mut m = self.members.lock();
+        m.retain(|w| w.strong_count() > 0);
+        m.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Moves every member on by one step: takes the MADs that arrived and fires due
+    /// timers, else lets the fabric deliver what is in flight, else jumps the clock to
+    /// the next CM timer. False when nothing can ever happen. `get_cm_event` calls it
+    /// while it waits; a test may call it to let time pass between two CM calls.
+    pub fn step(&self) -> bool {
+        let members = self.members();
+        let pump_all = || {
+            let now = self.now();
+            let mut did = false;
+            for m in &members {
+                did |= m.state.lock().pump(now);
+            }
+            did
+        };
+        if pump_all() {
+            return true;
+        }
+        // Let the fabric deliver what is in flight: a device's wait runs the fabric
+        // until a MAD lands on its QP1 or nothing is left.
+        let probe = members.iter().find_map(|m| {
+            let st = m.state.lock();
+            st.agents.first().map(|a| (a.dev.clone(), a.channel))
+        });
+        if let Some((dev, ch)) = probe {
+            if dev.get_cq_event(ch, Some(Duration::ZERO)).is_ok() {
+                return true;
+            }
+        }
+        if pump_all() {
+            return true;
+        }
+        let next = members
+            .iter()
+            .filter_map(|m| m.state.lock().next_deadline())
+            .min();
+        match next {
+            Some(t) => {
+                let mut now = self.now.lock();
+                *now = (*now).max(t);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+enum Clock {
+    Real,
+    Virtual(Arc<VirtualNet>),
+}
+
+/// One CM's state behind its lock.
+struct Shared {
+    state: Mutex<State>,
+    clock: Clock,
+    stop: AtomicBool,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    fn now(&self) -> Instant {
+        match &self.clock {
+            Clock::Real => Instant::now(),
+            Clock::Virtual(net) => net.now(),
+        }
+    }
+
+    /// The CM thread of real time: takes MADs as they come, fires timers.
+    fn run(&self) {
+        let (dev, ch, many) = {
+            let st = self.state.lock();
+            let a = &st.agents[0];
+            (a.dev.clone(), a.channel, st.agents.len() > 1)
+        };
+        while !self.stop.load(Ordering::Relaxed) {
+            let next = {
+                let mut st = self.state.lock();
+                let now = Instant::now();
+                st.pump(now);
+                st.next_deadline().map(|t| t.saturating_duration_since(now))
+            };
+            let cap = if many {
+                Duration::from_millis(1)
+            } else {
+                Duration::from_millis(20)
+            };
+            let wait = next.map_or(cap, |d| d.min(cap));
+            let _ = dev.get_cq_event(ch, Some(wait));
+        }
+    }
+}
+
+/// The emulator's connection manager over a set of devices. See the [module docs](self).
+pub struct EmuCm {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for EmuCm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmuCm").finish_non_exhaustive()
+    }
+}
+
+fn agents(devices: Vec<Arc<dyn Device>>) -> Result<Vec<Agent>> {
+    if devices.is_empty() {
+        return Err(Error::NoDevice("a CM needs a device".into()));
+    }
+    let mut out: Vec<Agent> = Vec::with_capacity(devices.len());
+    for d in devices {
+        match Agent::open(d) {
+            Ok(a) => out.push(a),
+            Err(e) => {
+                for a in &mut out {
+                    a.close();
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl EmuCm {
+    /// The CM of `devices` on real time (devices on UDP), with its own thread. Each
+    /// device gets its QP1 (EBUSY if another CM serves it already).
+    pub fn open(devices: Vec<Arc<dyn Device>>, cfg: CmConfig) -> Result<EmuCm> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(agents(devices)?, cfg)),
+            clock: Clock::Real,
+            stop: AtomicBool::new(false),
+        });
+        let worker = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("emu-cm".into())
+            .spawn(move || worker.run())
+            .map_err(|_| Error::NoMemory("cannot start the CM thread"))?;
+        Ok(EmuCm {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The CM of `devices` on a simulated fabric, sharing the virtual clock of `net`
+    /// with the other CMs of that fabric. No thread: it moves when a CM call waits.
+    pub fn open_virtual(
+        net: &Arc<VirtualNet>,
+        devices: Vec<Arc<dyn Device>>,
+        cfg: CmConfig,
+    ) -> Result<EmuCm> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(agents(devices)?, cfg)),
+            clock: Clock::Virtual(net.clone()),
+            stop: AtomicBool::new(false),
+        });
+        net.members.lock().push(Arc::downgrade(&shared));
+        Ok(EmuCm {
+            shared,
+            thread: None,
+        })
+    }
+
+    /// What the CM counted.
+    pub fn stats(&self) -> CmStats {
+        self.shared.state.lock().stats
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {
+        let now = self.shared.now();
+        f(&mut self.shared.state.lock(), now)
+    }
+
+    fn wait_event(
+        &self,
+        ch: u32,
+        want: &dyn Fn(&CmEvent) -> bool,
+        timeout: Option<Duration>,
+    ) -> Result<CmEvent> {
+        let q: Arc<EventQueue> = self
+            .shared
+            .state
+            .lock()
+            .channels
+            .get(&ch)
+            .cloned()
+            .ok_or(Error::InvalidArgument("no such event channel"))?;
+        match &self.shared.clock {
+            Clock::Real => q.pop(want, timeout),
+            Clock::Virtual(net) => loop {
+                if let Some(ev) = q.try_pop(want) {
+                    return Ok(ev);
+                }
+                if !net.step() {
+                    // Nothing in flight and no timer: nothing will ever come.
+                    return q.try_pop(want).ok_or(Error::TimedOut);
+                }
+            },
+        }
+    }
+}
+
+impl Drop for EmuCm {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.shared.state.lock().close();
+    }
+}
+
+impl ConnectionManager for EmuCm {
+    fn create_event_channel(&self) -> Result<CmChannelId> {
+        self.with(|s, _| s.create_channel()).map(CmChannelId)
+    }
+
+    fn destroy_event_channel(&self, ch: CmChannelId) -> Result<()> {
+        self.with(|s, _| s.destroy_channel(ch.0))
+    }
+
+    fn event_channel_fd(&self, ch: CmChannelId) -> Result<i32> {
+        self.with(|s, _| {
+            s.channels
+                .get(&ch.0)
+                .map(|q| q.fd())
+                .ok_or(Error::InvalidArgument("no such event channel"))
+        })
+    }
+
+    fn get_cm_event(&self, ch: CmChannelId, timeout: Option<Duration>) -> Result<CmEvent> {
+        self.wait_event(ch.0, &|_| true, timeout)
+    }
+
+    fn create_id(&self, ch: CmChannelId, ps: PortSpace) -> Result<CmId> {
+        self.with(|s, _| s.create_id(ch.0, ps))
+    }
+
+    fn destroy_id(&self, id: CmId) -> Result<()> {
+        self.with(|s, now| s.destroy_id(id, now))
+    }
+
+    fn bind_addr(&self, id: CmId, addr: SocketAddr) -> Result<()> {
+        self.with(|s, _| s.bind(id, addr))
+    }
+
+    fn resolve_addr(
+        &self,
+        id: CmId,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<()> {
+        self.with(|s, now| s.resolve_addr(id, src, dst, timeout, now))
+    }
+
+    fn resolve_route(&self, id: CmId, _timeout: Duration) -> Result<()> {
+        self.with(|s, _| s.resolve_route(id))
+    }
+
+    fn listen(&self, id: CmId, backlog: u32) -> Result<()> {
+        self.with(|s, _| s.listen(id, backlog))
+    }
+
+    fn get_request(&self, listen: CmId, timeout: Option<Duration>) -> Result<CmEvent> {
+        let ch = self.with(|s, _| s.channel_of(listen))?;
+        self.wait_event(
+            ch,
+            &|e| e.event == CmEventType::ConnectRequest && e.listen_id == Some(listen),
+            timeout,
+        )
+    }
+
+    fn create_qp(&self, id: CmId, init: &QpInitAttr) -> Result<u32> {
+        self.with(|s, _| s.create_qp(id, init))
+    }
+
+    fn destroy_qp(&self, id: CmId) -> Result<()> {
+        self.with(|s, _| s.destroy_qp(id))
+    }
+
+    fn connect(&self, id: CmId, param: &ConnParam) -> Result<()> {
+        self.with(|s, now| s.connect(id, param, now))
+    }
+
+    fn establish(&self, id: CmId) -> Result<()> {
+        self.with(|s, now| s.establish(id, now))
+    }
+
+    fn accept(&self, id: CmId, param: &ConnParam) -> Result<()> {
+        self.with(|s, now| s.accept(id, param, now))
+    }
+
+    fn reject(&self, id: CmId, private_data: &[u8]) -> Result<()> {
+        self.with(|s, now| s.reject(id, private_data, mad::reason::CONSUMER, now))
+    }
+
+    fn disconnect(&self, id: CmId) -> Result<()> {
+        self.with(|s, now| s.disconnect(id, now))
+    }
+
+    fn join_multicast(&self, _id: CmId, _addr: SocketAddr) -> Result<()> {
+        Err(Error::Unsupported(
+            "multicast through the CM is not in the emulator yet",
+        ))
+    }
+
+    fn leave_multicast(&self, _id: CmId, _addr: SocketAddr) -> Result<()> {
+        Err(Error::Unsupported(
+            "multicast through the CM is not in the emulator yet",
+        ))
+    }
+
+    fn id_info(&self, id: CmId) -> Result<CmIdInfo> {
+        self.with(|s, _| s.info(id))
+    }
+
+    fn device(&self, id: CmId) -> Result<Arc<dyn Device>> {
+        self.with(|s, _| s.device(id))
+    }
+}

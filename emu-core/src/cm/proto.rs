@@ -1,0 +1,1338 @@
+//! The connection protocol of the emulator's CM: ids, their states, the MADs each
+//! state sends and takes, and the timers (IBTA 12.6-12.9, 12.11; rdma_cm's events as
+//! the kernel's `cma.c` maps them). Time is passed in: no clock is read here.
+//!
+//! - Active side: REQ (12.6.5), then REP (12.6.8) -> the QP to RTR and RTS, RTU
+//!   (12.6.9), `ESTABLISHED`; REJ (12.6.7) -> `REJECTED` with the reason as status. A
+//!   REQ unanswered for the response timeout is sent again, up to the max CM retries
+//!   (12.7.?); then the peer gets a REJ "timeout" and the id `UNREACHABLE` (-ETIMEDOUT).
+//!   An MRA (12.6.6) extends the wait by its service timeout.
+//! - Passive side: a REQ for a listening service ID becomes a new id and
+//!   `CONNECT_REQUEST`; a REQ for nobody is answered with REJ "invalid service ID". A
+//!   duplicate REQ while the consumer has not decided is answered with an MRA, a
+//!   duplicate after the REP with the REP again (12.6.5.?). The REP is repeated until
+//!   the RTU comes; a duplicate REP at the active side is answered with the RTU again.
+//! - Disconnect: DREQ (12.6.10) -> the QP to ERROR and `DISCONNECTED` at the peer,
+//!   whose `disconnect` in answer sends the DREP (12.6.11; rdma_cm's order) that gives
+//!   the first side its `DISCONNECTED`; after the time-wait (12.9.?) each side gets
+//!   `TIMEWAIT_EXIT`. A DREQ for an unknown connection is still answered. An unanswered
+//!   DREQ is repeated, then the side disconnects anyway.
+//! - UD (`RDMA_PS_UDP`): SIDR_REQ / SIDR_REP (12.11) carry the QPN and Q_Key.
+//! - Address resolution asks the destination's QP1 for its CM ClassPortInfo (13.4.8.1)
+//!   in place of ARP: an address no device owns gets no answer, hence `ADDR_ERROR`.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use verbs_api::{
+    AccessFlags, CmEvent, CmEventParam, CmEventType, CmId, CmIdInfo, ConnParam, Endpoint, Error,
+    Gid, Mtu, PortSpace, QpAttr, QpAttrMask, QpInitAttr, QpParams, QpState, QpType, Result,
+    UdParam, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
+};
+
+use super::agent::Agent;
+use super::channel::EventQueue;
+use super::mad::{self, reason, CmMsg, CmaHdr, Ids, Mra, Rej, Rep, Req, SidrRep, SidrReq};
+use super::{CmConfig, CmStats};
+
+/// The Q_Key rdma_cm gives `RDMA_PS_UDP` QPs (`RDMA_UDP_QKEY`).
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+/// ETIMEDOUT.
+const ETIMEDOUT: i32 = 110;
+/// EADDRINUSE.
+const EADDRINUSE: i32 = 98;
+/// EADDRNOTAVAIL.
+const EADDRNOTAVAIL: i32 = 99;
+/// EAFNOSUPPORT.
+const EAFNOSUPPORT: i32 = 97;
+/// Address probes sent before `ADDR_ERROR`.
+const PROBES: u8 = 4;
+/// The first port `bind_addr` with port 0 picks.
+const EPHEMERAL: u16 = 49152;
+
+/// IBTA's time code: 4.096 us * 2^t.
+pub fn cm_time(t: u8) -> Duration {
+    Duration::from_nanos(4096u64 << t.min(31))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    Idle,
+    AddrQuery,
+    AddrResolved,
+    RouteResolved,
+    Listen,
+    ReqSent,
+    MraRcvd,
+    SidrReqSent,
+    ReqRcvd,
+    RepSent,
+    RepRcvd,
+    Established,
+    DreqSent,
+    /// A DREQ came; the DREP waits for the consumer's `disconnect` (as rdma_cm).
+    DreqRcvd,
+    TimeWait,
+    Disconnected,
+    Failed,
+}
+
+#[derive(Debug)]
+struct Id {
+    ch: u32,
+    ps: PortSpace,
+    st: St,
+    dev: Option<usize>,
+    local: Option<SocketAddrV4>,
+    peer: Option<SocketAddrV4>,
+    dgid: Gid,
+    qpn: Option<u32>,
+    backlog: u32,
+    parent: Option<u32>,
+    comm: u32,
+    remote_comm: u32,
+    remote_qpn: u32,
+    remote_psn: u32,
+    psn: u32,
+    /// From the peer's REQ: path MTU code, local ACK timeout, retry count, RNR retry.
+    req_path: (u8, u8, u8, u8),
+    param: ConnParam,
+    last: Option<[u8; mad::MAD_LEN]>,
+    retries: u8,
+    deadline: Option<Instant>,
+    probe_interval: Duration,
+}
+
+impl Id {
+    fn new(ch: u32, ps: PortSpace) -> Id {
+        Id {
+            ch,
+            ps,
+            st: St::Idle,
+            dev: None,
+            local: None,
+            peer: None,
+            dgid: Gid::ZERO,
+            qpn: None,
+            backlog: 0,
+            parent: None,
+            comm: 0,
+            remote_comm: 0,
+            remote_qpn: 0,
+            remote_psn: 0,
+            psn: 0,
+            req_path: (0, 0, 0, 0),
+            param: ConnParam::default(),
+            last: None,
+            retries: 0,
+            deadline: None,
+            probe_interval: Duration::ZERO,
+        }
+    }
+}
+
+/// Everything one CM knows: its devices' agents, channels and ids.
+pub(crate) struct State {
+    pub(crate) agents: Vec<Agent>,
+    pub(crate) channels: BTreeMap<u32, Arc<EventQueue>>,
+    next_channel: u32,
+    ids: BTreeMap<u32, Id>,
+    next_id: u32,
+    next_comm: u32,
+    cfg: CmConfig,
+    pub(crate) stats: CmStats,
+    rx: Vec<(Gid, [u8; mad::MAD_LEN])>,
+}
+
+fn einval(s: &'static str) -> Error {
+    Error::InvalidArgument(s)
+}
+
+fn v4(a: SocketAddr) -> Result<SocketAddrV4> {
+    match a {
+        SocketAddr::V4(a) => Ok(a),
+        SocketAddr::V6(_) => Err(Error::Os {
+            errno: EAFNOSUPPORT,
+            context: "the emulator's CM speaks IPv4 only",
+        }),
+    }
+}
+
+impl State {
+    pub(crate) fn new(agents: Vec<Agent>, cfg: CmConfig) -> State {
+        let seed = agents.first().map_or(0, |a| u32::from(a.ip));
+        State {
+            agents,
+            channels: BTreeMap::new(),
+            next_channel: 1,
+            ids: BTreeMap::new(),
+            next_id: 1,
+            next_comm: seed.rotate_left(16) ^ 0x0100_0001,
+            cfg,
+            stats: CmStats::default(),
+            rx: Vec::new(),
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        cm_time(self.cfg.response_timeout)
+    }
+
+    fn id(&mut self, id: CmId) -> Result<&mut Id> {
+        self.ids.get_mut(&id.0).ok_or(einval("no such CM id"))
+    }
+
+    fn emit(&self, id: u32, event: CmEventType, status: i32, param: CmEventParam) {
+        let Some(i) = self.ids.get(&id) else { return };
+        let listen_id = if event == CmEventType::ConnectRequest {
+            i.parent.map(CmId)
+        } else {
+            None
+        };
+        if let Some(q) = self.channels.get(&i.ch) {
+            q.push(CmEvent {
+                id: CmId(id),
+                listen_id,
+                event,
+                status,
+                param,
+            });
+        }
+    }
+
+    fn send_to(&mut self, dev: usize, dst: Gid, msg: &CmMsg, tid: u64) -> [u8; mad::MAD_LEN] {
+        let bytes = msg.encode(tid);
+        if self.agents[dev].send(dst, &bytes).is_err() {
+            self.stats.send_errors += 1;
+        } else {
+            self.stats.sent += 1;
+            match msg {
+                CmMsg::Mra(_) => self.stats.mra_sent += 1,
+                CmMsg::Rej(_) => self.stats.rej_sent += 1,
+                _ => {}
+            }
+        }
+        bytes
+    }
+
+    /// Sends `msg` for id `id` and remembers it for retransmission.
+    fn send_id(&mut self, id: u32, msg: &CmMsg, now: Instant) {
+        let (dev, dst, comm) = {
+            let i = &self.ids[&id];
+            (i.dev.expect("bound"), i.dgid, i.comm)
+        };
+        let bytes = self.send_to(dev, dst, msg, u64::from(comm));
+        let t = self.timeout();
+        let i = self.ids.get_mut(&id).expect("exists");
+        i.last = Some(bytes);
+        i.retries = 0;
+        i.deadline = Some(now + t);
+    }
+
+    fn alloc_comm(&mut self) -> u32 {
+        self.next_comm = self.next_comm.wrapping_add(1).max(1);
+        self.next_comm
+    }
+
+    // ---- channels and ids ----
+
+    pub(crate) fn create_channel(&mut self) -> Result<u32> {
+        let c = self.next_channel;
+        self.next_channel += 1;
+        self.channels.insert(c, Arc::new(EventQueue::new()?));
+        Ok(c)
+    }
+
+    pub(crate) fn destroy_channel(&mut self, ch: u32) -> Result<()> {
+        if self.ids.values().any(|i| i.ch == ch) {
+            return Err(Error::Busy("CM ids report to the channel"));
+        }
+        self.channels
+            .remove(&ch)
+            .map(|_| ())
+            .ok_or(einval("no such event channel"))
+    }
+
+    pub(crate) fn create_id(&mut self, ch: u32, ps: PortSpace) -> Result<CmId> {
+        if !self.channels.contains_key(&ch) {
+            return Err(einval("no such event channel"));
+        }
+        if ps == PortSpace::Ib || ps == PortSpace::Ipoib {
+            return Err(Error::Unsupported(
+                "the emulator's CM has the TCP and UDP port spaces",
+            ));
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.ids.insert(id, Id::new(ch, ps));
+        Ok(CmId(id))
+    }
+
+    pub(crate) fn destroy_id(&mut self, id: CmId, now: Instant) -> Result<()> {
+        let i = self.id(id)?;
+        if i.qpn.is_some() {
+            return Err(Error::Busy("destroy the id's QP first"));
+        }
+        let st = i.st;
+        // As the kernel's cm_destroy_id: tell the peer the connection is gone.
+        match st {
+            St::Established => {
+                let msg = self.dreq_of(id.0);
+                self.send_id(id.0, &msg, now);
+            }
+            St::ReqRcvd if i.ps == PortSpace::Tcp => {
+                let _ = self.reject(id, &[], reason::CONSUMER, now);
+            }
+            St::ReqSent | St::MraRcvd | St::RepSent => self.rej_timeout(id.0),
+            St::DreqRcvd => self.send_drep(id.0),
+            _ => {}
+        }
+        self.ids.remove(&id.0);
+        Ok(())
+    }
+
+    fn device_of_ip(&self, ip: Ipv4Addr) -> Option<usize> {
+        self.agents.iter().position(|a| a.ip == ip)
+    }
+
+    fn port_taken(&self, ps: PortSpace, ip: Ipv4Addr, port: u16) -> bool {
+        self.ids.values().any(|i| {
+            i.ps == ps
+                && i.parent.is_none()
+                && i.local.is_some_and(|l| {
+                    l.port() == port
+                        && (l.ip().is_unspecified() || ip.is_unspecified() || *l.ip() == ip)
+                })
+        })
+    }
+
+    pub(crate) fn bind(&mut self, id: CmId, addr: SocketAddr) -> Result<()> {
+        let a = v4(addr)?;
+        let (ps, bound) = {
+            let i = self.id(id)?;
+            (i.ps, i.local.is_some())
+        };
+        if bound {
+            return Err(einval("the id is bound already"));
+        }
+        let dev = if a.ip().is_unspecified() {
+            None
+        } else {
+            Some(self.device_of_ip(*a.ip()).ok_or(Error::Os {
+                errno: EADDRNOTAVAIL,
+                context: "no device owns the address",
+            })?)
+        };
+        let port = if a.port() == 0 {
+            (EPHEMERAL..=u16::MAX)
+                .find(|p| !self.port_taken(ps, *a.ip(), *p))
+                .ok_or(Error::Os {
+                    errno: EADDRINUSE,
+                    context: "no free port",
+                })?
+        } else if self.port_taken(ps, *a.ip(), a.port()) {
+            return Err(Error::Os {
+                errno: EADDRINUSE,
+                context: "the port is bound by another id",
+            });
+        } else {
+            a.port()
+        };
+        let i = self.id(id)?;
+        i.local = Some(SocketAddrV4::new(*a.ip(), port));
+        i.dev = dev;
+        Ok(())
+    }
+
+    pub(crate) fn resolve_addr(
+        &mut self,
+        id: CmId,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+        now: Instant,
+    ) -> Result<()> {
+        let dst = v4(dst)?;
+        if self.agents.is_empty() {
+            return Err(Error::NoDevice("the CM has no device".into()));
+        }
+        let (st, bound) = {
+            let i = self.id(id)?;
+            (i.st, i.local.is_some())
+        };
+        if st != St::Idle {
+            return Err(einval("resolve_addr on an id that is not idle"));
+        }
+        if let Some(src) = src {
+            if !bound {
+                self.bind(id, src)?;
+            }
+        }
+        let owner = self.device_of_ip(*dst.ip());
+        let i = self.id(id)?;
+        let dev = i.dev.or(owner).unwrap_or(0);
+        if i.local.is_none() {
+            i.local = Some(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+        }
+        let ip = self.agents[dev].ip;
+        let ps = self.ids[&id.0].ps;
+        let port = match self.ids[&id.0].local.map(|l| l.port()) {
+            Some(p) if p != 0 => p,
+            _ => (EPHEMERAL..=u16::MAX)
+                .find(|p| !self.port_taken(ps, ip, *p))
+                .unwrap_or(EPHEMERAL),
+        };
+        let comm = self.alloc_comm();
+        let i = self.id(id)?;
+        i.dev = Some(dev);
+        i.local = Some(SocketAddrV4::new(ip, port));
+        i.peer = Some(dst);
+        i.dgid = Gid::from_ipv4(*dst.ip());
+        i.comm = comm;
+        i.st = St::AddrQuery;
+        i.probe_interval = (timeout / u32::from(PROBES)).max(Duration::from_micros(1));
+        let interval = i.probe_interval;
+        self.send_id(id.0, &CmMsg::ProbeGet, now);
+        self.ids.get_mut(&id.0).expect("exists").deadline = Some(now + interval);
+        Ok(())
+    }
+
+    pub(crate) fn resolve_route(&mut self, id: CmId) -> Result<()> {
+        let i = self.id(id)?;
+        if i.st != St::AddrResolved {
+            return Err(einval("resolve the address first"));
+        }
+        // RoCEv2: the destination's GID is its IPv4-mapped address (Annex A17.?).
+        i.st = St::RouteResolved;
+        self.emit(id.0, CmEventType::RouteResolved, 0, CmEventParam::None);
+        Ok(())
+    }
+
+    pub(crate) fn listen(&mut self, id: CmId, backlog: u32) -> Result<()> {
+        let bound = {
+            let i = self.id(id)?;
+            if i.st != St::Idle {
+                return Err(einval("listen on an id that is not idle"));
+            }
+            i.local.is_some()
+        };
+        if !bound {
+            self.bind(id, SocketAddr::from(([0, 0, 0, 0], 0)))?;
+        }
+        let i = self.id(id)?;
+        i.st = St::Listen;
+        i.backlog = if backlog == 0 { 128 } else { backlog };
+        Ok(())
+    }
+
+    // ---- QPs ----
+
+    fn conn_params(&self, i: &Id) -> QpParams {
+        let port = self.agents[i.dev.expect("bound")].mtu;
+        let mtu = Mtu::try_from(u32::from(i.req_path.0))
+            .ok()
+            .filter(|m| m.as_u32() < port.as_u32())
+            .unwrap_or(port);
+        QpParams {
+            access: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            qkey: RDMA_UDP_QKEY,
+            path_mtu: mtu,
+            timeout: self.cfg.ack_timeout,
+            max_rd_atomic: i.param.initiator_depth,
+            max_dest_rd_atomic: i.param.responder_resources,
+            retry_cnt: i.param.retry_count,
+            rnr_retry: i.param.rnr_retry_count,
+            ..QpParams::default()
+        }
+    }
+
+    pub(crate) fn create_qp(&mut self, id: CmId, init: &QpInitAttr) -> Result<u32> {
+        let (dev, ps, has) = {
+            let i = self.id(id)?;
+            (i.dev, i.ps, i.qpn.is_some())
+        };
+        let dev = dev.ok_or(Error::NoDevice("the id is not bound to a device".into()))?;
+        if has {
+            return Err(einval("the id has a QP already"));
+        }
+        if ps.qp_type() != Some(init.qp_type) {
+            return Err(einval("the QP type is not the port space's"));
+        }
+        let d = self.agents[dev].dev.clone();
+        let qpn = d.create_qp(init)?;
+        let p = self.conn_params(&self.ids[&id.0]);
+        let mut steps = vec![p.init(init.qp_type)];
+        if init.qp_type == QpType::Ud {
+            // rdma_cm brings a UD QP to RTS at once: it needs no peer.
+            steps.push(p.rtr(QpType::Ud, &Endpoint::default()));
+            steps.push(p.rts(QpType::Ud, 0));
+        }
+        for (attr, mask) in steps {
+            if let Err(e) = d.modify_qp(qpn, &attr, mask) {
+                let _ = d.destroy_qp(qpn);
+                return Err(e);
+            }
+        }
+        self.id(id)?.qpn = Some(qpn);
+        Ok(qpn)
+    }
+
+    pub(crate) fn destroy_qp(&mut self, id: CmId) -> Result<()> {
+        let i = self.id(id)?;
+        let qpn = i.qpn.ok_or(einval("the id has no QP"))?;
+        let dev = i.dev.expect("a QP means a device");
+        self.agents[dev].dev.destroy_qp(qpn)?;
+        self.id(id)?.qpn = None;
+        Ok(())
+    }
+
+    fn qp_to_error(&self, id: u32) {
+        let i = &self.ids[&id];
+        if let (Some(qpn), Some(dev)) = (i.qpn, i.dev) {
+            let attr = QpAttr {
+                qp_state: QpState::Err,
+                ..QpAttr::default()
+            };
+            let _ = self.agents[dev]
+                .dev
+                .modify_qp(qpn, &attr, QpAttrMask::STATE);
+        }
+    }
+
+    /// INIT -> RTR -> RTS toward the peer the id learnt (rdma_cm's cma_modify_qp_rtr
+    /// and _rts).
+    fn qp_to_rts(&self, id: u32, peer_ack_timeout: Option<u8>) -> Result<()> {
+        let i = &self.ids[&id];
+        let Some(qpn) = i.qpn else { return Ok(()) };
+        let dev = &self.agents[i.dev.expect("bound")].dev;
+        let mut p = self.conn_params(i);
+        if let Some(t) = peer_ack_timeout {
+            p.timeout = t;
+        }
+        let remote = Endpoint {
+            lid: 0,
+            qpn: i.remote_qpn,
+            psn: i.remote_psn,
+            gid: i.dgid,
+        };
+        for (attr, mask) in [p.rtr(QpType::Rc, &remote), p.rts(QpType::Rc, i.psn)] {
+            dev.modify_qp(qpn, &attr, mask)?;
+        }
+        Ok(())
+    }
+
+    // ---- connecting ----
+
+    pub(crate) fn connect(&mut self, id: CmId, param: &ConnParam, now: Instant) -> Result<()> {
+        let (st, ps, qpn) = {
+            let i = self.id(id)?;
+            (i.st, i.ps, i.qpn)
+        };
+        if st != St::RouteResolved {
+            return Err(einval("connect needs a resolved route"));
+        }
+        let max = if ps == PortSpace::Udp {
+            mad::pdata::SIDR_REQ - mad::CMA_HDR_LEN
+        } else {
+            MAX_CONNECT_PRIVATE_DATA
+        };
+        if param.private_data.len() > max {
+            return Err(einval("private data too long"));
+        }
+        let qpn = match (qpn, param.qp_num) {
+            (Some(q), _) => q,
+            (None, 0) if ps == PortSpace::Tcp => {
+                return Err(einval("connect needs a QP or conn_param.qp_num"))
+            }
+            (None, q) => q,
+        };
+        let psn = {
+            let i = self.id(id)?;
+            i.param = param.clone();
+            i.psn = i.comm.wrapping_mul(0x9E37_79B9) & 0x00FF_FFFF;
+            i.psn
+        };
+        let i = &self.ids[&id.0];
+        let local = i.local.expect("resolved");
+        let peer = i.peer.expect("resolved");
+        let hdr = CmaHdr {
+            src_port: local.port(),
+            src: *local.ip(),
+            dst: *peer.ip(),
+        };
+        let agent = &self.agents[i.dev.expect("resolved")];
+        let service_id = ps.service_id(peer.port());
+        let (msg, st) = if ps == PortSpace::Udp {
+            let m = CmMsg::SidrReq(SidrReq {
+                request_id: i.comm,
+                pkey: 0xFFFF,
+                service_id,
+                private_data: hdr.wrap(&param.private_data),
+            });
+            (m, St::SidrReqSent)
+        } else {
+            let t = self.cfg.response_timeout;
+            let m = CmMsg::Req(Req {
+                local_comm_id: i.comm,
+                service_id,
+                local_ca_guid: agent.guid,
+                local_qpn: qpn,
+                responder_resources: param.responder_resources,
+                initiator_depth: param.initiator_depth,
+                remote_cm_response_timeout: t,
+                transport: mad::TRANSPORT_RC,
+                flow_control: param.flow_control,
+                starting_psn: psn,
+                local_cm_response_timeout: t,
+                retry_count: param.retry_count.min(7),
+                pkey: 0xFFFF,
+                path_mtu: agent.mtu.as_u32() as u8,
+                rnr_retry_count: param.rnr_retry_count.min(7),
+                max_cm_retries: self.cfg.max_retries.min(15),
+                srq: param.srq,
+                local_lid: 0xFFFF,
+                remote_lid: 0xFFFF,
+                local_gid: agent.gid,
+                remote_gid: i.dgid,
+                traffic_class: 0,
+                hop_limit: 64,
+                local_ack_timeout: self.cfg.ack_timeout,
+                private_data: hdr.wrap(&param.private_data),
+            });
+            (m, St::ReqSent)
+        };
+        self.id(id)?.st = st;
+        self.send_id(id.0, &msg, now);
+        Ok(())
+    }
+
+    pub(crate) fn establish(&mut self, id: CmId, now: Instant) -> Result<()> {
+        let i = self.id(id)?;
+        if i.st != St::RepRcvd {
+            return Err(einval("establish needs a CONNECT_RESPONSE"));
+        }
+        i.st = St::Established;
+        let msg = CmMsg::Rtu(Ids {
+            local_comm_id: i.comm,
+            remote_comm_id: i.remote_comm,
+            ..Ids::default()
+        });
+        self.send_id(id.0, &msg, now);
+        self.id(id)?.deadline = None;
+        Ok(())
+    }
+
+    pub(crate) fn accept(&mut self, id: CmId, param: &ConnParam, now: Instant) -> Result<()> {
+        let (st, ps, qpn) = {
+            let i = self.id(id)?;
+            (i.st, i.ps, i.qpn)
+        };
+        if st != St::ReqRcvd {
+            return Err(einval("accept needs a CONNECT_REQUEST"));
+        }
+        let qpn = qpn.unwrap_or(param.qp_num);
+        if ps == PortSpace::Udp {
+            if param.private_data.len() > mad::pdata::SIDR_REP {
+                return Err(einval("private data too long"));
+            }
+            let i = self.id(id)?;
+            i.st = St::Established;
+            let msg = CmMsg::SidrRep(SidrRep {
+                request_id: i.remote_comm,
+                status: 0,
+                qpn,
+                service_id: i.ps.service_id(i.local.map_or(0, |l| l.port())),
+                qkey: RDMA_UDP_QKEY,
+                private_data: param.private_data.clone(),
+            });
+            self.send_id(id.0, &msg, now);
+            self.id(id)?.deadline = None;
+            return Ok(());
+        }
+        if qpn == 0 {
+            return Err(einval("accept needs a QP or conn_param.qp_num"));
+        }
+        if param.private_data.len() > MAX_ACCEPT_PRIVATE_DATA {
+            return Err(einval("private data too long"));
+        }
+        {
+            let i = self.id(id)?;
+            let (_, _, retry, rnr) = i.req_path;
+            i.param = ConnParam {
+                // The passive side sends with the active side's retry counts.
+                retry_count: retry,
+                rnr_retry_count: rnr,
+                ..param.clone()
+            };
+        }
+        let ack = self.ids[&id.0].req_path.1;
+        self.qp_to_rts(id.0, Some(ack))?;
+        let i = &self.ids[&id.0];
+        let msg = CmMsg::Rep(Rep {
+            local_comm_id: i.comm,
+            remote_comm_id: i.remote_comm,
+            local_qkey: 0,
+            local_qpn: qpn,
+            starting_psn: i.psn,
+            responder_resources: param.responder_resources,
+            initiator_depth: param.initiator_depth,
+            target_ack_delay: 0,
+            flow_control: param.flow_control,
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            srq: param.srq,
+            local_ca_guid: self.agents[i.dev.expect("bound")].guid,
+            private_data: param.private_data.clone(),
+        });
+        self.id(id)?.st = St::RepSent;
+        self.send_id(id.0, &msg, now);
+        Ok(())
+    }
+
+    pub(crate) fn reject(
+        &mut self,
+        id: CmId,
+        private_data: &[u8],
+        why: u16,
+        now: Instant,
+    ) -> Result<()> {
+        let (st, ps) = {
+            let i = self.id(id)?;
+            (i.st, i.ps)
+        };
+        if st != St::ReqRcvd {
+            return Err(einval("reject needs a CONNECT_REQUEST"));
+        }
+        if private_data.len() > MAX_REJECT_PRIVATE_DATA {
+            return Err(einval("private data too long"));
+        }
+        let i = &self.ids[&id.0];
+        let msg = if ps == PortSpace::Udp {
+            CmMsg::SidrRep(SidrRep {
+                request_id: i.remote_comm,
+                status: 2, // IB_SIDR_REJECT
+                private_data: private_data.to_vec(),
+                ..SidrRep::default()
+            })
+        } else {
+            CmMsg::Rej(Rej {
+                local_comm_id: i.comm,
+                remote_comm_id: i.remote_comm,
+                message_rejected: 0,
+                reason: why,
+                private_data: private_data.to_vec(),
+            })
+        };
+        self.send_id(id.0, &msg, now);
+        let i = self.id(id)?;
+        i.st = St::Failed;
+        i.deadline = None;
+        Ok(())
+    }
+
+    fn dreq_of(&self, id: u32) -> CmMsg {
+        let i = &self.ids[&id];
+        CmMsg::Dreq(Ids {
+            local_comm_id: i.comm,
+            remote_comm_id: i.remote_comm,
+            remote_qpn: i.remote_qpn,
+            private_data: Vec::new(),
+        })
+    }
+
+    pub(crate) fn disconnect(&mut self, id: CmId, now: Instant) -> Result<()> {
+        match self.id(id)?.st {
+            St::Established | St::RepSent | St::RepRcvd => {}
+            St::DreqSent | St::TimeWait | St::Disconnected => return Ok(()),
+            // The answer to DISCONNECTED: the DREP the peer waits for (rdma_cm sends it
+            // here too), then the time-wait.
+            St::DreqRcvd => {
+                self.send_drep(id.0);
+                let t = self.timeout();
+                let i = self.id(id)?;
+                i.st = St::TimeWait;
+                i.deadline = Some(now + t);
+                return Ok(());
+            }
+            _ => return Err(einval("the id is not connected")),
+        }
+        self.qp_to_error(id.0);
+        if self.ids[&id.0].ps == PortSpace::Udp {
+            self.id(id)?.st = St::Disconnected;
+            return Ok(());
+        }
+        let msg = self.dreq_of(id.0);
+        self.id(id)?.st = St::DreqSent;
+        self.send_id(id.0, &msg, now);
+        Ok(())
+    }
+
+    /// REJ "timeout" to the peer of `id` (it gave up waiting).
+    fn rej_timeout(&mut self, id: u32) {
+        let i = &self.ids[&id];
+        let (Some(dev), dst) = (i.dev, i.dgid) else {
+            return;
+        };
+        let msg = CmMsg::Rej(Rej {
+            local_comm_id: i.comm,
+            remote_comm_id: i.remote_comm,
+            message_rejected: if i.st == St::RepSent { 1 } else { 0 },
+            reason: reason::TIMEOUT,
+            private_data: Vec::new(),
+        });
+        let tid = u64::from(i.comm);
+        self.send_to(dev, dst, &msg, tid);
+    }
+
+    // ---- queries ----
+
+    pub(crate) fn info(&self, id: CmId) -> Result<CmIdInfo> {
+        let i = self.ids.get(&id.0).ok_or(einval("no such CM id"))?;
+        let agent = i.dev.map(|d| &self.agents[d]);
+        Ok(CmIdInfo {
+            ps: i.ps,
+            device: agent.map(|a| a.dev.name().to_owned()),
+            port_num: 1,
+            qp_num: i.qpn,
+            local: i.local.map(SocketAddr::V4),
+            peer: i.peer.map(SocketAddr::V4),
+            sgid: agent.map_or(Gid::ZERO, |a| a.gid),
+            dgid: i.dgid,
+        })
+    }
+
+    pub(crate) fn device(&self, id: CmId) -> Result<Arc<dyn verbs_api::Device>> {
+        let i = self.ids.get(&id.0).ok_or(einval("no such CM id"))?;
+        i.dev
+            .map(|d| self.agents[d].dev.clone())
+            .ok_or(Error::NoDevice("the id is not bound to a device".into()))
+    }
+
+    pub(crate) fn channel_of(&self, id: CmId) -> Result<u32> {
+        Ok(self.ids.get(&id.0).ok_or(einval("no such CM id"))?.ch)
+    }
+
+    /// The earliest timer of any id.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.ids.values().filter_map(|i| i.deadline).min()
+    }
+
+    // ---- the wire ----
+
+    /// Takes every MAD that arrived and fires every due timer. Returns whether
+    /// anything happened.
+    pub(crate) fn pump(&mut self, now: Instant) -> bool {
+        let mut did = false;
+        for a in 0..self.agents.len() {
+            let mut rx = std::mem::take(&mut self.rx);
+            match self.agents[a].poll(&mut rx) {
+                Ok(bad) => self.stats.dropped += bad,
+                Err(_) => self.stats.dropped += 1,
+            }
+            for (src, bytes) in rx.drain(..) {
+                did = true;
+                self.stats.received += 1;
+                match CmMsg::decode(&bytes) {
+                    Ok((tid, msg)) => self.handle(a, src, tid, msg, now),
+                    Err(_) => self.stats.dropped += 1,
+                }
+            }
+            self.rx = rx;
+        }
+        while let Some((id, at)) = self
+            .ids
+            .iter()
+            .filter_map(|(k, i)| i.deadline.map(|d| (*k, d)))
+            .min_by_key(|(_, d)| *d)
+        {
+            if at > now {
+                break;
+            }
+            did = true;
+            self.ids.get_mut(&id).expect("exists").deadline = None;
+            self.on_timeout(id, now);
+        }
+        did
+    }
+
+    fn find_comm(&self, comm: u32) -> Option<u32> {
+        self.ids
+            .iter()
+            .find(|(_, i)| i.comm == comm && i.st != St::Idle)
+            .map(|(k, _)| *k)
+    }
+
+    fn handle(&mut self, dev: usize, src: Gid, tid: u64, msg: CmMsg, now: Instant) {
+        match msg {
+            CmMsg::ProbeGet => {
+                self.send_to(dev, src, &CmMsg::ProbeResp, tid);
+            }
+            CmMsg::ProbeResp => {
+                let hit = self.ids.iter().find(|(_, i)| {
+                    i.st == St::AddrQuery && u64::from(i.comm) == tid && i.dgid == src
+                });
+                if let Some((&id, _)) = hit {
+                    let i = self.ids.get_mut(&id).expect("exists");
+                    i.st = St::AddrResolved;
+                    i.deadline = None;
+                    self.emit(id, CmEventType::AddrResolved, 0, CmEventParam::None);
+                } else {
+                    self.stats.unmatched += 1;
+                }
+            }
+            CmMsg::Req(r) => self.on_req(dev, src, tid, r, now),
+            CmMsg::SidrReq(r) => self.on_sidr_req(dev, src, tid, r, now),
+            CmMsg::Mra(m) => self.on_mra(m, now),
+            CmMsg::Rej(r) => self.on_rej(r),
+            CmMsg::Rep(r) => self.on_rep(r, now),
+            CmMsg::Rtu(m) => match self.find_comm(m.remote_comm_id) {
+                Some(id) if self.ids[&id].st == St::RepSent => {
+                    let i = self.ids.get_mut(&id).expect("exists");
+                    i.st = St::Established;
+                    i.deadline = None;
+                    self.emit(id, CmEventType::Established, 0, CmEventParam::None);
+                }
+                _ => self.stats.unmatched += 1,
+            },
+            CmMsg::Dreq(m) => self.on_dreq(dev, src, tid, m, now),
+            CmMsg::Drep(m) => match self.find_comm(m.remote_comm_id) {
+                Some(id) if self.ids[&id].st == St::DreqSent => self.disconnected(id, now),
+                _ => self.stats.unmatched += 1,
+            },
+            CmMsg::SidrRep(s) => match self.find_comm(s.request_id) {
+                Some(id) if self.ids[&id].st == St::SidrReqSent => {
+                    let i = self.ids.get_mut(&id).expect("exists");
+                    i.deadline = None;
+                    if s.status == 0 {
+                        i.st = St::Established;
+                        i.remote_qpn = s.qpn;
+                        let param = CmEventParam::Ud(UdParam {
+                            private_data: s.private_data,
+                            ah_attr: QpParams::default().ah_attr(i.dgid),
+                            qp_num: s.qpn,
+                            qkey: s.qkey,
+                        });
+                        self.emit(id, CmEventType::Established, 0, param);
+                    } else {
+                        i.st = St::Failed;
+                        let param = CmEventParam::Ud(UdParam {
+                            private_data: s.private_data,
+                            ..UdParam::default()
+                        });
+                        self.emit(id, CmEventType::Unreachable, i32::from(s.status), param);
+                    }
+                }
+                _ => self.stats.unmatched += 1,
+            },
+        }
+    }
+
+    /// The listening id for a request to `service_id` that arrived on device `dev`.
+    fn listener(&self, dev: usize, service_id: u64, hdr: &CmaHdr) -> Option<u32> {
+        if service_id >> 32 != 0 {
+            return None;
+        }
+        let ps = PortSpace::try_from(((service_id >> 16) & 0xFFFF) as u32).ok()?;
+        let port = (service_id & 0xFFFF) as u16;
+        self.ids
+            .iter()
+            .find(|(_, i)| {
+                i.st == St::Listen
+                    && i.ps == ps
+                    && i.dev.is_none_or(|d| d == dev)
+                    && i.local.is_some_and(|l| {
+                        l.port() == port && (l.ip().is_unspecified() || *l.ip() == hdr.dst)
+                    })
+            })
+            .map(|(k, _)| *k)
+    }
+
+    fn duplicate(&self, src: Gid, remote_comm: u32) -> Option<u32> {
+        self.ids
+            .iter()
+            .find(|(_, i)| i.parent.is_some() && i.dgid == src && i.remote_comm == remote_comm)
+            .map(|(k, _)| *k)
+    }
+
+    /// A new id for a request that came to `listener`.
+    fn child(&mut self, listener: u32, dev: usize, src: Gid, hdr: &CmaHdr) -> Option<u32> {
+        let l = &self.ids[&listener];
+        let pending = self
+            .ids
+            .values()
+            .filter(|i| i.parent == Some(listener) && i.st == St::ReqRcvd)
+            .count();
+        if pending >= l.backlog as usize {
+            return None;
+        }
+        let mut c = Id::new(l.ch, l.ps);
+        c.st = St::ReqRcvd;
+        c.dev = Some(dev);
+        c.local = Some(SocketAddrV4::new(hdr.dst, l.local.map_or(0, |a| a.port())));
+        c.peer = Some(SocketAddrV4::new(hdr.src, hdr.src_port));
+        c.dgid = src;
+        c.parent = Some(listener);
+        c.comm = self.alloc_comm();
+        c.psn = c.comm.wrapping_mul(0x9E37_79B9) & 0x00FF_FFFF;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.ids.insert(id, c);
+        Some(id)
+    }
+
+    fn on_req(&mut self, dev: usize, src: Gid, tid: u64, r: Req, now: Instant) {
+        if let Some(id) = self.duplicate(src, r.local_comm_id) {
+            match self.ids[&id].st {
+                // The consumer has not decided: ask for patience (IBTA 12.6.6).
+                St::ReqRcvd => {
+                    let i = &self.ids[&id];
+                    let m = CmMsg::Mra(Mra {
+                        local_comm_id: i.comm,
+                        remote_comm_id: i.remote_comm,
+                        message_mraed: 0,
+                        service_timeout: self.cfg.mra_service_timeout,
+                    });
+                    self.send_to(dev, src, &m, tid);
+                }
+                St::RepSent => {
+                    if let Some(bytes) = self.ids[&id].last {
+                        let _ = self.agents[dev].send(src, &bytes);
+                        self.stats.sent += 1;
+                    }
+                }
+                _ => self.stats.unmatched += 1,
+            }
+            return;
+        }
+        let refuse = |s: &mut State, why: u16| {
+            let m = CmMsg::Rej(Rej {
+                local_comm_id: 0,
+                remote_comm_id: r.local_comm_id,
+                message_rejected: 0,
+                reason: why,
+                private_data: Vec::new(),
+            });
+            s.send_to(dev, src, &m, tid);
+        };
+        let Some((hdr, user)) = CmaHdr::unwrap(&r.private_data) else {
+            return refuse(self, reason::INVALID_SERVICE_ID);
+        };
+        let Some(listener) = self.listener(dev, r.service_id, &hdr) else {
+            return refuse(self, reason::INVALID_SERVICE_ID);
+        };
+        if self.ids[&listener].ps != PortSpace::Tcp || r.transport != mad::TRANSPORT_RC {
+            return refuse(self, reason::INVALID_TRANSPORT);
+        }
+        let Some(id) = self.child(listener, dev, src, &hdr) else {
+            return refuse(self, reason::NO_RESOURCES);
+        };
+        let user = user.to_vec();
+        let c = self.ids.get_mut(&id).expect("made");
+        c.remote_comm = r.local_comm_id;
+        c.remote_qpn = r.local_qpn;
+        c.remote_psn = r.starting_psn;
+        c.req_path = (
+            r.path_mtu,
+            r.local_ack_timeout,
+            r.retry_count,
+            r.rnr_retry_count,
+        );
+        let _ = now;
+        let param = CmEventParam::Conn(ConnParam {
+            private_data: user,
+            responder_resources: r.responder_resources,
+            initiator_depth: r.initiator_depth,
+            flow_control: r.flow_control,
+            retry_count: r.retry_count,
+            rnr_retry_count: r.rnr_retry_count,
+            srq: r.srq,
+            qp_num: r.local_qpn,
+        });
+        self.emit(id, CmEventType::ConnectRequest, 0, param);
+    }
+
+    fn on_sidr_req(&mut self, dev: usize, src: Gid, tid: u64, r: SidrReq, _now: Instant) {
+        if let Some(id) = self.duplicate(src, r.request_id) {
+            if let (St::Established | St::Failed, Some(bytes)) =
+                (self.ids[&id].st, self.ids[&id].last)
+            {
+                let _ = self.agents[dev].send(src, &bytes);
+                self.stats.sent += 1;
+            }
+            return;
+        }
+        let refuse = |s: &mut State, status: u8| {
+            let m = CmMsg::SidrRep(SidrRep {
+                request_id: r.request_id,
+                status,
+                service_id: r.service_id,
+                ..SidrRep::default()
+            });
+            s.send_to(dev, src, &m, tid);
+        };
+        let Some((hdr, user)) = CmaHdr::unwrap(&r.private_data) else {
+            return refuse(self, 1);
+        };
+        let Some(listener) = self.listener(dev, r.service_id, &hdr) else {
+            return refuse(self, 1); // IB_SIDR_UNSUPPORTED
+        };
+        let Some(id) = self.child(listener, dev, src, &hdr) else {
+            return refuse(self, 2);
+        };
+        let user = user.to_vec();
+        let c = self.ids.get_mut(&id).expect("made");
+        c.remote_comm = r.request_id;
+        let param = CmEventParam::Ud(UdParam {
+            private_data: user,
+            ah_attr: QpParams::default().ah_attr(src),
+            qp_num: 0,
+            qkey: 0,
+        });
+        self.emit(id, CmEventType::ConnectRequest, 0, param);
+    }
+
+    fn on_mra(&mut self, m: Mra, now: Instant) {
+        let t = self.timeout();
+        match self.find_comm(m.remote_comm_id) {
+            Some(id) => {
+                let i = self.ids.get_mut(&id).expect("exists");
+                match (i.st, m.message_mraed) {
+                    (St::ReqSent | St::MraRcvd, 0) => i.st = St::MraRcvd,
+                    (St::RepSent, 1) => {}
+                    _ => {
+                        self.stats.unmatched += 1;
+                        return;
+                    }
+                }
+                // IBTA 12.6.6: wait the service timeout more before giving up.
+                i.deadline = Some(now + cm_time(m.service_timeout) + t);
+            }
+            None => self.stats.unmatched += 1,
+        }
+    }
+
+    fn on_rej(&mut self, r: Rej) {
+        let Some(id) = self.find_comm(r.remote_comm_id) else {
+            self.stats.unmatched += 1;
+            return;
+        };
+        match self.ids[&id].st {
+            St::ReqSent | St::MraRcvd | St::RepSent | St::RepRcvd | St::ReqRcvd => {
+                let i = self.ids.get_mut(&id).expect("exists");
+                i.st = St::Failed;
+                i.deadline = None;
+                let param = CmEventParam::Conn(ConnParam {
+                    private_data: r.private_data,
+                    ..ConnParam::default()
+                });
+                self.emit(id, CmEventType::Rejected, i32::from(r.reason), param);
+            }
+            _ => self.stats.unmatched += 1,
+        }
+    }
+
+    fn on_rep(&mut self, r: Rep, now: Instant) {
+        let Some(id) = self.find_comm(r.remote_comm_id) else {
+            self.stats.unmatched += 1;
+            return;
+        };
+        match self.ids[&id].st {
+            St::ReqSent | St::MraRcvd => {}
+            // The RTU was lost: send it again (IBTA 12.6.8).
+            St::Established if self.ids[&id].remote_comm == r.local_comm_id => {
+                let i = &self.ids[&id];
+                if let (Some(bytes), Some(dev)) = (i.last, i.dev) {
+                    let dst = i.dgid;
+                    let _ = self.agents[dev].send(dst, &bytes);
+                    self.stats.sent += 1;
+                }
+                return;
+            }
+            _ => {
+                self.stats.unmatched += 1;
+                return;
+            }
+        }
+        let has_qp = {
+            let i = self.ids.get_mut(&id).expect("exists");
+            i.deadline = None;
+            i.remote_comm = r.local_comm_id;
+            i.remote_qpn = r.local_qpn;
+            i.remote_psn = r.starting_psn;
+            i.param.rnr_retry_count = r.rnr_retry_count;
+            i.param.initiator_depth = i.param.initiator_depth.min(r.responder_resources);
+            i.qpn.is_some()
+        };
+        let param = CmEventParam::Conn(ConnParam {
+            private_data: r.private_data.clone(),
+            responder_resources: r.responder_resources,
+            initiator_depth: r.initiator_depth,
+            flow_control: r.flow_control,
+            retry_count: self.ids[&id].param.retry_count,
+            rnr_retry_count: r.rnr_retry_count,
+            srq: r.srq,
+            qp_num: r.local_qpn,
+        });
+        if !has_qp {
+            self.ids.get_mut(&id).expect("exists").st = St::RepRcvd;
+            self.emit(id, CmEventType::ConnectResponse, 0, param);
+            return;
+        }
+        if let Err(e) = self.qp_to_rts(id, None) {
+            // The REP cannot be used: refuse it and tell the consumer (cma.c maps a
+            // failed QP transition on REP to CONNECT_ERROR).
+            let i = &self.ids[&id];
+            let m = CmMsg::Rej(Rej {
+                local_comm_id: i.comm,
+                remote_comm_id: i.remote_comm,
+                message_rejected: 1,
+                reason: reason::NO_QP,
+                private_data: Vec::new(),
+            });
+            let (dev, dst, tid) = (i.dev.expect("bound"), i.dgid, u64::from(i.comm));
+            self.send_to(dev, dst, &m, tid);
+            self.ids.get_mut(&id).expect("exists").st = St::Failed;
+            self.emit(id, CmEventType::ConnectError, -e.errno(), param);
+            return;
+        }
+        let i = &self.ids[&id];
+        let m = CmMsg::Rtu(Ids {
+            local_comm_id: i.comm,
+            remote_comm_id: i.remote_comm,
+            ..Ids::default()
+        });
+        self.ids.get_mut(&id).expect("exists").st = St::Established;
+        self.send_id(id, &m, now);
+        self.ids.get_mut(&id).expect("exists").deadline = None;
+        self.emit(id, CmEventType::Established, 0, param);
+    }
+
+    /// DREP for id `id`'s connection.
+    fn send_drep(&mut self, id: u32) {
+        let i = &self.ids[&id];
+        let Some(dev) = i.dev else { return };
+        let (dst, tid) = (i.dgid, u64::from(i.remote_comm));
+        let drep = CmMsg::Drep(Ids {
+            local_comm_id: i.comm,
+            remote_comm_id: i.remote_comm,
+            ..Ids::default()
+        });
+        self.send_to(dev, dst, &drep, tid);
+    }
+
+    fn on_dreq(&mut self, dev: usize, src: Gid, tid: u64, m: Ids, now: Instant) {
+        let hit = self.find_comm(m.remote_comm_id);
+        match hit.map(|id| (id, self.ids[&id].st)) {
+            // The consumer is told and answers with `disconnect`, which sends the DREP
+            // (rdma_cm's order; IBTA 12.6.10 lets the DREP wait for the QP to be
+            // quiesced).
+            Some((id, St::Established | St::RepSent | St::RepRcvd)) => {
+                self.qp_to_error(id);
+                let i = self.ids.get_mut(&id).expect("exists");
+                i.st = St::DreqRcvd;
+                i.deadline = None;
+                self.emit(id, CmEventType::Disconnected, 0, CmEventParam::None);
+                return;
+            }
+            // The consumer has not answered the first DREQ yet.
+            Some((_, St::DreqRcvd)) => return,
+            // Both sides disconnect at once: answer, and this side is done too.
+            Some((id, St::DreqSent)) => self.disconnected(id, now),
+            Some(_) => {}
+            None => self.stats.unmatched += 1,
+        }
+        // IBTA 12.6.10: a DREQ is otherwise always answered, even for a connection gone.
+        let (local, remote) = hit.map_or((0, m.local_comm_id), |id| {
+            (self.ids[&id].comm, self.ids[&id].remote_comm)
+        });
+        let drep = CmMsg::Drep(Ids {
+            local_comm_id: local,
+            remote_comm_id: remote,
+            ..Ids::default()
+        });
+        self.send_to(dev, src, &drep, tid);
+    }
+
+    /// `DISCONNECTED`, then the time-wait.
+    fn disconnected(&mut self, id: u32, now: Instant) {
+        let t = self.timeout();
+        let i = self.ids.get_mut(&id).expect("exists");
+        i.st = St::TimeWait;
+        i.deadline = Some(now + t);
+        self.emit(id, CmEventType::Disconnected, 0, CmEventParam::None);
+    }
+
+    fn on_timeout(&mut self, id: u32, now: Instant) {
+        let st = self.ids[&id].st;
+        let max = self.cfg.max_retries;
+        match st {
+            St::AddrQuery => {
+                let i = self.ids.get_mut(&id).expect("exists");
+                if i.retries + 1 < PROBES {
+                    i.retries += 1;
+                    let (retries, interval) = (i.retries, i.probe_interval);
+                    self.resend(id);
+                    let i = self.ids.get_mut(&id).expect("exists");
+                    i.retries = retries;
+                    i.deadline = Some(now + interval);
+                } else {
+                    i.st = St::Idle;
+                    i.dev = None;
+                    i.peer = None;
+                    self.emit(id, CmEventType::AddrError, -ETIMEDOUT, CmEventParam::None);
+                }
+            }
+            St::ReqSent | St::MraRcvd | St::SidrReqSent | St::RepSent | St::DreqSent => {
+                let retries = self.ids[&id].retries;
+                if retries < max {
+                    self.resend(id);
+                    self.stats.retransmits += 1;
+                    let t = self.timeout();
+                    let i = self.ids.get_mut(&id).expect("exists");
+                    i.retries = retries + 1;
+                    i.deadline = Some(now + t);
+                    return;
+                }
+                match st {
+                    St::DreqSent => self.disconnected(id, now),
+                    _ => {
+                        if st != St::SidrReqSent {
+                            self.rej_timeout(id);
+                        }
+                        if st == St::RepSent {
+                            self.qp_to_error(id);
+                        }
+                        self.ids.get_mut(&id).expect("exists").st = St::Failed;
+                        self.emit(id, CmEventType::Unreachable, -ETIMEDOUT, CmEventParam::None);
+                    }
+                }
+            }
+            St::TimeWait => {
+                self.ids.get_mut(&id).expect("exists").st = St::Disconnected;
+                self.emit(id, CmEventType::TimewaitExit, 0, CmEventParam::None);
+            }
+            _ => {}
+        }
+    }
+
+    fn resend(&mut self, id: u32) {
+        let i = &self.ids[&id];
+        if let (Some(bytes), Some(dev)) = (i.last, i.dev) {
+            let dst = i.dgid;
+            if self.agents[dev].send(dst, &bytes).is_ok() {
+                self.stats.sent += 1;
+            }
+        }
+    }
+
+    /// Frees every agent's QP1.
+    pub(crate) fn close(&mut self) {
+        for a in &mut self.agents {
+            a.close();
+        }
+    }
+}

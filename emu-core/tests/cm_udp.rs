@@ -1,0 +1,267 @@
+//! The connection manager over UDP: two hosts (one device and one CM each) on
+//! 127.0.x.y connect by address and port, exchange private data, move data with the
+//! convenience verbs, disconnect; rejects, unanswered requests and unknown addresses
+//! give their events.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use emu_core::cm::{CmConfig, EmuCm};
+use emu_core::nic::{EmuConfig, EmuDevice};
+use verbs_api::*;
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(10));
+
+fn port() -> u16 {
+    21000 + (std::process::id() % 20000) as u16
+}
+
+fn cfg() -> CmConfig {
+    CmConfig {
+        response_timeout: 12, // 16.8 ms
+        max_retries: 3,
+        ..CmConfig::default()
+    }
+}
+
+struct Host {
+    dev: Arc<dyn Device>,
+    cm: EmuCm,
+    ch: CmChannelId,
+    ip: Ipv4Addr,
+}
+
+fn host(net: u8, n: u8) -> Host {
+    let ip = Ipv4Addr::new(127, 0, net, n);
+    let dev: Arc<dyn Device> = Arc::new(
+        EmuDevice::open(EmuConfig {
+            name: format!("cm{net}.{n}"),
+            ip,
+            port: port(),
+            ..EmuConfig::default()
+        })
+        .unwrap(),
+    );
+    let cm = EmuCm::open(vec![dev.clone()], cfg()).unwrap();
+    let ch = cm.create_event_channel().unwrap();
+    Host { dev, cm, ch, ip }
+}
+
+fn ev(h: &Host, want: CmEventType) -> CmEvent {
+    let e = h.cm.get_cm_event(h.ch, WAIT).unwrap();
+    assert_eq!(e.event, want, "{e:?}");
+    e
+}
+
+fn qp_init(dev: &dyn Device) -> QpInitAttr {
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64, None).unwrap();
+    QpInitAttr {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: QpType::Rc,
+        cap: QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: true,
+        srq: None,
+    }
+}
+
+/// Client resolves and connects; the server listens on `sport`.
+fn resolve(c: &Host, dst: SocketAddr) -> CmId {
+    let id = c.cm.create_id(c.ch, PortSpace::Tcp).unwrap();
+    c.cm.resolve_addr(id, None, dst, Duration::from_millis(200))
+        .unwrap();
+    ev(c, CmEventType::AddrResolved);
+    c.cm.resolve_route(id, Duration::from_millis(200)).unwrap();
+    ev(c, CmEventType::RouteResolved);
+    id
+}
+
+fn listen(s: &Host, sport: u16) -> CmId {
+    let l = s.cm.create_id(s.ch, PortSpace::Tcp).unwrap();
+    s.cm.bind_addr(l, SocketAddr::from((s.ip, sport))).unwrap();
+    s.cm.listen(l, 4).unwrap();
+    l
+}
+
+#[test]
+fn connect_send_write_disconnect() {
+    let (s, c) = (host(9, 1), host(9, 2));
+    let l = listen(&s, 7471);
+    let cid = resolve(&c, SocketAddr::from((s.ip, 7471)));
+    let info = c.cm.id_info(cid).unwrap();
+    assert_eq!(info.dgid, Gid::from_ipv4(s.ip));
+    assert_eq!(info.sgid, Gid::from_ipv4(c.ip));
+    let cqpn = c.cm.create_qp(cid, &qp_init(&*c.dev)).unwrap();
+    c.cm.connect(
+        cid,
+        &ConnParam {
+            private_data: b"hello from the client".to_vec(),
+            ..ConnParam::default()
+        },
+    )
+    .unwrap();
+
+    let req = s.cm.get_request(l, WAIT).unwrap();
+    assert_eq!(req.listen_id, Some(l));
+    assert_eq!(&req.param.private_data()[..21], b"hello from the client");
+    assert_eq!(req.param.private_data().len(), MAX_CONNECT_PRIVATE_DATA);
+    let CmEventParam::Conn(p) = &req.param else {
+        panic!("{req:?}")
+    };
+    assert_eq!(p.qp_num, cqpn);
+    let sid = req.id;
+    assert_eq!(
+        s.cm.id_info(sid).unwrap().peer.unwrap().ip(),
+        std::net::IpAddr::V4(c.ip)
+    );
+    let sqpn = s.cm.create_qp(sid, &qp_init(&*s.dev)).unwrap();
+    // The server posts a receive and registers a buffer the client may write.
+    let sbuf = MemBuf::new(4096);
+    let smr = reg_write(&s.cm, sid, &sbuf, 0, 4096).unwrap();
+    post_recv(&s.cm, sid, 7, smr.addr, 64, &smr).unwrap();
+    s.cm.accept(
+        sid,
+        &ConnParam {
+            private_data: b"welcome".to_vec(),
+            ..ConnParam::default()
+        },
+    )
+    .unwrap();
+
+    let est = ev(&c, CmEventType::Established);
+    assert_eq!(&est.param.private_data()[..7], b"welcome");
+    let CmEventParam::Conn(p) = &est.param else {
+        panic!()
+    };
+    assert_eq!(p.qp_num, sqpn);
+    ev(&s, CmEventType::Established);
+    assert_eq!(c.dev.query_qp(cqpn).unwrap().0.qp_state, QpState::Rts);
+    assert_eq!(s.dev.query_qp(sqpn).unwrap().0.qp_state, QpState::Rts);
+
+    // SEND and RDMA WRITE with the convenience verbs.
+    let cbuf = MemBuf::from_slice(&[0xAB; 4096]);
+    let cmr = reg_msgs(&c.cm, cid, &cbuf, 0, 4096).unwrap();
+    post_send(&c.cm, cid, 1, cmr.addr, 64, Some(&cmr), SendFlags::SIGNALED).unwrap();
+    assert_eq!(
+        get_send_comp(&c.cm, cid, WAIT).unwrap().status,
+        WcStatus::Success
+    );
+    let wc = get_recv_comp(&s.cm, sid, WAIT).unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (7, WcStatus::Success, 64)
+    );
+    post_write(
+        &c.cm,
+        cid,
+        2,
+        cmr.addr,
+        4096,
+        &cmr,
+        SendFlags::SIGNALED,
+        smr.addr,
+        smr.rkey,
+    )
+    .unwrap();
+    assert_eq!(
+        get_send_comp(&c.cm, cid, WAIT).unwrap().status,
+        WcStatus::Success
+    );
+    assert_eq!(sbuf.to_vec(), vec![0xAB; 4096]);
+
+    c.cm.disconnect(cid).unwrap();
+    ev(&s, CmEventType::Disconnected);
+    // The passive side answers DISCONNECTED with disconnect (the DREP), as with rdma_cm.
+    s.cm.disconnect(sid).unwrap();
+    ev(&c, CmEventType::Disconnected);
+    assert_eq!(c.dev.query_qp(cqpn).unwrap().0.qp_state, QpState::Err);
+    assert_eq!(s.dev.query_qp(sqpn).unwrap().0.qp_state, QpState::Err);
+    ev(&c, CmEventType::TimewaitExit);
+    ev(&s, CmEventType::TimewaitExit);
+    // A QP still there keeps the id alive (EBUSY), as librdmacm's rule.
+    assert_eq!(c.cm.destroy_id(cid).unwrap_err().errno(), 16);
+    c.cm.destroy_qp(cid).unwrap();
+    c.cm.destroy_id(cid).unwrap();
+}
+
+#[test]
+fn reject_carries_private_data() {
+    let (s, c) = (host(10, 1), host(10, 2));
+    let l = listen(&s, 7472);
+    let cid = resolve(&c, SocketAddr::from((s.ip, 7472)));
+    c.cm.create_qp(cid, &qp_init(&*c.dev)).unwrap();
+    c.cm.connect(cid, &ConnParam::default()).unwrap();
+    let req = s.cm.get_request(l, WAIT).unwrap();
+    s.cm.reject(req.id, b"go away").unwrap();
+    let e = ev(&c, CmEventType::Rejected);
+    assert_eq!(e.status, REJECT_CONSUMER);
+    assert_eq!(&e.param.private_data()[..7], b"go away");
+}
+
+#[test]
+fn nobody_listening_is_rejected_with_invalid_service_id() {
+    let (s, c) = (host(11, 1), host(11, 2));
+    let cid = resolve(&c, SocketAddr::from((s.ip, 9999)));
+    c.cm.create_qp(cid, &qp_init(&*c.dev)).unwrap();
+    c.cm.connect(cid, &ConnParam::default()).unwrap();
+    let e = ev(&c, CmEventType::Rejected);
+    assert_eq!(e.status, 8); // IBTA 12.6.7 table 108: invalid service ID
+    drop(s);
+}
+
+#[test]
+fn an_address_no_device_owns_is_addr_error() {
+    let c = host(12, 2);
+    let id = c.cm.create_id(c.ch, PortSpace::Tcp).unwrap();
+    c.cm.resolve_addr(
+        id,
+        None,
+        SocketAddr::from(([127, 0, 12, 77], 1)),
+        Duration::from_millis(50),
+    )
+    .unwrap();
+    let e = ev(&c, CmEventType::AddrError);
+    assert_eq!(e.status, -110);
+    // A source address no device owns is refused at once (EADDRNOTAVAIL).
+    let id2 = c.cm.create_id(c.ch, PortSpace::Tcp).unwrap();
+    let err =
+        c.cm.resolve_addr(
+            id2,
+            Some(SocketAddr::from(([10, 9, 9, 9], 0))),
+            SocketAddr::from(([127, 0, 12, 1], 1)),
+            Duration::from_millis(50),
+        )
+        .unwrap_err();
+    assert_eq!(err.errno(), 99);
+}
+
+#[test]
+fn a_peer_that_never_answers_is_unreachable() {
+    let (s, c) = (host(13, 1), host(13, 2));
+    let cid = resolve(&c, SocketAddr::from((s.ip, 7473)));
+    // The server's CM goes away (its QP1 with it): REQs fall on the floor.
+    drop(s);
+    c.cm.create_qp(cid, &qp_init(&*c.dev)).unwrap();
+    c.cm.connect(cid, &ConnParam::default()).unwrap();
+    let e = ev(&c, CmEventType::Unreachable);
+    assert_eq!(e.status, -110);
+    assert_eq!(c.cm.stats().retransmits, 3);
+}
+
+#[test]
+fn one_device_serves_one_cm() {
+    let h = host(14, 1);
+    assert_eq!(
+        EmuCm::open(vec![h.dev.clone()], cfg()).unwrap_err().errno(),
+        16
+    );
+}

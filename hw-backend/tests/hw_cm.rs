@@ -1,0 +1,201 @@
+//! `HwCm`, the connection manager over librdmacm, on a real device (in CI: kernel rxe
+//! in the VM of `scripts/ci-hw.sh`): both ends on the one device, connected through
+//! its own IPv4 address, as the emulator's conformance cases do (tests/src/cases/cm.rs).
+//! Skips, saying why, without a device (unless `REQUIRE_RDMA_DEVICE=1`) or without an
+//! IPv4 RoCE GID.
+#![cfg(feature = "hw")]
+#![forbid(unsafe_code)]
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hw_backend::{HwCm, HwDevice};
+use verbs_api::*;
+
+const T: Option<Duration> = Some(Duration::from_secs(10));
+
+fn ipv4(dev: &HwDevice) -> Option<Ipv4Addr> {
+    let n = dev.query_port(1).ok()?.gid_tbl_len;
+    (0..n).find_map(|i| {
+        dev.query_gid(1, i)
+            .ok()?
+            .to_ipv4()
+            .filter(|a| !a.is_unspecified())
+    })
+}
+
+fn setup() -> Option<(Arc<HwDevice>, HwCm, Ipv4Addr)> {
+    let dev = Arc::new(common::device()?);
+    let Some(ip) = ipv4(&dev) else {
+        eprintln!("SKIP: {} has no IPv4 RoCE GID", dev.name());
+        return None;
+    };
+    let cm = HwCm::new(dev.clone());
+    Some((dev, cm, ip))
+}
+
+fn ev(cm: &HwCm, ch: CmChannelId, want: CmEventType) -> CmEvent {
+    let t0 = std::time::Instant::now();
+    let e = cm
+        .get_cm_event(ch, T)
+        .unwrap_or_else(|e| panic!("waiting for {want} on {ch:?}: {e}"));
+    eprintln!(
+        "{ch:?}: {} (status {}) for {:?} after {:?}",
+        e.event,
+        e.status,
+        e.id,
+        t0.elapsed()
+    );
+    assert_eq!(e.event, want, "{e:?}");
+    e
+}
+
+fn init(dev: &dyn Device, qp_type: QpType) -> QpInitAttr {
+    let cq = dev.create_cq(64, None).unwrap();
+    QpInitAttr {
+        pd: dev.alloc_pd().unwrap(),
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type,
+        cap: QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+        srq: None,
+    }
+}
+
+/// A listener on `ip:port` (server channel) and an id resolved toward it (client
+/// channel).
+fn ends(cm: &HwCm, ip: Ipv4Addr, port: u16) -> (CmChannelId, CmId, CmChannelId, CmId) {
+    let (sch, cch) = (
+        cm.create_event_channel().unwrap(),
+        cm.create_event_channel().unwrap(),
+    );
+    let to = SocketAddr::from((ip, port));
+    let l = cm.create_id(sch, PortSpace::Tcp).unwrap();
+    cm.bind_addr(l, to).unwrap();
+    cm.listen(l, 4).unwrap();
+    let c = cm.create_id(cch, PortSpace::Tcp).unwrap();
+    cm.resolve_addr(c, None, to, Duration::from_secs(2))
+        .unwrap();
+    ev(cm, cch, CmEventType::AddrResolved);
+    cm.resolve_route(c, Duration::from_secs(2)).unwrap();
+    ev(cm, cch, CmEventType::RouteResolved);
+    (sch, l, cch, c)
+}
+
+/// manual 4.2.9-4.2.15, 5.2: connect with private data, SEND, RDMA WRITE, disconnect.
+#[test]
+fn connect_send_write_disconnect() {
+    let Some((dev, cm, ip)) = setup() else { return };
+    let (sch, l, cch, c) = ends(&cm, ip, 7481);
+    let cqpn = cm.create_qp(c, &init(&*dev, QpType::Rc)).unwrap();
+    cm.connect(
+        c,
+        &ConnParam {
+            private_data: b"hw hello".to_vec(),
+            ..ConnParam::default()
+        },
+    )
+    .unwrap();
+    let req = cm.get_request(l, T).unwrap();
+    assert_eq!(&req.param.private_data()[..8], b"hw hello");
+    let s = req.id;
+    let sqpn = cm.create_qp(s, &init(&*dev, QpType::Rc)).unwrap();
+    let sbuf = MemBuf::new(4096);
+    let smr = reg_write(&cm, s, &sbuf, 0, 4096).unwrap();
+    post_recv(&cm, s, 5, smr.addr, 64, &smr).unwrap();
+    cm.accept(
+        s,
+        &ConnParam {
+            private_data: b"hw welcome".to_vec(),
+            ..ConnParam::default()
+        },
+    )
+    .unwrap();
+    let e = ev(&cm, cch, CmEventType::Established);
+    assert_eq!(&e.param.private_data()[..10], b"hw welcome");
+    ev(&cm, sch, CmEventType::Established);
+    assert_eq!(dev.query_qp(cqpn).unwrap().0.qp_state, QpState::Rts);
+    assert_eq!(dev.query_qp(cqpn).unwrap().0.dest_qp_num, sqpn);
+
+    let cbuf = MemBuf::from_slice(&[0x5A; 4096]);
+    let cmr = reg_msgs(&cm, c, &cbuf, 0, 4096).unwrap();
+    post_send(&cm, c, 1, cmr.addr, 64, Some(&cmr), SendFlags::SIGNALED).unwrap();
+    assert_eq!(get_send_comp(&cm, c, T).unwrap().status, WcStatus::Success);
+    let wc = get_recv_comp(&cm, s, T).unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (5, WcStatus::Success, 64)
+    );
+    post_write(
+        &cm,
+        c,
+        2,
+        cmr.addr,
+        4096,
+        &cmr,
+        SendFlags::SIGNALED,
+        smr.addr,
+        smr.rkey,
+    )
+    .unwrap();
+    assert_eq!(get_send_comp(&cm, c, T).unwrap().status, WcStatus::Success);
+    assert_eq!(sbuf.to_vec(), vec![0x5A; 4096]);
+
+    // rdma_cm answers a DREQ when the passive side calls rdma_disconnect in turn (the
+    // usual reply to DISCONNECTED); only then does the active side get its own.
+    cm.disconnect(c).unwrap();
+    ev(&cm, sch, CmEventType::Disconnected);
+    cm.disconnect(s).unwrap();
+    ev(&cm, cch, CmEventType::Disconnected);
+    assert_eq!(dev.query_qp(cqpn).unwrap().0.qp_state, QpState::Err);
+    cm.destroy_qp(c).unwrap();
+    cm.destroy_qp(s).unwrap();
+    cm.destroy_id(c).unwrap();
+    cm.destroy_id(s).unwrap();
+}
+
+/// manual 4.2.13: rdma_reject's private data reaches the active side with REJECTED.
+#[test]
+fn reject_is_rejected_with_private_data() {
+    let Some((dev, cm, ip)) = setup() else { return };
+    let (_, l, cch, c) = ends(&cm, ip, 7482);
+    cm.create_qp(c, &init(&*dev, QpType::Rc)).unwrap();
+    cm.connect(c, &ConnParam::default()).unwrap();
+    let req = cm.get_request(l, T).unwrap();
+    cm.reject(req.id, b"no thanks").unwrap();
+    let e = ev(&cm, cch, CmEventType::Rejected);
+    assert_eq!(e.status, REJECT_CONSUMER);
+    assert_eq!(&e.param.private_data()[..9], b"no thanks");
+}
+
+/// manual 4.2.6: an address nobody answers for is ADDR_ERROR (or refused at once).
+#[test]
+fn unowned_address_is_addr_error() {
+    let Some((_dev, cm, _ip)) = setup() else {
+        return;
+    };
+    let ch = cm.create_event_channel().unwrap();
+    let id = cm.create_id(ch, PortSpace::Tcp).unwrap();
+    // An address of the device's own subnet that nobody has: its neighbour (ARP)
+    // resolution fails. (An off-subnet address resolves to the gateway.)
+    let Some((_, _, ip)) = setup() else { return };
+    let o = ip.octets();
+    let to = SocketAddr::from(([o[0], o[1], o[2], if o[3] == 77 { 78 } else { 77 }], 7483));
+    match cm.resolve_addr(id, None, to, Duration::from_millis(500)) {
+        Ok(()) => {
+            let e = cm.get_cm_event(ch, T).unwrap();
+            assert_eq!(e.event, CmEventType::AddrError, "{e:?}");
+        }
+        Err(e) => eprintln!("resolve_addr refused at once: {e}"),
+    }
+}

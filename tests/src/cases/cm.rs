@@ -1,0 +1,221 @@
+//! The connection manager (manual chapter 4; IBTA chapter 12): both ends of a
+//! connection on the one device of the case, connected through the CM by the device's
+//! own address. The emulator's CM ([`EmuCm`]) is opened over the case's device, on the
+//! clock the backend runs on; hardware's CM (librdmacm) is checked by the hw suite, so
+//! these cases skip there.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use emu_core::cm::{CmConfig, EmuCm, VirtualNet, RDMA_UDP_QKEY};
+use verbs_api::{
+    CmChannelId, CmEvent, CmEventParam, CmEventType, CmId, ConnParam, ConnectionManager, PortSpace,
+    QpInitAttr, QpState, QpType, REJECT_CONSUMER,
+};
+
+use super::assert_errno;
+use super::errno::{EBUSY, EINVAL};
+use crate::env::{default_cap, WAIT};
+use crate::{Case, Env, Outcome};
+
+pub(super) fn register(v: &mut Vec<Case>) {
+    v.push(Case::new("cm::connect_establish_disconnect", "manual 4.2.9-4.2.15, IBTA 12.6.5-12.6.11: REQ/REP/RTU give CONNECT_REQUEST (with the client's private data) and ESTABLISHED on both ids with both QPs in RTS; DREQ gives the peer DISCONNECTED, its rdma_disconnect the DREP and the first side's DISCONNECTED, both QPs in ERROR, then TIMEWAIT_EXIT", connect_disconnect));
+    v.push(Case::new("cm::reject_is_rejected_with_private_data", "manual 4.2.13, IBTA 12.6.7: rdma_reject sends REJ 'consumer reject' (28) with private data; the active id gets REJECTED", reject));
+    v.push(Case::new("cm::no_listener_is_rejected", "IBTA 12.6.7 table 108: a REQ for a service ID nobody listens on is answered with REJ 'invalid service ID' (8): REJECTED", no_listener));
+    v.push(Case::new(
+        "cm::unowned_address_is_addr_error",
+        "manual 4.2.6: address resolution toward an address no device owns ends in ADDR_ERROR",
+        addr_error,
+    ));
+    v.push(Case::new("cm::udp_resolves_qpn_and_qkey", "manual 4.2.9, IBTA 12.11: an RDMA_PS_UDP connect (SIDR) gives ESTABLISHED with the peer's QPN and Q_Key (RDMA_UDP_QKEY) in the UD parameters", udp));
+    v.push(Case::new("cm::wrong_calls_fail", "manual 4.2.5, 4.2.9 (librdmacm errnos): connect before route resolution EINVAL, a bound port bound again EADDRINUSE, a channel with ids EBUSY, private data over 56 bytes EINVAL", wrong_calls));
+}
+
+const PORT: u16 = 7400;
+
+fn open_cm(env: &Env) -> Result<EmuCm, Outcome> {
+    if !env.emulator {
+        return Err(Outcome::Skip(
+            "the hardware CM (librdmacm) is tested by hw-backend's suite".into(),
+        ));
+    }
+    let cfg = CmConfig {
+        response_timeout: 13, // 33 ms
+        max_retries: 3,
+        ..CmConfig::default()
+    };
+    let cm = if env.virtual_time {
+        EmuCm::open_virtual(&VirtualNet::new(), vec![env.dev.clone()], cfg)
+    } else {
+        EmuCm::open(vec![env.dev.clone()], cfg)
+    };
+    Ok(cm.expect("open the CM over the case's device"))
+}
+
+macro_rules! cm_or_skip {
+    ($env:expr) => {
+        match open_cm($env) {
+            Ok(cm) => cm,
+            Err(o) => return o,
+        }
+    };
+}
+
+fn ip(env: &Env) -> Ipv4Addr {
+    env.gid().to_ipv4().expect("an IPv4 RoCE GID")
+}
+
+fn ev(cm: &EmuCm, ch: CmChannelId, want: CmEventType) -> CmEvent {
+    let e = cm.get_cm_event(ch, Some(WAIT)).expect("a CM event");
+    assert_eq!(e.event, want, "{e:?}");
+    e
+}
+
+fn init(env: &Env, qp_type: QpType) -> QpInitAttr {
+    let cq = env.cq(64);
+    QpInitAttr {
+        pd: env.pd(),
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type,
+        cap: default_cap(),
+        sq_sig_all: false,
+        srq: None,
+    }
+}
+
+/// A listener on the device's address and an active id resolved toward it.
+fn ends(env: &Env, cm: &EmuCm, ch: CmChannelId, ps: PortSpace, port: u16) -> (CmId, CmId) {
+    let to = SocketAddr::from((ip(env), port));
+    let l = cm.create_id(ch, ps).unwrap();
+    cm.bind_addr(l, to).unwrap();
+    cm.listen(l, 0).unwrap();
+    let a = cm.create_id(ch, ps).unwrap();
+    cm.resolve_addr(a, None, to, Duration::from_secs(1))
+        .unwrap();
+    ev(cm, ch, CmEventType::AddrResolved);
+    cm.resolve_route(a, Duration::from_secs(1)).unwrap();
+    ev(cm, ch, CmEventType::RouteResolved);
+    (l, a)
+}
+
+fn connect_disconnect(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let (l, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT);
+    let aq = cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
+    let pd = b"from the active side".to_vec();
+    let param = ConnParam {
+        private_data: pd.clone(),
+        ..ConnParam::default()
+    };
+    cm.connect(a, &param).unwrap();
+    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    assert_eq!(req.listen_id, Some(l));
+    assert_eq!(&req.param.private_data()[..pd.len()], &pd[..]);
+    let p = cm.id_info(req.id).unwrap();
+    assert_eq!(p.peer.map(|s| s.ip()), Some(IpAddr::V4(ip(env))));
+    let pq = cm.create_qp(req.id, &init(env, QpType::Rc)).unwrap();
+    cm.accept(req.id, &ConnParam::default()).unwrap();
+    let mut both = [
+        ev(&cm, ch, CmEventType::Established).id,
+        ev(&cm, ch, CmEventType::Established).id,
+    ];
+    both.sort();
+    let mut want = [a, req.id];
+    want.sort();
+    assert_eq!(both, want);
+    assert_eq!(env.dev.query_qp(aq).unwrap().0.qp_state, QpState::Rts);
+    assert_eq!(env.dev.query_qp(pq).unwrap().0.qp_state, QpState::Rts);
+    assert_eq!(env.dev.query_qp(aq).unwrap().0.dest_qp_num, pq);
+    cm.disconnect(a).unwrap();
+    assert_eq!(ev(&cm, ch, CmEventType::Disconnected).id, req.id);
+    // The passive side answers with rdma_disconnect, which sends the DREP.
+    cm.disconnect(req.id).unwrap();
+    assert_eq!(ev(&cm, ch, CmEventType::Disconnected).id, a);
+    assert_eq!(env.dev.query_qp(aq).unwrap().0.qp_state, QpState::Err);
+    assert_eq!(env.dev.query_qp(pq).unwrap().0.qp_state, QpState::Err);
+    ev(&cm, ch, CmEventType::TimewaitExit);
+    ev(&cm, ch, CmEventType::TimewaitExit);
+    Outcome::Pass
+}
+
+fn reject(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let (_, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 1);
+    cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
+    cm.connect(a, &ConnParam::default()).unwrap();
+    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    cm.reject(req.id, b"not today").unwrap();
+    let e = ev(&cm, ch, CmEventType::Rejected);
+    assert_eq!((e.id, e.status), (a, REJECT_CONSUMER));
+    assert_eq!(&e.param.private_data()[..9], b"not today");
+    Outcome::Pass
+}
+
+fn no_listener(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let to = SocketAddr::from((ip(env), PORT + 2));
+    let a = cm.create_id(ch, PortSpace::Tcp).unwrap();
+    cm.resolve_addr(a, None, to, Duration::from_secs(1))
+        .unwrap();
+    ev(&cm, ch, CmEventType::AddrResolved);
+    cm.resolve_route(a, Duration::from_secs(1)).unwrap();
+    ev(&cm, ch, CmEventType::RouteResolved);
+    cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
+    cm.connect(a, &ConnParam::default()).unwrap();
+    assert_eq!(ev(&cm, ch, CmEventType::Rejected).status, 8);
+    Outcome::Pass
+}
+
+fn addr_error(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let a = cm.create_id(ch, PortSpace::Tcp).unwrap();
+    // TEST-NET-3: no device of any backend owns it.
+    let to = SocketAddr::from(([203, 0, 113, 77], PORT));
+    cm.resolve_addr(a, None, to, Duration::from_millis(100))
+        .unwrap();
+    assert_eq!(ev(&cm, ch, CmEventType::AddrError).status, -110);
+    Outcome::Pass
+}
+
+fn udp(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let (_, a) = ends(env, &cm, ch, PortSpace::Udp, PORT + 3);
+    cm.create_qp(a, &init(env, QpType::Ud)).unwrap();
+    cm.connect(a, &ConnParam::default()).unwrap();
+    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    let pq = cm.create_qp(req.id, &init(env, QpType::Ud)).unwrap();
+    cm.accept(req.id, &ConnParam::default()).unwrap();
+    let e = ev(&cm, ch, CmEventType::Established);
+    let CmEventParam::Ud(ud) = e.param else {
+        panic!("{e:?}")
+    };
+    assert_eq!((e.id, ud.qp_num, ud.qkey), (a, pq, RDMA_UDP_QKEY));
+    assert_eq!(env.dev.query_qp(pq).unwrap().0.qkey, RDMA_UDP_QKEY);
+    Outcome::Pass
+}
+
+fn wrong_calls(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let a = cm.create_id(ch, PortSpace::Tcp).unwrap();
+    assert_errno(cm.connect(a, &ConnParam::default()), EINVAL);
+    let at = SocketAddr::from((ip(env), PORT + 4));
+    cm.bind_addr(a, at).unwrap();
+    let b = cm.create_id(ch, PortSpace::Tcp).unwrap();
+    assert_errno(cm.bind_addr(b, at), 98);
+    assert_errno(cm.destroy_event_channel(ch), EBUSY);
+    let (_, c) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 5);
+    cm.create_qp(c, &init(env, QpType::Rc)).unwrap();
+    let long = ConnParam {
+        private_data: vec![1; 57],
+        ..ConnParam::default()
+    };
+    assert_errno(cm.connect(c, &long), EINVAL);
+    Outcome::Pass
+}
