@@ -8,7 +8,6 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use emu_core::nic::{EmuConfig, EmuDevice, ROCE_PORT};
-use verbs_api::QpAttrMask as M;
 use verbs_api::*;
 
 const BUF: usize = 64 << 20;
@@ -66,60 +65,22 @@ fn open(ip: [u8; 4], port: u16) -> Nic {
 }
 
 fn connect(n: &Nic, peer: &Nic) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE
+    let params = QpParams {
+        access: AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC,
-        ..QpAttr::default()
+        path_mtu: Mtu::Mtu4096,
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 16,
+        ..QpParams::default()
     };
-    n.dev
-        .modify_qp(
-            n.qpn,
-            &a,
-            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-        )
-        .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::Mtu4096;
-    a.dest_qp_num = peer.qpn;
-    a.max_dest_rd_atomic = 16;
-    a.min_rnr_timer = 12;
-    a.ah_attr = AhAttr {
-        grh: GlobalRoute {
-            dgid: peer.dev.gid(),
-            ..Default::default()
-        },
-        is_global: true,
-        port_num: 1,
-        ..Default::default()
+    let remote = Endpoint {
+        qpn: peer.qpn,
+        gid: peer.dev.gid(),
+        ..Endpoint::default()
     };
-    n.dev
-        .modify_qp(
-            n.qpn,
-            &a,
-            M::STATE
-                | M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-        )
-        .unwrap();
-    a.qp_state = QpState::Rts;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 16;
-    n.dev
-        .modify_qp(
-            n.qpn,
-            &a,
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-        )
-        .unwrap();
+    connect_qp(&n.dev, n.qpn, QpType::Rc, &params, 0, &remote).unwrap();
 }
 
 impl Nic {

@@ -12,7 +12,6 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use emu_core::nic::{EmuConfig, EmuDevice, ROCE_PORT};
-use verbs_api::QpAttrMask as M;
 use verbs_api::*;
 
 /// One side: a device and the objects a program needs.
@@ -67,54 +66,26 @@ fn side(ip: [u8; 4], port: u16) -> Side {
 /// 4. Connect: the QP numbers and GIDs were exchanged (here, in memory; normally over
 ///    TCP or the connection manager), then RESET -> INIT -> RTR -> RTS.
 fn connect(me: &Side, peer: &Side) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE
+    let params = QpParams {
+        access: AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC,
-        ..Default::default()
+        ..QpParams::default() // MTU 1024, timeout 14, 7 retries, one READ in flight
     };
-    me.qp
-        .modify(&a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)
-        .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::Mtu1024;
-    a.dest_qp_num = peer.qp.qpn();
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr = AhAttr {
-        grh: GlobalRoute {
-            dgid: peer.gid,
-            ..Default::default()
-        },
-        is_global: true,
-        port_num: 1,
-        ..Default::default()
+    let remote = Endpoint {
+        qpn: peer.qp.qpn(),
+        gid: peer.gid,
+        ..Endpoint::default()
     };
-    me.qp
-        .modify(
-            &a,
-            M::STATE
-                | M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-        )
-        .unwrap();
-    a.qp_state = QpState::Rts;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    me.qp
-        .modify(
-            &a,
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-        )
-        .unwrap();
+    // Each transition with the attributes IBTA requires of it for RC (manual 3.5).
+    for (attr, mask) in [
+        params.init(QpType::Rc),
+        params.rtr(QpType::Rc, &remote),
+        params.rts(QpType::Rc, 0),
+    ] {
+        me.qp.modify(&attr, mask).unwrap();
+    }
 }
 
 /// 5. Wait for one completion.

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emu_core::nic::{EmuConfig, EmuDevice, ROCE_PORT};
-use verbs_api::QpAttrMask as M;
 use verbs_api::*;
 
 fn pattern(i: usize) -> u8 {
@@ -118,51 +117,19 @@ fn main() {
         f[4] as u32,
     );
 
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE,
-        ..Default::default()
+    let params = QpParams {
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        path_mtu: Mtu::Mtu4096,
+        timeout: 12,
+        ..QpParams::default()
     };
-    qp.modify(&a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)
-        .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::Mtu4096;
-    a.dest_qp_num = rqpn;
-    a.rq_psn = rpsn;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr = AhAttr {
-        grh: GlobalRoute {
-            dgid: Gid::from_ipv4(rip),
-            ..Default::default()
-        },
-        is_global: true,
-        port_num: 1,
-        ..Default::default()
+    let remote = Endpoint {
+        qpn: rqpn,
+        psn: rpsn,
+        gid: Gid::from_ipv4(rip),
+        ..Endpoint::default()
     };
-    qp.modify(
-        &a,
-        M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = psn;
-    a.timeout = 12;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    qp.modify(
-        &a,
-        M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    qp.connect(&params, psn, &remote).unwrap();
     let _ = gid;
     // Both ends are in RTS before the first WRITE: each says so and waits for the other.
     writeln!(stream, "ready").unwrap();

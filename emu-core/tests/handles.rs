@@ -100,3 +100,44 @@ fn handles_are_send_and_sync() {
     check::<CompChannel>();
     check::<Qp>();
 }
+
+/// SRQ, AH and MW handles: an SRQ used by a QP refuses to go and comes back; dropping
+/// the PD handle first frees every child with the last one.
+#[test]
+fn srq_ah_and_mw_handles_keep_their_order() {
+    let (dev, ctx) = ctx(3);
+    let pd = ctx.alloc_pd().unwrap();
+    let pd_id = pd.id();
+    let cq = ctx.create_cq(8, None).unwrap();
+    let srq = pd
+        .create_srq(&SrqAttr {
+            max_wr: 8,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .unwrap();
+    let qp = pd
+        .create_qp_on(&cq, &cq, Some(&srq), QpType::Rc, cap(), false)
+        .unwrap();
+    let gid = dev.gid();
+    let ah = pd.create_ah(&QpParams::default().ah_attr(gid)).unwrap();
+    let (mw, rkey) = pd.alloc_mw(MwType::Type2).unwrap();
+    assert_ne!(rkey, 0);
+    let (srq, e) = srq.destroy().unwrap_err();
+    assert_eq!(e.errno(), 16, "EBUSY: a QP takes its receives from the SRQ");
+    let srq_id = srq.id();
+    drop(pd);
+    drop(srq);
+    assert_eq!(dev.dealloc_pd(pd_id).unwrap_err().errno(), 16);
+    qp.destroy().unwrap();
+    // The SRQ went with the QP that held it.
+    assert_eq!(dev.destroy_srq(srq_id).unwrap_err().errno(), 22);
+    ah.destroy().unwrap();
+    drop(mw);
+    assert_eq!(
+        dev.dealloc_pd(pd_id).unwrap_err().errno(),
+        22,
+        "the PD went with its last child"
+    );
+    drop(cq);
+}

@@ -5,7 +5,6 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use emu_core::nic::{EmuConfig, EmuDevice};
-use verbs_api::QpAttrMask as M;
 use verbs_api::*;
 
 fn wait(d: &EmuDevice, cq: CqId) -> WorkCompletion {
@@ -38,39 +37,18 @@ fn rc_pair(d: &EmuDevice, pd: PdId, cq: CqId) -> (u32, u32) {
         srq: None,
     };
     let (x, y) = (d.create_qp(&init).unwrap(), d.create_qp(&init).unwrap());
+    let params = QpParams {
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        min_rnr_timer: 1,
+        ..QpParams::default()
+    };
     for (me, peer) in [(x, y), (y, x)] {
-        let mut a = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-            ..QpAttr::default()
+        let remote = Endpoint {
+            qpn: peer,
+            gid: d.gid(),
+            ..Endpoint::default()
         };
-        d.modify_qp(me, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)
-            .unwrap();
-        a.qp_state = QpState::Rtr;
-        a.path_mtu = Mtu::Mtu1024;
-        a.dest_qp_num = peer;
-        a.max_dest_rd_atomic = 1;
-        a.min_rnr_timer = 1;
-        a.ah_attr = AhAttr {
-            grh: GlobalRoute {
-                dgid: d.gid(),
-                ..GlobalRoute::default()
-            },
-            is_global: true,
-            port_num: 1,
-            ..AhAttr::default()
-        };
-        let rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
-        d.modify_qp(me, &a, rtr | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER)
-            .unwrap();
-        a.qp_state = QpState::Rts;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = 1;
-        let rts = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY;
-        d.modify_qp(me, &a, rts | M::MAX_QP_RD_ATOMIC).unwrap();
+        connect_qp(d, me, QpType::Rc, &params, 0, &remote).unwrap();
     }
     (x, y)
 }

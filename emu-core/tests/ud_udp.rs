@@ -6,7 +6,6 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use emu_core::nic::{EmuConfig, EmuDevice};
-use verbs_api::QpAttrMask as M;
 use verbs_api::*;
 
 const QKEY: u32 = 0x1111_1111;
@@ -55,33 +54,11 @@ fn ud_qp(d: &EmuDevice) -> Ud {
             srq: None,
         })
         .unwrap();
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
+    let params = QpParams {
         qkey: QKEY,
-        ..QpAttr::default()
+        ..QpParams::default()
     };
-    d.modify_qp(qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY)
-        .unwrap();
-    d.modify_qp(
-        qpn,
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            ..a
-        },
-        M::STATE,
-    )
-    .unwrap();
-    d.modify_qp(
-        qpn,
-        &QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: 7,
-            ..a
-        },
-        M::STATE | M::SQ_PSN,
-    )
-    .unwrap();
+    connect_qp(d, qpn, QpType::Ud, &params, 7, &Endpoint::default()).unwrap();
     let buf = MemBuf::new(4096);
     let mr = d
         .reg_mr(pd, &buf, 0, 4096, AccessFlags::LOCAL_WRITE)

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use emu_core::nic::{EmuConfig, EmuDevice};
 use rand::{Rng, SeedableRng};
-use verbs_api::QpAttrMask as M;
 use verbs_api::*;
 
 fn port() -> u16 {
@@ -67,55 +66,20 @@ fn end(d: &EmuDevice, len: usize, channel: Option<ChannelId>) -> End {
 }
 
 fn connect(d: &EmuDevice, me: &End, peer_qpn: u32, peer: Gid) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-        ..QpAttr::default()
+    let params = QpParams {
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        path_mtu: Mtu::Mtu4096,
+        timeout: 12,
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 16,
+        ..QpParams::default()
     };
-    d.modify_qp(
-        me.qpn,
-        &a,
-        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::Mtu4096;
-    a.dest_qp_num = peer_qpn;
-    a.max_dest_rd_atomic = 16;
-    a.min_rnr_timer = 12;
-    a.ah_attr = AhAttr {
-        grh: GlobalRoute {
-            dgid: peer,
-            ..Default::default()
-        },
-        is_global: true,
-        port_num: 1,
-        ..Default::default()
+    let remote = Endpoint {
+        qpn: peer_qpn,
+        gid: peer,
+        ..Endpoint::default()
     };
-    d.modify_qp(
-        me.qpn,
-        &a,
-        M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    a.timeout = 12;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 16;
-    d.modify_qp(
-        me.qpn,
-        &a,
-        M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    connect_qp(d, me.qpn, QpType::Rc, &params, 0, &remote).unwrap();
 }
 
 fn wait_completions(d: &EmuDevice, cq: CqId, n: usize, limit: Duration) -> Vec<WorkCompletion> {

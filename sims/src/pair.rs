@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use emu_core::nic::EmuDevice;
-use verbs_api::QpAttrMask as M;
 use verbs_api::{
-    AccessFlags, AhAttr, AsyncEvent, Context, Cq, Device, Gid, GlobalRoute, MemBuf, Mr, Mtu, Pd,
-    Qp, QpAttr, QpCap, QpState, QpType, RecvWr, SendWr, Sge, WorkCompletion,
+    AccessFlags, AsyncEvent, Context, Cq, Device, Gid, MemBuf, Mr, Mtu, Pd, Qp, QpCap, QpState,
+    QpType, RecvWr, SendWr, Sge, WorkCompletion,
 };
 
 use crate::Fabric;
@@ -200,54 +199,31 @@ pub fn connect(me: &Host, peer: &Host, cfg: &PairConfig) {
 /// `peer_gid`, through the Device trait alone.
 pub fn connect_qp(dev: &dyn Device, qpn: u32, peer_gid: Gid, peer_qpn: u32, cfg: &PairConfig) {
     let rc = cfg.qp_type == QpType::Rc;
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE
+    let params = verbs_api::QpParams {
+        access: AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
             | if rc {
                 AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC
             } else {
                 AccessFlags::empty()
             },
-        ..Default::default()
+        path_mtu: cfg.path_mtu,
+        timeout: cfg.timeout,
+        retry_cnt: cfg.retry_cnt,
+        rnr_retry: cfg.rnr_retry,
+        min_rnr_timer: cfg.min_rnr_timer,
+        max_rd_atomic: cfg.rd_atomic,
+        max_dest_rd_atomic: cfg.rd_atomic,
+        ..verbs_api::QpParams::default()
     };
-    dev.modify_qp(
-        qpn,
-        &a,
-        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-    )
-    .expect("to INIT");
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = cfg.path_mtu;
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = cfg.psn;
-    a.max_dest_rd_atomic = cfg.rd_atomic;
-    a.min_rnr_timer = cfg.min_rnr_timer;
-    a.ah_attr = AhAttr {
-        grh: GlobalRoute {
-            dgid: peer_gid,
-            ..Default::default()
-        },
-        is_global: true,
-        port_num: 1,
-        ..Default::default()
+    let remote = verbs_api::Endpoint {
+        qpn: peer_qpn,
+        psn: cfg.psn,
+        gid: peer_gid,
+        ..verbs_api::Endpoint::default()
     };
-    let mut mask = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
-    if rc {
-        mask |= M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-    }
-    dev.modify_qp(qpn, &a, mask).expect("to RTR");
-    a.qp_state = QpState::Rts;
-    a.sq_psn = cfg.psn;
-    a.timeout = cfg.timeout;
-    a.retry_cnt = cfg.retry_cnt;
-    a.rnr_retry = cfg.rnr_retry;
-    a.max_rd_atomic = cfg.rd_atomic;
-    let mut mask = M::STATE | M::SQ_PSN;
-    if rc {
-        mask |= M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-    }
-    dev.modify_qp(qpn, &a, mask).expect("to RTS");
+    verbs_api::connect_qp(dev, qpn, cfg.qp_type, &params, cfg.psn, &remote)
+        .expect("connect the QP");
 }
 
 /// Hosts `a` (192.0.2.1) and `b` (192.0.2.2, documentation addresses) on `fabric`, their QPs connected.

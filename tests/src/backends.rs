@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use emu_core::nic::{EmuConfig, EmuDevice};
+use emu_core::nic::{EmuConfig, EmuDevice, Management};
 use sims::{Action, Fabric, Kind, Match, Rule};
 
 use crate::{Backend, Faults, Opened};
@@ -43,8 +43,19 @@ impl Backend for EmuUdp {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EmuFabric;
 
-/// The fabric of one case, as its fault-injection capability.
-struct FabricFaults(Fabric);
+/// The fabric of one case and its device's management handle, as the case's
+/// fault-injection capability.
+struct FabricFaults(Fabric, Management);
+
+impl FabricFaults {
+    /// Runs a management operation; on the fabric's own device it cannot fail but by a
+    /// bug, which fails the case.
+    fn manage(&self, what: &str, r: verbs_api::Result<()>) {
+        if let Err(e) = r {
+            panic!("management operation {what} failed: {e}");
+        }
+    }
+}
 
 impl Faults for FabricFaults {
     fn drop_all_acks(&self) {
@@ -65,6 +76,53 @@ impl Faults for FabricFaults {
             .first(1),
         );
     }
+
+    fn drop_send_tails(&self) {
+        self.0.add_rule(Rule::custom("drop every SEND LAST", |p| {
+            p.repr
+                .bth
+                .opcode
+                .name()
+                .contains("_SEND_LAST")
+                .then_some(Action::Drop)
+        }));
+    }
+
+    fn port_down(&self) {
+        self.manage("port_down", self.1.port_down());
+    }
+
+    fn port_up(&self) {
+        self.manage("port_up", self.1.port_up());
+    }
+
+    fn set_gid(&self, index: u32, gid: verbs_api::Gid) {
+        self.manage("set_gid", self.1.set_gid(index, gid));
+    }
+
+    fn set_pkey(&self, index: u32, pkey: u16) {
+        self.manage("set_pkey", self.1.set_pkey(index, pkey));
+    }
+
+    fn set_lid(&self, lid: u16) {
+        self.manage("set_lid", self.1.set_lid(lid));
+    }
+
+    fn change_sm(&self, sm_lid: u16) {
+        self.manage("set_sm", self.1.set_sm(sm_lid, 0));
+    }
+
+    fn client_reregister(&self) {
+        self.manage("client_reregister", self.1.client_reregister());
+    }
+
+    fn fail_device(&self) {
+        self.manage("fail_device", self.1.fail_device());
+    }
+
+    fn fail_srq(&self, srq: verbs_api::SrqId) {
+        self.manage("fail_srq", self.1.fail_srq(srq));
+    }
 }
 
 impl Backend for EmuFabric {
@@ -77,9 +135,10 @@ impl Backend for EmuFabric {
         let dev = fabric
             .add_device("dut", Ipv4Addr::new(192, 0, 2, 1))
             .expect("add a device to the fabric");
+        let management = dev.management();
         Opened {
             dev,
-            faults: Some(Arc::new(FabricFaults(fabric))),
+            faults: Some(Arc::new(FabricFaults(fabric, management))),
             virtual_time: true,
             gid_index: 0,
         }

@@ -135,6 +135,27 @@ pub trait Faults: Send + Sync {
     fn drop_all_acks(&self);
     /// The next RDMA READ RESPONSE arrives `n` bytes short, with a correct ICRC.
     fn truncate_next_read_response(&self, n: usize);
+    /// From now on the LAST packet of every SEND is lost: a multi-packet SEND starts
+    /// at the responder and never finishes.
+    fn drop_send_tails(&self);
+    /// The port's cable is pulled: port 1 goes DOWN (`PORT_ERR`).
+    fn port_down(&self);
+    /// The link comes back and port 1 goes ACTIVE (`PORT_ACTIVE`).
+    fn port_up(&self);
+    /// The SM sets GID table entry `index` of port 1 (`Gid::ZERO` removes it).
+    fn set_gid(&self, index: u32, gid: verbs_api::Gid);
+    /// The SM sets P_Key table entry `index` of port 1.
+    fn set_pkey(&self, index: u32, pkey: u16);
+    /// The SM gives port 1 a new LID.
+    fn set_lid(&self, lid: u16);
+    /// Another SM (at `sm_lid`) takes over port 1.
+    fn change_sm(&self, sm_lid: u16);
+    /// The SM asks port 1's clients to reregister.
+    fn client_reregister(&self);
+    /// The device has a catastrophic error.
+    fn fail_device(&self);
+    /// SRQ `srq` has a catastrophic error.
+    fn fail_srq(&self, srq: verbs_api::SrqId);
 }
 
 /// What a backend opens for one case.

@@ -123,7 +123,14 @@ owned!(
 );
 owned!(CqInner, CqId, |d, id| d.destroy_cq(id), { _channel: Option<Arc<ChannelInner>> });
 owned!(MrInner, u32, |d, lkey| d.dereg_mr(lkey), { info: MrInfo, _pd: Arc<PdInner>, _buf: MemBuf });
-owned!(QpInner, u32, |d, qpn| d.destroy_qp(qpn), { _pd: Arc<PdInner>, _cqs: [Arc<CqInner>; 2] });
+owned!(SrqInner, crate::SrqId, |d, id| d.destroy_srq(id), { _pd: Arc<PdInner> });
+owned!(AhInner, crate::AhId, |d, id| d.destroy_ah(id), { _pd: Arc<PdInner> });
+owned!(MwInner, crate::MwId, |d, id| d.dealloc_mw(id), { mw_type: crate::MwType, _pd: Arc<PdInner> });
+owned!(QpInner, u32, |d, qpn| d.destroy_qp(qpn), {
+    _pd: Arc<PdInner>,
+    _cqs: [Arc<CqInner>; 2],
+    _srq: Option<Arc<SrqInner>>
+});
 
 /// Takes the object out of an `Arc` for an explicit destroy: only possible when this is
 /// the last handle; otherwise the object is in use (EBUSY) and the handle comes back.
@@ -199,6 +206,19 @@ impl Pd {
         cap: QpCap,
         sq_sig_all: bool,
     ) -> Result<Qp> {
+        self.create_qp_on(send_cq, recv_cq, None, qp_type, cap, sq_sig_all)
+    }
+
+    /// `ibv_create_qp` in this PD, taking its receives from `srq` when given.
+    pub fn create_qp_on(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        srq: Option<&Srq>,
+        qp_type: QpType,
+        cap: QpCap,
+        sq_sig_all: bool,
+    ) -> Result<Qp> {
         let init = QpInitAttr {
             pd: self.0.id,
             send_cq: send_cq.0.id,
@@ -206,7 +226,7 @@ impl Pd {
             qp_type,
             cap,
             sq_sig_all,
-            srq: None,
+            srq: srq.map(|s| s.0.id),
         };
         let qpn = self.0.dev.create_qp(&init)?;
         Ok(Qp(Arc::new(QpInner {
@@ -215,7 +235,45 @@ impl Pd {
             live: true,
             _pd: self.0.clone(),
             _cqs: [send_cq.0.clone(), recv_cq.0.clone()],
+            _srq: srq.map(|s| s.0.clone()),
         })))
+    }
+
+    /// `ibv_create_srq` in this PD.
+    pub fn create_srq(&self, attr: &crate::SrqAttr) -> Result<Srq> {
+        let id = self.0.dev.create_srq(self.0.id, attr)?;
+        Ok(Srq(Arc::new(SrqInner {
+            dev: self.0.dev.clone(),
+            id,
+            live: true,
+            _pd: self.0.clone(),
+        })))
+    }
+
+    /// `ibv_create_ah` in this PD.
+    pub fn create_ah(&self, attr: &crate::AhAttr) -> Result<Ah> {
+        let id = self.0.dev.create_ah(self.0.id, attr)?;
+        Ok(Ah(Arc::new(AhInner {
+            dev: self.0.dev.clone(),
+            id,
+            live: true,
+            _pd: self.0.clone(),
+        })))
+    }
+
+    /// `ibv_alloc_mw` in this PD; returns the window and its first rkey.
+    pub fn alloc_mw(&self, mw_type: crate::MwType) -> Result<(Mw, u32)> {
+        let info = self.0.dev.alloc_mw(self.0.id, mw_type)?;
+        Ok((
+            Mw(Arc::new(MwInner {
+                dev: self.0.dev.clone(),
+                id: info.id,
+                live: true,
+                mw_type: info.mw_type,
+                _pd: self.0.clone(),
+            })),
+            info.rkey,
+        ))
     }
 
     /// `ibv_dealloc_pd` now: EBUSY (and the handle back) while MRs or QPs use it.
@@ -313,6 +371,88 @@ impl Cq {
     }
 }
 
+/// A shared receive queue; it keeps its PD alive, and the QPs on it keep it alive.
+#[derive(Clone)]
+pub struct Srq(Arc<SrqInner>);
+
+impl std::fmt::Debug for Srq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Srq({})", self.0.id.0)
+    }
+}
+
+impl Srq {
+    /// The SRQ's number.
+    pub fn id(&self) -> crate::SrqId {
+        self.0.id
+    }
+    /// `ibv_post_srq_recv`.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
+        self.0.dev.post_srq_recv(self.0.id, wrs)
+    }
+    /// `ibv_modify_srq`.
+    pub fn modify(&self, attr: &crate::SrqAttr, mask: crate::SrqAttrMask) -> Result<()> {
+        self.0.dev.modify_srq(self.0.id, attr, mask)
+    }
+    /// `ibv_query_srq`.
+    pub fn query(&self) -> Result<crate::SrqAttr> {
+        self.0.dev.query_srq(self.0.id)
+    }
+    /// `ibv_destroy_srq` now: EBUSY (and the handle back) while a QP uses it.
+    pub fn destroy(self) -> std::result::Result<(), (Srq, Error)> {
+        destroy_now(self.0, |t| &mut t.live, |t| t.dev.destroy_srq(t.id))
+            .map_err(|(a, e)| (Srq(a), e))
+    }
+}
+
+/// An address handle (UD destinations); it keeps its PD alive.
+#[derive(Clone)]
+pub struct Ah(Arc<AhInner>);
+
+impl std::fmt::Debug for Ah {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ah({})", self.0.id.0)
+    }
+}
+
+impl Ah {
+    /// The handle's number, for [`crate::UdDest::ah`].
+    pub fn id(&self) -> crate::AhId {
+        self.0.id
+    }
+    /// `ibv_destroy_ah` now.
+    pub fn destroy(self) -> std::result::Result<(), (Ah, Error)> {
+        destroy_now(self.0, |t| &mut t.live, |t| t.dev.destroy_ah(t.id))
+            .map_err(|(a, e)| (Ah(a), e))
+    }
+}
+
+/// A memory window; it keeps its PD alive.
+#[derive(Clone)]
+pub struct Mw(Arc<MwInner>);
+
+impl std::fmt::Debug for Mw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Mw({}, {:?})", self.0.id.0, self.0.mw_type)
+    }
+}
+
+impl Mw {
+    /// The window's handle.
+    pub fn id(&self) -> crate::MwId {
+        self.0.id
+    }
+    /// `ibv_bind_mw` (type 1) through `qp`'s send queue; returns the new rkey.
+    pub fn bind(&self, qp: &Qp, bind: &crate::MwBind) -> Result<u32> {
+        self.0.dev.bind_mw(qp.qpn(), self.0.id, bind)
+    }
+    /// `ibv_dealloc_mw` now.
+    pub fn dealloc(self) -> std::result::Result<(), (Mw, Error)> {
+        destroy_now(self.0, |t| &mut t.live, |t| t.dev.dealloc_mw(t.id))
+            .map_err(|(a, e)| (Mw(a), e))
+    }
+}
+
 /// A queue pair.
 #[derive(Clone)]
 pub struct Qp(Arc<QpInner>);
@@ -335,6 +475,16 @@ impl Qp {
     /// `ibv_query_qp`.
     pub fn query(&self) -> Result<QpAttr> {
         Ok(self.0.dev.query_qp(self.0.id)?.0)
+    }
+    /// RESET -> INIT -> RTR -> RTS, connected to `remote` (see [`crate::connect_qp`]).
+    pub fn connect(
+        &self,
+        params: &crate::QpParams,
+        sq_psn: u32,
+        remote: &crate::Endpoint,
+    ) -> Result<()> {
+        let qp_type = self.0.dev.query_qp(self.0.id)?.1.qp_type;
+        crate::connect_qp(&*self.0.dev, self.0.id, qp_type, params, sq_psn, remote)
     }
     /// `ibv_post_send`.
     pub fn post_send(&self, wrs: &[SendWr]) -> std::result::Result<(), PostError> {

@@ -39,7 +39,7 @@
 //! * [`error`] — errors and errno values.
 //! * [`verbs`] — the [`Device`] trait every backend implements.
 //! * [`connect`] — bringing a QP from RESET to RTS with the attributes each transport needs.
-//! * [`handles`] — RAII handles over any `Device`: [`Context`], [`Pd`], [`Mr`], [`Cq`], [`Qp`].
+//! * [`handles`] — RAII handles over any `Device`: [`Context`], [`Pd`], [`Mr`], [`Cq`], [`Qp`], [`Srq`], [`Ah`], [`Mw`].
 
 #![forbid(unsafe_code)]
 

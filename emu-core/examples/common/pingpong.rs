@@ -26,7 +26,6 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use emu_core::nic::{EmuConfig, EmuDevice, ROCE_PORT};
-use verbs_api::QpAttrMask as M;
 use verbs_api::*;
 
 /// Which program runs.
@@ -246,17 +245,7 @@ fn setup(ip: Ipv4Addr, udp_port: u16, size: usize, mode: Mode, num_qp: usize) ->
     let mr = dev
         .reg_mr(pd, &buf, 0, len, AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qkey: QKEY,
-        ..QpAttr::default()
-    };
-    let mask = if mode == Mode::Ud {
-        M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY
-    } else {
-        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
-    };
+    let (init, mask) = params().init(mode.qp_type());
     for &qpn in &qpns {
         dev.modify_qp(qpn, &init, mask)
             .unwrap_or_else(|e| die(&format!("failed to modify QP to INIT: {e}")));
@@ -277,61 +266,37 @@ fn setup(ip: Ipv4Addr, udp_port: u16, size: usize, mode: Mode, num_qp: usize) ->
     c
 }
 
+/// The QP parameters of rdma-core's pingpongs (MTU 1024, hop limit 1, Q_Key 0x11111111),
+/// with an ACK timeout of ~1 s per try (4.096 us * 2^18): a loaded 2-core machine can
+/// starve a device thread for longer than the 67 ms of timeout 14 times 7 retries.
+fn params() -> QpParams {
+    QpParams {
+        qkey: QKEY,
+        hop_limit: 1,
+        timeout: 18,
+        ..QpParams::default()
+    }
+}
+
 fn connect(c: &mut Ctx, mine: &[Dest], rems: &[Dest]) {
+    let p = params();
+    let qp_type = c.mode.qp_type();
     for ((&qpn, me), rem) in c.qpns.iter().zip(mine).zip(rems) {
-        let av = AhAttr {
-            grh: GlobalRoute {
-                dgid: rem.gid,
-                hop_limit: 1,
-                ..Default::default()
-            },
-            is_global: true,
-            port_num: 1,
-            ..Default::default()
+        let remote = Endpoint {
+            lid: rem.lid,
+            qpn: rem.qpn,
+            psn: rem.psn,
+            gid: rem.gid,
         };
-        let mut a = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num: rem.qpn,
-            rq_psn: rem.psn,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            ah_attr: av,
-            ..QpAttr::default()
-        };
-        let rc = c.mode.qp_type() == QpType::Rc;
-        let rtr = match c.mode.qp_type() {
-            // UD: no path attributes; the destination goes in every WR.
-            QpType::Ud => M::STATE,
-            _ if rc => {
-                M::STATE
-                    | M::AV
-                    | M::PATH_MTU
-                    | M::DEST_QPN
-                    | M::RQ_PSN
-                    | M::MAX_DEST_RD_ATOMIC
-                    | M::MIN_RNR_TIMER
-            }
-            _ => M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
-        };
+        let (rtr, rtr_mask) = p.rtr(qp_type, &remote);
         c.dev
-            .modify_qp(qpn, &a, rtr)
+            .modify_qp(qpn, &rtr, rtr_mask)
             .unwrap_or_else(|e| die(&format!("failed to modify QP to RTR: {e}")));
-        a.qp_state = QpState::Rts;
-        // ~1 s per try (4.096 us * 2^18): a loaded 2-core machine can starve a device
-        // thread for longer than the 67 ms of timeout 14 times 7 retries.
-        a.timeout = 18;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.sq_psn = me.psn;
-        a.max_rd_atomic = 1;
-        let mut rts = M::STATE | M::SQ_PSN;
-        if rc {
-            rts |= M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-        }
+        let (rts, rts_mask) = p.rts(qp_type, me.psn);
         c.dev
-            .modify_qp(qpn, &a, rts)
+            .modify_qp(qpn, &rts, rts_mask)
             .unwrap_or_else(|e| die(&format!("failed to modify QP to RTS: {e}")));
+        let av = p.ah_attr(rem.gid);
         if c.mode == Mode::Ud {
             let ah = c
                 .dev

@@ -248,7 +248,8 @@ impl QueuePair {
             return;
         }
         ctx.counters.ack_timeouts += 1;
-        if !self.comp.retry.spend() {
+        // IBTA 17.2.8: with an armed alternate path, retry exhaustion migrates.
+        if !self.comp.retry.spend() && !self.migrate_on_failure(ctx) {
             self.fail_head(ctx, WcStatus::RetryExcErr);
             return;
         }
@@ -261,7 +262,7 @@ impl QueuePair {
         if self.comp.retry_started {
             return;
         }
-        if !self.comp.retry.spend() {
+        if !self.comp.retry.spend() && !self.migrate_on_failure(ctx) {
             self.fail_head(ctx, WcStatus::RetryExcErr);
             return;
         }

@@ -39,6 +39,12 @@ pub struct Counters {
     pub qkey_violations: u64,
     /// UD packets dropped because the QP had no receive WQE (UD has no RNR).
     pub ud_no_recv_drops: u64,
+    /// Packets that arrived while the port was not ACTIVE or the device had failed
+    /// (dropped).
+    pub rx_port_down: u64,
+    /// Packets the QPs produced while the port was not ACTIVE (lost, as on a dead
+    /// link).
+    pub tx_port_down: u64,
     /// UD messages delivered to a receive WQE (each multicast copy counts).
     pub ud_received: u64,
 }

@@ -10,6 +10,7 @@ use super::ah::AhTable;
 use super::counters::Counters;
 use super::cq::{CompletionQueue, CqHandle, Pushed};
 use super::mr::MrTable;
+use super::port::Port;
 use super::srq::{SharedReceiveQueue, SrqHandle};
 use super::Limits;
 
@@ -26,6 +27,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) overrun: &'a mut Vec<CqHandle>,
     pub(crate) counters: &'a mut Counters,
     pub(crate) limits: &'a Limits,
+    /// The port: its GID table decides whether an alternate path is usable.
+    pub(crate) port: &'a Port,
 }
 
 impl Ctx<'_> {

@@ -14,14 +14,17 @@
 //! that only the driver knows (IBTA Annex A17.4).
 
 mod ah;
+mod apm;
 mod completer;
 mod counters;
 mod cq;
 mod ctx;
 mod gsi;
+mod manage;
 mod modify;
 mod mr;
 mod mw;
+mod port;
 mod qp;
 mod requester;
 mod responder;
@@ -45,8 +48,10 @@ pub use ah::{init_ah_from_wc, is_multicast, AhHandle};
 pub use counters::Counters;
 pub use cq::CqHandle;
 pub use gsi::{GSI_QKEY, GSI_QPN};
+pub use manage::EIO;
 pub use mr::{MrInfo, PdHandle};
 pub use mw::MwHandle;
+pub use port::{DEFAULT_PKEY, PORT_NUM};
 pub use qp::QpInitAttr;
 pub use srq::SrqHandle;
 pub use ud::{GRH_LEN, MULTICAST_QPN};
@@ -141,9 +146,11 @@ const FIRST_QPN: u32 = 0x11;
 #[derive(Debug)]
 pub struct Engine {
     limits: Limits,
-    /// The GID of the device's port (index 0): where packets given to
-    /// [`Engine::handle_datagram`] were addressed, and the source GID table.
-    gid: Gid,
+    /// Port 1: state, GID table (entry 0 is where packets given to
+    /// [`Engine::handle_datagram`] were addressed), P_Key table, LID/SM fields.
+    port: port::Port,
+    /// The device failed (`DEVICE_FATAL`): it moves no more packets.
+    fatal: bool,
     mrs: mr::MrTable,
     ahs: ah::AhTable,
     mcast: ud::McastTable,
@@ -170,8 +177,9 @@ impl Engine {
     /// A device with these limits and no objects.
     pub fn new(limits: Limits) -> Self {
         Engine {
+            port: port::Port::new(limits.gid_tbl_len, limits.pkey_tbl_len),
+            fatal: false,
             limits,
-            gid: Gid::ZERO,
             mrs: mr::MrTable::default(),
             ahs: ah::AhTable::default(),
             mcast: ud::McastTable::default(),
@@ -196,13 +204,17 @@ impl Engine {
 
     /// Sets the GID of the device's port (GID index 0; the driver's address). UD
     /// receive buffers report it as the destination in their GRH.
+    /// Raises no event: this is the driver saying where the device lives, not a
+    /// change of a running port (see [`Engine::set_gid_entry`]).
     pub fn set_gid(&mut self, gid: Gid) {
-        self.gid = gid;
+        if let Some(g) = self.port.gids.first_mut() {
+            *g = gid;
+        }
     }
 
-    /// The GID of the device's port.
+    /// The GID of the device's port (entry 0).
     pub fn gid(&self) -> Gid {
-        self.gid
+        self.port.gids.first().copied().unwrap_or(Gid::ZERO)
     }
 
     /// What the engine has counted.
@@ -231,6 +243,7 @@ impl Engine {
             overrun: &mut overrun,
             counters: &mut self.counters,
             limits: &self.limits,
+            port: &self.port,
         };
         let r = f(qp, &mut ctx);
         qp.timers.sync(qpn, &mut self.timers);
@@ -722,7 +735,7 @@ impl Engine {
         wc: &WorkCompletion,
         grh: &[u8],
     ) -> Result<AhHandle> {
-        let attr = init_ah_from_wc(1, wc, grh, &[self.gid])?;
+        let attr = init_ah_from_wc(1, wc, grh, &self.port.gids)?;
         self.create_ah(pd, &attr)
     }
 
@@ -762,7 +775,7 @@ impl Engine {
     /// A RoCEv2 UDP payload (BTH through ICRC) arrived from `src`, addressed to this
     /// device's GID ([`Engine::set_gid`]). See [`Engine::handle_datagram_to`].
     pub fn handle_datagram(&mut self, now: Instant, src: Gid, data: &[u8]) {
-        let dst = self.gid;
+        let dst = self.gid();
         self.handle_datagram_to(now, src, dst, data);
     }
 
@@ -774,6 +787,11 @@ impl Engine {
     /// every QP attached to that group.
     pub fn handle_datagram_to(&mut self, now: Instant, src: Gid, dst: Gid, data: &[u8]) {
         self.counters.rx_packets += 1;
+        // A port that is not ACTIVE, or a failed device, receives nothing (IBTA 7.2).
+        if self.fatal || !self.port.is_active() {
+            self.counters.rx_port_down += 1;
+            return;
+        }
         let Ok((repr, payload)) = PacketRepr::parse(data) else {
             self.counters.rx_malformed += 1;
             return;
@@ -794,13 +812,19 @@ impl Engine {
         // IBTA 9.6.1.1 (C9-?): a P_Key that does not match the default full-member key
         // 0xFFFF (the low 15 bits, with one side a full member) is dropped.
         let pkey_ok = repr.bth.pkey & 0x7FFF == 0x7FFF;
-        // A connected QP takes packets only from its peer (kernel rxe's check_addr).
-        let from_peer = qp.init.qp_type == QpType::Ud || qp.attr.ah_attr.grh.dgid == src;
-        if !transport_ok || !pkey_ok || !from_peer {
+        // A connected QP takes packets only from its peer (kernel rxe's check_addr),
+        // over its path or its armed alternate path (IBTA 17.2.8, module `apm`).
+        let from_primary = qp.init.qp_type == QpType::Ud || qp.attr.ah_attr.grh.dgid == src;
+        let from_alternate = !from_primary && qp.came_over_alternate(&src);
+        if !transport_ok || !pkey_ok || !(from_primary || from_alternate) {
             self.counters.rx_dropped += 1;
             return;
         }
         self.with_qp(now, qpn, |qp, ctx| {
+            if from_alternate && !qp.migrate(ctx) {
+                ctx.counters.rx_dropped += 1;
+                return;
+            }
             if repr.bth.opcode.is_request() {
                 qp.handle_request(ctx, &repr, payload);
             } else {
@@ -854,7 +878,15 @@ impl Engine {
     }
 
     /// The next packet to send, written into `buf` (at least [`MAX_PACKET`] bytes).
+    ///
+    /// While the port is not ACTIVE the QPs go on producing packets, which are lost
+    /// as on a dead link (counted in `tx_port_down`): RC retries run out as they
+    /// would with the cable pulled (manual 6.1.11). A failed device sends nothing.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.fatal {
+            self.ready.clear();
+            return None;
+        }
         while let Some(qpn) = self.ready.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
@@ -867,6 +899,10 @@ impl Engine {
                 })
                 .flatten();
             if let Some(t) = t {
+                if !self.port.is_active() {
+                    self.counters.tx_port_down += 1;
+                    continue;
+                }
                 self.counters.tx_packets += 1;
                 return Some(t);
             }

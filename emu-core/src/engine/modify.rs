@@ -116,6 +116,25 @@ fn check_values(attr: &QpAttr, mask: M, limits: &Limits) -> Result<()> {
             return bad("ah_attr.port_num must be 1");
         }
     }
+    if mask.contains(M::ALT_PATH) {
+        // The alternate path obeys the primary path's rules (IBTA 17.2.8).
+        let ah = &attr.alt_ah_attr;
+        if !ah.is_global {
+            return bad("RoCE alternate address vectors need a GRH (is_global)");
+        }
+        if u32::from(ah.grh.sgid_index) >= limits.gid_tbl_len {
+            return bad("alternate sgid_index outside the GID table");
+        }
+        if attr.alt_port_num != 1 || ah.port_num > 1 {
+            return bad("alt_port_num must be 1");
+        }
+        if u32::from(attr.alt_pkey_index) >= limits.pkey_tbl_len {
+            return bad("alt_pkey_index outside the P_Key table");
+        }
+        if attr.alt_timeout > 31 {
+            return bad("alt_timeout is 5 bits");
+        }
+    }
     if mask.contains(M::DEST_QPN) && attr.dest_qp_num > 0x00FF_FFFF {
         return bad("dest_qp_num has more than 24 bits");
     }
@@ -167,6 +186,7 @@ impl QueuePair {
             return Err(Error::InvalidArgument("cur_qp_state is not the QP's state"));
         }
         check_values(attr, mask, ctx.limits)?;
+        self.check_mig_state(attr, mask)?;
 
         self.apply(attr, mask);
         match (cur, next) {
@@ -195,11 +215,17 @@ impl QueuePair {
                 }
             }
         }
+        if mask.contains(M::PATH_MIG_STATE) {
+            self.apply_mig_state(ctx, attr.path_mig_state);
+        }
         Ok(())
     }
 
     /// Copies the attributes named in `mask` into the QP.
     fn apply(&mut self, a: &QpAttr, mask: M) {
+        if mask.contains(M::ALT_PATH) {
+            self.alt_loaded = true;
+        }
         let s = &mut self.attr;
         if mask.contains(M::EN_SQD_ASYNC_NOTIFY) {
             s.en_sqd_async_notify = a.en_sqd_async_notify;
@@ -253,9 +279,6 @@ impl QueuePair {
         }
         if mask.contains(M::MAX_DEST_RD_ATOMIC) {
             s.max_dest_rd_atomic = a.max_dest_rd_atomic;
-        }
-        if mask.contains(M::PATH_MIG_STATE) {
-            s.path_mig_state = a.path_mig_state;
         }
         if mask.contains(M::DEST_QPN) {
             s.dest_qp_num = a.dest_qp_num;

@@ -93,6 +93,8 @@ pub(crate) struct QueuePair {
     pub(crate) comm_est_raised: bool,
     /// The engine's transmit scheduler holds this QP.
     pub(crate) in_ready: bool,
+    /// An alternate path was loaded (`ALT_PATH`) and not yet migrated to.
+    pub(crate) alt_loaded: bool,
 }
 
 impl QueuePair {
@@ -114,6 +116,7 @@ impl QueuePair {
             timers: TimerTable::default(),
             comm_est_raised: false,
             in_ready: false,
+            alt_loaded: false,
         }
     }
 
@@ -404,6 +407,35 @@ impl QueuePair {
         if self.init.srq.is_some() {
             ctx.qp_event(AsyncEventType::QpLastWqeReached, self.qpn);
         }
+    }
+
+    /// A fault (not the user) moves the QP to the error state: the device failed
+    /// (`send_status` `FATAL_ERR`, manual 6.2.20) or the QP is affected by a
+    /// catastrophic error of its SRQ (manual 6.1.15). The send WQE being transmitted
+    /// completes with `send_status`, if given; the receive WQE a message was being
+    /// placed in completes with `REM_ABORT_ERR` (manual 6.2.17: an error on the
+    /// responder side aborted the operation); everything else is flushed as in
+    /// [`QueuePair::enter_error`]. A QP in RESET or ERR is left alone.
+    pub(crate) fn abort(&mut self, ctx: &mut Ctx<'_>, send_status: Option<WcStatus>) {
+        if matches!(self.state(), QpState::Reset | QpState::Err) {
+            return;
+        }
+        if let Some(status) = send_status {
+            if self
+                .sq
+                .front()
+                .is_some_and(|w| w.started && w.done.is_none())
+            {
+                let wqe = self.sq.pop_front().expect("front exists");
+                ctx.complete(self.init.send_cq, self.send_wc(&wqe, status), true);
+            }
+        }
+        if let Some(wqe) = self.resp.take_current_recv() {
+            let wc =
+                WorkCompletion::new(wqe.wr_id, WcStatus::RemAbortErr, WcOpcode::Recv, self.qpn);
+            ctx.complete(self.init.recv_cq, wc, true);
+        }
+        self.enter_error(ctx);
     }
 
     /// Whether a receive WQE is ready for the next SEND or WRITE with immediate: one

@@ -25,6 +25,7 @@
 //! on all of it) and the same port, e.g. `emu0` on 127.0.0.1 and `emu1` on 127.0.0.2.
 
 mod link;
+mod manage;
 mod notify;
 
 use std::collections::HashMap;
@@ -36,8 +37,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use verbs_api::{
-    AccessFlags, AhAttr, AhId, AsyncEvent, AtomicCap, ChannelId, CqId, Device, DeviceAttr, Error,
-    Gid, LinkLayer, MemBuf, MrInfo, MwBind, MwId, MwInfo, MwType, PdId, PortAttr, PortState,
+    AccessFlags, AhAttr, AhId, AsyncEvent, AtomicCap, ChannelId, CqId, Device, DeviceAttr,
+    DeviceCapFlags, Error, Gid, MemBuf, MrInfo, MwBind, MwId, MwInfo, MwType, PdId, PortAttr,
     PostError, QpAttr, QpAttrMask, QpInitAttr, RecvWr, ReregMrFlags, Result, SendWr, SrqAttr,
     SrqAttrMask, SrqId, WorkCompletion,
 };
@@ -48,6 +49,7 @@ use crate::engine::{
 use emu_wire::{check_icrc, Ipv4Endpoints};
 pub use link::Link;
 use link::{RxBufs, UdpLink, GSO_MAX_BYTES};
+pub use manage::Management;
 use notify::Notifier;
 
 /// The UDP port of RoCEv2 (IBTA Annex A17).
@@ -193,6 +195,13 @@ impl EmuDevice {
         })
     }
 
+    /// The device's management handle: what a subnet manager, a cable or a hardware
+    /// fault does to it (port state, GID/P_Key tables, LID, SM, device and SRQ
+    /// failures), each with its asynchronous event.
+    pub fn management(&self) -> Management {
+        Management(Arc::downgrade(&self.inner))
+    }
+
     /// The handle through which a link without sockets feeds this device.
     pub fn driver(&self) -> DeviceDriver {
         DeviceDriver(Arc::downgrade(&self.inner))
@@ -225,6 +234,27 @@ impl EmuDevice {
 
     fn with_engine<R>(&self, f: impl FnOnce(&mut Engine, Instant) -> R) -> R {
         self.inner.with_engine(f)
+    }
+
+    /// [`EmuDevice::with_engine`] for a verb that creates, changes or posts: EIO once
+    /// the device had a fatal error (manual 6.1.9; see [`Engine::fail_device`]).
+    fn live<R>(&self, f: impl FnOnce(&mut Engine, Instant) -> Result<R>) -> Result<R> {
+        self.inner.with_engine(|e, now| {
+            e.check_alive()?;
+            f(e, now)
+        })
+    }
+
+    /// [`EmuDevice::live`] for the post verbs: the first WR is the one not posted.
+    fn live_post(
+        &self,
+        f: impl FnOnce(&mut Engine, Instant) -> std::result::Result<(), PostError>,
+    ) -> std::result::Result<(), PostError> {
+        self.inner.with_engine(|e, now| {
+            e.check_alive()
+                .map_err(|error| PostError { index: 0, error })?;
+            f(e, now)
+        })
     }
 
     /// Tells the link which multicast groups the engine's QPs are attached to. The
@@ -564,51 +594,27 @@ impl Device for EmuDevice {
             atomic_cap: AtomicCap::Hca,
             max_pkeys: l.pkey_tbl_len as u16,
             phys_port_cnt: 1,
+            // PORT_ACTIVE is generated (manual 6.1.10); alternate paths migrate
+            // automatically (engine module `apm`).
+            device_cap_flags: DeviceCapFlags::PORT_ACTIVE_EVENT | DeviceCapFlags::AUTO_PATH_MIG,
             ..DeviceAttr::default()
         })
     }
 
     fn query_port(&self, port: u8) -> Result<PortAttr> {
-        if port != 1 {
-            return Err(Error::InvalidArgument("the device has one port, number 1"));
-        }
-        let l = self.inner.cfg.limits;
-        Ok(PortAttr {
-            state: PortState::Active,
-            max_mtu: l.active_mtu,
-            active_mtu: l.active_mtu,
-            gid_tbl_len: l.gid_tbl_len,
-            max_msg_sz: l.max_msg_sz,
-            pkey_tbl_len: l.pkey_tbl_len as u16,
-            phys_state: 5, // LinkUp
-            link_layer: LinkLayer::Ethernet,
-            ..PortAttr::default()
-        })
+        self.inner.core.lock().engine.query_port(port)
     }
 
     fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
-        if port != 1 || index >= self.inner.cfg.limits.gid_tbl_len {
-            return Err(Error::InvalidArgument("no such port or GID index"));
-        }
-        // Entry 0 is the RoCEv2 GID of the device's address; the others are empty.
-        Ok(if index == 0 {
-            self.inner.gid
-        } else {
-            Gid::default()
-        })
+        self.inner.core.lock().engine.query_gid(port, index)
     }
 
     fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
-        // libibverbs reads the entry from sysfs (`ports/N/pkeys/I`): a port or index
-        // with no entry fails as the open does, with ENOENT.
-        if port != 1 || u32::from(index) >= self.inner.cfg.limits.pkey_tbl_len {
-            return Err(Error::NotFound("no such port or P_Key index"));
-        }
-        Ok(if index == 0 { 0xFFFF } else { 0 })
+        self.inner.core.lock().engine.query_pkey(port, index)
     }
 
     fn alloc_pd(&self) -> Result<PdId> {
-        Ok(PdId(self.with_engine(|e, _| e.alloc_pd()).0))
+        Ok(PdId(self.live(|e, _| Ok(e.alloc_pd()))?.0))
     }
 
     fn dealloc_pd(&self, p: PdId) -> Result<()> {
@@ -623,7 +629,7 @@ impl Device for EmuDevice {
         length: usize,
         access: AccessFlags,
     ) -> Result<MrInfo> {
-        let m = self.with_engine(|e, _| e.reg_mr(pd(p), buf, offset, length, access))?;
+        let m = self.live(|e, _| e.reg_mr(pd(p), buf, offset, length, access))?;
         Ok(MrInfo {
             addr: m.addr,
             length: m.length,
@@ -689,7 +695,7 @@ impl Device for EmuDevice {
                 return Err(Error::InvalidArgument("no such channel"));
             }
         }
-        let c = self.with_engine(|e, _| e.create_cq(cqe))?;
+        let c = self.live(|e, _| e.create_cq(cqe))?;
         if let Some(ch) = channel {
             self.inner.cq_channel.lock().insert(c.0, ch.0);
         }
@@ -703,7 +709,7 @@ impl Device for EmuDevice {
     }
 
     fn resize_cq(&self, c: CqId, cqe: u32) -> Result<()> {
-        self.with_engine(|e, _| e.resize_cq(cq(c), cqe))
+        self.live(|e, _| e.resize_cq(cq(c), cqe))
     }
 
     fn poll_cq(&self, c: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
@@ -727,7 +733,7 @@ impl Device for EmuDevice {
     }
 
     fn req_notify_cq(&self, c: CqId, solicited_only: bool) -> Result<()> {
-        self.with_engine(|e, _| e.req_notify_cq(cq(c), solicited_only))
+        self.live(|e, _| e.req_notify_cq(cq(c), solicited_only))
     }
 
     fn create_qp(&self, init: &QpInitAttr) -> Result<u32> {
@@ -740,11 +746,11 @@ impl Device for EmuDevice {
             sq_sig_all: init.sq_sig_all,
             srq: init.srq.map(|s| SrqHandle(s.0)),
         };
-        self.with_engine(|e, _| e.create_qp(a))
+        self.live(|e, _| e.create_qp(a))
     }
 
     fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        self.with_engine(|e, now| e.modify_qp(now, qpn, attr, mask))
+        self.live(|e, now| e.modify_qp(now, qpn, attr, mask))
     }
 
     fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpInitAttr)> {
@@ -766,11 +772,11 @@ impl Device for EmuDevice {
     }
 
     fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> std::result::Result<(), PostError> {
-        self.with_engine(|e, now| e.post_send(now, qpn, wrs))
+        self.live_post(|e, now| e.post_send(now, qpn, wrs))
     }
 
     fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
-        self.with_engine(|e, now| e.post_recv(now, qpn, wrs))
+        self.live_post(|e, now| e.post_recv(now, qpn, wrs))
     }
 
     fn rereg_mr(
@@ -781,7 +787,7 @@ impl Device for EmuDevice {
         range: Option<(&MemBuf, usize, usize)>,
         access: AccessFlags,
     ) -> Result<MrInfo> {
-        let m = self.with_engine(|e, _| e.rereg_mr(lkey, flags, p.map(pd), range, access))?;
+        let m = self.live(|e, _| e.rereg_mr(lkey, flags, p.map(pd), range, access))?;
         Ok(MrInfo {
             addr: m.addr,
             length: m.length,
@@ -791,7 +797,7 @@ impl Device for EmuDevice {
     }
 
     fn alloc_mw(&self, p: PdId, mw_type: MwType) -> Result<MwInfo> {
-        let (id, rkey) = self.with_engine(|e, _| e.alloc_mw(pd(p), mw_type))?;
+        let (id, rkey) = self.live(|e, _| e.alloc_mw(pd(p), mw_type))?;
         Ok(MwInfo {
             id: MwId(id.0),
             rkey,
@@ -804,17 +810,15 @@ impl Device for EmuDevice {
     }
 
     fn bind_mw(&self, qpn: u32, mw: MwId, bind: &MwBind) -> Result<u32> {
-        self.with_engine(|e, now| e.bind_mw(now, qpn, MwHandle(mw.0), bind))
+        self.live(|e, now| e.bind_mw(now, qpn, MwHandle(mw.0), bind))
     }
 
     fn create_srq(&self, p: PdId, attr: &SrqAttr) -> Result<SrqId> {
-        Ok(SrqId(
-            self.with_engine(|e, _| e.create_srq(pd(p), *attr))?.0,
-        ))
+        Ok(SrqId(self.live(|e, _| e.create_srq(pd(p), *attr))?.0))
     }
 
     fn modify_srq(&self, srq: SrqId, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
-        self.with_engine(|e, _| e.modify_srq(SrqHandle(srq.0), attr, mask))
+        self.live(|e, _| e.modify_srq(SrqHandle(srq.0), attr, mask))
     }
 
     fn query_srq(&self, srq: SrqId) -> Result<SrqAttr> {
@@ -826,11 +830,11 @@ impl Device for EmuDevice {
     }
 
     fn post_srq_recv(&self, srq: SrqId, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
-        self.with_engine(|e, now| e.post_srq_recv(now, SrqHandle(srq.0), wrs))
+        self.live_post(|e, now| e.post_srq_recv(now, SrqHandle(srq.0), wrs))
     }
 
     fn create_ah(&self, p: PdId, attr: &AhAttr) -> Result<AhId> {
-        Ok(AhId(self.with_engine(|e, _| e.create_ah(pd(p), attr))?.0))
+        Ok(AhId(self.live(|e, _| e.create_ah(pd(p), attr))?.0))
     }
 
     fn destroy_ah(&self, ah: AhId) -> Result<()> {
@@ -839,7 +843,7 @@ impl Device for EmuDevice {
 
     fn attach_mcast(&self, qpn: u32, gid: &Gid, lid: u16) -> Result<()> {
         let _serial = self.inner.mcast.lock();
-        let fresh = self.with_engine(|e, _| {
+        let fresh = self.live(|e, _| {
             let fresh = !e.mcast_groups().contains(gid);
             e.attach_mcast(qpn, gid, lid).map(|()| fresh)
         })?;

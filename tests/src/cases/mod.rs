@@ -10,6 +10,7 @@ mod device;
 mod errors;
 mod mw;
 mod pd_mr;
+mod ports;
 mod qp_state;
 mod srq;
 mod ud;
@@ -25,6 +26,7 @@ pub fn register(v: &mut Vec<Case>) {
     mw::register(v);
     srq::register(v);
     ud::register(v);
+    ports::register(v);
     cm::register(v);
 }
 

@@ -1,0 +1,206 @@
+//! The device's one port (IBTA 14.2.5.6 PortInfo; manual 3.3.3 ibv_query_port): its
+//! logical state, GID table, P_Key table and the LID/SM fields a subnet manager sets,
+//! with the management operations a subnet manager or a cable performs on it. Each
+//! change raises the port's asynchronous event (manual 6.1.10-6.1.14, 6.1.18, 6.1.19).
+//!
+//! On RoCEv2 the GID table holds IPv4-mapped addresses (`::ffff:a.b.c.d`, IBTA Annex
+//! A17.?); entry 0 is the device's own address, the others start empty (all zero) and
+//! are added or removed through management. LIDs mean nothing on Ethernet, but the
+//! fields and their events exist so software written for InfiniBand can be tested.
+
+use std::collections::VecDeque;
+
+use verbs_api::{AsyncEvent, AsyncEventType, Error, EventElement, Gid, PortState, Result};
+
+/// The full-member default P_Key (IBTA 10.9.1.?), entry 0 of every P_Key table.
+pub const DEFAULT_PKEY: u16 = 0xFFFF;
+
+/// State of port 1.
+#[derive(Clone, Debug)]
+pub(crate) struct Port {
+    pub(crate) state: PortState,
+    pub(crate) gids: Vec<Gid>,
+    pub(crate) pkeys: Vec<u16>,
+    pub(crate) lid: u16,
+    pub(crate) sm_lid: u16,
+    pub(crate) sm_sl: u8,
+}
+
+/// The port number of the device's only port.
+pub const PORT_NUM: u8 = 1;
+
+impl Port {
+    /// An ACTIVE port with `gid_tbl_len` empty GID entries and a P_Key table holding
+    /// only the default key.
+    pub(crate) fn new(gid_tbl_len: u32, pkey_tbl_len: u32) -> Port {
+        let mut pkeys = vec![0; pkey_tbl_len as usize];
+        if let Some(p) = pkeys.first_mut() {
+            *p = DEFAULT_PKEY;
+        }
+        Port {
+            state: PortState::Active,
+            gids: vec![Gid::ZERO; gid_tbl_len as usize],
+            pkeys,
+            lid: 0,
+            sm_lid: 0,
+            sm_sl: 0,
+        }
+    }
+
+    /// Whether packets flow (IBTA 7.2: only an ACTIVE port sends and receives
+    /// non-management packets).
+    pub(crate) fn is_active(&self) -> bool {
+        self.state == PortState::Active
+    }
+
+    /// The GID at `index`; ENOENT-like EINVAL outside the table.
+    pub(crate) fn gid(&self, index: u32) -> Result<Gid> {
+        self.gids
+            .get(index as usize)
+            .copied()
+            .ok_or(Error::InvalidArgument("GID index outside the table"))
+    }
+
+    /// Whether `index` names a GID entry that holds an address.
+    pub(crate) fn gid_valid(&self, index: u8) -> bool {
+        self.gids
+            .get(usize::from(index))
+            .is_some_and(|g| *g != Gid::ZERO)
+    }
+
+    /// The P_Key at `index`.
+    pub(crate) fn pkey(&self, index: u32) -> Result<u16> {
+        self.pkeys
+            .get(index as usize)
+            .copied()
+            .ok_or(Error::NotFound("P_Key index outside the table"))
+    }
+
+    /// Changes the logical state. Leaving ACTIVE raises `PORT_ERR` (manual 6.1.11),
+    /// entering it `PORT_ACTIVE` (manual 6.1.10). `Nop` is EINVAL.
+    pub(crate) fn set_state(
+        &mut self,
+        state: PortState,
+        events: &mut VecDeque<AsyncEvent>,
+    ) -> Result<()> {
+        if state == PortState::Nop {
+            return Err(Error::InvalidArgument("NOP is not a port state"));
+        }
+        let was = self.is_active();
+        self.state = state;
+        match (was, self.is_active()) {
+            (true, false) => events.push_back(port_event(AsyncEventType::PortErr)),
+            (false, true) => events.push_back(port_event(AsyncEventType::PortActive)),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Sets GID entry `index` (`Gid::ZERO` removes it). `GID_CHANGE` when the entry
+    /// changed (manual 6.1.19).
+    pub(crate) fn set_gid(
+        &mut self,
+        index: u32,
+        gid: Gid,
+        events: &mut VecDeque<AsyncEvent>,
+    ) -> Result<()> {
+        let slot = self
+            .gids
+            .get_mut(index as usize)
+            .ok_or(Error::InvalidArgument("GID index outside the table"))?;
+        if *slot != gid {
+            *slot = gid;
+            events.push_back(port_event(AsyncEventType::GidChange));
+        }
+        Ok(())
+    }
+
+    /// Sets P_Key entry `index`. `PKEY_CHANGE` when it changed (manual 6.1.13).
+    pub(crate) fn set_pkey(
+        &mut self,
+        index: u32,
+        pkey: u16,
+        events: &mut VecDeque<AsyncEvent>,
+    ) -> Result<()> {
+        let slot = self
+            .pkeys
+            .get_mut(index as usize)
+            .ok_or(Error::InvalidArgument("P_Key index outside the table"))?;
+        if *slot != pkey {
+            *slot = pkey;
+            events.push_back(port_event(AsyncEventType::PkeyChange));
+        }
+        Ok(())
+    }
+
+    /// Sets the port's LID. `LID_CHANGE` when it changed (manual 6.1.12).
+    pub(crate) fn set_lid(&mut self, lid: u16, events: &mut VecDeque<AsyncEvent>) {
+        if self.lid != lid {
+            self.lid = lid;
+            events.push_back(port_event(AsyncEventType::LidChange));
+        }
+    }
+
+    /// A new subnet manager (LID and SL) manages the port: `SM_CHANGE` (manual
+    /// 6.1.14), raised whenever the SM is replaced, even by one at the same LID.
+    pub(crate) fn set_sm(&mut self, sm_lid: u16, sm_sl: u8, events: &mut VecDeque<AsyncEvent>) {
+        self.sm_lid = sm_lid;
+        self.sm_sl = sm_sl;
+        events.push_back(port_event(AsyncEventType::SmChange));
+    }
+}
+
+/// An event affiliated with port 1.
+pub(crate) fn port_event(event_type: AsyncEventType) -> AsyncEvent {
+    AsyncEvent {
+        event_type,
+        element: EventElement::Port(PORT_NUM),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_changes_raise_events_only_across_active() {
+        let mut p = Port::new(4, 2);
+        let mut ev = VecDeque::new();
+        p.set_state(PortState::Active, &mut ev).unwrap();
+        assert!(ev.is_empty());
+        p.set_state(PortState::Down, &mut ev).unwrap();
+        p.set_state(PortState::Init, &mut ev).unwrap();
+        p.set_state(PortState::Active, &mut ev).unwrap();
+        let types: Vec<_> = ev.iter().map(|e| e.event_type).collect();
+        assert_eq!(types, [AsyncEventType::PortErr, AsyncEventType::PortActive]);
+        assert!(p.set_state(PortState::Nop, &mut ev).is_err());
+    }
+
+    #[test]
+    fn tables_change_with_one_event_per_change() {
+        let mut p = Port::new(4, 2);
+        let mut ev = VecDeque::new();
+        assert_eq!(p.pkey(0).unwrap(), DEFAULT_PKEY);
+        let g = Gid::from_ipv4(std::net::Ipv4Addr::new(10, 0, 0, 9));
+        p.set_gid(2, g, &mut ev).unwrap();
+        p.set_gid(2, g, &mut ev).unwrap();
+        assert!(p.gid_valid(2) && !p.gid_valid(1) && !p.gid_valid(9));
+        assert!(p.set_gid(4, g, &mut ev).is_err());
+        p.set_pkey(1, 0x8001, &mut ev).unwrap();
+        assert!(p.set_pkey(2, 1, &mut ev).is_err());
+        p.set_lid(7, &mut ev);
+        p.set_lid(7, &mut ev);
+        p.set_sm(1, 0, &mut ev);
+        let types: Vec<_> = ev.iter().map(|e| e.event_type).collect();
+        assert_eq!(
+            types,
+            [
+                AsyncEventType::GidChange,
+                AsyncEventType::PkeyChange,
+                AsyncEventType::LidChange,
+                AsyncEventType::SmChange
+            ]
+        );
+        assert!(ev.iter().all(|e| e.element == EventElement::Port(1)));
+    }
+}
