@@ -24,8 +24,7 @@
 //! packet, firing a timer, asking for the next timer), and a device calls the fabric
 //! (send) with its engine lock held: the lock order is device, then fabric.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::cell::RefCell;
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
@@ -38,6 +37,7 @@ use emu_wire::{write_icrc, AethRepr, Ipv4Endpoints, Opcode, PacketRepr, Syndrome
 use parking_lot::{Mutex, RwLock};
 
 use crate::link::{Direction, LinkConfig};
+use crate::queue::{EventQueue, Keyed};
 use crate::rules::{Action, PacketInfo, Rule};
 use crate::trace::{Cause, Fate, Label, PacketRecord, Trace, TraceDevice, TraceMode};
 
@@ -112,7 +112,6 @@ pub struct FabricStats {
     pub duplicated: u64,
 }
 
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Event {
     at: Duration,
     seq: u64,
@@ -122,6 +121,21 @@ struct Event {
     bytes: Vec<u8>,
     /// The multicast group it was sent to, if it was.
     group: Option<Ipv4Addr>,
+}
+
+impl Keyed for Event {
+    fn key(&self) -> (Duration, u64) {
+        (self.at, self.seq)
+    }
+}
+
+/// Packet buffers kept for reuse: a step returns the one it delivered, a send takes
+/// one. Per thread, so returning a buffer takes no lock; a few hundred cover the
+/// packets in flight of any scenario or benchmark.
+const POOL_MAX: usize = 256;
+
+thread_local! {
+    static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
 struct Node {
@@ -146,13 +160,12 @@ struct State {
     default_cfg: LinkConfig,
     /// `dirs[src][dst]`, made on first use.
     dirs: Vec<Vec<Option<Direction>>>,
-    queue: BinaryHeap<Reverse<Event>>,
+    queue: EventQueue<Event>,
     seq: u64,
     packets: u64,
     rules: Vec<Rule>,
     mode: TraceMode,
     trace: Trace,
-    pool: Vec<Vec<u8>>,
     stats: FabricStats,
 }
 
@@ -236,10 +249,8 @@ impl Shared {
             .fetch_max(t.as_nanos() as u64, Ordering::Relaxed);
     }
 
-    /// One step: the next delivery or timer due no later than `limit`.
-    fn step(&self, limit: Option<Duration>) -> bool {
-        let now = self.now();
-        let eps = self.endpoints.read_recursive();
+    /// When the next timer of any endpoint is due (no earlier than `now`), and whose.
+    fn next_timer(&self, eps: &[Arc<dyn Endpoint>], now: Duration) -> Option<(Duration, usize)> {
         let mut timer: Option<(Duration, usize)> = None;
         for (i, e) in eps.iter().enumerate() {
             if let Some(t) = e.poll_timeout() {
@@ -249,8 +260,28 @@ impl Shared {
                 }
             }
         }
+        timer
+    }
+
+    /// One step: the next delivery or timer due no later than `limit`.
+    fn step(&self, limit: Option<Duration>) -> bool {
+        let now = self.now();
+        let eps = self.endpoints.read_recursive();
         let mut st = self.state.lock();
-        let packet_at = st.queue.peek().map(|Reverse(e)| e.at.max(now));
+        // A packet due now goes first without asking the endpoints for their timers
+        // (asking takes each device's lock): no timer is due before now, and packets
+        // win ties. Otherwise the timers are read without the fabric's lock (the lock
+        // order is device, then fabric).
+        let due_now = st.queue.peek_key().is_some_and(|(at, _)| at <= now);
+        let timer = if due_now {
+            None
+        } else {
+            drop(st);
+            let t = self.next_timer(&eps, now);
+            st = self.state.lock();
+            t
+        };
+        let packet_at = st.queue.peek_key().map(|(at, _)| at.max(now));
         let deliver = match (packet_at, timer) {
             (Some(p), Some((t, _))) => p <= t,
             (Some(_), None) => true,
@@ -267,7 +298,7 @@ impl Shared {
         }
         self.set_now(at);
         if deliver {
-            let Some(Reverse(ev)) = st.queue.pop() else {
+            let Some(ev) = st.queue.pop() else {
                 return false;
             };
             if let Some(r) = ev.record {
@@ -282,10 +313,11 @@ impl Shared {
             eps[ev.dst].deliver(src_ip, dst_ip, &ev.bytes);
             let mut bytes = ev.bytes;
             bytes.clear();
-            let mut st = self.state.lock();
-            if st.pool.len() < 4096 {
-                st.pool.push(bytes);
-            }
+            POOL.with_borrow_mut(|p| {
+                if p.len() < POOL_MAX {
+                    p.push(bytes);
+                }
+            });
         } else if let Some((_, i)) = timer {
             drop(st);
             eps[i].handle_timeout();
@@ -555,13 +587,13 @@ impl State {
         }
         self.stats.duplicated += t.copies as u64 - 1;
         for &d in delays.iter().take(t.copies) {
-            let mut b = self.pool.pop().unwrap_or_default();
+            let mut b = POOL.with_borrow_mut(Vec::pop).unwrap_or_default();
             b.extend_from_slice(bytes);
             if let Some(bit) = t.corrupt_bit {
                 b[bit / 8] ^= 1 << (bit % 8);
             }
             self.seq += 1;
-            self.queue.push(Reverse(Event {
+            self.queue.push(Event {
                 at: done + d + t.extra,
                 seq: self.seq,
                 src,
@@ -569,7 +601,7 @@ impl State {
                 record: rec,
                 bytes: b,
                 group: t.group,
-            }));
+            });
         }
     }
 }
@@ -589,7 +621,7 @@ impl Fabric {
                     nodes: Vec::new(),
                     default_cfg: LinkConfig::default(),
                     dirs: Vec::new(),
-                    queue: BinaryHeap::new(),
+                    queue: EventQueue::new(),
                     seq: 0,
                     packets: 0,
                     rules: Vec::new(),
@@ -598,7 +630,6 @@ impl Fabric {
                         port: ROCE_PORT,
                         ..Trace::default()
                     },
-                    pool: Vec::new(),
                     stats: FabricStats::default(),
                 }),
                 endpoints: RwLock::new(Vec::new()),

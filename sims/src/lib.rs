@@ -18,6 +18,7 @@ pub mod ladder;
 pub mod link;
 pub mod pair;
 pub mod pcap;
+mod queue;
 pub mod rules;
 pub mod scenario;
 pub mod svg;

@@ -2,13 +2,14 @@
 //! [`Fabric`], that each show one rule of the transport and check that the engine
 //! follows it (a scenario fails if the engine misbehaves).
 //!
-//! Pending until UD and memory windows land in the engine: "UD message over the MTU",
-//! "Q_Key mismatch", "memory window invalidation". Pending until a device on a link
-//! can take a batch of datagrams under one lock (as its UDP thread does): "ACK
-//! coalescing" (delivered one at a time, every ACK-requesting packet is answered).
+//! Pending until a device on a link can take a batch of datagrams under one engine
+//! lock (as its UDP thread does; needs a `DeviceDriver::handle_datagrams` in emu-core):
+//! "ACK coalescing" (delivered one at a time, every ACK-requesting packet is answered).
 
 mod errors;
+mod mw;
 mod recovery;
+mod ud;
 
 use crate::trace::Trace;
 use crate::Fabric;
@@ -55,6 +56,9 @@ pub fn all() -> &'static [Scenario] {
         errors::SRQ_LIMIT,
         errors::FENCE,
         errors::QP_ERROR_FLUSH,
+        ud::UD_OVER_MTU,
+        ud::QKEY_MISMATCH,
+        mw::MW_INVALIDATION,
     ]
 }
 
