@@ -19,12 +19,19 @@
 //! Each end opens its own emulated device. Its address defaults to 127.0.0.1 for the
 //! server and 127.0.0.2 for the client, so two processes on one host need no flags;
 //! across hosts give each end its own address with `--ip`. The ends exchange
-//! `LID:QPN:PSN:GID` as text over TCP, in the format of rdma-core's pingpong examples.
+//! `LID:QPN:PSN:GID` over TCP byte for byte as rdma-core's pingpong examples do
+//! (`"%04x:%06x:%06x:%s"`, the GID as 32 hex digits, NUL-terminated, 52 bytes per QP;
+//! the client writes first, the server connects its QPs before it answers, and the
+//! client ends with `"done"` and its NUL), so either end can be `ibv_rc_pingpong`,
+//! `ibv_uc_pingpong`, `ibv_ud_pingpong` or `ibv_srq_pingpong` (with `-g` naming the
+//! peer's IPv4 GID). `--interop` opens the device in interop mode (exact ICRC checks
+//! on a kernel rxe peer's packets; needs root or CAP_NET_RAW; docs/interop.md).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use emu_core::nic::interop::LinkOptions;
 use emu_core::nic::{EmuConfig, EmuDevice, ROCE_PORT};
 use verbs_api::*;
 
@@ -63,6 +70,7 @@ struct Opts {
     udp_port: u16,
     loopback: bool,
     timeout: u64,
+    interop: bool,
 }
 
 fn parse_args(mode: Mode, args: Vec<String>) -> Opts {
@@ -76,6 +84,7 @@ fn parse_args(mode: Mode, args: Vec<String>) -> Opts {
         udp_port: ROCE_PORT,
         loopback: false,
         timeout: 60,
+        interop: false,
     };
     let mut args = args.into_iter();
     while let Some(a) = args.next() {
@@ -111,13 +120,14 @@ fn parse_args(mode: Mode, args: Vec<String>) -> Opts {
                     .unwrap_or_else(|_| die("bad port"))
             }
             "--loopback" => o.loopback = true,
+            "--interop" => o.interop = true,
             "--timeout" => {
                 o.timeout = val("--timeout")
                     .parse()
                     .unwrap_or_else(|_| die("bad timeout"))
             }
             "-h" | "--help" => {
-                println!("usage: rc_pingpong|uc_pingpong|ud_pingpong|srq_pingpong [-s SIZE] [-n ITERS] [-q NUM_QP (srq)] [-p TCP_PORT] [--ip ADDR] [--udp-port N] [--timeout SECS] [--loopback] [HOST]");
+                println!("usage: rc_pingpong|uc_pingpong|ud_pingpong|srq_pingpong [-s SIZE] [-n ITERS] [-q NUM_QP (srq)] [-p TCP_PORT] [--ip ADDR] [--udp-port N] [--timeout SECS] [--loopback] [--interop] [HOST]");
                 std::process::exit(0);
             }
             h if !h.starts_with('-') => o.server = Some(h.to_string()),
@@ -188,10 +198,22 @@ struct Ctx {
     mode: Mode,
 }
 
-fn setup(ip: Ipv4Addr, udp_port: u16, size: usize, mode: Mode, num_qp: usize) -> Ctx {
+fn setup(
+    ip: Ipv4Addr,
+    udp_port: u16,
+    size: usize,
+    mode: Mode,
+    num_qp: usize,
+    interop: bool,
+) -> Ctx {
     let dev = EmuDevice::open(EmuConfig {
         ip,
         port: udp_port,
+        link: if interop {
+            LinkOptions::interop()
+        } else {
+            LinkOptions::default()
+        },
         ..EmuConfig::default()
     })
     .unwrap_or_else(|e| {
@@ -447,18 +469,31 @@ fn run(c: &Ctx, client: bool, iters: usize, timeout: u64) {
     );
 }
 
-/// Sends our addresses (one line per QP) and reads the peer's as many. One
-/// `BufReader` serves the whole conversation: a reader made per line could swallow the
-/// peer's next line.
-fn exchange(stream: &mut BufReader<TcpStream>, mine: &[Dest]) -> Vec<Dest> {
-    let text: String = mine.iter().map(|d| format!("{}\n", d.to_wire())).collect();
-    stream.get_mut().write_all(text.as_bytes()).unwrap();
-    (0..mine.len())
+/// One address message as rdma-core's pingpong examples send it: the text and its NUL.
+const WIRE_MSG: usize = "0000:000000:000000:00000000000000000000000000000000".len() + 1;
+
+/// Writes our addresses, one `WIRE_MSG`-byte message per QP.
+fn send_dests(stream: &mut TcpStream, mine: &[Dest]) {
+    for d in mine {
+        let mut msg = d.to_wire().into_bytes();
+        msg.resize(WIRE_MSG, 0);
+        stream
+            .write_all(&msg)
+            .unwrap_or_else(|e| die(&format!("couldn't send local address: {e}")));
+    }
+}
+
+/// Reads the peer's `n` addresses.
+fn recv_dests(stream: &mut TcpStream, n: usize) -> Vec<Dest> {
+    (0..n)
         .map(|_| {
-            let mut line = String::new();
-            stream.read_line(&mut line).unwrap();
-            Dest::from_wire(&line)
-                .unwrap_or_else(|| die(&format!("could not parse the peer's address {line:?}")))
+            let mut msg = [0u8; WIRE_MSG];
+            stream
+                .read_exact(&mut msg)
+                .unwrap_or_else(|e| die(&format!("couldn't read remote address: {e}")));
+            let text = String::from_utf8_lossy(&msg);
+            Dest::from_wire(text.trim_end_matches('\0'))
+                .unwrap_or_else(|| die(&format!("could not parse the peer's address {text:?}")))
         })
         .collect()
 }
@@ -504,8 +539,22 @@ pub(crate) fn main_with_args(mode: Mode, args: Vec<String>) {
         } else {
             o.udp_port
         };
-        let mut a = setup(Ipv4Addr::new(127, 0, 0, 1), port, o.size, mode, o.num_qp);
-        let mut b = setup(Ipv4Addr::new(127, 0, 0, 2), port, o.size, mode, o.num_qp);
+        let mut a = setup(
+            Ipv4Addr::new(127, 0, 0, 1),
+            port,
+            o.size,
+            mode,
+            o.num_qp,
+            o.interop,
+        );
+        let mut b = setup(
+            Ipv4Addr::new(127, 0, 0, 2),
+            port,
+            o.size,
+            mode,
+            o.num_qp,
+            o.interop,
+        );
         let (da, db) = (my_dests(&a), my_dests(&b));
         print_dests("local", &da);
         print_dests("remote", &db);
@@ -524,7 +573,7 @@ pub(crate) fn main_with_args(mode: Mode, args: Vec<String>) {
     } else {
         Ipv4Addr::new(127, 0, 0, 1)
     });
-    let mut c = setup(ip, o.udp_port, o.size, mode, o.num_qp);
+    let mut c = setup(ip, o.udp_port, o.size, mode, o.num_qp, o.interop);
     let mine = my_dests(&c);
     print_dests("local", &mine);
     let stream = match &o.server {
@@ -546,13 +595,27 @@ pub(crate) fn main_with_args(mode: Mode, args: Vec<String>) {
             l.accept().unwrap().0
         }
     };
-    let mut stream = BufReader::new(stream);
-    let rems = exchange(&mut stream, &mine);
+    let mut stream = stream;
+    // rdma-core's order: the server's QPs reach RTR before it answers, so the client's
+    // first SEND (after "done") finds them ready.
+    let rems = if client {
+        send_dests(&mut stream, &mine);
+        let rems = recv_dests(&mut stream, mine.len());
+        stream
+            .write_all(b"done\0")
+            .unwrap_or_else(|e| die(&format!("couldn't send done: {e}")));
+        connect(&mut c, &mine, &rems);
+        rems
+    } else {
+        let rems = recv_dests(&mut stream, mine.len());
+        connect(&mut c, &mine, &rems);
+        send_dests(&mut stream, &mine);
+        let mut done = [0u8; 5];
+        stream
+            .read_exact(&mut done)
+            .unwrap_or_else(|e| die(&format!("couldn't read done: {e}")));
+        rems
+    };
     print_dests("remote", &rems);
-    connect(&mut c, &mine, &rems);
-    // Both ends are in RTS before the first SEND (the TCP round trip is the barrier).
-    stream.get_mut().write_all(b"ready\n").unwrap();
-    let mut line = String::new();
-    stream.read_line(&mut line).unwrap();
     run(&c, client, o.iters, o.timeout);
 }

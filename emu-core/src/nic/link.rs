@@ -17,16 +17,21 @@
 //! UDP socket with `IP_MTU_DISCOVER = IP_PMTUDISC_DO` (DF set) sends every datagram with
 //! IP ID 0, so the sender computes the exact on-wire ICRC with ID 0, and a receiver
 //! that only sees the UDP payload can recompute it with ID 0. This is exact between
-//! emulated devices; a real rxe peer uses non-zero IDs (see the interop issue).
+//! emulated devices; a real rxe peer uses non-zero IDs: its datagrams are checked
+//! exactly in the interop mode of [`super::interop`] (a raw receive socket), which
+//! also turns GSO off and runs the fault hook.
 
-use std::io::{self, IoSliceMut};
+use std::io::{self, IoSliceMut, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emu_wire::{check_icrc, write_icrc, Ipv4Endpoints};
 use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
 use rustix::event::{PollFd, PollFlags};
 use socket2::{Domain, Protocol, Socket, Type};
+
+use super::interop::{parse_raw_udp, LinkOptions, PacketHook, Verdict};
 
 /// What carries an emulated device's packets and tells its time: the UDP socket of a
 /// real deployment, or a simulated fabric with virtual time (crate `sims`).
@@ -121,6 +126,9 @@ pub(crate) struct UdpLink {
     ip: Ipv4Addr,
     port: u16,
     groups: parking_lot::Mutex<Vec<(Ipv4Addr, UdpSocket)>>,
+    /// Interop mode: the raw socket datagrams are read from (IP header included).
+    raw: Option<Socket>,
+    hook: Option<Arc<dyn PacketHook>>,
 }
 
 /// One datagram taken off the socket: where it sits in the receive buffers, who sent
@@ -134,6 +142,9 @@ pub(crate) struct Rx {
     pub(crate) from: SocketAddrV4,
     /// Our address or a group's.
     pub(crate) dst: Ipv4Addr,
+    /// The IPv4 identification it carried, when the link sees IP headers (interop
+    /// mode); 0 otherwise, as the sender chose it (see the module docs).
+    pub(crate) ip_id: u16,
 }
 
 /// The receive buffers of a device, allocated once: no heap allocation per packet.
@@ -161,8 +172,9 @@ impl RxBufs {
 
 impl UdpLink {
     /// Binds `ip:port` with DF set (IP ID 0), large buffers, GRO on where the kernel
-    /// has it, and non-blocking I/O.
-    pub(crate) fn bind(ip: Ipv4Addr, port: u16) -> io::Result<Self> {
+    /// has it, and non-blocking I/O; in interop mode (`opts.raw_receive`) also opens
+    /// the raw receive socket.
+    pub(crate) fn bind(ip: Ipv4Addr, port: u16, opts: &LinkOptions) -> io::Result<Self> {
         let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
         // Large buffers keep a briefly starved device thread from losing datagrams (which
         // costs RC a retransmission and UC a message). SO_*BUFFORCE passes the
@@ -189,18 +201,40 @@ impl UdpLink {
             rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
         )?;
         let port = socket.local_addr()?.port();
+        let raw = if opts.raw_receive {
+            let r = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::UDP)).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("interop mode needs a raw socket (root or CAP_NET_RAW): {e}"),
+                )
+            })?;
+            if rustix::net::sockopt::set_socket_recv_buffer_size_force(&r, SOCKET_BUFFER).is_err() {
+                let _ = r.set_recv_buffer_size(SOCKET_BUFFER);
+            }
+            r.set_nonblocking(true)?;
+            Some(r)
+        } else {
+            None
+        };
         Ok(UdpLink {
             socket,
             state,
             ip,
             port,
             groups: parking_lot::Mutex::new(Vec::new()),
+            raw,
+            hook: opts.hook.clone(),
         })
+    }
+
+    /// Interop mode: the link reads IP headers and sends one datagram per call.
+    fn interop(&self) -> bool {
+        self.raw.is_some()
     }
 
     /// Receive buffers sized for this socket (GRO or not).
     pub(crate) fn rx_bufs(&self) -> RxBufs {
-        let size = if self.state.gro_segments() > 1 {
+        let size = if self.state.gro_segments() > 1 && !self.interop() {
             RX_SLOT_GRO
         } else {
             RX_SLOT_PLAIN
@@ -234,14 +268,98 @@ impl UdpLink {
     /// Waits up to `timeout` for the socket to become readable; true if it is.
     pub(crate) fn wait_readable(&self, timeout: Duration) -> bool {
         let ts = rustix::event::Timespec::try_from(timeout).ok();
-        let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
-        matches!(rustix::event::poll(&mut fds, ts.as_ref()), Ok(n) if n > 0)
+        match &self.raw {
+            None => {
+                let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
+                matches!(rustix::event::poll(&mut fds, ts.as_ref()), Ok(n) if n > 0)
+            }
+            // The UDP socket gets a copy of what the raw one shows: it is drained too.
+            Some(raw) => {
+                let mut fds = [
+                    PollFd::new(raw, PollFlags::IN),
+                    PollFd::new(&self.socket, PollFlags::IN),
+                ];
+                matches!(rustix::event::poll(&mut fds, ts.as_ref()), Ok(n) if n > 0)
+            }
+        }
+    }
+
+    /// Interop mode's receive: drains the UDP socket and the group sockets (their
+    /// datagrams are the raw socket's copies), then reads the raw socket into the
+    /// slots, keeping what is addressed to our address or a joined group on our port.
+    fn recv_raw(&self, raw: &Socket, rx: &mut RxBufs) -> usize {
+        let RxBufs { slots, got, .. } = rx;
+        got.clear();
+        let mut sink = [0u8; 64];
+        while self.socket.recv_from(&mut sink).is_ok() {}
+        let groups: Vec<Ipv4Addr> = {
+            let g = self.groups.lock();
+            for (_, s) in g.iter() {
+                while s.recv_from(&mut sink).is_ok() {}
+            }
+            g.iter().map(|(a, _)| *a).collect()
+        };
+        let mut reader = raw;
+        for (slot, buf) in slots.iter_mut().enumerate() {
+            let n = loop {
+                match reader.read(buf) {
+                    Ok(n) => match parse_raw_udp(&buf[..n]) {
+                        Some(d)
+                            if d.dst.port() == self.port
+                                && (*d.dst.ip() == self.ip || groups.contains(d.dst.ip())) =>
+                        {
+                            break Some(d)
+                        }
+                        // Someone else's UDP: not ours to count.
+                        _ => continue,
+                    },
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => break None,
+                }
+            };
+            let Some(d) = n else { break };
+            got.push(Rx {
+                slot,
+                start: d.payload.start,
+                len: d.payload.len(),
+                from: d.src,
+                dst: *d.dst.ip(),
+                ip_id: d.ip_id,
+            });
+        }
+        got.len()
+    }
+
+    /// Applies the hook to what was received: drops what it drops.
+    fn hook_received(&self, rx: &mut RxBufs) {
+        let Some(hook) = &self.hook else { return };
+        let raw = self.interop();
+        let mut got = std::mem::take(&mut rx.got);
+        got.retain(|d| {
+            hook.on_receive(d.from, raw.then_some(d.ip_id), rx.bytes(d)) == Verdict::Pass
+        });
+        rx.got = got;
     }
 
     /// Takes every datagram waiting (up to the buffers' capacity) without blocking,
     /// unicast and multicast, into `rx.got`, coalesced runs split into datagrams.
     /// Returns how many.
     pub(crate) fn recv_batch(&self, rx: &mut RxBufs) -> usize {
+        if let Some(raw) = &self.raw {
+            self.recv_raw(raw, rx);
+            self.hook_received(rx);
+            return rx.got.len();
+        }
+        let n = self.recv_plain(rx);
+        if self.hook.is_some() {
+            self.hook_received(rx);
+            return rx.got.len();
+        }
+        n
+    }
+
+    /// The default mode's receive (see [`UdpLink::recv_batch`]).
+    fn recv_plain(&self, rx: &mut RxBufs) -> usize {
         let RxBufs {
             slots,
             meta,
@@ -273,6 +391,7 @@ impl UdpLink {
                         len: 0,
                         from,
                         dst: self.ip,
+                        ip_id: 0,
                     });
                 }
                 while start < m.len {
@@ -283,6 +402,7 @@ impl UdpLink {
                         len,
                         from,
                         dst: self.ip,
+                        ip_id: 0,
                     });
                     start += len;
                 }
@@ -308,19 +428,20 @@ impl UdpLink {
                 len,
                 from,
                 dst,
+                ip_id: 0,
             });
         }
         got.len()
     }
 
-    /// Whether the ICRC of a datagram from `from` to `dst` (our address or a group) is
-    /// right.
-    pub(crate) fn icrc_ok(&self, from: SocketAddrV4, dst: Ipv4Addr, packet: &[u8]) -> bool {
+    /// Whether the ICRC of a received datagram is right (with the IP ID it carried,
+    /// in interop mode; with 0 otherwise).
+    pub(crate) fn icrc_ok(&self, d: &Rx, packet: &[u8]) -> bool {
         let ep = Ipv4Endpoints {
-            src: *from.ip(),
-            dst,
-            ip_id: 0,
-            src_port: from.port(),
+            src: *d.from.ip(),
+            dst: d.dst,
+            ip_id: d.ip_id,
+            src_port: d.from.port(),
             dst_port: self.port,
         };
         check_icrc(&ep, packet)
@@ -355,6 +476,43 @@ impl UdpLink {
         Err(io::ErrorKind::WouldBlock.into())
     }
 
+    /// Sends one packet through the hook's verdict.
+    fn send_hooked(
+        &self,
+        hook: &dyn PacketHook,
+        dst: Ipv4Addr,
+        packet: &mut [u8],
+    ) -> io::Result<()> {
+        let ep = self.endpoints(dst);
+        match hook.on_send(dst, packet) {
+            Verdict::Pass => {
+                write_icrc(&ep, packet);
+                self.transmit(dst, packet, packet.len().max(1))
+            }
+            Verdict::Drop => Ok(()),
+            Verdict::Duplicate => {
+                write_icrc(&ep, packet);
+                self.transmit(dst, packet, packet.len().max(1))?;
+                self.transmit(dst, packet, packet.len().max(1))
+            }
+            Verdict::Replace(mut p) => {
+                write_icrc(&ep, &mut p);
+                self.transmit(dst, &p, p.len().max(1))
+            }
+            Verdict::Delay(d) => {
+                write_icrc(&ep, packet);
+                let sock = self.socket.try_clone()?;
+                let bytes = packet.to_vec();
+                let to = SocketAddrV4::new(dst, self.port);
+                std::thread::spawn(move || {
+                    std::thread::sleep(d);
+                    let _ = sock.send_to(&bytes, to);
+                });
+                Ok(())
+            }
+        }
+    }
+
     /// The ICRC fields of a packet we send to `dst`.
     fn endpoints(&self, dst: Ipv4Addr) -> Ipv4Endpoints {
         Ipv4Endpoints {
@@ -373,6 +531,9 @@ impl Link for UdpLink {
     }
 
     fn send(&self, _src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
+        if let Some(hook) = &self.hook {
+            return self.send_hooked(hook.as_ref(), dst, packet);
+        }
         write_icrc(&self.endpoints(dst), packet);
         let n = packet.len();
         self.transmit(dst, packet, n.max(1))
@@ -385,8 +546,17 @@ impl Link for UdpLink {
         packets: &mut [u8],
         segment: usize,
     ) -> io::Result<()> {
-        let ep = self.endpoints(dst);
         let segment = segment.max(1);
+        if self.hook.is_some() {
+            let mut r = Ok(());
+            for p in packets.chunks_mut(segment) {
+                if let Err(e) = self.send(_src, dst, p) {
+                    r = Err(e);
+                }
+            }
+            return r;
+        }
+        let ep = self.endpoints(dst);
         for p in packets.chunks_mut(segment) {
             write_icrc(&ep, p);
         }
@@ -406,7 +576,12 @@ impl Link for UdpLink {
     }
 
     fn max_batch(&self) -> usize {
-        self.state.max_gso_segments()
+        // GSO numbers the segments' IP IDs upward, which a real peer's ICRC check sees.
+        if self.interop() || self.hook.is_some() {
+            1
+        } else {
+            self.state.max_gso_segments()
+        }
     }
 
     fn set_multicast_groups(&self, groups: &[Ipv4Addr]) -> io::Result<()> {

@@ -24,6 +24,7 @@
 //! Several devices on one host: give each its own address in 127.0.0.0/8 (Linux answers
 //! on all of it) and the same port, e.g. `emu0` on 127.0.0.1 and `emu1` on 127.0.0.2.
 
+pub mod interop;
 mod link;
 mod manage;
 mod notify;
@@ -76,6 +77,9 @@ pub struct EmuConfig {
     /// the socket while an application polls. Lowest latency, for applications that
     /// spin on `poll_cq`; costs a core per polling thread.
     pub busy_poll: bool,
+    /// How the UDP link works: the default loopback mode, or the interop mode for a
+    /// real RoCE peer, with an optional fault hook ([`interop`]).
+    pub link: interop::LinkOptions,
 }
 
 impl Default for EmuConfig {
@@ -86,6 +90,7 @@ impl Default for EmuConfig {
             port: ROCE_PORT,
             limits: Limits::default(),
             busy_poll: false,
+            link: interop::LinkOptions::default(),
         }
     }
 }
@@ -167,10 +172,12 @@ impl EmuDevice {
     /// Opens a device on UDP: binds its socket and starts its thread. EADDRINUSE and
     /// the like come back as [`Error::Os`].
     pub fn open(cfg: EmuConfig) -> Result<EmuDevice> {
-        let udp = Arc::new(UdpLink::bind(cfg.ip, cfg.port).map_err(|e| Error::Os {
-            errno: e.raw_os_error().unwrap_or(5),
-            context: "bind the device's UDP socket",
-        })?);
+        let udp = Arc::new(
+            UdpLink::bind(cfg.ip, cfg.port, &cfg.link).map_err(|e| Error::Os {
+                errno: e.raw_os_error().unwrap_or(5),
+                context: "bind the device's UDP socket",
+            })?,
+        );
         let mut cfg = cfg;
         cfg.port = udp.port();
         let inner = Inner::new(cfg, udp.clone(), Some(udp.clone()))?;
@@ -494,7 +501,7 @@ impl Inner {
         let mut bad = 0;
         for i in 0..rx.got.len() {
             let d = rx.got[i];
-            if !udp.icrc_ok(d.from, d.dst, rx.bytes(&d)) {
+            if !udp.icrc_ok(&d, rx.bytes(&d)) {
                 rx.got[i].from = std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
                 bad += 1;
             }

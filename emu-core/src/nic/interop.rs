@@ -1,0 +1,179 @@
+//! Options of the UDP link for talking to a real RoCE peer (kernel rxe, a NIC), and the
+//! hook through which a test puts faults on the wire toward it.
+//!
+//! # The ICRC with a real peer (Annex A17.4; measurements in docs/interop.md)
+//! The ICRC covers the IPv4 identification field. Our sends leave an unconnected UDP
+//! socket with DF set, which Linux numbers with IP ID 0, one datagram per `sendmsg`:
+//! the ICRC computed with ID 0 is exact, and kernel rxe accepts it. (A GSO send would
+//! not be: the kernel numbers the segments' IDs upward from the first, so interop mode
+//! never batches.) Kernel rxe sends with non-zero, incrementing IDs, which a UDP socket
+//! does not show. With [`LinkOptions::raw_receive`] the link reads its datagrams from a
+//! raw IPv4 socket (`SOCK_RAW`, `IPPROTO_UDP`: a copy of every UDP datagram the host
+//! receives, IP header included), keeps those addressed to its own address and port,
+//! and checks each one's ICRC with the ID it arrived with. That socket needs root or
+//! `CAP_NET_RAW`; the default (loopback, emulator to emulator) mode needs neither.
+//!
+//! # Faults toward the peer
+//! A [`PacketHook`] sees every packet the link sends (before its ICRC is computed) and
+//! every packet it receives (after its ICRC passed), and says what happens to it: the
+//! rules a simulated fabric applies, on a real wire.
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the UDP link of an [`super::EmuDevice`] works; the default is the unprivileged
+/// loopback mode.
+#[derive(Clone, Default)]
+pub struct LinkOptions {
+    /// Receive through a raw IPv4 socket, which shows each datagram's IP header, and
+    /// check the ICRC with the IP ID it carried (needed for a kernel rxe peer, whose IDs
+    /// are not 0); send one datagram per system call (no GSO), so every packet leaves
+    /// with IP ID 0. Needs root or `CAP_NET_RAW`.
+    pub raw_receive: bool,
+    /// Sees (and may change) every packet sent and received.
+    pub hook: Option<Arc<dyn PacketHook>>,
+}
+
+impl LinkOptions {
+    /// The options for a real RoCE peer: raw receive, no hook.
+    pub fn interop() -> LinkOptions {
+        LinkOptions {
+            raw_receive: true,
+            hook: None,
+        }
+    }
+}
+
+impl fmt::Debug for LinkOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LinkOptions")
+            .field("raw_receive", &self.raw_receive)
+            .field("hook", &self.hook.as_ref().map(|_| "PacketHook"))
+            .finish()
+    }
+}
+
+impl PartialEq for LinkOptions {
+    fn eq(&self, o: &Self) -> bool {
+        self.raw_receive == o.raw_receive
+            && match (&self.hook, &o.hook) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+}
+
+impl Eq for LinkOptions {}
+
+/// What happens to a packet a [`PacketHook`] saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// It goes on unchanged.
+    Pass,
+    /// It is lost.
+    Drop,
+    /// Sends only: it leaves twice.
+    Duplicate,
+    /// Sends only: it leaves this much later (from another thread).
+    Delay(Duration),
+    /// Sends only: these bytes (a whole UDP payload, BTH to ICRC slot) leave instead,
+    /// to the same destination; the link computes their ICRC.
+    Replace(Vec<u8>),
+}
+
+/// Sees every packet of a UDP link. Called on the thread that sends or receives, with
+/// no device lock held... except the engine's, on sends: keep it quick, and never call
+/// the device from it.
+pub trait PacketHook: Send + Sync + fmt::Debug {
+    /// A packet (BTH through a zeroed ICRC slot) about to leave for `dst`.
+    fn on_send(&self, dst: Ipv4Addr, packet: &[u8]) -> Verdict;
+    /// A packet received from `from` whose ICRC was right; `ip_id` is its IPv4
+    /// identification when the link sees IP headers ([`LinkOptions::raw_receive`]).
+    /// Only [`Verdict::Pass`] and [`Verdict::Drop`] mean anything here.
+    fn on_receive(&self, from: SocketAddrV4, ip_id: Option<u16>, packet: &[u8]) -> Verdict;
+}
+
+/// The fields of an IPv4/UDP datagram a raw socket hands over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RawUdp {
+    pub(crate) src: SocketAddrV4,
+    pub(crate) dst: SocketAddrV4,
+    pub(crate) ip_id: u16,
+    /// Where the UDP payload starts and how long it is.
+    pub(crate) payload: std::ops::Range<usize>,
+}
+
+/// Parses an IPv4 datagram carrying UDP as a raw socket returns it (IP header first).
+/// None for anything else: not IPv4, not UDP, a fragment, or truncated.
+pub(crate) fn parse_raw_udp(b: &[u8]) -> Option<RawUdp> {
+    if b.len() < 20 || b[0] >> 4 != 4 || b[9] != 17 {
+        return None;
+    }
+    let ihl = usize::from(b[0] & 0x0F) * 4;
+    let total = usize::from(u16::from_be_bytes([b[2], b[3]]));
+    let frag = u16::from_be_bytes([b[6], b[7]]);
+    // More-fragments set or a non-zero offset: not a whole datagram.
+    if ihl < 20 || frag & 0x3FFF != 0 || total < ihl + 8 || b.len() < total {
+        return None;
+    }
+    let u = &b[ihl..];
+    let udp_len = usize::from(u16::from_be_bytes([u[4], u[5]]));
+    if udp_len < 8 || ihl + udp_len > total {
+        return None;
+    }
+    let ip = |o: usize| Ipv4Addr::new(b[o], b[o + 1], b[o + 2], b[o + 3]);
+    Some(RawUdp {
+        src: SocketAddrV4::new(ip(12), u16::from_be_bytes([u[0], u[1]])),
+        dst: SocketAddrV4::new(ip(16), u16::from_be_bytes([u[2], u[3]])),
+        ip_id: u16::from_be_bytes([b[4], b[5]]),
+        payload: ihl + 8..ihl + udp_len,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn datagram(id: u16, frag: u16, payload: &[u8]) -> Vec<u8> {
+        let total = (28 + payload.len()) as u16;
+        let mut b = vec![0x45, 0];
+        b.extend(total.to_be_bytes());
+        b.extend(id.to_be_bytes());
+        b.extend(frag.to_be_bytes());
+        b.extend([64, 17, 0, 0, 192, 168, 77, 2, 192, 168, 77, 1]);
+        b.extend(0xC123u16.to_be_bytes());
+        b.extend(4791u16.to_be_bytes());
+        b.extend((8 + payload.len() as u16).to_be_bytes());
+        b.extend([0, 0]);
+        b.extend(payload);
+        b
+    }
+
+    #[test]
+    fn parses_the_header_fields_a_raw_socket_returns() {
+        let b = datagram(52212, 0x4000, b"abcd");
+        let r = parse_raw_udp(&b).unwrap();
+        assert_eq!(r.ip_id, 52212);
+        assert_eq!(r.src, "192.168.77.2:49443".parse().unwrap());
+        assert_eq!(r.dst, "192.168.77.1:4791".parse().unwrap());
+        assert_eq!(&b[r.payload], b"abcd");
+    }
+
+    #[test]
+    fn rejects_fragments_truncation_and_other_protocols() {
+        assert!(parse_raw_udp(&datagram(1, 0x2000, b"abcd")).is_none());
+        assert!(parse_raw_udp(&datagram(1, 0x0001, b"abcd")).is_none());
+        let b = datagram(1, 0x4000, b"abcd");
+        assert!(parse_raw_udp(&b[..b.len() - 1]).is_none());
+        let mut t = b.clone();
+        t[9] = 6;
+        assert!(parse_raw_udp(&t).is_none());
+        let mut v6 = b;
+        v6[0] = 0x65;
+        assert!(parse_raw_udp(&v6).is_none());
+        assert!(parse_raw_udp(&[]).is_none());
+    }
+}
