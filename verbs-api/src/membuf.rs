@@ -488,21 +488,22 @@ mod tests {
         assert_eq!(buf.addr(), addr);
     }
 
-    struct Leaked(&'static mut [u8]);
-    impl ExternalMemory for Leaked {
+    /// Memory owned elsewhere (here: a heap block the test hands over).
+    struct Foreign(Box<[u8]>);
+    impl ExternalMemory for Foreign {
         fn bytes(&self) -> &[u8] {
-            self.0
+            &self.0
         }
         fn bytes_mut(&mut self) -> &mut [u8] {
-            self.0
+            &mut self.0
         }
     }
 
     #[test]
     fn external_memory_is_used_in_place() {
-        let mem: &'static mut [u8] = Box::leak(vec![0u8; 32].into_boxed_slice());
+        let mem = vec![0u8; 32].into_boxed_slice();
         let addr = mem.as_ptr() as u64;
-        let b = MemBuf::from_external(Box::new(Leaked(mem)));
+        let b = MemBuf::from_external(Box::new(Foreign(mem)));
         assert_eq!((b.addr(), b.len()), (addr, 32));
         b.write(3, b"abc").unwrap();
         assert_eq!(&b.clone().to_vec()[2..6], b"\0abc");
