@@ -12,3 +12,10 @@ for f in "$@"; do extra+=(--results "$f"); done
 cargo run -q -p tests --bin conformance -- --backend emu-fabric --results "$out/emu-udp.tsv" \
   "${extra[@]}" --markdown docs/conformance.md | tail -2
 rm -rf "$out"
+# What rxe did in the wire interop probes (measured by scripts/ci-interop.sh, recorded in
+# docs/interop.md), beside what the emulator did in the same probe.
+{
+  printf '\n## Wire interop probes: kernel rxe and the emulator on one link\n\n'
+  printf 'Measured by `scripts/ci-interop.sh`; details in [interop.md](interop.md).\n\n'
+  sed -n '/^| behaviour (interop probe)/,/^$/p' docs/interop.md
+} >> docs/conformance.md
