@@ -587,3 +587,8 @@ pub fn ud_send(
             remote_qkey: qkey,
         })
 }
+
+/// A signaled send WR (the common case of the scenario tests).
+pub fn signaled(wr_id: u64, op: verbs_api::WrOperation, sges: Vec<Sge>) -> SendWr {
+    SendWr::new(wr_id, sges, op).signaled()
+}
