@@ -199,3 +199,49 @@ fn unowned_address_is_addr_error() {
         Err(e) => eprintln!("resolve_addr refused at once: {e}"),
     }
 }
+
+/// manual 4.3.1 RDMA_CM_EVENT_UNREACHABLE, IBTA 12.6.2: a REQ the peer never answers is
+/// sent again after each response timeout and the connect ends in UNREACHABLE with
+/// -ETIMEDOUT. The peer is `$RDMA_CM_SILENT_PEER`, an address whose node answers ARP
+/// but runs no RDMA CM (in the rxe VM: QEMU's DNS address); a closed port on a node with
+/// a CM is REJECTED instead. The kernel sends the REQ 16 times (CMA_MAX_CM_RETRIES 15),
+/// about 4.4 s apart (CMA_CM_RESPONSE_TIMEOUT 20 plus twice the RoCE packet life time),
+/// so this takes about 75 s.
+#[test]
+fn silent_peer_is_unreachable() {
+    let Some((dev, cm, _ip)) = setup() else {
+        return;
+    };
+    let Some(peer) = std::env::var("RDMA_CM_SILENT_PEER")
+        .ok()
+        .and_then(|v| v.parse::<Ipv4Addr>().ok())
+    else {
+        eprintln!(
+            "SKIP: set RDMA_CM_SILENT_PEER to an address that answers ARP but runs no RDMA CM"
+        );
+        return;
+    };
+    let ch = cm.create_event_channel().unwrap();
+    let id = cm.create_id(ch, PortSpace::Tcp).unwrap();
+    cm.resolve_addr(
+        id,
+        None,
+        SocketAddr::from((peer, 7489)),
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    ev(&cm, ch, CmEventType::AddrResolved);
+    cm.resolve_route(id, Duration::from_secs(2)).unwrap();
+    ev(&cm, ch, CmEventType::RouteResolved);
+    let qpn = cm.create_qp(id, &init(&*dev, QpType::Rc)).unwrap();
+    cm.connect(id, &ConnParam::default()).unwrap();
+    let e = cm
+        .get_cm_event(ch, Some(Duration::from_secs(150)))
+        .expect("UNREACHABLE within 150 s");
+    assert_eq!(
+        (e.event, e.id, e.status),
+        (CmEventType::Unreachable, id, -110),
+        "{e:?}"
+    );
+    assert_ne!(dev.query_qp(qpn).unwrap().0.qp_state, QpState::Rts);
+}

@@ -5,6 +5,12 @@
 # results/<name>.log; the host compares it with rxe-deviations.txt. Exit status: 0 when
 # every binary ran to completion (tests may have failed), 2 when one hung or crashed.
 export REQUIRE_RDMA_DEVICE=1 RDMA_DEVICE=rxe0 RUST_BACKTRACE=1
+# hw_cm's silent peer: a node that answers ARP but runs no RDMA CM. With QEMU user
+# networking (gateway 10.0.2.2, NATed to the host's loopback, where an emulator may
+# listen) it is QEMU's DNS address 10.0.2.3; on a tap link the host (the gateway).
+gw=$(ip route show default | awk '{print $3; exit}')
+if [ "$gw" = 10.0.2.2 ]; then RDMA_CM_SILENT_PEER=10.0.2.3; else RDMA_CM_SILENT_PEER=$gw; fi
+export RDMA_CM_SILENT_PEER
 ulimit -l unlimited
 uname -r
 rdma link show

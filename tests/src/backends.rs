@@ -4,10 +4,31 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
+use emu_core::cm::{CmConfig, EmuCm, VirtualNet};
 use emu_core::nic::{EmuConfig, EmuDevice, Management};
 use sims::{Action, Fabric, Kind, Match, Rule};
+use verbs_api::{ConnectionManager, Device};
 
-use crate::{Backend, Faults, Opened};
+use crate::{Backend, CmOpener, Faults, Opened};
+
+/// The emulator's CM over `dev`, on virtual time when the device runs on it: a short
+/// response timeout (13: 33 ms) and 3 retries, so that a peer that never answers is
+/// UNREACHABLE in about 130 ms.
+fn emu_cm(dev: Arc<dyn Device>, virtual_time: bool) -> CmOpener {
+    Arc::new(move || {
+        let cfg = CmConfig {
+            response_timeout: 13,
+            max_retries: 3,
+            ..CmConfig::default()
+        };
+        let cm = if virtual_time {
+            EmuCm::open_virtual(&VirtualNet::new(), vec![dev.clone()], cfg)?
+        } else {
+            EmuCm::open(vec![dev.clone()], cfg)?
+        };
+        Ok(Arc::new(cm) as Arc<dyn ConnectionManager>)
+    })
+}
 
 /// The emulator over UDP loopback: each case gets a device of its own on 127.0.0.1 with
 /// a port picked by the OS, its QPs talking to each other through that one device.
@@ -25,8 +46,10 @@ impl Backend for EmuUdp {
             ..EmuConfig::default()
         })
         .expect("open an emulated device on 127.0.0.1");
+        let dev: Arc<dyn Device> = Arc::new(dev);
         Opened {
-            dev: Arc::new(dev),
+            cm: Some(emu_cm(dev.clone(), false)),
+            dev,
             faults: None,
             virtual_time: false,
             gid_index: 0,
@@ -116,6 +139,15 @@ impl Faults for FabricFaults {
         self.manage("client_reregister", self.1.client_reregister());
     }
 
+    fn drop_cm_mads(&self) {
+        // The case's one device talks to itself: every packet for QP1 is a CM MAD.
+        self.0.add_rule(Rule::new(
+            "lose every CM MAD",
+            Match::any().dest_qp(1),
+            Action::Drop,
+        ));
+    }
+
     fn fail_device(&self) {
         self.manage("fail_device", self.1.fail_device());
     }
@@ -137,6 +169,7 @@ impl Backend for EmuFabric {
             .expect("add a device to the fabric");
         let management = dev.management();
         Opened {
+            cm: Some(emu_cm(dev.clone(), true)),
             dev,
             faults: Some(Arc::new(FabricFaults(fabric, management))),
             virtual_time: true,
@@ -166,7 +199,6 @@ impl Backend for Hw {
     }
 
     fn open(&self) -> Opened {
-        use verbs_api::Device;
         let dev = hw_backend::HwDevice::open(self.name.as_deref())
             .unwrap_or_else(|e| panic!("open the RDMA device: {e}"));
         let gid_index = std::env::var("RDMA_GID_INDEX")
@@ -176,11 +208,17 @@ impl Backend for Hw {
                 Ok(g) if !g.is_zero() => 1,
                 _ => 0,
             });
+        let dev = Arc::new(dev);
+        let for_cm = dev.clone();
+        let cm: CmOpener = Arc::new(move || {
+            Ok(Arc::new(hw_backend::HwCm::new(for_cm.clone())) as Arc<dyn ConnectionManager>)
+        });
         Opened {
-            dev: Arc::new(dev),
+            dev,
             faults: None,
             virtual_time: false,
             gid_index,
+            cm: Some(cm),
         }
     }
 

@@ -27,6 +27,8 @@ pub struct Env {
     /// The GID index of port 1 the QPs use (0 on the emulator; on rxe index 1 is the
     /// RoCEv2 link-local GID).
     pub gid_index: u8,
+    /// Opens a connection manager over `dev`, if the backend has one.
+    pub cm: Option<crate::CmOpener>,
 }
 
 /// One end of a connected pair: a QP with its own CQ and a registered buffer.

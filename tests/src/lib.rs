@@ -22,7 +22,7 @@ pub mod matrix;
 
 use std::sync::Arc;
 
-use verbs_api::{AsyncEventType, Device, WcStatus};
+use verbs_api::{AsyncEventType, ConnectionManager, Device, WcStatus};
 
 pub use backends::{EmuFabric, EmuUdp};
 pub use env::Env;
@@ -152,6 +152,9 @@ pub trait Faults: Send + Sync {
     fn change_sm(&self, sm_lid: u16);
     /// The SM asks port 1's clients to reregister.
     fn client_reregister(&self);
+    /// From now on every MAD to or from QP1 (the CM's GSI QP) is lost: the CM's peer
+    /// never answers.
+    fn drop_cm_mads(&self);
     /// The device has a catastrophic error.
     fn fail_device(&self);
     /// SRQ `srq` has a catastrophic error.
@@ -168,7 +171,14 @@ pub struct Opened {
     pub virtual_time: bool,
     /// The GID index of port 1 the cases use.
     pub gid_index: u8,
+    /// Opens a connection manager for the device, if the backend has one.
+    pub cm: Option<CmOpener>,
 }
+
+/// Opens the connection manager (manual chapter 4) of the device a backend opened for a
+/// case: the emulator's `EmuCm` on the backend's clock, or librdmacm on hardware. Each
+/// call opens a new one.
+pub type CmOpener = Arc<dyn Fn() -> verbs_api::Result<Arc<dyn ConnectionManager>> + Send + Sync>;
 
 /// A backend the suite runs on: it opens a fresh device for each case.
 pub trait Backend: Send + Sync {
@@ -198,6 +208,7 @@ pub fn run_case(case: &Case, backend: &dyn Backend) -> matrix::Verdict {
             faults: opened.faults,
             virtual_time: opened.virtual_time,
             gid_index: opened.gid_index,
+            cm: opened.cm,
         };
         case.execute(&env)
     }));

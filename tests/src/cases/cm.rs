@@ -1,13 +1,14 @@
 //! The connection manager (manual chapter 4; IBTA chapter 12): both ends of a
 //! connection on the one device of the case, connected through the CM by the device's
-//! own address. The emulator's CM ([`EmuCm`]) is opened over the case's device, on the
-//! clock the backend runs on; hardware's CM (librdmacm) is checked by the hw suite, so
-//! these cases skip there.
+//! own address. The backend opens the CM ([`Env::cm`]): the emulator's `EmuCm` on the
+//! clock the backend runs on, librdmacm on hardware.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use emu_core::cm::{CmConfig, EmuCm, VirtualNet, RDMA_UDP_QKEY};
+use std::sync::Arc;
+
+use emu_core::cm::RDMA_UDP_QKEY;
 use verbs_api::{
     CmChannelId, CmEvent, CmEventParam, CmEventType, CmId, ConnParam, ConnectionManager, PortSpace,
     QpInitAttr, QpState, QpType, REJECT_CONSUMER,
@@ -27,29 +28,24 @@ pub(super) fn register(v: &mut Vec<Case>) {
         "manual 4.2.6: address resolution toward an address no device owns ends in ADDR_ERROR",
         addr_error,
     ));
+    v.push(Case::new("cm::silent_peer_is_unreachable", "manual 4.3.1 RDMA_CM_EVENT_UNREACHABLE, IBTA 12.6.2: a REQ the peer's CM never answers is sent again after each response timeout; after the last retry the connect ends in UNREACHABLE with -ETIMEDOUT (hardware: hw-backend's hw_cm, toward $RDMA_CM_SILENT_PEER)", silent_peer).faulty());
+    v.push(Case::new("cm::udp_without_listener_is_unreachable", "manual 4.3.1, IBTA 12.11.2 table 117: a SIDR_REQ for a service ID nobody listens on is answered with SIDR_REP status 1 (service ID not supported): the UD connect ends in UNREACHABLE with that status", udp_no_listener));
     v.push(Case::new("cm::udp_resolves_qpn_and_qkey", "manual 4.2.9, IBTA 12.11: an RDMA_PS_UDP connect (SIDR) gives ESTABLISHED with the peer's QPN and Q_Key (RDMA_UDP_QKEY) in the UD parameters", udp));
+    v.push(Case::new("cm::multicast_join_and_leave", "manual 4.2.27-4.2.28, 4.3.1: rdma_join_multicast on a bound RDMA_PS_UDP id with a UD QP gives MULTICAST_JOIN with the UD parameters of the group (its MGID, QPN 0xFFFFFF, the RDMA_PS_UDP Q_Key); a unicast address is EINVAL; leaving a group not joined is EADDRNOTAVAIL", multicast));
     v.push(Case::new("cm::wrong_calls_fail", "manual 4.2.5, 4.2.9 (librdmacm errnos): connect before route resolution EINVAL, a bound port bound again EADDRINUSE, a channel with ids EBUSY, private data over 56 bytes EINVAL", wrong_calls));
 }
 
 const PORT: u16 = 7400;
 
-fn open_cm(env: &Env) -> Result<EmuCm, Outcome> {
-    if !env.emulator {
+type Cm = Arc<dyn ConnectionManager>;
+
+fn open_cm(env: &Env) -> Result<Cm, Outcome> {
+    let Some(open) = &env.cm else {
         return Err(Outcome::Skip(
-            "the hardware CM (librdmacm) is tested by hw-backend's suite".into(),
+            "the backend has no connection manager".into(),
         ));
-    }
-    let cfg = CmConfig {
-        response_timeout: 13, // 33 ms
-        max_retries: 3,
-        ..CmConfig::default()
     };
-    let cm = if env.virtual_time {
-        EmuCm::open_virtual(&VirtualNet::new(), vec![env.dev.clone()], cfg)
-    } else {
-        EmuCm::open(vec![env.dev.clone()], cfg)
-    };
-    Ok(cm.expect("open the CM over the case's device"))
+    Ok(open().expect("open the CM over the case's device"))
 }
 
 macro_rules! cm_or_skip {
@@ -65,7 +61,7 @@ fn ip(env: &Env) -> Ipv4Addr {
     env.gid().to_ipv4().expect("an IPv4 RoCE GID")
 }
 
-fn ev(cm: &EmuCm, ch: CmChannelId, want: CmEventType) -> CmEvent {
+fn ev(cm: &Cm, ch: CmChannelId, want: CmEventType) -> CmEvent {
     let e = cm.get_cm_event(ch, Some(WAIT)).expect("a CM event");
     assert_eq!(e.event, want, "{e:?}");
     e
@@ -85,7 +81,7 @@ fn init(env: &Env, qp_type: QpType) -> QpInitAttr {
 }
 
 /// A listener on the device's address and an active id resolved toward it.
-fn ends(env: &Env, cm: &EmuCm, ch: CmChannelId, ps: PortSpace, port: u16) -> (CmId, CmId) {
+fn ends(env: &Env, cm: &Cm, ch: CmChannelId, ps: PortSpace, port: u16) -> (CmId, CmId) {
     let to = SocketAddr::from((ip(env), port));
     let l = cm.create_id(ch, ps).unwrap();
     cm.bind_addr(l, to).unwrap();
@@ -170,15 +166,61 @@ fn no_listener(env: &Env) -> Outcome {
     Outcome::Pass
 }
 
+/// An address no node owns. The emulator's CM probes the address itself, so any
+/// address nobody serves will do (TEST-NET-3). The kernel resolves an address to its
+/// next hop's link address, and an off-link address resolves to the default gateway's
+/// (correct IP routing), so on hardware it is an address of the device's own subnet
+/// (a /24 is assumed) that no neighbour answers for.
+fn unowned(env: &Env) -> Ipv4Addr {
+    if env.emulator {
+        return Ipv4Addr::new(203, 0, 113, 77);
+    }
+    let [a, b, c, d] = ip(env).octets();
+    Ipv4Addr::new(a, b, c, if d == 77 { 78 } else { 77 })
+}
+
 fn addr_error(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
     let a = cm.create_id(ch, PortSpace::Tcp).unwrap();
-    // TEST-NET-3: no device of any backend owns it.
-    let to = SocketAddr::from(([203, 0, 113, 77], PORT));
-    cm.resolve_addr(a, None, to, Duration::from_millis(100))
+    let to = SocketAddr::from((unowned(env), PORT));
+    cm.resolve_addr(a, None, to, Duration::from_millis(500))
         .unwrap();
     assert_eq!(ev(&cm, ch, CmEventType::AddrError).status, -110);
+    Outcome::Pass
+}
+
+fn silent_peer(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let faults = env.faults.as_ref().expect("a faulty case runs with faults");
+    let ch = cm.create_event_channel().unwrap();
+    // The device's own listener, whose CM never hears the REQs.
+    let (_, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 6);
+    faults.drop_cm_mads();
+    let aq = cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
+    cm.connect(a, &ConnParam::default()).unwrap();
+    let e = ev(&cm, ch, CmEventType::Unreachable);
+    assert_eq!((e.id, e.status), (a, -110));
+    // The connection never came up: the QP did not reach RTS.
+    assert_ne!(env.dev.query_qp(aq).unwrap().0.qp_state, QpState::Rts);
+    Outcome::Pass
+}
+
+fn udp_no_listener(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let to = SocketAddr::from((ip(env), PORT + 7));
+    let a = cm.create_id(ch, PortSpace::Udp).unwrap();
+    cm.resolve_addr(a, None, to, Duration::from_secs(1))
+        .unwrap();
+    ev(&cm, ch, CmEventType::AddrResolved);
+    cm.resolve_route(a, Duration::from_secs(1)).unwrap();
+    ev(&cm, ch, CmEventType::RouteResolved);
+    cm.create_qp(a, &init(env, QpType::Ud)).unwrap();
+    cm.connect(a, &ConnParam::default()).unwrap();
+    let e = ev(&cm, ch, CmEventType::Unreachable);
+    // IBTA 12.11.2 table 117: SIDR_REP status 1, "service ID not supported".
+    assert_eq!((e.id, e.status), (a, 1));
     Outcome::Pass
 }
 
@@ -217,5 +259,35 @@ fn wrong_calls(env: &Env) -> Outcome {
         ..ConnParam::default()
     };
     assert_errno(cm.connect(c, &long), EINVAL);
+    Outcome::Pass
+}
+
+fn multicast(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let id = cm.create_id(ch, PortSpace::Udp).unwrap();
+    cm.bind_addr(id, SocketAddr::from((ip(env), PORT + 8)))
+        .unwrap();
+    cm.create_qp(id, &init(env, QpType::Ud)).unwrap();
+    let group = SocketAddr::from(([239, 7, 4, 1], 0));
+    match cm.join_multicast(id, group) {
+        Err(verbs_api::Error::Unsupported(why)) => return Outcome::Skip(why.into()),
+        r => r.unwrap(),
+    }
+    let e = ev(&cm, ch, CmEventType::MulticastJoin);
+    let CmEventParam::Ud(ud) = e.param else {
+        panic!("{e:?}")
+    };
+    assert_eq!((e.id, ud.qp_num, ud.qkey), (id, 0xFF_FFFF, RDMA_UDP_QKEY));
+    assert_eq!(
+        ud.ah_attr.grh.dgid,
+        verbs_api::Gid::from_ipv4(Ipv4Addr::new(239, 7, 4, 1))
+    );
+    assert_errno(
+        cm.join_multicast(id, SocketAddr::from((ip(env), 0))),
+        EINVAL,
+    );
+    cm.leave_multicast(id, group).unwrap();
+    assert_errno(cm.leave_multicast(id, group), 99);
     Outcome::Pass
 }
