@@ -420,16 +420,12 @@ impl ConnectionManager for EmuCm {
         self.with(|s, now| s.disconnect(id, now))
     }
 
-    fn join_multicast(&self, _id: CmId, _addr: SocketAddr) -> Result<()> {
-        Err(Error::Unsupported(
-            "multicast through the CM is not in the emulator yet",
-        ))
+    fn join_multicast(&self, id: CmId, addr: SocketAddr) -> Result<()> {
+        self.with(|s, _| s.join_multicast(id, addr))
     }
 
-    fn leave_multicast(&self, _id: CmId, _addr: SocketAddr) -> Result<()> {
-        Err(Error::Unsupported(
-            "multicast through the CM is not in the emulator yet",
-        ))
+    fn leave_multicast(&self, id: CmId, addr: SocketAddr) -> Result<()> {
+        self.with(|s, _| s.leave_multicast(id, addr))
     }
 
     fn id_info(&self, id: CmId) -> Result<CmIdInfo> {

@@ -32,6 +32,8 @@ use verbs_api::{
     UdParam, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
 
+mod mcast;
+
 use super::agent::Agent;
 use super::channel::EventQueue;
 use super::mad::{self, reason, CmMsg, CmaHdr, Ids, Mra, Rej, Rep, Req, SidrRep, SidrReq};
@@ -103,6 +105,8 @@ struct Id {
     retries: u8,
     deadline: Option<Instant>,
     probe_interval: Duration,
+    /// The multicast groups the id joined, each with the QP attached to it (`mcast`).
+    mcast: Vec<(SocketAddrV4, Option<u32>)>,
 }
 
 impl Id {
@@ -129,6 +133,7 @@ impl Id {
             retries: 0,
             deadline: None,
             probe_interval: Duration::ZERO,
+            mcast: Vec::new(),
         }
     }
 }
