@@ -570,6 +570,15 @@ impl ConnectionManager for HwCm {
     fn connect(&self, id: CmId, param: &ConnParam) -> Result<()> {
         let t = self.t.lock();
         let r = t.ids.get(&id.0).ok_or(NO_ID)?;
+        // librdmacm's rdma_connect reads the id's device (its `cma_dev`) without checking
+        // it: on an id whose address was never resolved it dereferences null (seen on
+        // rxe). Refuse it as the kernel would refuse the state: EINVAL.
+        // SAFETY: a live id; `verbs` is null until it is bound to a device.
+        if unsafe { (*r.ptr).verbs }.is_null() {
+            return Err(Error::InvalidArgument(
+                "the id is not bound to a device: resolve its address and route first",
+            ));
+        }
         let qpn = r.qp.map_or(param.qp_num, |q| q.0);
         let mut c = Self::conn_param_c(param, qpn)?;
         // SAFETY: a live id; `c` and the private data it points to outlive the call.
