@@ -346,6 +346,46 @@ impl DeviceDriver {
         true
     }
 
+    /// Delivers a batch of datagrams, each `(src, dst, packet)` as in
+    /// [`DeviceDriver::handle_datagram_to`]: every ICRC is checked first (a wrong one
+    /// is dropped and counted, the rest of the batch still goes in), then the good ones
+    /// go to the engine in order under one lock and the output is sent once, as the UDP
+    /// device thread does with a `recvmmsg` batch. Responses coalesce across the batch
+    /// (e.g. one ACK for several requests, IBTA 9.7.5.1). Returns false if the device
+    /// is gone.
+    pub fn handle_datagrams(&self, batch: &[(Ipv4Addr, Ipv4Addr, &[u8])]) -> bool {
+        let Some(inner) = self.0.upgrade() else {
+            return false;
+        };
+        let port = inner.cfg.port;
+        let good: Vec<bool> = batch
+            .iter()
+            .map(|&(src, dst, packet)| {
+                let ep = Ipv4Endpoints {
+                    src,
+                    dst,
+                    ip_id: 0,
+                    src_port: port,
+                    dst_port: port,
+                };
+                check_icrc(&ep, packet)
+            })
+            .collect();
+        let bad = good.iter().filter(|g| !**g).count() as u64;
+        if bad > 0 {
+            inner
+                .link_counters
+                .icrc_errors
+                .fetch_add(bad, Ordering::Relaxed);
+        }
+        inner.with_engine(|e, now| {
+            for (&(src, dst, packet), _) in batch.iter().zip(&good).filter(|(_, g)| **g) {
+                e.handle_datagram_to(now, Gid::from_ipv4(src), Gid::from_ipv4(dst), packet);
+            }
+        });
+        true
+    }
+
     /// When the device's next timer is due.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.0.upgrade()?.core.lock().engine.poll_timeout()
