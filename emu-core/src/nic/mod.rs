@@ -144,6 +144,8 @@ struct Inner {
     rx: Mutex<Option<RxBufs>>,
     /// Nanoseconds since `epoch` of the last busy-poll that found the CQ empty.
     last_busy_poll: AtomicU64,
+    /// Nanoseconds since `epoch` of the last `poll_cq` (0: never).
+    last_poll: AtomicU64,
     epoch: Instant,
 }
 
@@ -167,6 +169,9 @@ const MAX_SLEEP: Duration = Duration::from_millis(1);
 /// While an application busy-polled this recently, the device thread leaves the
 /// socket to it.
 const BUSY_POLL_GRACE: Duration = Duration::from_millis(2);
+/// While an application called `poll_cq` this recently, posts may defer their last
+/// partial run of packets to the next poll (see `Inner::may_defer`).
+const POLL_GRACE: Duration = Duration::from_micros(200);
 
 impl EmuDevice {
     /// Opens a device on UDP: binds its socket and starts its thread. EADDRINUSE and
@@ -257,11 +262,16 @@ impl EmuDevice {
         &self,
         f: impl FnOnce(&mut Engine, Instant) -> std::result::Result<(), PostError>,
     ) -> std::result::Result<(), PostError> {
-        self.inner.with_engine(|e, now| {
-            e.check_alive()
-                .map_err(|error| PostError { index: 0, error })?;
-            f(e, now)
-        })
+        let inner = &self.inner;
+        let mut core = inner.core.lock();
+        let now = inner.link.now();
+        let r = core
+            .engine
+            .check_alive()
+            .map_err(|error| PostError { index: 0, error })
+            .and_then(|()| f(&mut core.engine, now));
+        inner.flush(&mut core, now, inner.may_defer());
+        r
     }
 
     /// Tells the link which multicast groups the engine's QPs are attached to. The
@@ -291,6 +301,7 @@ impl EmuDevice {
     /// Takes the next item of `n`; on a link with virtual time, moves the network on
     /// while nothing is queued.
     fn wait<T>(&self, n: &Notifier<T>, timeout: Option<Duration>) -> Result<T> {
+        self.inner.flush_pending();
         loop {
             if let Ok(item) = n.pop(Some(Duration::ZERO)) {
                 return Ok(item);
@@ -435,6 +446,7 @@ impl Inner {
             udp,
             rx: Mutex::new(rx),
             last_busy_poll: AtomicU64::new(0),
+            last_poll: AtomicU64::new(0),
             epoch: Instant::now(),
         }))
     }
@@ -454,15 +466,44 @@ impl Inner {
         let mut core = self.core.lock();
         let now = self.link.now();
         let r = f(&mut core.engine, now);
-        self.flush(&mut core, now);
+        self.flush(&mut core, now, false);
         r
+    }
+
+    /// Whether a post may leave its last, partial run of packets in the batch buffer
+    /// (a doorbell batched with the next ones): only on UDP, where the device thread
+    /// sends what is left within [`MAX_SLEEP`], and only while the application polls
+    /// its CQs, as the next `poll_cq` (or a wait) sends it first. Posts to many QPs
+    /// between two polls then leave in one GSO send instead of one syscall each.
+    fn may_defer(&self) -> bool {
+        // Not on a fabric (no thread would send it), nor where every packet is its
+        // own send anyway (interop mode, a hook).
+        if self.udp.is_none() || self.link.max_batch() <= 1 {
+            return false;
+        }
+        let last = self.last_poll.load(Ordering::Relaxed);
+        last != 0 && self.nanos().saturating_sub(last) < POLL_GRACE.as_nanos() as u64
+    }
+
+    /// Nanoseconds since the device opened (never 0).
+    fn nanos(&self) -> u64 {
+        (self.epoch.elapsed().as_nanos() as u64).max(1)
+    }
+
+    /// Sends what a deferred post left in the batch buffer.
+    fn flush_pending(&self) {
+        let mut core = self.core.lock();
+        if core.tx.count > 0 {
+            let now = self.link.now();
+            self.flush(&mut core, now, false);
+        }
     }
 
     /// Sends what the engine wants sent and hands out its notifications. The engine
     /// writes each packet straight after the previous one in the run buffer; a packet
     /// that cannot join the run (another peer, another size, or no room) sends the run
     /// and starts the next.
-    fn flush(&self, core: &mut Core, now: Instant) {
+    fn flush(&self, core: &mut Core, now: Instant, defer: bool) {
         let Core { engine, tx } = core;
         let max_batch = self.link.max_batch().max(1);
         loop {
@@ -489,7 +530,7 @@ impl Inner {
             tx.fill += t.size;
             tx.count += 1;
         }
-        if tx.count > 0 {
+        if tx.count > 0 && !defer {
             self.send_run(tx);
         }
         while let Some(cq) = engine.poll_cq_event() {
@@ -522,8 +563,9 @@ impl Inner {
 
     /// Takes what waits on the socket (if no other thread is receiving), checks each
     /// ICRC outside the engine lock, then feeds the good ones to the engine under one
-    /// lock, fires due timers and sends the output. Returns how many datagrams it took.
-    fn receive(&self, udp: &UdpLink, block: bool) -> usize {
+    /// lock, fires due timers and sends the output (leaving the last partial run for
+    /// the next flush if `defer`). Returns how many datagrams it took.
+    fn receive(&self, udp: &UdpLink, block: bool, defer: bool) -> usize {
         let Some(mut guard) = (if block {
             Some(self.rx.lock())
         } else {
@@ -565,15 +607,26 @@ impl Inner {
             );
         }
         core.engine.handle_timeout(now);
-        self.flush(&mut core, now);
+        self.flush(&mut core, now, defer);
         n
     }
 
-    /// Whether an application busy-polled within the grace period.
-    fn app_is_polling(&self) -> bool {
-        let last = self.last_busy_poll.load(Ordering::Relaxed);
-        last != 0
-            && self.epoch.elapsed().as_nanos() as u64 - last < BUSY_POLL_GRACE.as_nanos() as u64
+    /// How long the device thread may leave the socket to the application: while it
+    /// busy-polled within [`BUSY_POLL_GRACE`] (busy-poll mode), or called `poll_cq`
+    /// within [`POLL_GRACE`] (default mode: its `poll_cq` receives inline, and the
+    /// device thread wakes at least that often in case it stopped). `None` while the
+    /// application is not polling.
+    fn app_is_polling(&self) -> Option<Duration> {
+        let (last, grace) = if self.cfg.busy_poll {
+            (
+                &self.last_busy_poll,
+                BUSY_POLL_GRACE.min(Duration::from_micros(200)),
+            )
+        } else {
+            (&self.last_poll, POLL_GRACE)
+        };
+        let last = last.load(Ordering::Relaxed);
+        (last != 0 && self.nanos().saturating_sub(last) < grace.as_nanos() as u64).then_some(grace)
     }
 
     /// The device thread: waits for datagrams or the next timer, then receives a batch.
@@ -587,17 +640,19 @@ impl Inner {
                     t.saturating_duration_since(now).min(MAX_SLEEP)
                 })
             };
-            if self.cfg.busy_poll && self.app_is_polling() {
-                // The application takes the datagrams; only keep time.
-                std::thread::sleep(sleep.min(Duration::from_micros(200)));
+            if let Some(grace) = self.app_is_polling() {
+                // The application takes the datagrams; only keep time. Staying off
+                // the socket keeps this thread from being woken by every datagram
+                // the application receives itself (a context switch per packet).
+                std::thread::sleep(sleep.min(grace));
             } else {
                 udp.wait_readable(sleep);
             }
-            if self.receive(udp, true) == 0 {
+            if self.receive(udp, true, false) == 0 {
                 let mut core = self.core.lock();
                 let now = Instant::now();
                 core.engine.handle_timeout(now);
-                self.flush(&mut core, now);
+                self.flush(&mut core, now, false);
             }
         }
     }
@@ -760,14 +815,28 @@ impl Device for EmuDevice {
     }
 
     fn poll_cq(&self, c: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
-        // No flush needed: polling a CQ changes nothing the wire sees.
-        let n = self.inner.core.lock().engine.poll_cq(cq(c), max, out)?;
-        if n == 0 && self.inner.cfg.busy_poll {
-            if let Some(udp) = &self.inner.udp {
-                let inner = &self.inner;
-                let t = inner.epoch.elapsed().as_nanos() as u64;
-                inner.last_busy_poll.store(t.max(1), Ordering::Relaxed);
-                if inner.receive(udp, false) > 0 {
+        // Polling a CQ changes nothing the wire sees, but first sends what a deferred
+        // post left waiting (see `Inner::may_defer`).
+        let inner = &self.inner;
+        inner.last_poll.store(inner.nanos(), Ordering::Relaxed);
+        let n = {
+            let mut core = inner.core.lock();
+            if core.tx.count > 0 {
+                let now = inner.link.now();
+                inner.flush(&mut core, now, false);
+            }
+            core.engine.poll_cq(cq(c), max, out)?
+        };
+        if n == 0 {
+            if let Some(udp) = &inner.udp {
+                // Run to completion: take what waits on the socket in this thread
+                // (unless the device thread is at it) rather than wait for the device
+                // thread to be scheduled. In busy-poll mode the device thread also
+                // stays off the socket while the application polls.
+                if inner.cfg.busy_poll {
+                    inner.last_busy_poll.store(inner.nanos(), Ordering::Relaxed);
+                }
+                if inner.receive(udp, false, inner.may_defer()) > 0 {
                     return inner.core.lock().engine.poll_cq(cq(c), max, out);
                 }
                 return Ok(0);
