@@ -818,7 +818,8 @@ impl Device for EmuDevice {
         // Polling a CQ changes nothing the wire sees, but first sends what a deferred
         // post left waiting (see `Inner::may_defer`).
         let inner = &self.inner;
-        inner.last_poll.store(inner.nanos(), Ordering::Relaxed);
+        let t = inner.nanos();
+        inner.last_poll.store(t, Ordering::Relaxed);
         let n = {
             let mut core = inner.core.lock();
             if core.tx.count > 0 {
@@ -834,9 +835,10 @@ impl Device for EmuDevice {
                 // thread to be scheduled. In busy-poll mode the device thread also
                 // stays off the socket while the application polls.
                 if inner.cfg.busy_poll {
-                    inner.last_busy_poll.store(inner.nanos(), Ordering::Relaxed);
+                    inner.last_busy_poll.store(t, Ordering::Relaxed);
                 }
-                if inner.receive(udp, false, inner.may_defer()) > 0 {
+                // We just polled, so `may_defer` holds where the link batches.
+                if inner.receive(udp, false, inner.link.max_batch() > 1) > 0 {
                     return inner.core.lock().engine.poll_cq(cq(c), max, out);
                 }
                 return Ok(0);
