@@ -47,7 +47,7 @@ use verbs_api::{
 use crate::engine::{
     self, AhHandle, CqHandle, Engine, Limits, MwHandle, PdHandle, SrqHandle, MAX_PACKET,
 };
-use emu_wire::{check_icrc, Ipv4Endpoints};
+use emu_wire::{check_icrc, Ipv4Endpoints, Opcode};
 pub use link::Link;
 use link::{RxBufs, UdpLink, GSO_MAX_BYTES};
 pub use manage::Management;
@@ -110,6 +110,59 @@ struct Core {
     /// Packets waiting to leave as one run: same destination, same size (the last may
     /// be shorter), at most [`GSO_MAX_BYTES`] and the link's `max_batch` packets.
     tx: TxBatch,
+    /// Positive ACKs held back so that requests gathered in the same flush leave
+    /// first (UDP only; see `Inner::flush`).
+    acks: TxBatch,
+}
+
+impl TxBatch {
+    fn new(capacity: usize) -> TxBatch {
+        TxBatch {
+            buf: vec![0; capacity],
+            fill: 0,
+            count: 0,
+            segment: 0,
+            dst: Ipv4Addr::UNSPECIFIED,
+        }
+    }
+
+    /// Whether a packet of `size` bytes to `dst` can join the run.
+    fn fits(&self, dst: Ipv4Addr, size: usize, max_batch: usize) -> bool {
+        self.count == 0
+            || (dst == self.dst
+                && size == self.segment
+                && self.fill + size <= self.buf.len()
+                && self.count < max_batch)
+    }
+
+    /// Appends a packet that [`TxBatch::fits`].
+    fn push(&mut self, dst: Ipv4Addr, packet: &[u8]) {
+        if self.count == 0 {
+            self.dst = dst;
+            self.segment = packet.len();
+        }
+        self.buf[self.fill..self.fill + packet.len()].copy_from_slice(packet);
+        self.fill += packet.len();
+        self.count += 1;
+    }
+}
+
+/// Whether `packet` (BTH first) is a positive RC ACKNOWLEDGE: its AETH syndrome's
+/// top three bits are 0 (IBTA 9.7.5.1.3? table 43). Such a packet may leave after
+/// requests produced after it: requests belong to the requester's PSN space, the
+/// ACK to the responder's, and the peer orders each space on its own.
+fn is_positive_ack(packet: &[u8]) -> bool {
+    packet.len() >= 16
+        && Opcode::try_from(packet[0]) == Ok(Opcode::RcAcknowledge)
+        && packet[12] >> 5 == 0
+}
+
+/// Whether `packet` is a request (SEND, WRITE, READ request, atomic; any transport).
+fn is_request(packet: &[u8]) -> bool {
+    packet
+        .first()
+        .and_then(|&b| Opcode::try_from(b).ok())
+        .is_some_and(Opcode::is_request)
 }
 
 /// A run of packets being gathered in one buffer, as the engine writes them.
@@ -426,13 +479,8 @@ impl Inner {
                     e.set_gid(Gid::from_ipv4(cfg.ip));
                     e
                 },
-                tx: TxBatch {
-                    buf: vec![0; GSO_MAX_BYTES],
-                    fill: 0,
-                    count: 0,
-                    segment: 0,
-                    dst: Ipv4Addr::UNSPECIFIED,
-                },
+                tx: TxBatch::new(GSO_MAX_BYTES),
+                acks: TxBatch::new(if udp.is_some() { 4096 } else { 0 }),
             }),
             cfg,
             link,
@@ -493,7 +541,7 @@ impl Inner {
     /// Sends what a deferred post left in the batch buffer.
     fn flush_pending(&self) {
         let mut core = self.core.lock();
-        if core.tx.count > 0 {
+        if core.tx.count > 0 || core.acks.count > 0 {
             let now = self.link.now();
             self.flush(&mut core, now, false);
         }
@@ -503,9 +551,16 @@ impl Inner {
     /// writes each packet straight after the previous one in the run buffer; a packet
     /// that cannot join the run (another peer, another size, or no room) sends the run
     /// and starts the next.
+    ///
+    /// On UDP, positive ACKs go to a second run that leaves after the requests: a
+    /// responder that answers a message with a message (a ping-pong) sends its answer
+    /// before the ACK of the question, which is off the round trip's critical path.
+    /// Any other response (a READ response, an atomic ACK, a NAK) sends the held ACKs
+    /// first, so the responder's packets keep their order.
     fn flush(&self, core: &mut Core, now: Instant, defer: bool) {
-        let Core { engine, tx } = core;
+        let Core { engine, tx, acks } = core;
         let max_batch = self.link.max_batch().max(1);
+        let hold_acks = !acks.buf.is_empty() && max_batch > 1;
         loop {
             if tx.count > 0 && (tx.fill + MAX_PACKET > tx.buf.len() || tx.count >= max_batch) {
                 self.send_run(tx);
@@ -517,6 +572,25 @@ impl Inner {
             let Some(dst) = t.dest.to_ipv4() else {
                 continue;
             };
+            if hold_acks {
+                let packet = &tx.buf[tx.fill..tx.fill + t.size];
+                if is_positive_ack(packet) {
+                    if !acks.fits(dst, t.size, max_batch) {
+                        self.send_run(acks);
+                    }
+                    acks.push(dst, packet);
+                    continue;
+                }
+                if acks.count > 0 && !is_request(packet) {
+                    // Keep the responder's order: the held ACKs go first.
+                    if tx.count > 0 {
+                        let at = tx.fill;
+                        self.send_run(tx);
+                        tx.buf.copy_within(at..at + t.size, 0);
+                    }
+                    self.send_run(acks);
+                }
+            }
             if tx.count > 0 && (dst != tx.dst || t.size != tx.segment) {
                 // The new packet sits after the run: send the run, move it to the front.
                 let at = tx.fill;
@@ -530,8 +604,13 @@ impl Inner {
             tx.fill += t.size;
             tx.count += 1;
         }
-        if tx.count > 0 && !defer {
-            self.send_run(tx);
+        if !defer {
+            if tx.count > 0 {
+                self.send_run(tx);
+            }
+            if acks.count > 0 {
+                self.send_run(acks);
+            }
         }
         while let Some(cq) = engine.poll_cq_event() {
             let channel = self.cq_channel.lock().get(&cq.0).copied();
@@ -822,7 +901,7 @@ impl Device for EmuDevice {
         inner.last_poll.store(t, Ordering::Relaxed);
         let n = {
             let mut core = inner.core.lock();
-            if core.tx.count > 0 {
+            if core.tx.count > 0 || core.acks.count > 0 {
                 let now = inner.link.now();
                 inner.flush(&mut core, now, false);
             }
@@ -987,5 +1066,71 @@ impl Device for EmuDevice {
 
     fn async_fd(&self) -> Result<i32> {
         Ok(self.inner.events.fd())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use emu_wire::{AethRepr, NakCode, PacketRepr, Psn, Syndrome};
+
+    fn packet(opcode: Opcode, syndrome: Option<Syndrome>) -> Vec<u8> {
+        let mut r = PacketRepr::new(opcode, 0x12, Psn::new(7));
+        if let Some(syndrome) = syndrome {
+            r.aeth = Some(AethRepr { syndrome, msn: 3 });
+        }
+        let payload = if opcode.is_ack() {
+            &[][..]
+        } else {
+            &[1, 2, 3, 4][..]
+        };
+        let mut buf = vec![0; r.buffer_len(payload.len())];
+        let n = r.emit(&mut buf, payload);
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn only_positive_acks_are_held_and_only_requests_overtake_them() {
+        let ack = packet(Opcode::RcAcknowledge, Some(Syndrome::Ack { credits: 31 }));
+        let nak = packet(
+            Opcode::RcAcknowledge,
+            Some(Syndrome::Nak(NakCode::PsnSequenceError)),
+        );
+        let rnr = packet(Opcode::RcAcknowledge, Some(Syndrome::RnrNak { timer: 4 }));
+        let read_resp = packet(
+            Opcode::RcRdmaReadResponseOnly,
+            Some(Syndrome::Ack { credits: 31 }),
+        );
+        let send = packet(Opcode::RcSendOnly, None);
+        let uc_write = packet(Opcode::UcRdmaWriteOnly, None);
+        assert!(is_positive_ack(&ack));
+        assert!(!is_positive_ack(&nak));
+        assert!(!is_positive_ack(&rnr));
+        assert!(!is_positive_ack(&read_resp));
+        assert!(!is_positive_ack(&send));
+        assert!(!is_positive_ack(&ack[..12]));
+        assert!(is_request(&send) && is_request(&uc_write));
+        assert!(!is_request(&ack) && !is_request(&nak) && !is_request(&read_resp));
+        assert!(!is_request(&[]));
+    }
+
+    #[test]
+    fn a_batch_takes_one_destination_and_size_up_to_its_limits() {
+        let a = Ipv4Addr::new(10, 0, 0, 1);
+        let b = Ipv4Addr::new(10, 0, 0, 2);
+        let mut t = TxBatch::new(64);
+        assert!(t.fits(a, 20, 2));
+        t.push(a, &[1; 20]);
+        assert!(t.fits(a, 20, 2));
+        assert!(!t.fits(b, 20, 2));
+        assert!(!t.fits(a, 24, 2));
+        t.push(a, &[2; 20]);
+        assert!(!t.fits(a, 20, 2), "max_batch");
+        assert!(t.fits(a, 20, 4));
+        t.push(a, &[3; 20]);
+        assert!(!t.fits(a, 20, 8), "room");
+        assert_eq!((t.count, t.fill, t.segment, t.dst), (3, 60, 20, a));
+        assert_eq!(&t.buf[40..60], &[3; 20]);
     }
 }
