@@ -402,6 +402,15 @@ fn serve(
     fabric: bool,
 ) -> Result<(), String> {
     let mut wcs = Vec::with_capacity(64);
+    if test != Test::SendBw && !fabric {
+        // As perftest's server: nothing to repost, so no polling; the device thread
+        // receives and answers (a spinning poller would take the socket over and
+        // compete with the client for the cores).
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        return Ok(());
+    }
     while !stop.load(Ordering::Relaxed) {
         let n = s.poll(&mut wcs)?;
         if test == Test::SendBw {
