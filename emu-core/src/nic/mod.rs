@@ -199,6 +199,9 @@ struct Inner {
     last_busy_poll: AtomicU64,
     /// Nanoseconds since `epoch` of the last `poll_cq` (0: never).
     last_poll: AtomicU64,
+    /// The device thread is blocked on the socket (up to [`MAX_SLEEP`]), not napping
+    /// while the application polls: posts then send at once.
+    thread_blocked: AtomicBool,
     epoch: Instant,
 }
 
@@ -222,9 +225,12 @@ const MAX_SLEEP: Duration = Duration::from_millis(1);
 /// While an application busy-polled this recently, the device thread leaves the
 /// socket to it.
 const BUSY_POLL_GRACE: Duration = Duration::from_millis(2);
+/// While an application called `poll_cq` this recently, the device thread leaves the
+/// socket to it (default mode; see `Inner::app_is_polling`).
+const POLL_GRACE: Duration = Duration::from_micros(200);
 /// While an application called `poll_cq` this recently, posts may defer their last
 /// partial run of packets to the next poll (see `Inner::may_defer`).
-const POLL_GRACE: Duration = Duration::from_micros(200);
+const DEFER_GRACE: Duration = Duration::from_millis(1);
 
 impl EmuDevice {
     /// Opens a device on UDP: binds its socket and starts its thread. EADDRINUSE and
@@ -495,6 +501,7 @@ impl Inner {
             rx: Mutex::new(rx),
             last_busy_poll: AtomicU64::new(0),
             last_poll: AtomicU64::new(0),
+            thread_blocked: AtomicBool::new(false),
             epoch: Instant::now(),
         }))
     }
@@ -519,18 +526,22 @@ impl Inner {
     }
 
     /// Whether a post may leave its last, partial run of packets in the batch buffer
-    /// (a doorbell batched with the next ones): only on UDP, where the device thread
-    /// sends what is left within [`MAX_SLEEP`], and only while the application polls
-    /// its CQs, as the next `poll_cq` (or a wait) sends it first. Posts to many QPs
-    /// between two polls then leave in one GSO send instead of one syscall each.
+    /// (a doorbell batched with the next ones): only on UDP, only while the
+    /// application polls its CQs (the next `poll_cq`, or a wait, sends it first) and
+    /// the device thread naps rather than blocks (it sends what is left within
+    /// [`POLL_GRACE`] if the application stops polling). Posts to many QPs between two
+    /// polls then leave in one GSO send instead of one syscall each.
     fn may_defer(&self) -> bool {
         // Not on a fabric (no thread would send it), nor where every packet is its
         // own send anyway (interop mode, a hook).
         if self.udp.is_none() || self.link.max_batch() <= 1 {
             return false;
         }
+        if self.thread_blocked.load(Ordering::Acquire) {
+            return false;
+        }
         let last = self.last_poll.load(Ordering::Relaxed);
-        last != 0 && self.nanos().saturating_sub(last) < POLL_GRACE.as_nanos() as u64
+        last != 0 && self.nanos().saturating_sub(last) < DEFER_GRACE.as_nanos() as u64
     }
 
     /// Nanoseconds since the device opened (never 0).
@@ -725,7 +736,12 @@ impl Inner {
                 // the application receives itself (a context switch per packet).
                 std::thread::sleep(sleep.min(grace));
             } else {
+                // Posts stop deferring before this thread blocks; one that deferred
+                // just before is sent here first.
+                self.thread_blocked.store(true, Ordering::Release);
+                self.flush_pending();
                 udp.wait_readable(sleep);
+                self.thread_blocked.store(false, Ordering::Release);
             }
             if self.receive(udp, true, false) == 0 {
                 let mut core = self.core.lock();
