@@ -4,7 +4,7 @@
 #   2. boots the rxe VM with NET=tap (guest 192.168.77.2, host 192.168.77.1 on rxetap0;
 #      our own test link, no other address is ever a target) running the interop agent,
 #   3. runs, each as one step: ibv_{rc,uc,ud}_pingpong against our pingpong examples in
-#      both roles, a capture of the IP IDs on the tap, and the fault probes,
+#      both roles, ib_{write,read,atomic}_bw against our perftest_peer in both roles, a capture of the IP IDs on the tap, and the fault probes,
 #   4. fails if any step failed.
 # Needs root (tap device, raw socket). Env: RXEVM_W (the cached VM image; default
 # /work/rxevm-cache), INTEROP_W (this job's VM folder; default $RXEVM_W-interop),
@@ -35,7 +35,7 @@ mkdir -p "$W/share/bin"
 for f in qemu-root kernel initramfs.cpio.gz rootfs; do ln -sfn "$RXEVM_W/$f" "$W/$f"; done
 
 note "build"
-cargo build -q --release -p emu-core --example rc_pingpong --example uc_pingpong --example ud_pingpong || exit 1
+cargo build -q --release -p emu-core --example rc_pingpong --example uc_pingpong --example ud_pingpong --example perftest_peer || exit 1
 cargo build -q --release -p tests --features hw --example interop || exit 1
 EX=$TGT/release/examples
 cp "$EX/interop" "$W/share/bin/interop"
@@ -88,8 +88,9 @@ pp_theirs_server() {
 
 note "IP IDs on the wire (tshark on rxetap0 during an RC ping-pong)"
 tshark -i rxetap0 -f "udp port 4791" -a duration:15 -c 40 -T fields -e ip.src -e ip.id -e ip.flags.df -e infiniband.bth.opcode \
-  > "$W/ipid.txt" 2>/dev/null & tsp=$!
-sleep 2
+  > "$W/ipid.txt" 2>"$W/tshark.err" & tsp=$!
+# tshark starts slowly on a loaded host: start the ping-pong once it is capturing.
+for _ in $(seq 1 100); do grep -q "Capturing on" "$W/tshark.err" 2>/dev/null && break; sleep 0.2; done
 pp_ours_server rc -n 10 >/dev/null 2>&1
 wait $tsp
 echo "  src ip.id df opcode (first 40 RoCEv2 packets):"; sed 's/^/  /' "$W/ipid.txt" | head -12
@@ -102,6 +103,34 @@ for t in rc uc ud; do
   args="-n 200"; [ $t = ud ] && args="-n 200 -s 512"
   pp_ours_server $t $args; record "ibv_${t}_pingpong client -> our ${t}_pingpong server" $?
   pp_theirs_server $t $args; record "our ${t}_pingpong client -> ibv_${t}_pingpong server" $?
+done
+
+# perftest (ib_{write,read,atomic}_bw) against our perftest_peer, both roles.
+PT="-s 4096 -n 200"
+pt_ours_server() { # VERB ARGS
+  local v=$1; shift
+  timeout 90 "$EX/perftest_peer" $v --interop --ip 192.168.77.1 --timeout 60 "$@" > "$W/ours.log" 2>&1 & local p=$!
+  sleep 0.5
+  vmx "ib_${v}_bw -d rxe0 -x $GIDX -F $* 192.168.77.1" > "$W/theirs.log" 2>&1; local r=$?
+  wait $p; local o=$?
+  sed 's/^/  ours: /' "$W/ours.log"; grep -E '^ *[0-9]+ +[0-9]+ ' "$W/theirs.log" | sed 's/^/  rxe: /'
+  [ $r -eq 0 ] || sed 's/^/  rxe: /' "$W/theirs.log" | tail -8
+  [ $r -eq 0 ] && [ $o -eq 0 ]
+}
+pt_theirs_server() {
+  local v=$1; shift
+  vmx "ib_${v}_bw -d rxe0 -x $GIDX -F $*" > "$W/theirs.log" 2>&1 & local p=$!
+  sleep 1.5
+  timeout 90 "$EX/perftest_peer" $v --interop --ip 192.168.77.1 --timeout 60 "$@" 192.168.77.2; local o=$?
+  wait $p; local r=$?
+  grep -E '^ *[0-9]+ +[0-9]+ ' "$W/theirs.log" | sed 's/^/  rxe: /'
+  [ $r -eq 0 ] || sed 's/^/  rxe: /' "$W/theirs.log" | tail -8
+  [ $r -eq 0 ] && [ $o -eq 0 ]
+}
+for v in write read atomic; do
+  args=$PT; [ $v = atomic ] && args="-n 200"
+  pt_ours_server $v $args; record "ib_${v}_bw client -> our perftest_peer $v server" $?
+  pt_theirs_server $v $args; record "our perftest_peer $v client -> ib_${v}_bw server" $?
 done
 
 for pr in ack-drop ack-drop-all rnr dup-read psn-skip; do

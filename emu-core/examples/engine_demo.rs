@@ -8,10 +8,9 @@ use std::time::{Duration, Instant};
 
 use emu_core::engine::{CqHandle, Engine, MrInfo, QpInitAttr, MAX_PACKET};
 use emu_wire::{check_icrc, write_icrc, Ipv4Endpoints, PacketRepr};
-use verbs_api::QpAttrMask as M;
 use verbs_api::{
-    AccessFlags, AhAttr, Gid, GlobalRoute, MemBuf, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr,
-    SendFlags, SendWr, Sge, WorkCompletion, WrOperation,
+    AccessFlags, Endpoint, Gid, MemBuf, Mtu, QpCap, QpParams, QpType, RecvWr, SendFlags, SendWr,
+    Sge, WorkCompletion, WrOperation,
 };
 
 struct Nic {
@@ -67,64 +66,29 @@ fn nic(name: &'static str, ip: [u8; 4]) -> Nic {
 
 /// RESET -> INIT -> RTR -> RTS, as every RC program does after exchanging QP numbers.
 fn connect(n: &mut Nic, peer_qpn: u32, peer_gid: Gid, now: Instant) {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE
+    let params = QpParams {
+        access: AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC,
-        ..QpAttr::default()
+        path_mtu: Mtu::Mtu4096,
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 16,
+        ..QpParams::default()
     };
-    n.engine
-        .modify_qp(
-            now,
-            n.qpn,
-            &a,
-            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-        )
-        .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::Mtu4096;
-    a.dest_qp_num = peer_qpn;
-    a.max_dest_rd_atomic = 16;
-    a.min_rnr_timer = 12;
-    a.ah_attr = AhAttr {
-        grh: GlobalRoute {
-            dgid: peer_gid,
-            hop_limit: 64,
-            ..Default::default()
-        },
-        is_global: true,
-        port_num: 1,
-        ..Default::default()
+    let remote = Endpoint {
+        qpn: peer_qpn,
+        gid: peer_gid,
+        ..Endpoint::default()
     };
-    n.engine
-        .modify_qp(
-            now,
-            n.qpn,
-            &a,
-            M::STATE
-                | M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-        )
-        .unwrap();
-    a.qp_state = QpState::Rts;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 16;
-    n.engine
-        .modify_qp(
-            now,
-            n.qpn,
-            &a,
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-        )
-        .unwrap();
+    // The engine takes the same three modifies as the verbs, with the time passed in.
+    for (attr, mask) in [
+        params.init(QpType::Rc),
+        params.rtr(QpType::Rc, &remote),
+        params.rts(QpType::Rc, 0),
+    ] {
+        n.engine.modify_qp(now, n.qpn, &attr, mask).unwrap();
+    }
 }
 
 /// Moves packets between the two engines until both are idle; returns packets moved.

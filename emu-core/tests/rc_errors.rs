@@ -10,16 +10,6 @@ use verbs_api::{
     WrOperation,
 };
 
-fn signaled(wr_id: u64, op: WrOperation, sges: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        sg_list: sges,
-        op,
-        send_flags: SendFlags::SIGNALED,
-        ud: None,
-    }
-}
-
 const CANARY: u8 = 0xA5;
 
 /// Fills B's whole buffer with canaries and returns a checker that every byte is

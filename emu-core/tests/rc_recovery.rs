@@ -10,17 +10,7 @@ use std::time::Duration;
 
 use emu_wire::Opcode::{self, *};
 use util::*;
-use verbs_api::{AsyncEventType, QpState, SendFlags, SendWr, WcStatus, WrOperation};
-
-fn signaled(wr_id: u64, op: WrOperation, sges: Vec<verbs_api::Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        sg_list: sges,
-        op,
-        send_flags: SendFlags::SIGNALED,
-        ud: None,
-    }
-}
+use verbs_api::{AsyncEventType, QpState, WcStatus, WrOperation};
 
 /// Drops the first packet with `opcode` sent by `from`.
 fn drop_first(

@@ -14,16 +14,6 @@ use verbs_api::{
     SendWr, Sge, WcStatus, WrOperation,
 };
 
-fn signaled(wr_id: u64, op: WrOperation, sges: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        sg_list: sges,
-        op,
-        send_flags: SendFlags::SIGNALED,
-        ud: None,
-    }
-}
-
 fn fresh_qp(e: &mut Engine) -> u32 {
     let pd = e.alloc_pd();
     let cq = e.create_cq(16).unwrap();

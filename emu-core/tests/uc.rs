@@ -8,8 +8,7 @@ use emu_wire::Opcode::*;
 use emu_wire::PacketRepr;
 use util::*;
 use verbs_api::{
-    AccessFlags, Mtu, QpAttr, QpAttrMask, QpState, QpType, SendFlags, SendWr, Sge, WcStatus,
-    WrOperation,
+    AccessFlags, Mtu, QpAttr, QpAttrMask, QpState, QpType, Sge, WcStatus, WrOperation,
 };
 
 fn uc() -> Config {
@@ -18,16 +17,6 @@ fn uc() -> Config {
         mtu: Mtu::Mtu1024,
         access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         ..Config::default()
-    }
-}
-
-fn signaled(wr_id: u64, op: WrOperation, sges: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        sg_list: sges,
-        op,
-        send_flags: SendFlags::SIGNALED,
-        ud: None,
     }
 }
 

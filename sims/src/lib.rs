@@ -6,6 +6,7 @@
 //!   faults ([`LinkConfig`]): loss, duplication, latency with jitter (reordering),
 //!   corruption, MTU, bandwidth with a finite queue; partition/heal and hold/release;
 //!   per-packet [`Rule`]s over decoded headers.
+//! - [`RuleHook`]: the same rules on the UDP link of an `EmuDevice` toward a real peer.
 //! - [`Trace`]: every packet with its virtual time, direction, headers and fate,
 //!   rendered as a ladder diagram in text ([`ladder`]) or SVG ([`svg`]), or written as
 //!   pcap ([`pcap`]).
@@ -14,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fabric;
+pub mod hook;
 pub mod ladder;
 pub mod link;
 pub mod pair;
@@ -25,6 +27,7 @@ pub mod svg;
 pub mod trace;
 
 pub use fabric::{Endpoint, Fabric, FabricError, FabricStats};
+pub use hook::RuleHook;
 pub use link::LinkConfig;
 pub use rules::{Action, Kind, Match, PacketInfo, Rule, Which};
 pub use trace::{Cause, Fate, Label, PacketRecord, Trace, TraceDevice, TraceMode};

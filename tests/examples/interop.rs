@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use emu_core::nic::interop::{LinkOptions, PacketHook, Verdict};
 use emu_core::nic::{EmuConfig, EmuDevice};
+use sims::{Action, Kind, Match, Rule, RuleHook};
 use verbs_api::QpAttrMask as M;
 use verbs_api::*;
 
@@ -467,16 +468,18 @@ struct Seen {
     ip_id: Option<u16>,
 }
 
-/// A fault hook: a log of everything, and one fault decided per packet.
+/// A fault hook: a log of everything, and the probe's fault: sims rules
+/// ([`RuleHook`]) where a rule says it, else decided here (`psn-skip` rewrites a PSN,
+/// which no rule action does).
 #[derive(Debug)]
 struct Faults {
     probe: String,
+    rules: Option<RuleHook>,
     log: Mutex<Vec<Seen>>,
     fired: Mutex<u32>,
 }
 
 const OP_ACK: u8 = 0x11;
-const OP_READ_REQ: u8 = 0x0C;
 const OP_SEND_ONLY: u8 = 0x04;
 
 fn bth(p: &[u8]) -> Option<(u8, u32, Option<u8>)> {
@@ -506,24 +509,15 @@ impl Faults {
 }
 
 impl PacketHook for Faults {
-    fn on_send(&self, _dst: Ipv4Addr, packet: &[u8]) -> Verdict {
+    fn on_send(&self, dst: Ipv4Addr, packet: &[u8]) -> Verdict {
         let Some((op, psn)) = self.record(true, packet, None) else {
             return Verdict::Pass;
         };
+        if let Some(rules) = &self.rules {
+            return rules.on_send(dst, packet);
+        }
         let mut fired = self.fired.lock().unwrap();
         match (self.probe.as_str(), op) {
-            ("ack-drop", OP_ACK) if *fired == 0 => {
-                *fired += 1;
-                Verdict::Drop
-            }
-            ("ack-drop-all", OP_ACK) => {
-                *fired += 1;
-                Verdict::Drop
-            }
-            ("dup-read", OP_READ_REQ) if *fired == 0 => {
-                *fired += 1;
-                Verdict::Duplicate
-            }
             ("psn-skip", OP_SEND_ONLY) if *fired == 0 => {
                 *fired += 1;
                 let mut p = packet.to_vec();
@@ -535,16 +529,38 @@ impl PacketHook for Faults {
         }
     }
 
-    fn on_receive(&self, _from: SocketAddrV4, ip_id: Option<u16>, packet: &[u8]) -> Verdict {
+    fn on_receive(&self, from: SocketAddrV4, ip_id: Option<u16>, packet: &[u8]) -> Verdict {
         self.record(false, packet, ip_id);
-        Verdict::Pass
+        self.rules
+            .as_ref()
+            .map_or(Verdict::Pass, |r| r.on_receive(from, ip_id, packet))
     }
 }
 
 /// The emulated side of `probe`: returns whether rxe did what the probe expects.
 fn probe(probe: &str, peer_ip: Ipv4Addr, my_ip: Ipv4Addr) -> bool {
     let p = plan(probe);
+    let me_name = my_ip.to_string();
+    let ours = |k: Kind| Match::any().kind(k).from(&me_name);
+    let rules = match probe {
+        "ack-drop" => Some(Rule::new("drop our first ACK", ours(Kind::Ack), Action::Drop).nth(1)),
+        "ack-drop-all" => Some(Rule::new(
+            "drop every ACK of ours",
+            ours(Kind::Ack),
+            Action::Drop,
+        )),
+        "dup-read" => Some(
+            Rule::new(
+                "duplicate our READ request",
+                ours(Kind::ReadRequest),
+                Action::Duplicate,
+            )
+            .nth(1),
+        ),
+        _ => None,
+    };
     let faults = Arc::new(Faults {
+        rules: rules.map(|r| RuleHook::new(my_ip, vec![r])),
         probe: probe.into(),
         log: Mutex::new(Vec::new()),
         fired: Mutex::new(0),
@@ -714,6 +730,16 @@ fn probe(probe: &str, peer_ip: Ipv4Addr, my_ip: Ipv4Addr) -> bool {
         }
         _ => unreachable!(),
     };
+    // A rule whose action the link could not carry out would mean the fault never happened.
+    let ok = ok
+        && faults.rules.as_ref().is_none_or(|r| {
+            println!(
+                "  sims rule fired {} times; not possible on the link: {:?}",
+                r.fired(0),
+                r.unsupported()
+            );
+            r.fired(0) > 0 && r.unsupported().is_empty()
+        });
     println!("{} {probe}: {what}", if ok { "PASS" } else { "FAIL" });
     ok
 }

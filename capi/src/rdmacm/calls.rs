@@ -36,10 +36,10 @@ macro_rules! cm_or {
 }
 
 /// The id object behind a pointer (mutable: the library keeps its public fields
-/// up to date), or return -1/EINVAL.
+/// up to date), or return -1/EINVAL for null or a pointer that is no live id of ours.
 macro_rules! id_or {
-    ($p:expr, $err:expr) => {
-        if $p.is_null() {
+    ($cm:expr, $p:expr, $err:expr) => {
+        if $p.is_null() || !$cm.ids.lock().is_live($p) {
             set_errno(libc::EINVAL);
             return $err;
         } else {
@@ -118,15 +118,12 @@ fn new_id(
         ep_qp: None,
         destroyed: false,
     });
-    cm.ids.lock().insert(cid.0, p as usize);
+    cm.ids.lock().insert(cid, p);
     p
 }
 
 fn id_ptr(cm: &Cm, id: CmId) -> *mut r::rdma_cm_id {
-    cm.ids
-        .lock()
-        .get(&id.0)
-        .map_or(std::ptr::null_mut(), |p| *p as *mut r::rdma_cm_id)
+    cm.ids.lock().get(id)
 }
 
 /// The C event of `ev`; a connection request gets its new id here.
@@ -379,7 +376,7 @@ pub unsafe extern "C" fn rdma_create_id(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut r::rdma_cm_id) -> c_int {
     let cm = cm_or!(-1);
-    let o = id_or!(id, -1);
+    let o = id_or!(cm, id, -1);
     match cm.cm.destroy_id(o.id) {
         Ok(()) => {}
         Err(Error::Busy(_)) if !o.raw.qp.is_null() => {
@@ -400,7 +397,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut r::rdma_cm_id) -> c_int {
 unsafe fn free_id(cm: &Cm, id: *mut r::rdma_cm_id) {
     // SAFETY: a live id of ours (caller's contract).
     let o = unsafe { &mut *id.cast::<IdObj>() };
-    cm.ids.lock().remove(&o.id.0);
+    cm.ids.lock().remove(o.id);
     if !o.raw.event.is_null() {
         // SAFETY: the event rdma_get_request kept; freed once.
         unsafe { free::<_, EventObj>(o.raw.event) };
@@ -417,7 +414,7 @@ unsafe fn free_id(cm: &Cm, id: *mut r::rdma_cm_id) {
 #[no_mangle]
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut r::rdma_cm_id, addr: *mut r::sockaddr) -> c_int {
     let cm = cm_or!(-1);
-    let o = id_or!(id, -1);
+    let o = id_or!(cm, id, -1);
     // SAFETY: the caller's sockaddr.
     let a = match unsafe { sockaddr_from_c(addr) } {
         Ok(Some(a)) => a,
@@ -438,7 +435,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     timeout_ms: c_int,
 ) -> c_int {
     let cm = cm_or!(-1);
-    let o = id_or!(id, -1);
+    let o = id_or!(cm, id, -1);
     // SAFETY: the caller's sockaddrs.
     let (src, dst) = match unsafe { (sockaddr_from_c(src_addr), sockaddr_from_c(dst_addr)) } {
         (Ok(s), Ok(Some(d))) => (s, d),
@@ -457,7 +454,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut r::rdma_cm_id, timeout_ms: c_int) -> c_int {
     let cm = cm_or!(-1);
-    let o = id_or!(id, -1);
+    let o = id_or!(cm, id, -1);
     let t = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
     if status(cm.cm.resolve_route(o.id, t)) != 0 {
         return -1;
@@ -470,7 +467,7 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut r::rdma_cm_id, timeout_ms: 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(id: *mut r::rdma_cm_id, backlog: c_int) -> c_int {
     let cm = cm_or!(-1);
-    let o = id_or!(id, -1);
+    let o = id_or!(cm, id, -1);
     let r = status(cm.cm.listen(o.id, u32::try_from(backlog).unwrap_or(0)));
     refresh(cm, o);
     r
@@ -531,7 +528,7 @@ pub unsafe extern "C" fn rdma_create_qp(
     qp_init_attr: *mut sys::ibv_qp_init_attr,
 ) -> c_int {
     let cm = cm_or!(-1);
-    let o = id_or!(id, -1);
+    let o = id_or!(cm, id, -1);
     if qp_init_attr.is_null() {
         return err(libc::EINVAL);
     }
@@ -655,7 +652,7 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_qp(id: *mut r::rdma_cm_id) {
     let Ok(cm) = cm() else { return };
-    if id.is_null() {
+    if id.is_null() || !cm.ids.lock().is_live(id) {
         return;
     }
     if destroy_qp_of(cm, id) != 0 {
@@ -729,7 +726,7 @@ pub unsafe extern "C" fn rdma_connect(
     conn_param: *mut r::rdma_conn_param,
 ) -> c_int {
     let cm = cm_or!(-1);
-    let o = id_or!(id, -1);
+    let o = id_or!(cm, id, -1);
     // SAFETY: the caller's parameters.
     let p = unsafe { conn_param_of(conn_param) };
     if status(cm.cm.connect(o.id, &p)) != 0 {
@@ -742,7 +739,7 @@ pub unsafe extern "C" fn rdma_connect(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_establish(id: *mut r::rdma_cm_id) -> c_int {
     let cm = cm_or!(-1);
-    let o = id_or!(id, -1);
+    let o = id_or!(cm, id, -1);
     status(cm.cm.establish(o.id))
 }
 
@@ -753,7 +750,7 @@ pub unsafe extern "C" fn rdma_accept(
     conn_param: *mut r::rdma_conn_param,
 ) -> c_int {
     let cm = cm_or!(-1);
-    let o = id_or!(id, -1);
+    let o = id_or!(cm, id, -1);
     // SAFETY: the caller's parameters.
     let p = unsafe { conn_param_of(conn_param) };
     if status(cm.cm.accept(o.id, &p)) != 0 {
@@ -773,7 +770,7 @@ pub unsafe extern "C" fn rdma_reject(
     private_data_len: u8,
 ) -> c_int {
     let cm = cm_or!(-1);
-    let o = id_or!(id, -1);
+    let o = id_or!(cm, id, -1);
     let data = if private_data.is_null() {
         &[][..]
     } else {
@@ -789,7 +786,7 @@ pub unsafe extern "C" fn rdma_reject(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_disconnect(id: *mut r::rdma_cm_id) -> c_int {
     let cm = cm_or!(-1);
-    let o = id_or!(id, -1);
+    let o = id_or!(cm, id, -1);
     if status(cm.cm.disconnect(o.id)) != 0 {
         return -1;
     }
@@ -804,7 +801,7 @@ pub unsafe extern "C" fn rdma_get_request(
     id: *mut *mut r::rdma_cm_id,
 ) -> c_int {
     let cm = cm_or!(-1);
-    let l = id_or!(listen, -1);
+    let l = id_or!(cm, listen, -1);
     if id.is_null() {
         return err(libc::EINVAL);
     }
@@ -951,19 +948,23 @@ pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut sys::ibv_context) {
 /// `rdma_get_src_port` (network byte order, as librdmacm).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut r::rdma_cm_id) -> u16 {
-    // SAFETY: a live id or null.
-    unsafe { id.as_ref() }.map_or(0, |i| unsafe {
-        i.route.addr.__bindgen_anon_1.src_sin.sin_port
-    })
+    let Ok(cm) = cm() else { return 0 };
+    if !cm.ids.lock().is_live(id) {
+        return 0;
+    }
+    // SAFETY: a live id of ours.
+    unsafe { (*id).route.addr.__bindgen_anon_1.src_sin.sin_port }
 }
 
 /// `rdma_get_dst_port` (network byte order).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut r::rdma_cm_id) -> u16 {
-    // SAFETY: a live id or null.
-    unsafe { id.as_ref() }.map_or(0, |i| unsafe {
-        i.route.addr.__bindgen_anon_2.dst_sin.sin_port
-    })
+    let Ok(cm) = cm() else { return 0 };
+    if !cm.ids.lock().is_live(id) {
+        return 0;
+    }
+    // SAFETY: a live id of ours.
+    unsafe { (*id).route.addr.__bindgen_anon_2.dst_sin.sin_port }
 }
 
 /// `rdma_set_option`: `RDMA_OPTION_ID_REUSEADDR` and `_AFONLY` are accepted (the

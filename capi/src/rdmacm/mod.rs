@@ -34,7 +34,7 @@ mod calls;
 pub use addrinfo::*;
 pub use calls::*;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_int;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, OnceLock};
@@ -56,7 +56,44 @@ pub(crate) struct Cm {
     /// A PD per context for ids given none (librdmacm's per-device PD).
     pub(crate) pds: Mutex<HashMap<usize, usize>>,
     /// CM id -> its `IdObj`.
-    pub(crate) ids: Mutex<HashMap<u32, usize>>,
+    pub(crate) ids: Mutex<IdTable>,
+}
+
+/// The live ids: by CM id, and the set of their pointers, so a pointer the program
+/// passes is checked before it is read (a stale or freed `rdma_cm_id *` gets EINVAL,
+/// not a crash; perftest 4.5-0.17's connection retry passes freed ones).
+#[derive(Default)]
+pub(crate) struct IdTable {
+    by_cm: HashMap<u32, usize>,
+    ptrs: HashSet<usize>,
+}
+
+impl IdTable {
+    pub(crate) fn insert(&mut self, id: CmId, p: *mut r::rdma_cm_id) {
+        self.by_cm.insert(id.0, p as usize);
+        self.ptrs.insert(p as usize);
+    }
+
+    pub(crate) fn remove(&mut self, id: CmId) {
+        if let Some(p) = self.by_cm.remove(&id.0) {
+            self.ptrs.remove(&p);
+        }
+    }
+
+    pub(crate) fn get(&self, id: CmId) -> *mut r::rdma_cm_id {
+        self.by_cm
+            .get(&id.0)
+            .map_or(std::ptr::null_mut(), |p| *p as *mut r::rdma_cm_id)
+    }
+
+    /// Whether `p` is an id this library made and has not freed.
+    pub(crate) fn is_live(&self, p: *const r::rdma_cm_id) -> bool {
+        self.ptrs.contains(&(p as usize))
+    }
+
+    pub(crate) fn all(&self) -> impl Iterator<Item = usize> + '_ {
+        self.ptrs.iter().copied()
+    }
 }
 
 /// The process's CM, made at the first call (errno if no device could be opened).
@@ -73,7 +110,7 @@ pub(crate) fn destroy_cm_qp(qp: *mut sys::ibv_qp) -> Option<c_int> {
     let Some(Ok(cm)) = CM.get() else {
         return None;
     };
-    let id = cm.ids.lock().values().copied().find(|p| {
+    let id = cm.ids.lock().all().find(|p| {
         // SAFETY: the ids in the map are live.
         unsafe { (*(*p as *const IdObj)).raw.qp == qp }
     })?;

@@ -223,68 +223,60 @@ impl QueuePair {
 
     /// Copies the attributes named in `mask` into the QP.
     fn apply(&mut self, a: &QpAttr, mask: M) {
+        for &(bit, copy) in COPIES {
+            if mask.contains(bit) {
+                copy(&mut self.attr, a);
+            }
+        }
         if mask.contains(M::ALT_PATH) {
             self.alt_loaded = true;
         }
-        let s = &mut self.attr;
-        if mask.contains(M::EN_SQD_ASYNC_NOTIFY) {
-            s.en_sqd_async_notify = a.en_sqd_async_notify;
-        }
-        if mask.contains(M::ACCESS_FLAGS) {
-            s.qp_access_flags = a.qp_access_flags;
-        }
-        if mask.contains(M::PKEY_INDEX) {
-            s.pkey_index = a.pkey_index;
-        }
-        if mask.contains(M::PORT) {
-            s.port_num = a.port_num;
-        }
-        if mask.contains(M::QKEY) {
-            s.qkey = a.qkey;
-        }
-        if mask.contains(M::AV) {
-            s.ah_attr = a.ah_attr;
-        }
-        if mask.contains(M::PATH_MTU) {
-            s.path_mtu = a.path_mtu;
-        }
-        if mask.contains(M::TIMEOUT) {
-            s.timeout = a.timeout;
-        }
         if mask.contains(M::RETRY_CNT) {
-            s.retry_cnt = a.retry_cnt;
             self.comp.retry = RetryBudget::transport(a.retry_cnt);
         }
         if mask.contains(M::RNR_RETRY) {
-            s.rnr_retry = a.rnr_retry;
             self.comp.rnr = RnrState::new(a.rnr_retry);
-        }
-        if mask.contains(M::RQ_PSN) {
-            s.rq_psn = a.rq_psn & 0x00FF_FFFF;
-        }
-        if mask.contains(M::MAX_QP_RD_ATOMIC) {
-            s.max_rd_atomic = a.max_rd_atomic;
-        }
-        if mask.contains(M::ALT_PATH) {
-            s.alt_ah_attr = a.alt_ah_attr;
-            s.alt_pkey_index = a.alt_pkey_index;
-            s.alt_port_num = a.alt_port_num;
-            s.alt_timeout = a.alt_timeout;
-        }
-        if mask.contains(M::MIN_RNR_TIMER) {
-            s.min_rnr_timer = a.min_rnr_timer;
-        }
-        if mask.contains(M::SQ_PSN) {
-            s.sq_psn = a.sq_psn & 0x00FF_FFFF;
-        }
-        if mask.contains(M::MAX_DEST_RD_ATOMIC) {
-            s.max_dest_rd_atomic = a.max_dest_rd_atomic;
-        }
-        if mask.contains(M::DEST_QPN) {
-            s.dest_qp_num = a.dest_qp_num;
         }
     }
 }
+
+/// Copies one attribute (or group) from a modify's attributes into the QP's.
+type CopyAttr = fn(&mut QpAttr, &QpAttr);
+
+/// What each attribute-mask bit copies from the modify's attributes into the QP's
+/// (`ibv_qp_attr_mask`, manual 3.5.1): PSNs are kept to their 24 bits.
+const COPIES: &[(M, CopyAttr)] = &[
+    (M::EN_SQD_ASYNC_NOTIFY, |s, a| {
+        s.en_sqd_async_notify = a.en_sqd_async_notify
+    }),
+    (M::ACCESS_FLAGS, |s, a| {
+        s.qp_access_flags = a.qp_access_flags
+    }),
+    (M::PKEY_INDEX, |s, a| s.pkey_index = a.pkey_index),
+    (M::PORT, |s, a| s.port_num = a.port_num),
+    (M::QKEY, |s, a| s.qkey = a.qkey),
+    (M::AV, |s, a| s.ah_attr = a.ah_attr),
+    (M::PATH_MTU, |s, a| s.path_mtu = a.path_mtu),
+    (M::TIMEOUT, |s, a| s.timeout = a.timeout),
+    (M::RETRY_CNT, |s, a| s.retry_cnt = a.retry_cnt),
+    (M::RNR_RETRY, |s, a| s.rnr_retry = a.rnr_retry),
+    (M::RQ_PSN, |s, a| s.rq_psn = a.rq_psn & 0x00FF_FFFF),
+    (M::MAX_QP_RD_ATOMIC, |s, a| {
+        s.max_rd_atomic = a.max_rd_atomic
+    }),
+    (M::ALT_PATH, |s, a| {
+        s.alt_ah_attr = a.alt_ah_attr;
+        s.alt_pkey_index = a.alt_pkey_index;
+        s.alt_port_num = a.alt_port_num;
+        s.alt_timeout = a.alt_timeout;
+    }),
+    (M::MIN_RNR_TIMER, |s, a| s.min_rnr_timer = a.min_rnr_timer),
+    (M::SQ_PSN, |s, a| s.sq_psn = a.sq_psn & 0x00FF_FFFF),
+    (M::MAX_DEST_RD_ATOMIC, |s, a| {
+        s.max_dest_rd_atomic = a.max_dest_rd_atomic
+    }),
+    (M::DEST_QPN, |s, a| s.dest_qp_num = a.dest_qp_num),
+];
 
 #[cfg(test)]
 mod tests {

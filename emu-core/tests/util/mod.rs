@@ -14,8 +14,8 @@ use emu_core::engine::{
 };
 use emu_wire::{Opcode, PacketRepr, Psn};
 use verbs_api::{
-    AccessFlags, AhAttr, AsyncEvent, Gid, GlobalRoute, MemBuf, Mtu, QpAttr, QpAttrMask, QpCap,
-    QpState, QpType, RecvWr, SendWr, Sge, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, Endpoint, Gid, GlobalRoute, MemBuf, Mtu, QpAttr, QpAttrMask,
+    QpCap, QpParams, QpState, QpType, RecvWr, SendWr, Sge, WorkCompletion,
 };
 
 /// Which engine.
@@ -379,61 +379,30 @@ pub struct Remote {
 
 /// RESET -> INIT -> RTR -> RTS with the required attributes of each step.
 pub fn bring_up(e: &mut Engine, now: Instant, qpn: u32, remote: Remote, sq_psn: u32, cfg: &Config) {
-    let (remote_qpn, rq_psn, remote) = (remote.qpn, remote.psn, remote.gid);
-    let mut attr = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: 1,
-        qp_access_flags: cfg.access,
-        ..QpAttr::default()
+    let params = QpParams {
+        access: cfg.access,
+        path_mtu: cfg.mtu,
+        timeout: cfg.timeout,
+        retry_cnt: cfg.retry_cnt,
+        rnr_retry: cfg.rnr_retry,
+        min_rnr_timer: cfg.min_rnr_timer,
+        max_rd_atomic: cfg.max_rd_atomic,
+        max_dest_rd_atomic: cfg.max_dest_rd_atomic,
+        ..QpParams::default()
     };
-    e.modify_qp(
-        now,
-        qpn,
-        &attr,
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    attr.qp_state = QpState::Rtr;
-    attr.path_mtu = cfg.mtu;
-    attr.dest_qp_num = remote_qpn;
-    attr.rq_psn = rq_psn;
-    attr.max_dest_rd_atomic = cfg.max_dest_rd_atomic;
-    attr.min_rnr_timer = cfg.min_rnr_timer;
-    attr.ah_attr = AhAttr {
-        grh: GlobalRoute {
-            dgid: remote,
-            hop_limit: 64,
-            ..GlobalRoute::default()
-        },
-        is_global: true,
-        port_num: 1,
-        ..AhAttr::default()
+    let remote = Endpoint {
+        lid: 0,
+        qpn: remote.qpn,
+        psn: remote.psn,
+        gid: remote.gid,
     };
-    let rc = cfg.qp_type == QpType::Rc;
-    let mut mask = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN;
-    if rc {
-        mask |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+    for (attr, mask) in [
+        params.init(cfg.qp_type),
+        params.rtr(cfg.qp_type, &remote),
+        params.rts(cfg.qp_type, sq_psn),
+    ] {
+        e.modify_qp(now, qpn, &attr, mask).unwrap();
     }
-    e.modify_qp(now, qpn, &attr, mask).unwrap();
-    attr.qp_state = QpState::Rts;
-    attr.sq_psn = sq_psn;
-    attr.timeout = cfg.timeout;
-    attr.retry_cnt = cfg.retry_cnt;
-    attr.rnr_retry = cfg.rnr_retry;
-    attr.max_rd_atomic = cfg.max_rd_atomic;
-    let mut mask = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
-    if rc {
-        mask |= QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC;
-    }
-    e.modify_qp(now, qpn, &attr, mask).unwrap();
 }
 
 /// A connected RC pair.
@@ -617,4 +586,9 @@ pub fn ud_send(
             remote_qpn,
             remote_qkey: qkey,
         })
+}
+
+/// A signaled send WR (the common case of the scenario tests).
+pub fn signaled(wr_id: u64, op: verbs_api::WrOperation, sges: Vec<Sge>) -> SendWr {
+    SendWr::new(wr_id, sges, op).signaled()
 }

@@ -80,6 +80,8 @@ pub(super) fn register(v: &mut Vec<Case>) {
         "manual 3.3.6/3.4.2: once its MRs are gone the PD can be freed",
         dereg_then_pd,
     ));
+    v.push(Case::new("mr::rereg_access_gives_new_keys_and_rights", "man page ibv_rereg_mr(3) IBV_REREG_MR_CHANGE_ACCESS: the region keeps its memory, gets new keys, and the new rights apply (a WRITE is refused once REMOTE_WRITE is gone)", rereg_access).wc(WcStatus::RemAccessErr));
+    v.push(Case::new("mr::rereg_translation_moves_the_region", "man page ibv_rereg_mr(3) IBV_REREG_MR_CHANGE_TRANSLATION: the region now covers the new memory; a WRITE through its new rkey lands there", rereg_translation));
     v.push(
         Case::new(
             "mr::deregistered_lkey_fails_locally",
@@ -268,5 +270,79 @@ fn deregistered_rkey(env: &Env) -> Outcome {
     );
     let wc = env.poll_one(p.a.cq);
     assert_eq!(wc.status, WcStatus::RemAccessErr, "{wc:?}");
+    Outcome::Pass
+}
+
+/// Reregisters b's region with `flags`; a device without `ibv_rereg_mr` skips.
+fn rereg(
+    env: &Env,
+    lkey: u32,
+    flags: verbs_api::ReregMrFlags,
+    range: Option<(&MemBuf, usize, usize)>,
+    access: A,
+) -> Result<verbs_api::MrInfo, Outcome> {
+    match env.dev.rereg_mr(lkey, flags, None, range, access) {
+        Ok(m) => Ok(m),
+        Err(e) if e.errno() == 95 && !env.emulator => Err(Outcome::Skip(
+            "the device does not implement ibv_rereg_mr (EOPNOTSUPP)".into(),
+        )),
+        Err(e) => panic!("rereg_mr: {e:?}"),
+    }
+}
+
+fn rereg_access(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Rc);
+    let access = A::LOCAL_WRITE | A::REMOTE_READ;
+    let m = match rereg(
+        env,
+        p.b.mr.lkey,
+        verbs_api::ReregMrFlags::CHANGE_ACCESS,
+        None,
+        access,
+    ) {
+        Ok(m) => m,
+        Err(skip) => return skip,
+    };
+    assert_eq!((m.addr, m.length), (p.b.mr.addr, p.b.mr.length));
+    p.b.buf.write(0, b"kept").unwrap();
+    env.post_send(
+        p.a.qpn,
+        SendWr::rdma_read(1, vec![p.a.sge(0, 4)], m.addr, m.rkey).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    let mut got = [0u8; 4];
+    p.a.buf.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"kept", "the region kept its memory");
+    env.post_send(
+        p.a.qpn,
+        SendWr::rdma_write(2, vec![p.a.sge(0, 4)], m.addr, m.rkey).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::RemAccessErr);
+    Outcome::Pass
+}
+
+fn rereg_translation(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Rc);
+    let fresh = MemBuf::new(8192);
+    let m = match rereg(
+        env,
+        p.b.mr.lkey,
+        verbs_api::ReregMrFlags::CHANGE_TRANSLATION,
+        Some((&fresh, 0, 8192)),
+        A::empty(), // the access stays: only CHANGE_ACCESS may name it
+    ) {
+        Ok(m) => m,
+        Err(skip) => return skip,
+    };
+    assert_eq!((m.addr, m.length), (fresh.addr(), 8192));
+    p.a.buf.write(0, b"moved").unwrap();
+    env.post_send(
+        p.a.qpn,
+        SendWr::rdma_write(1, vec![p.a.sge(0, 5)], m.addr + 100, m.rkey).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    let mut got = [0u8; 5];
+    fresh.read(100, &mut got).unwrap();
+    assert_eq!(&got, b"moved");
     Outcome::Pass
 }

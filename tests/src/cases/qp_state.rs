@@ -105,15 +105,17 @@ pub(super) fn register(v: &mut Vec<Case>) {
         ));
         v.push(Case::param(format!("qp::{}_flush_on_error", type_name(t)), "IBTA 10.3.1.?/11.4.?: moving a QP to ERR completes its outstanding receive WRs with WR_FLUSH_ERR", flush_on_error, u64::from(t.as_u32())).wc(WcStatus::WrFlushErr));
     }
-    v.push(Case::new(
+    v.push(Case::param(
         "qp::max_send_wr_beyond_device_is_einval",
         "manual 3.4.3: cap.max_send_wr may not exceed max_qp_wr",
-        too_many_wr,
+        beyond_device_limit,
+        0,
     ));
-    v.push(Case::new(
+    v.push(Case::param(
         "qp::max_sge_beyond_device_is_einval",
         "manual 3.4.3: cap.max_send_sge may not exceed max_sge",
-        too_many_sge,
+        beyond_device_limit,
+        1,
     ));
     v.push(Case::new(
         "qp::destroy_twice_is_einval",
@@ -323,37 +325,17 @@ fn flush_on_error(env: &Env, p: u64) -> Outcome {
     Outcome::Pass
 }
 
-fn too_many_wr(env: &Env) -> Outcome {
-    let max = env.dev.query_device().expect("query_device").max_qp_wr;
+/// A QP asking for one more send WR (`which` 0) or send SGE (1) than the device allows.
+fn beyond_device_limit(env: &Env, which: u64) -> Outcome {
+    let attr = env.dev.query_device().expect("query_device");
     let pd = env.pd();
     let cq = env.cq(16);
-    let cap = QpCap {
-        max_send_wr: max + 1,
-        ..default_cap()
-    };
-    assert_errno(
-        env.dev.create_qp(&verbs_api::QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap,
-            sq_sig_all: false,
-            srq: None,
-        }),
-        EINVAL,
-    );
-    Outcome::Pass
-}
-
-fn too_many_sge(env: &Env) -> Outcome {
-    let max = env.dev.query_device().expect("query_device").max_sge;
-    let pd = env.pd();
-    let cq = env.cq(16);
-    let cap = QpCap {
-        max_send_sge: max + 1,
-        ..default_cap()
-    };
+    let mut cap = default_cap();
+    if which == 0 {
+        cap.max_send_wr = attr.max_qp_wr + 1;
+    } else {
+        cap.max_send_sge = attr.max_sge + 1;
+    }
     assert_errno(
         env.dev.create_qp(&verbs_api::QpInitAttr {
             pd,
