@@ -16,10 +16,16 @@
 //!
 //! Batching: packets the engine emits back to back to one peer with one size go to
 //! the link as one run ([`Link::send_batch`]; UDP sends it with GSO), and the device
-//! thread receives with `recvmmsg` and GRO (see `link`). With [`EmuConfig::busy_poll`]
-//! an empty `poll_cq` also takes waiting datagrams off the socket and runs them
-//! through the engine in the caller's thread, so a busy-polling application sees a
-//! completion without waiting for the device thread to be scheduled.
+//! thread receives with `recvmmsg` and GRO (see `link`).
+//!
+//! Run to completion: an empty `poll_cq` takes waiting datagrams off the socket and
+//! runs them through the engine in the caller's thread, so a polling application sees
+//! a completion without waiting for the device thread to be scheduled; while the
+//! application polls, the device thread naps instead of waking for every datagram,
+//! and a post may leave its packets for the next poll to send (one GSO send for posts
+//! to many QPs). Positive ACKs leave after the requests of the same flush. The device
+//! thread takes the socket back, and sends anything left, within 200 us of the last
+//! poll (2 ms with [`EmuConfig::busy_poll`]).
 //!
 //! Several devices on one host: give each its own address in 127.0.0.0/8 (Linux answers
 //! on all of it) and the same port, e.g. `emu0` on 127.0.0.1 and `emu1` on 127.0.0.2.
@@ -72,10 +78,10 @@ pub struct EmuConfig {
     pub port: u16,
     /// Device limits.
     pub limits: Limits,
-    /// Busy-poll mode (UDP only): an empty `poll_cq` receives and processes waiting
-    /// datagrams itself instead of leaving them to the device thread, which stays off
-    /// the socket while an application polls. Lowest latency, for applications that
-    /// spin on `poll_cq`; costs a core per polling thread.
+    /// Busy-poll mode (UDP only): the device thread stays off the socket for 2 ms
+    /// after the last `poll_cq` (instead of 200 us), leaving the datagrams to the
+    /// application's empty polls, which receive and process them inline (as in the
+    /// default mode). For applications that spin on `poll_cq` with pauses.
     pub busy_poll: bool,
     /// How the UDP link works: the default loopback mode, or the interop mode for a
     /// real RoCE peer, with an optional fault hook ([`interop`]).
@@ -195,14 +201,14 @@ struct Inner {
     /// The receive buffers; whoever holds them receives, so datagrams are handed to
     /// the engine in the order they arrived.
     rx: Mutex<Option<RxBufs>>,
-    /// Nanoseconds since `epoch` of the last busy-poll that found the CQ empty.
-    last_busy_poll: AtomicU64,
-    /// Nanoseconds since `epoch` of the last `poll_cq` (0: never).
-    last_poll: AtomicU64,
-    /// The device thread is blocked on the socket (up to [`MAX_SLEEP`]), not napping
-    /// while the application polls: posts then send at once.
-    thread_blocked: AtomicBool,
-    epoch: Instant,
+    /// `poll_cq` calls so far: the device thread compares it between its wake-ups to
+    /// tell whether the application is polling (a counter costs less than a clock
+    /// read per poll).
+    polls: AtomicU64,
+    /// The device thread naps ([`NAP`] at most) and leaves the socket to the polling
+    /// application; false while it blocks on the socket. Posts defer only while it
+    /// naps (see `Inner::may_defer`).
+    napping: AtomicBool,
 }
 
 /// An emulated RDMA device on UDP.
@@ -222,15 +228,13 @@ impl std::fmt::Debug for EmuDevice {
 
 /// The longest the device thread sleeps before looking at the engine's timers again.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
-/// While an application busy-polled this recently, the device thread leaves the
-/// socket to it.
-const BUSY_POLL_GRACE: Duration = Duration::from_millis(2);
-/// While an application called `poll_cq` this recently, the device thread leaves the
-/// socket to it (default mode; see `Inner::app_is_polling`).
-const POLL_GRACE: Duration = Duration::from_micros(200);
-/// While an application called `poll_cq` this recently, posts may defer their last
-/// partial run of packets to the next poll (see `Inner::may_defer`).
-const DEFER_GRACE: Duration = Duration::from_millis(1);
+/// The device thread's nap while the application polls: the longest a deferred post
+/// waits if the application stops polling.
+const NAP: Duration = Duration::from_micros(200);
+/// Naps without a poll after which the device thread takes the socket back: one in
+/// the default mode, ten (2 ms) in busy-poll mode.
+const IDLE_NAPS: u32 = 1;
+const IDLE_NAPS_BUSY: u32 = 10;
 
 impl EmuDevice {
     /// Opens a device on UDP: binds its socket and starts its thread. EADDRINUSE and
@@ -499,10 +503,8 @@ impl Inner {
             link_counters: LinkCounters::default(),
             udp,
             rx: Mutex::new(rx),
-            last_busy_poll: AtomicU64::new(0),
-            last_poll: AtomicU64::new(0),
-            thread_blocked: AtomicBool::new(false),
-            epoch: Instant::now(),
+            polls: AtomicU64::new(0),
+            napping: AtomicBool::new(false),
         }))
     }
 }
@@ -526,27 +528,15 @@ impl Inner {
     }
 
     /// Whether a post may leave its last, partial run of packets in the batch buffer
-    /// (a doorbell batched with the next ones): only on UDP, only while the
+    /// (a doorbell batched with the next ones): only on UDP, and only while the
     /// application polls its CQs (the next `poll_cq`, or a wait, sends it first) and
-    /// the device thread naps rather than blocks (it sends what is left within
-    /// [`POLL_GRACE`] if the application stops polling). Posts to many QPs between two
-    /// polls then leave in one GSO send instead of one syscall each.
+    /// the device thread naps (it sends what is left when it wakes, within [`NAP`]).
+    /// Posts to many QPs between two polls then leave in one GSO send instead of one
+    /// syscall each.
     fn may_defer(&self) -> bool {
         // Not on a fabric (no thread would send it), nor where every packet is its
         // own send anyway (interop mode, a hook).
-        if self.udp.is_none() || self.link.max_batch() <= 1 {
-            return false;
-        }
-        if self.thread_blocked.load(Ordering::Acquire) {
-            return false;
-        }
-        let last = self.last_poll.load(Ordering::Relaxed);
-        last != 0 && self.nanos().saturating_sub(last) < DEFER_GRACE.as_nanos() as u64
-    }
-
-    /// Nanoseconds since the device opened (never 0).
-    fn nanos(&self) -> u64 {
-        (self.epoch.elapsed().as_nanos() as u64).max(1)
+        self.udp.is_some() && self.link.max_batch() > 1 && self.napping.load(Ordering::Acquire)
     }
 
     /// Sends what a deferred post left in the batch buffer.
@@ -701,27 +691,22 @@ impl Inner {
         n
     }
 
-    /// How long the device thread may leave the socket to the application: while it
-    /// busy-polled within [`BUSY_POLL_GRACE`] (busy-poll mode), or called `poll_cq`
-    /// within [`POLL_GRACE`] (default mode: its `poll_cq` receives inline, and the
-    /// device thread wakes at least that often in case it stopped). `None` while the
-    /// application is not polling.
-    fn app_is_polling(&self) -> Option<Duration> {
-        let (last, grace) = if self.cfg.busy_poll {
-            (
-                &self.last_busy_poll,
-                BUSY_POLL_GRACE.min(Duration::from_micros(200)),
-            )
-        } else {
-            (&self.last_poll, POLL_GRACE)
-        };
-        let last = last.load(Ordering::Relaxed);
-        (last != 0 && self.nanos().saturating_sub(last) < grace.as_nanos() as u64).then_some(grace)
-    }
-
     /// The device thread: waits for datagrams or the next timer, then receives a batch.
     /// Receive buffers are allocated once: no heap allocation per packet.
+    ///
+    /// While the application polls (its `poll_cq` receives inline), the thread naps
+    /// instead of blocking on the socket, which would wake it for every datagram the
+    /// application takes itself (a context switch per packet); it takes the socket
+    /// back after [`IDLE_NAPS`] naps without a poll ([`IDLE_NAPS_BUSY`] in busy-poll
+    /// mode).
     fn run(&self, udp: &UdpLink) {
+        let idle_limit = if self.cfg.busy_poll {
+            IDLE_NAPS_BUSY
+        } else {
+            IDLE_NAPS
+        };
+        let mut seen = self.polls.load(Ordering::Relaxed);
+        let mut idle_naps = idle_limit;
         while !self.stop.load(Ordering::Relaxed) {
             let sleep = {
                 let core = self.core.lock();
@@ -730,18 +715,23 @@ impl Inner {
                     t.saturating_duration_since(now).min(MAX_SLEEP)
                 })
             };
-            if let Some(grace) = self.app_is_polling() {
-                // The application takes the datagrams; only keep time. Staying off
-                // the socket keeps this thread from being woken by every datagram
-                // the application receives itself (a context switch per packet).
-                std::thread::sleep(sleep.min(grace));
+            let polls = self.polls.load(Ordering::Relaxed);
+            if polls != seen {
+                seen = polls;
+                idle_naps = 0;
+            } else {
+                idle_naps = idle_naps.saturating_add(1);
+            }
+            if idle_naps < idle_limit {
+                // The application takes the datagrams; only keep time.
+                self.napping.store(true, Ordering::Release);
+                std::thread::sleep(sleep.min(NAP));
             } else {
                 // Posts stop deferring before this thread blocks; one that deferred
                 // just before is sent here first.
-                self.thread_blocked.store(true, Ordering::Release);
+                self.napping.store(false, Ordering::Release);
                 self.flush_pending();
                 udp.wait_readable(sleep);
-                self.thread_blocked.store(false, Ordering::Release);
             }
             if self.receive(udp, true, false) == 0 {
                 let mut core = self.core.lock();
@@ -913,8 +903,7 @@ impl Device for EmuDevice {
         // Polling a CQ changes nothing the wire sees, but first sends what a deferred
         // post left waiting (see `Inner::may_defer`).
         let inner = &self.inner;
-        let t = inner.nanos();
-        inner.last_poll.store(t, Ordering::Relaxed);
+        inner.polls.fetch_add(1, Ordering::Relaxed);
         let n = {
             let mut core = inner.core.lock();
             if core.tx.count > 0 || core.acks.count > 0 {
@@ -927,13 +916,8 @@ impl Device for EmuDevice {
             if let Some(udp) = &inner.udp {
                 // Run to completion: take what waits on the socket in this thread
                 // (unless the device thread is at it) rather than wait for the device
-                // thread to be scheduled. In busy-poll mode the device thread also
-                // stays off the socket while the application polls.
-                if inner.cfg.busy_poll {
-                    inner.last_busy_poll.store(t, Ordering::Relaxed);
-                }
-                // We just polled, so `may_defer` holds where the link batches.
-                if inner.receive(udp, false, inner.link.max_batch() > 1) > 0 {
+                // thread to be scheduled; the device thread naps meanwhile (`run`).
+                if inner.receive(udp, false, inner.may_defer()) > 0 {
                     return inner.core.lock().engine.poll_cq(cq(c), max, out);
                 }
                 return Ok(0);
