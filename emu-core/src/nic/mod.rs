@@ -141,6 +141,30 @@ impl TxBatch {
                 && self.count < max_batch)
     }
 
+    /// Moves all of `other` (a run to the same peer) to the end of this run, in
+    /// order, if that makes a valid run: `other`'s packets have this run's size, or
+    /// `other` is a single shorter packet (a run's last segment may be shorter), and
+    /// there is room. Returns whether it did.
+    fn absorb(&mut self, other: &mut TxBatch, max_batch: usize) -> bool {
+        let shape =
+            other.segment == self.segment || (other.count == 1 && other.segment < self.segment);
+        if self.count == 0
+            || other.count == 0
+            || other.dst != self.dst
+            || !shape
+            || self.count + other.count > max_batch
+            || self.fill + other.fill > self.buf.len()
+        {
+            return false;
+        }
+        self.buf[self.fill..self.fill + other.fill].copy_from_slice(&other.buf[..other.fill]);
+        self.fill += other.fill;
+        self.count += other.count;
+        other.fill = 0;
+        other.count = 0;
+        true
+    }
+
     /// Appends a packet that [`TxBatch::fits`].
     fn push(&mut self, dst: Ipv4Addr, packet: &[u8]) {
         if self.count == 0 {
@@ -607,6 +631,10 @@ impl Inner {
         }
         if !defer {
             if tx.count > 0 {
+                // Held ACKs to the same peer ride at the end of the run: one send
+                // instead of two (e.g. a ping-pong's answer and the ACK of its
+                // question).
+                tx.absorb(acks, max_batch);
                 self.send_run(tx);
             }
             if acks.count > 0 {
@@ -1132,5 +1160,43 @@ mod tests {
         assert!(!t.fits(a, 20, 8), "room");
         assert_eq!((t.count, t.fill, t.segment, t.dst), (3, 60, 20, a));
         assert_eq!(&t.buf[40..60], &[3; 20]);
+    }
+
+    #[test]
+    fn a_run_absorbs_same_size_packets_or_one_shorter_last_one() {
+        let a = Ipv4Addr::new(10, 0, 0, 1);
+        let b = Ipv4Addr::new(10, 0, 0, 2);
+        let run = |dst, size: usize, n: u8| {
+            let mut t = TxBatch::new(256);
+            for i in 0..n {
+                t.push(dst, &vec![i + 1; size]);
+            }
+            t
+        };
+        // One shorter packet becomes the last segment.
+        let (mut tx, mut acks) = (run(a, 24, 2), run(a, 20, 1));
+        assert!(tx.absorb(&mut acks, 64));
+        assert_eq!((tx.count, tx.fill, acks.count, acks.fill), (3, 68, 0, 0));
+        assert_eq!(&tx.buf[48..68], &[1; 20]);
+        // Two shorter ones cannot both be last; another peer, a longer packet, an
+        // empty run or max_batch refuse too, and leave both runs as they were.
+        let (mut tx, mut acks) = (run(a, 24, 2), run(a, 20, 2));
+        assert!(!tx.absorb(&mut acks, 64));
+        assert_eq!((tx.count, acks.count), (2, 2));
+        assert!(!run(a, 24, 1).absorb(&mut run(b, 20, 1), 64));
+        assert!(!run(a, 20, 1).absorb(&mut run(a, 24, 1), 64));
+        assert!(!run(a, 20, 0).absorb(&mut run(a, 20, 1), 64));
+        assert!(!run(a, 20, 2).absorb(&mut run(a, 20, 1), 2));
+        // Same size: all of them, in order.
+        let (mut tx, mut acks) = (run(a, 20, 2), run(a, 20, 3));
+        assert!(tx.absorb(&mut acks, 64));
+        assert_eq!(tx.count, 5);
+        assert_eq!(
+            tx.buf[40..100].chunks(20).map(|c| c[0]).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        // No room in the buffer.
+        let (mut tx, mut acks) = (run(a, 20, 12), run(a, 20, 1));
+        assert!(!tx.absorb(&mut acks, 64));
     }
 }
