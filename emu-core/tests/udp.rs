@@ -330,3 +330,82 @@ fn verbs_return_libibverbs_errnos() {
     });
     assert_eq!(taken.unwrap_err().errno(), 98, "EADDRINUSE");
 }
+
+fn write_wr(a: &End, b: &End, wr_id: u64, off: u64, len: u32) -> SendWr {
+    SendWr {
+        wr_id,
+        sg_list: vec![Sge {
+            addr: a.mr.addr + off,
+            length: len,
+            lkey: a.mr.lkey,
+        }],
+        op: WrOperation::RdmaWrite {
+            remote_addr: b.mr.addr + off,
+            rkey: b.mr.rkey,
+        },
+        send_flags: SendFlags::SIGNALED,
+        ud: None,
+    }
+}
+
+/// A post made while the application polls may wait for the next poll to be sent
+/// (doorbell batching); if the application stops polling, the device thread sends it.
+#[test]
+fn a_post_after_polling_leaves_when_the_application_stops_polling() {
+    let (da, db) = (open(3, 1), open(3, 2));
+    let a = end(&da, 4096, None);
+    let b = end(&db, 4096, None);
+    connect(&da, &a, b.qpn, db.gid());
+    connect(&db, &b, a.qpn, da.gid());
+    // Poll long enough for the device thread to see the application polling.
+    let mut wcs = Vec::new();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(5) {
+        da.poll_cq(a.cq, 4, &mut wcs).unwrap();
+    }
+    assert!(wcs.is_empty());
+    a.buf.write(0, b"deferred").unwrap();
+    da.post_send(a.qpn, &[write_wr(&a, &b, 1, 0, 8)]).unwrap();
+    // No poll on A from here: only A's device thread can send the WRITE.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while b.buf.with(|m| &m[..8] != b"deferred") {
+        assert!(Instant::now() < deadline, "the WRITE never left");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let wc = wait_completions(&da, a.cq, 1, Duration::from_secs(20));
+    assert_eq!((wc[0].wr_id, wc[0].status), (1, WcStatus::Success));
+}
+
+/// Posts to many QPs between two polls leave together (one GSO run per size) and
+/// every one lands and completes, whatever the mix of sizes.
+#[test]
+fn posts_to_many_qps_between_polls_all_arrive() {
+    let (da, db) = (open(3, 3), open(3, 4));
+    let n = 40;
+    let ends: Vec<(End, End)> = (0..n)
+        .map(|_| {
+            let a = end(&da, 8192, None);
+            let b = end(&db, 8192, None);
+            connect(&da, &a, b.qpn, db.gid());
+            connect(&db, &b, a.qpn, da.gid());
+            (a, b)
+        })
+        .collect();
+    for round in 0..3u8 {
+        for (i, (a, b)) in ends.iter().enumerate() {
+            let len = [100, 100, 100, 4096, 5000, 1][(i + usize::from(round)) % 6];
+            let fill = vec![round.wrapping_mul(40).wrapping_add(i as u8); len];
+            a.buf.write(0, &fill).unwrap();
+            da.post_send(a.qpn, &[write_wr(a, b, i as u64, 0, len as u32)])
+                .unwrap();
+        }
+        for (i, (a, b)) in ends.iter().enumerate() {
+            let wc = wait_completions(&da, a.cq, 1, Duration::from_secs(20));
+            assert_eq!((wc[0].wr_id, wc[0].status), (i as u64, WcStatus::Success));
+            let len = [100, 100, 100, 4096, 5000, 1][(i + usize::from(round)) % 6];
+            let want = round.wrapping_mul(40).wrapping_add(i as u8);
+            assert!(b.buf.with(|m| m[..len].iter().all(|&x| x == want)));
+        }
+    }
+    assert_eq!(db.link_counters().icrc_errors.load(Ordering::Relaxed), 0);
+}

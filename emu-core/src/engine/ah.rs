@@ -7,7 +7,7 @@
 //! be destroyed while WRs that used it are still queued. An AH keeps its PD alive
 //! (`ibv_dealloc_pd` is EBUSY while AHs exist).
 
-use std::collections::HashMap;
+use super::idmap::IdMap;
 
 use emu_wire::{GrhPacket, GrhRepr};
 use verbs_api::{AhAttr, Error, Gid, GlobalRoute, Result, WcFlags, WorkCompletion};
@@ -29,7 +29,7 @@ pub(crate) struct AddressHandle {
 /// The device's address handles.
 #[derive(Debug, Default)]
 pub(crate) struct AhTable {
-    ahs: HashMap<u32, AddressHandle>,
+    ahs: IdMap<AddressHandle>,
     next: u32,
 }
 

@@ -1,7 +1,9 @@
 //! What a queue pair reaches outside itself while it handles an input: the memory
 //! tables, the CQs, the shared receive queues, the event queues and the counters.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use super::idmap::IdMap;
 use std::time::Instant;
 
 use verbs_api::{AsyncEvent, AsyncEventType, EventElement, WorkCompletion};
@@ -19,8 +21,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) now: Instant,
     pub(crate) mrs: &'a mut MrTable,
     pub(crate) ahs: &'a AhTable,
-    pub(crate) cqs: &'a mut HashMap<u32, CompletionQueue>,
-    pub(crate) srqs: &'a mut HashMap<u32, SharedReceiveQueue>,
+    pub(crate) cqs: &'a mut IdMap<CompletionQueue>,
+    pub(crate) srqs: &'a mut IdMap<SharedReceiveQueue>,
     pub(crate) events: &'a mut VecDeque<AsyncEvent>,
     pub(crate) cq_events: &'a mut VecDeque<CqHandle>,
     /// CQs that overran during this input; the engine moves their QPs to error after.

@@ -20,6 +20,7 @@ mod counters;
 mod cq;
 mod ctx;
 mod gsi;
+mod idmap;
 mod manage;
 mod modify;
 mod mr;
@@ -35,7 +36,9 @@ mod timers;
 mod ud;
 mod wqe;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use idmap::IdMap;
 use std::time::Instant;
 
 use emu_wire::{PacketRepr, Transport};
@@ -154,11 +157,11 @@ pub struct Engine {
     mrs: mr::MrTable,
     ahs: ah::AhTable,
     mcast: ud::McastTable,
-    cqs: HashMap<u32, cq::CompletionQueue>,
+    cqs: IdMap<cq::CompletionQueue>,
     next_cq: u32,
-    srqs: HashMap<u32, srq::SharedReceiveQueue>,
+    srqs: IdMap<srq::SharedReceiveQueue>,
     next_srq: u32,
-    qps: HashMap<u32, QueuePair>,
+    qps: IdMap<QueuePair>,
     next_qpn: u32,
     events: VecDeque<AsyncEvent>,
     cq_events: VecDeque<CqHandle>,
@@ -183,11 +186,11 @@ impl Engine {
             mrs: mr::MrTable::default(),
             ahs: ah::AhTable::default(),
             mcast: ud::McastTable::default(),
-            cqs: HashMap::new(),
+            cqs: IdMap::default(),
             next_cq: 0,
-            srqs: HashMap::new(),
+            srqs: IdMap::default(),
             next_srq: 0,
-            qps: HashMap::new(),
+            qps: IdMap::default(),
             next_qpn: FIRST_QPN,
             events: VecDeque::new(),
             cq_events: VecDeque::new(),

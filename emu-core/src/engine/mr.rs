@@ -4,7 +4,7 @@
 //! Manual 3.4 (`ibv_alloc_pd`, `ibv_reg_mr`, `ibv_dereg_mr`); IBTA 10.6 (memory
 //! management) and 9.4/9.7.4 (R_Key checks at the responder).
 
-use std::collections::HashMap;
+use super::idmap::IdMap;
 
 use verbs_api::{AccessFlags, Error, MemBuf, ReregMrFlags, Result, WcStatus};
 
@@ -65,11 +65,11 @@ pub(crate) enum AccessError {
 /// The device's protection domains and memory regions.
 #[derive(Debug, Default)]
 pub(crate) struct MrTable {
-    pds: HashMap<u32, u32>,
+    pds: IdMap<u32>,
     next_pd: u32,
-    mrs: HashMap<u32, MemoryRegion>,
+    mrs: IdMap<MemoryRegion>,
     /// Memory windows ([`mw`](super::mw)), in the same index space as the regions.
-    pub(crate) mws: HashMap<u32, super::mw::MemoryWindow>,
+    pub(crate) mws: IdMap<super::mw::MemoryWindow>,
     next_index: u32,
     key_tag: u8,
 }

@@ -156,6 +156,10 @@ pub(crate) struct RxBufs {
     pub(crate) got: Vec<Rx>,
     mslots: Vec<Vec<u8>>,
     mcast: Vec<(usize, SocketAddrV4, Ipv4Addr)>,
+    /// The last receive found the socket empty: the next asks for one slot only (a
+    /// whole GRO run), as a busy-polling caller mostly finds nothing and the kernel
+    /// copies in every slot's header on each call.
+    idle: bool,
 }
 
 impl RxBufs {
@@ -246,6 +250,7 @@ impl UdpLink {
             got: Vec::with_capacity(n * 64 + 8),
             mslots: (0..8).map(|_| vec![0u8; RX_SLOT_PLAIN]).collect(),
             mcast: Vec::with_capacity(8),
+            idle: false,
         }
     }
 
@@ -366,17 +371,20 @@ impl UdpLink {
             got,
             mslots,
             mcast,
+            idle,
         } = rx;
         got.clear();
         let n = slots.len();
+        let ask = if *idle { 1 } else { n };
         let mut iov: [IoSliceMut<'_>; RX_SLOTS] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
         for (v, s) in iov.iter_mut().zip(slots.iter_mut()) {
             *v = IoSliceMut::new(s);
         }
-        if let Ok(k) = self
-            .state
-            .recv(UdpSockRef::from(&self.socket), &mut iov[..n], meta)
-        {
+        if let Ok(k) = self.state.recv(
+            UdpSockRef::from(&self.socket),
+            &mut iov[..ask],
+            &mut meta[..ask],
+        ) {
             for (slot, m) in meta.iter().enumerate().take(k) {
                 let SocketAddr::V4(from) = m.addr else {
                     continue;
@@ -408,6 +416,7 @@ impl UdpLink {
                 }
             }
         }
+        *idle = got.is_empty();
         // Multicast datagrams wait on the group sockets.
         mcast.clear();
         {

@@ -16,10 +16,16 @@
 //!
 //! Batching: packets the engine emits back to back to one peer with one size go to
 //! the link as one run ([`Link::send_batch`]; UDP sends it with GSO), and the device
-//! thread receives with `recvmmsg` and GRO (see `link`). With [`EmuConfig::busy_poll`]
-//! an empty `poll_cq` also takes waiting datagrams off the socket and runs them
-//! through the engine in the caller's thread, so a busy-polling application sees a
-//! completion without waiting for the device thread to be scheduled.
+//! thread receives with `recvmmsg` and GRO (see `link`).
+//!
+//! Run to completion: an empty `poll_cq` takes waiting datagrams off the socket and
+//! runs them through the engine in the caller's thread, so a polling application sees
+//! a completion without waiting for the device thread to be scheduled; while the
+//! application polls, the device thread naps instead of waking for every datagram,
+//! and a post may leave its packets for the next poll to send (one GSO send for posts
+//! to many QPs). Positive ACKs leave after the requests of the same flush. The device
+//! thread takes the socket back, and sends anything left, within 200 us of the last
+//! poll (2 ms with [`EmuConfig::busy_poll`]).
 //!
 //! Several devices on one host: give each its own address in 127.0.0.0/8 (Linux answers
 //! on all of it) and the same port, e.g. `emu0` on 127.0.0.1 and `emu1` on 127.0.0.2.
@@ -47,7 +53,7 @@ use verbs_api::{
 use crate::engine::{
     self, AhHandle, CqHandle, Engine, Limits, MwHandle, PdHandle, SrqHandle, MAX_PACKET,
 };
-use emu_wire::{check_icrc, Ipv4Endpoints};
+use emu_wire::{check_icrc, Ipv4Endpoints, Opcode};
 pub use link::Link;
 use link::{RxBufs, UdpLink, GSO_MAX_BYTES};
 pub use manage::Management;
@@ -72,10 +78,10 @@ pub struct EmuConfig {
     pub port: u16,
     /// Device limits.
     pub limits: Limits,
-    /// Busy-poll mode (UDP only): an empty `poll_cq` receives and processes waiting
-    /// datagrams itself instead of leaving them to the device thread, which stays off
-    /// the socket while an application polls. Lowest latency, for applications that
-    /// spin on `poll_cq`; costs a core per polling thread.
+    /// Busy-poll mode (UDP only): the device thread stays off the socket for 2 ms
+    /// after the last `poll_cq` (instead of 200 us), leaving the datagrams to the
+    /// application's empty polls, which receive and process them inline (as in the
+    /// default mode). For applications that spin on `poll_cq` with pauses.
     pub busy_poll: bool,
     /// How the UDP link works: the default loopback mode, or the interop mode for a
     /// real RoCE peer, with an optional fault hook ([`interop`]).
@@ -110,6 +116,83 @@ struct Core {
     /// Packets waiting to leave as one run: same destination, same size (the last may
     /// be shorter), at most [`GSO_MAX_BYTES`] and the link's `max_batch` packets.
     tx: TxBatch,
+    /// Positive ACKs held back so that requests gathered in the same flush leave
+    /// first (UDP only; see `Inner::flush`).
+    acks: TxBatch,
+}
+
+impl TxBatch {
+    fn new(capacity: usize) -> TxBatch {
+        TxBatch {
+            buf: vec![0; capacity],
+            fill: 0,
+            count: 0,
+            segment: 0,
+            dst: Ipv4Addr::UNSPECIFIED,
+        }
+    }
+
+    /// Whether a packet of `size` bytes to `dst` can join the run.
+    fn fits(&self, dst: Ipv4Addr, size: usize, max_batch: usize) -> bool {
+        self.count == 0
+            || (dst == self.dst
+                && size == self.segment
+                && self.fill + size <= self.buf.len()
+                && self.count < max_batch)
+    }
+
+    /// Moves all of `other` (a run to the same peer) to the end of this run, in
+    /// order, if that makes a valid run: `other`'s packets have this run's size, or
+    /// `other` is a single shorter packet (a run's last segment may be shorter), and
+    /// there is room. Returns whether it did.
+    fn absorb(&mut self, other: &mut TxBatch, max_batch: usize) -> bool {
+        let shape =
+            other.segment == self.segment || (other.count == 1 && other.segment < self.segment);
+        if self.count == 0
+            || other.count == 0
+            || other.dst != self.dst
+            || !shape
+            || self.count + other.count > max_batch
+            || self.fill + other.fill > self.buf.len()
+        {
+            return false;
+        }
+        self.buf[self.fill..self.fill + other.fill].copy_from_slice(&other.buf[..other.fill]);
+        self.fill += other.fill;
+        self.count += other.count;
+        other.fill = 0;
+        other.count = 0;
+        true
+    }
+
+    /// Appends a packet that [`TxBatch::fits`].
+    fn push(&mut self, dst: Ipv4Addr, packet: &[u8]) {
+        if self.count == 0 {
+            self.dst = dst;
+            self.segment = packet.len();
+        }
+        self.buf[self.fill..self.fill + packet.len()].copy_from_slice(packet);
+        self.fill += packet.len();
+        self.count += 1;
+    }
+}
+
+/// Whether `packet` (BTH first) is a positive RC ACKNOWLEDGE: its AETH syndrome's
+/// top three bits are 0 (IBTA 9.7.5.1.3? table 43). Such a packet may leave after
+/// requests produced after it: requests belong to the requester's PSN space, the
+/// ACK to the responder's, and the peer orders each space on its own.
+fn is_positive_ack(packet: &[u8]) -> bool {
+    packet.len() >= 16
+        && Opcode::try_from(packet[0]) == Ok(Opcode::RcAcknowledge)
+        && packet[12] >> 5 == 0
+}
+
+/// Whether `packet` is a request (SEND, WRITE, READ request, atomic; any transport).
+fn is_request(packet: &[u8]) -> bool {
+    packet
+        .first()
+        .and_then(|&b| Opcode::try_from(b).ok())
+        .is_some_and(Opcode::is_request)
 }
 
 /// A run of packets being gathered in one buffer, as the engine writes them.
@@ -142,9 +225,14 @@ struct Inner {
     /// The receive buffers; whoever holds them receives, so datagrams are handed to
     /// the engine in the order they arrived.
     rx: Mutex<Option<RxBufs>>,
-    /// Nanoseconds since `epoch` of the last busy-poll that found the CQ empty.
-    last_busy_poll: AtomicU64,
-    epoch: Instant,
+    /// `poll_cq` calls so far: the device thread compares it between its wake-ups to
+    /// tell whether the application is polling (a counter costs less than a clock
+    /// read per poll).
+    polls: AtomicU64,
+    /// The device thread naps ([`NAP`] at most) and leaves the socket to the polling
+    /// application; false while it blocks on the socket. Posts defer only while it
+    /// naps (see `Inner::may_defer`).
+    napping: AtomicBool,
 }
 
 /// An emulated RDMA device on UDP.
@@ -164,9 +252,13 @@ impl std::fmt::Debug for EmuDevice {
 
 /// The longest the device thread sleeps before looking at the engine's timers again.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
-/// While an application busy-polled this recently, the device thread leaves the
-/// socket to it.
-const BUSY_POLL_GRACE: Duration = Duration::from_millis(2);
+/// The device thread's nap while the application polls: the longest a deferred post
+/// waits if the application stops polling.
+const NAP: Duration = Duration::from_micros(200);
+/// Naps without a poll after which the device thread takes the socket back: one in
+/// the default mode, ten (2 ms) in busy-poll mode.
+const IDLE_NAPS: u32 = 1;
+const IDLE_NAPS_BUSY: u32 = 10;
 
 impl EmuDevice {
     /// Opens a device on UDP: binds its socket and starts its thread. EADDRINUSE and
@@ -257,11 +349,16 @@ impl EmuDevice {
         &self,
         f: impl FnOnce(&mut Engine, Instant) -> std::result::Result<(), PostError>,
     ) -> std::result::Result<(), PostError> {
-        self.inner.with_engine(|e, now| {
-            e.check_alive()
-                .map_err(|error| PostError { index: 0, error })?;
-            f(e, now)
-        })
+        let inner = &self.inner;
+        let mut core = inner.core.lock();
+        let now = inner.link.now();
+        let r = core
+            .engine
+            .check_alive()
+            .map_err(|error| PostError { index: 0, error })
+            .and_then(|()| f(&mut core.engine, now));
+        inner.flush(&mut core, now, inner.may_defer());
+        r
     }
 
     /// Tells the link which multicast groups the engine's QPs are attached to. The
@@ -291,6 +388,7 @@ impl EmuDevice {
     /// Takes the next item of `n`; on a link with virtual time, moves the network on
     /// while nothing is queued.
     fn wait<T>(&self, n: &Notifier<T>, timeout: Option<Duration>) -> Result<T> {
+        self.inner.flush_pending();
         loop {
             if let Ok(item) = n.pop(Some(Duration::ZERO)) {
                 return Ok(item);
@@ -346,6 +444,46 @@ impl DeviceDriver {
         true
     }
 
+    /// Delivers a batch of datagrams, each `(src, dst, packet)` as in
+    /// [`DeviceDriver::handle_datagram_to`]: every ICRC is checked first (a wrong one
+    /// is dropped and counted, the rest of the batch still goes in), then the good ones
+    /// go to the engine in order under one lock and the output is sent once, as the UDP
+    /// device thread does with a `recvmmsg` batch. Responses coalesce across the batch
+    /// (e.g. one ACK for several requests, IBTA 9.7.5.1). Returns false if the device
+    /// is gone.
+    pub fn handle_datagrams(&self, batch: &[(Ipv4Addr, Ipv4Addr, &[u8])]) -> bool {
+        let Some(inner) = self.0.upgrade() else {
+            return false;
+        };
+        let port = inner.cfg.port;
+        let good: Vec<bool> = batch
+            .iter()
+            .map(|&(src, dst, packet)| {
+                let ep = Ipv4Endpoints {
+                    src,
+                    dst,
+                    ip_id: 0,
+                    src_port: port,
+                    dst_port: port,
+                };
+                check_icrc(&ep, packet)
+            })
+            .collect();
+        let bad = good.iter().filter(|g| !**g).count() as u64;
+        if bad > 0 {
+            inner
+                .link_counters
+                .icrc_errors
+                .fetch_add(bad, Ordering::Relaxed);
+        }
+        inner.with_engine(|e, now| {
+            for (&(src, dst, packet), _) in batch.iter().zip(&good).filter(|(_, g)| **g) {
+                e.handle_datagram_to(now, Gid::from_ipv4(src), Gid::from_ipv4(dst), packet);
+            }
+        });
+        true
+    }
+
     /// When the device's next timer is due.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.0.upgrade()?.core.lock().engine.poll_timeout()
@@ -375,13 +513,8 @@ impl Inner {
                     e.set_gid(Gid::from_ipv4(cfg.ip));
                     e
                 },
-                tx: TxBatch {
-                    buf: vec![0; GSO_MAX_BYTES],
-                    fill: 0,
-                    count: 0,
-                    segment: 0,
-                    dst: Ipv4Addr::UNSPECIFIED,
-                },
+                tx: TxBatch::new(GSO_MAX_BYTES),
+                acks: TxBatch::new(if udp.is_some() { 4096 } else { 0 }),
             }),
             cfg,
             link,
@@ -394,8 +527,8 @@ impl Inner {
             link_counters: LinkCounters::default(),
             udp,
             rx: Mutex::new(rx),
-            last_busy_poll: AtomicU64::new(0),
-            epoch: Instant::now(),
+            polls: AtomicU64::new(0),
+            napping: AtomicBool::new(false),
         }))
     }
 }
@@ -414,17 +547,45 @@ impl Inner {
         let mut core = self.core.lock();
         let now = self.link.now();
         let r = f(&mut core.engine, now);
-        self.flush(&mut core, now);
+        self.flush(&mut core, now, false);
         r
+    }
+
+    /// Whether a post may leave its last, partial run of packets in the batch buffer
+    /// (a doorbell batched with the next ones): only on UDP, and only while the
+    /// application polls its CQs (the next `poll_cq`, or a wait, sends it first) and
+    /// the device thread naps (it sends what is left when it wakes, within [`NAP`]).
+    /// Posts to many QPs between two polls then leave in one GSO send instead of one
+    /// syscall each.
+    fn may_defer(&self) -> bool {
+        // Not on a fabric (no thread would send it), nor where every packet is its
+        // own send anyway (interop mode, a hook).
+        self.udp.is_some() && self.link.max_batch() > 1 && self.napping.load(Ordering::Acquire)
+    }
+
+    /// Sends what a deferred post left in the batch buffer.
+    fn flush_pending(&self) {
+        let mut core = self.core.lock();
+        if core.tx.count > 0 || core.acks.count > 0 {
+            let now = self.link.now();
+            self.flush(&mut core, now, false);
+        }
     }
 
     /// Sends what the engine wants sent and hands out its notifications. The engine
     /// writes each packet straight after the previous one in the run buffer; a packet
     /// that cannot join the run (another peer, another size, or no room) sends the run
     /// and starts the next.
-    fn flush(&self, core: &mut Core, now: Instant) {
-        let Core { engine, tx } = core;
+    ///
+    /// On UDP, positive ACKs go to a second run that leaves after the requests: a
+    /// responder that answers a message with a message (a ping-pong) sends its answer
+    /// before the ACK of the question, which is off the round trip's critical path.
+    /// Any other response (a READ response, an atomic ACK, a NAK) sends the held ACKs
+    /// first, so the responder's packets keep their order.
+    fn flush(&self, core: &mut Core, now: Instant, defer: bool) {
+        let Core { engine, tx, acks } = core;
         let max_batch = self.link.max_batch().max(1);
+        let hold_acks = !acks.buf.is_empty() && max_batch > 1;
         loop {
             if tx.count > 0 && (tx.fill + MAX_PACKET > tx.buf.len() || tx.count >= max_batch) {
                 self.send_run(tx);
@@ -436,6 +597,25 @@ impl Inner {
             let Some(dst) = t.dest.to_ipv4() else {
                 continue;
             };
+            if hold_acks {
+                let packet = &tx.buf[tx.fill..tx.fill + t.size];
+                if is_positive_ack(packet) {
+                    if !acks.fits(dst, t.size, max_batch) {
+                        self.send_run(acks);
+                    }
+                    acks.push(dst, packet);
+                    continue;
+                }
+                if acks.count > 0 && !is_request(packet) {
+                    // Keep the responder's order: the held ACKs go first.
+                    if tx.count > 0 {
+                        let at = tx.fill;
+                        self.send_run(tx);
+                        tx.buf.copy_within(at..at + t.size, 0);
+                    }
+                    self.send_run(acks);
+                }
+            }
             if tx.count > 0 && (dst != tx.dst || t.size != tx.segment) {
                 // The new packet sits after the run: send the run, move it to the front.
                 let at = tx.fill;
@@ -449,8 +629,17 @@ impl Inner {
             tx.fill += t.size;
             tx.count += 1;
         }
-        if tx.count > 0 {
-            self.send_run(tx);
+        if !defer {
+            if tx.count > 0 {
+                // Held ACKs to the same peer ride at the end of the run: one send
+                // instead of two (e.g. a ping-pong's answer and the ACK of its
+                // question).
+                tx.absorb(acks, max_batch);
+                self.send_run(tx);
+            }
+            if acks.count > 0 {
+                self.send_run(acks);
+            }
         }
         while let Some(cq) = engine.poll_cq_event() {
             let channel = self.cq_channel.lock().get(&cq.0).copied();
@@ -482,8 +671,9 @@ impl Inner {
 
     /// Takes what waits on the socket (if no other thread is receiving), checks each
     /// ICRC outside the engine lock, then feeds the good ones to the engine under one
-    /// lock, fires due timers and sends the output. Returns how many datagrams it took.
-    fn receive(&self, udp: &UdpLink, block: bool) -> usize {
+    /// lock, fires due timers and sends the output (leaving the last partial run for
+    /// the next flush if `defer`). Returns how many datagrams it took.
+    fn receive(&self, udp: &UdpLink, block: bool, defer: bool) -> usize {
         let Some(mut guard) = (if block {
             Some(self.rx.lock())
         } else {
@@ -525,20 +715,26 @@ impl Inner {
             );
         }
         core.engine.handle_timeout(now);
-        self.flush(&mut core, now);
+        self.flush(&mut core, now, defer);
         n
-    }
-
-    /// Whether an application busy-polled within the grace period.
-    fn app_is_polling(&self) -> bool {
-        let last = self.last_busy_poll.load(Ordering::Relaxed);
-        last != 0
-            && self.epoch.elapsed().as_nanos() as u64 - last < BUSY_POLL_GRACE.as_nanos() as u64
     }
 
     /// The device thread: waits for datagrams or the next timer, then receives a batch.
     /// Receive buffers are allocated once: no heap allocation per packet.
+    ///
+    /// While the application polls (its `poll_cq` receives inline), the thread naps
+    /// instead of blocking on the socket, which would wake it for every datagram the
+    /// application takes itself (a context switch per packet); it takes the socket
+    /// back after [`IDLE_NAPS`] naps without a poll ([`IDLE_NAPS_BUSY`] in busy-poll
+    /// mode).
     fn run(&self, udp: &UdpLink) {
+        let idle_limit = if self.cfg.busy_poll {
+            IDLE_NAPS_BUSY
+        } else {
+            IDLE_NAPS
+        };
+        let mut seen = self.polls.load(Ordering::Relaxed);
+        let mut idle_naps = idle_limit;
         while !self.stop.load(Ordering::Relaxed) {
             let sleep = {
                 let core = self.core.lock();
@@ -547,17 +743,29 @@ impl Inner {
                     t.saturating_duration_since(now).min(MAX_SLEEP)
                 })
             };
-            if self.cfg.busy_poll && self.app_is_polling() {
-                // The application takes the datagrams; only keep time.
-                std::thread::sleep(sleep.min(Duration::from_micros(200)));
+            let polls = self.polls.load(Ordering::Relaxed);
+            if polls != seen {
+                seen = polls;
+                idle_naps = 0;
             } else {
+                idle_naps = idle_naps.saturating_add(1);
+            }
+            if idle_naps < idle_limit {
+                // The application takes the datagrams; only keep time.
+                self.napping.store(true, Ordering::Release);
+                std::thread::sleep(sleep.min(NAP));
+            } else {
+                // Posts stop deferring before this thread blocks; one that deferred
+                // just before is sent here first.
+                self.napping.store(false, Ordering::Release);
+                self.flush_pending();
                 udp.wait_readable(sleep);
             }
-            if self.receive(udp, true) == 0 {
+            if self.receive(udp, true, false) == 0 {
                 let mut core = self.core.lock();
                 let now = Instant::now();
                 core.engine.handle_timeout(now);
-                self.flush(&mut core, now);
+                self.flush(&mut core, now, false);
             }
         }
     }
@@ -720,14 +928,24 @@ impl Device for EmuDevice {
     }
 
     fn poll_cq(&self, c: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
-        // No flush needed: polling a CQ changes nothing the wire sees.
-        let n = self.inner.core.lock().engine.poll_cq(cq(c), max, out)?;
-        if n == 0 && self.inner.cfg.busy_poll {
-            if let Some(udp) = &self.inner.udp {
-                let inner = &self.inner;
-                let t = inner.epoch.elapsed().as_nanos() as u64;
-                inner.last_busy_poll.store(t.max(1), Ordering::Relaxed);
-                if inner.receive(udp, false) > 0 {
+        // Polling a CQ changes nothing the wire sees, but first sends what a deferred
+        // post left waiting (see `Inner::may_defer`).
+        let inner = &self.inner;
+        inner.polls.fetch_add(1, Ordering::Relaxed);
+        let n = {
+            let mut core = inner.core.lock();
+            if core.tx.count > 0 || core.acks.count > 0 {
+                let now = inner.link.now();
+                inner.flush(&mut core, now, false);
+            }
+            core.engine.poll_cq(cq(c), max, out)?
+        };
+        if n == 0 {
+            if let Some(udp) = &inner.udp {
+                // Run to completion: take what waits on the socket in this thread
+                // (unless the device thread is at it) rather than wait for the device
+                // thread to be scheduled; the device thread naps meanwhile (`run`).
+                if inner.receive(udp, false, inner.may_defer()) > 0 {
                     return inner.core.lock().engine.poll_cq(cq(c), max, out);
                 }
                 return Ok(0);
@@ -876,5 +1094,109 @@ impl Device for EmuDevice {
 
     fn async_fd(&self) -> Result<i32> {
         Ok(self.inner.events.fd())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use emu_wire::{AethRepr, NakCode, PacketRepr, Psn, Syndrome};
+
+    fn packet(opcode: Opcode, syndrome: Option<Syndrome>) -> Vec<u8> {
+        let mut r = PacketRepr::new(opcode, 0x12, Psn::new(7));
+        if let Some(syndrome) = syndrome {
+            r.aeth = Some(AethRepr { syndrome, msn: 3 });
+        }
+        let payload = if opcode.is_ack() {
+            &[][..]
+        } else {
+            &[1, 2, 3, 4][..]
+        };
+        let mut buf = vec![0; r.buffer_len(payload.len())];
+        let n = r.emit(&mut buf, payload);
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn only_positive_acks_are_held_and_only_requests_overtake_them() {
+        let ack = packet(Opcode::RcAcknowledge, Some(Syndrome::Ack { credits: 31 }));
+        let nak = packet(
+            Opcode::RcAcknowledge,
+            Some(Syndrome::Nak(NakCode::PsnSequenceError)),
+        );
+        let rnr = packet(Opcode::RcAcknowledge, Some(Syndrome::RnrNak { timer: 4 }));
+        let read_resp = packet(
+            Opcode::RcRdmaReadResponseOnly,
+            Some(Syndrome::Ack { credits: 31 }),
+        );
+        let send = packet(Opcode::RcSendOnly, None);
+        let uc_write = packet(Opcode::UcRdmaWriteOnly, None);
+        assert!(is_positive_ack(&ack));
+        assert!(!is_positive_ack(&nak));
+        assert!(!is_positive_ack(&rnr));
+        assert!(!is_positive_ack(&read_resp));
+        assert!(!is_positive_ack(&send));
+        assert!(!is_positive_ack(&ack[..12]));
+        assert!(is_request(&send) && is_request(&uc_write));
+        assert!(!is_request(&ack) && !is_request(&nak) && !is_request(&read_resp));
+        assert!(!is_request(&[]));
+    }
+
+    #[test]
+    fn a_batch_takes_one_destination_and_size_up_to_its_limits() {
+        let a = Ipv4Addr::new(10, 0, 0, 1);
+        let b = Ipv4Addr::new(10, 0, 0, 2);
+        let mut t = TxBatch::new(64);
+        assert!(t.fits(a, 20, 2));
+        t.push(a, &[1; 20]);
+        assert!(t.fits(a, 20, 2));
+        assert!(!t.fits(b, 20, 2));
+        assert!(!t.fits(a, 24, 2));
+        t.push(a, &[2; 20]);
+        assert!(!t.fits(a, 20, 2), "max_batch");
+        assert!(t.fits(a, 20, 4));
+        t.push(a, &[3; 20]);
+        assert!(!t.fits(a, 20, 8), "room");
+        assert_eq!((t.count, t.fill, t.segment, t.dst), (3, 60, 20, a));
+        assert_eq!(&t.buf[40..60], &[3; 20]);
+    }
+
+    #[test]
+    fn a_run_absorbs_same_size_packets_or_one_shorter_last_one() {
+        let a = Ipv4Addr::new(10, 0, 0, 1);
+        let b = Ipv4Addr::new(10, 0, 0, 2);
+        let run = |dst, size: usize, n: u8| {
+            let mut t = TxBatch::new(256);
+            for i in 0..n {
+                t.push(dst, &vec![i + 1; size]);
+            }
+            t
+        };
+        // One shorter packet becomes the last segment.
+        let (mut tx, mut acks) = (run(a, 24, 2), run(a, 20, 1));
+        assert!(tx.absorb(&mut acks, 64));
+        assert_eq!((tx.count, tx.fill, acks.count, acks.fill), (3, 68, 0, 0));
+        assert_eq!(&tx.buf[48..68], &[1; 20]);
+        // Two shorter ones cannot both be last; another peer, a longer packet, an
+        // empty run or max_batch refuse too, and leave both runs as they were.
+        let (mut tx, mut acks) = (run(a, 24, 2), run(a, 20, 2));
+        assert!(!tx.absorb(&mut acks, 64));
+        assert_eq!((tx.count, acks.count), (2, 2));
+        assert!(!run(a, 24, 1).absorb(&mut run(b, 20, 1), 64));
+        assert!(!run(a, 20, 1).absorb(&mut run(a, 24, 1), 64));
+        assert!(!run(a, 20, 0).absorb(&mut run(a, 20, 1), 64));
+        assert!(!run(a, 20, 2).absorb(&mut run(a, 20, 1), 2));
+        // Same size: all of them, in order.
+        let (mut tx, mut acks) = (run(a, 20, 2), run(a, 20, 3));
+        assert!(tx.absorb(&mut acks, 64));
+        assert_eq!(tx.count, 5);
+        assert_eq!(
+            tx.buf[40..100].chunks(20).map(|c| c[0]).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        // No room in the buffer.
+        let (mut tx, mut acks) = (run(a, 20, 12), run(a, 20, 1));
+        assert!(!tx.absorb(&mut acks, 64));
     }
 }

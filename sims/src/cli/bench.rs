@@ -133,7 +133,9 @@ pub(crate) struct BenchOpts {
 struct Host {
     dev: Arc<EmuDevice>,
     pd: PdId,
-    cq: CqId,
+    /// Completion queues, each shared by as many QPs as it can take with all their
+    /// WRs completed at once (an overrun would move the QPs to the error state).
+    cqs: Vec<CqId>,
     qpns: Vec<u32>,
     buf: MemBuf,
     mr: MrInfo,
@@ -175,8 +177,17 @@ fn open_host(
     buf_len: usize,
 ) -> Result<Host, String> {
     let pd = dev.alloc_pd().map_err(os("alloc_pd"))?;
-    let cqe = (qps as u64 * u64::from(send_wr.max(recv_wr)) * 2).clamp(16, (1 << 15) - 1);
-    let cq = dev.create_cq(cqe as u32, None).map_err(os("create_cq"))?;
+    // Each QP can have all its send and receive WRs completed before anyone polls.
+    let per_qp = u64::from(send_wr) + u64::from(recv_wr);
+    let max_cqe = u64::from(dev.query_device().map_err(os("query_device"))?.max_cqe);
+    let qps_per_cq = (max_cqe / per_qp.max(1)).clamp(1, u64::from(qps.max(1))) as usize;
+    let cqs = (0..(qps as usize).div_ceil(qps_per_cq).max(1))
+        .map(|i| {
+            let n = (qps as usize - i * qps_per_cq).min(qps_per_cq) as u64;
+            dev.create_cq((n * per_qp).clamp(16, max_cqe) as u32, None)
+                .map_err(os("create_cq"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let cap = QpCap {
         max_send_wr: send_wr,
         max_recv_wr: recv_wr,
@@ -184,8 +195,9 @@ fn open_host(
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let qpns = (0..qps)
-        .map(|_| {
+    let qpns = (0..qps as usize)
+        .map(|i| {
+            let cq = cqs[i / qps_per_cq];
             dev.create_qp(&QpInitAttr {
                 pd,
                 send_cq: cq,
@@ -209,7 +221,7 @@ fn open_host(
     Ok(Host {
         dev,
         pd,
-        cq,
+        cqs,
         qpns,
         buf,
         mr,
@@ -321,7 +333,10 @@ impl Host {
 
     fn poll(&self, out: &mut Vec<WorkCompletion>) -> Result<usize, String> {
         out.clear();
-        let n = self.dev.poll_cq(self.cq, 64, out).map_err(os("poll_cq"))?;
+        let mut n = 0;
+        for &cq in &self.cqs {
+            n += self.dev.poll_cq(cq, 64, out).map_err(os("poll_cq"))?;
+        }
         if let Some(bad) = out.iter().find(|w| w.status != WcStatus::Success) {
             return Err(format!(
                 "completion with status {} on QP {:#x} (opcode {:?})",
@@ -387,6 +402,15 @@ fn serve(
     fabric: bool,
 ) -> Result<(), String> {
     let mut wcs = Vec::with_capacity(64);
+    if test != Test::SendBw && !fabric {
+        // As perftest's server: nothing to repost, so no polling; the device thread
+        // receives and answers (a spinning poller would take the socket over and
+        // compete with the client for the cores).
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        return Ok(());
+    }
     while !stop.load(Ordering::Relaxed) {
         let n = s.poll(&mut wcs)?;
         if test == Test::SendBw {
@@ -420,7 +444,7 @@ fn run_bw(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<BwResult, 
         let h = Host {
             dev,
             pd: s.pd,
-            cq: s.cq,
+            cqs: s.cqs.clone(),
             qpns: s.qpns.clone(),
             buf: s.buf.clone(),
             mr: s.mr,
