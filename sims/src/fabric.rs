@@ -48,6 +48,13 @@ pub trait Endpoint: Send + Sync {
     /// A packet (RoCEv2 UDP payload, BTH through ICRC) from `src` to `dst` (the
     /// endpoint's address, or a multicast group it joined) arrived.
     fn deliver(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &[u8]);
+    /// Packets that arrived at the same instant, in order: one call, so a device takes
+    /// them under one lock and answers once (ACK coalescing, as with `recvmmsg` on UDP).
+    fn deliver_batch(&self, batch: &[(Ipv4Addr, Ipv4Addr, &[u8])]) {
+        for &(src, dst, packet) in batch {
+            self.deliver(src, dst, packet);
+        }
+    }
     /// When the endpoint's next timer is due.
     fn poll_timeout(&self) -> Option<Instant> {
         None
@@ -61,6 +68,9 @@ struct Device(DeviceDriver);
 impl Endpoint for Device {
     fn deliver(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &[u8]) {
         self.0.handle_datagram_to(src, dst, packet);
+    }
+    fn deliver_batch(&self, batch: &[(Ipv4Addr, Ipv4Addr, &[u8])]) {
+        self.0.handle_datagrams(batch);
     }
     fn poll_timeout(&self) -> Option<Instant> {
         self.0.poll_timeout()
@@ -298,26 +308,52 @@ impl Shared {
         }
         self.set_now(at);
         if deliver {
-            let Some(ev) = st.queue.pop() else {
+            let Some(first) = st.queue.pop() else {
                 return false;
             };
-            if let Some(r) = ev.record {
-                if let Some(rec) = st.trace.packets.get_mut(r) {
-                    rec.arrivals.push(at);
+            // Everything else due at this instant for the same device arrives with it,
+            // in order, as one batch.
+            let mut batch = vec![first];
+            while st.queue.peek_key().is_some_and(|(t, _)| t <= at) {
+                let Some(ev) = st.queue.pop() else { break };
+                if ev.dst == batch[0].dst {
+                    batch.push(ev);
+                } else {
+                    st.queue.push(ev);
+                    break;
                 }
             }
-            st.stats.delivered += 1;
-            let src_ip = st.nodes[ev.src].ip;
-            let dst_ip = ev.group.unwrap_or(st.nodes[ev.dst].ip);
-            drop(st);
-            eps[ev.dst].deliver(src_ip, dst_ip, &ev.bytes);
-            let mut bytes = ev.bytes;
-            bytes.clear();
-            POOL.with_borrow_mut(|p| {
-                if p.len() < POOL_MAX {
-                    p.push(bytes);
+            let mut addrs = Vec::with_capacity(batch.len());
+            for ev in &batch {
+                if let Some(r) = ev.record {
+                    if let Some(rec) = st.trace.packets.get_mut(r) {
+                        rec.arrivals.push(at);
+                    }
                 }
-            });
+                st.stats.delivered += 1;
+                addrs.push((st.nodes[ev.src].ip, ev.group.unwrap_or(st.nodes[ev.dst].ip)));
+            }
+            let dst = batch[0].dst;
+            drop(st);
+            if let [ev] = batch.as_slice() {
+                eps[dst].deliver(addrs[0].0, addrs[0].1, &ev.bytes);
+            } else {
+                let list: Vec<(Ipv4Addr, Ipv4Addr, &[u8])> = batch
+                    .iter()
+                    .zip(&addrs)
+                    .map(|(ev, &(s, d))| (s, d, ev.bytes.as_slice()))
+                    .collect();
+                eps[dst].deliver_batch(&list);
+            }
+            for ev in batch {
+                let mut bytes = ev.bytes;
+                bytes.clear();
+                POOL.with_borrow_mut(|p| {
+                    if p.len() < POOL_MAX {
+                        p.push(bytes);
+                    }
+                });
+            }
         } else if let Some((_, i)) = timer {
             drop(st);
             eps[i].handle_timeout();

@@ -48,6 +48,7 @@ pub fn all() -> &'static [Scenario] {
         recovery::LOST_READ_RESPONSE,
         recovery::DUPLICATE_READ,
         recovery::DUPLICATE_ATOMIC,
+        recovery::ACK_COALESCING,
         recovery::ICRC_CORRUPTION,
         recovery::LOSSY_LINK,
         errors::UC_MESSAGE_LOST,
