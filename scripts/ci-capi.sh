@@ -2,7 +2,7 @@
 # Runs unmodified Debian RDMA binaries on the emulator through capi's libibverbs.so.1
 # and librdmacm.so.1.
 #   scripts/ci-capi.sh            # needs: ibverbs-utils rdmacm-utils perftest libibverbs-dev cc
-# RDMACM_UTILS=/dir takes rping, udaddy, rdma_server, rdma_client from /dir instead of
+# RDMACM_UTILS=/dir takes rping, udaddy, mckey, rdma_server, rdma_client from /dir instead of
 # PATH (e.g. an unpacked rdmacm-utils .deb: apt-get download + dpkg -x).
 # Builds the library (release), then runs each tool (servers and clients as two
 # processes over loopback, each with its own 127.0.0.x address) and a C program
@@ -82,6 +82,9 @@ pair ib_send_lat 18527 "ib_send_lat -p 18527" "ib_send_lat -p 18527 $SRV_IP" "^ 
 cm() { if [ -n "${RDMACM_UTILS:-}" ]; then echo "$RDMACM_UTILS/$1"; else echo "$1"; fi; }
 pair rping 7174 "$(cm rping) -s -v -C 10 -a $SRV_IP" "$(cm rping) -c -v -C 10 -a $SRV_IP" "ping data: rdma-ping-9"
 pair udaddy 7174 "$(cm udaddy)" "$(cm udaddy) -s $SRV_IP" "test complete"
+# Multicast: the receiver joins 239.0.7.1 and waits for 10 datagrams, the sender (-s)
+# joins and sends them to the group (QPN 0xFFFFFF) after mckey's own 3 s pause.
+pair mckey 0 "$(cm mckey) -m 239.0.7.1 -b $SRV_IP" "$(cm mckey) -s -m 239.0.7.1 -b $CLI_IP" "data transfers complete"
 pair rdma_server_client 7471 "$(cm rdma_server)" "$(cm rdma_client) -s $SRV_IP" "rdma_client: end 0"
 # perftest -R: the client opens its data connection as soon as it has the server's
 # keys, and the server listens for it only after its own send of the keys completes,

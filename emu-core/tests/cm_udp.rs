@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use emu_core::cm::{CmConfig, EmuCm};
+use emu_core::cm::{CmConfig, EmuCm, RDMA_UDP_QKEY};
 use emu_core::nic::{EmuConfig, EmuDevice};
 use verbs_api::*;
 
@@ -264,4 +264,70 @@ fn one_device_serves_one_cm() {
         EmuCm::open(vec![h.dev.clone()], cfg()).unwrap_err().errno(),
         16
     );
+}
+
+/// mckey's sequence (manual 4.2.27, 4.3.1): each host resolves the group's address
+/// (at once: a group has no owner to probe), makes a UD QP and joins; MULTICAST_JOIN
+/// gives the group's address vector, QPN 0xFFFFFF and Q_Key, with which the sender's
+/// datagram reaches the receiver. After leaving, the receiver's QP gets nothing more.
+#[test]
+fn multicast_join_send_leave() {
+    let (r, s) = (host(15, 1), host(15, 2));
+    let group = SocketAddr::from(([239, 0, 15, (std::process::id() % 250) as u8 + 1], 0));
+    let mut joined = Vec::new();
+    for h in [&r, &s] {
+        let id = h.cm.create_id(h.ch, PortSpace::Udp).unwrap();
+        let src = SocketAddr::from((h.ip, 0));
+        h.cm.resolve_addr(id, Some(src), group, Duration::from_millis(200))
+            .unwrap();
+        assert_eq!(ev(h, CmEventType::AddrResolved).id, id);
+        let init = QpInitAttr {
+            qp_type: QpType::Ud,
+            ..qp_init(&*h.dev)
+        };
+        h.cm.create_qp(id, &init).unwrap();
+        let buf = MemBuf::new(4096);
+        let mr = reg_msgs(&h.cm, id, &buf, 0, 4096).unwrap();
+        post_recv(&h.cm, id, 1, mr.addr, 1024, &mr).unwrap();
+        h.cm.join_multicast(id, group).unwrap();
+        let e = ev(h, CmEventType::MulticastJoin);
+        let CmEventParam::Ud(ud) = e.param else {
+            panic!("{e:?}")
+        };
+        assert_eq!((ud.qp_num, ud.qkey), (0xFF_FFFF, RDMA_UDP_QKEY));
+        joined.push((id, init.pd, buf, mr, ud));
+    }
+    let (sid, spd, sbuf, smr, sud) = &joined[1];
+    let ah = s.dev.create_ah(*spd, &sud.ah_attr).unwrap();
+    let send = |text: &[u8]| {
+        sbuf.write(2048, text).unwrap();
+        let wr = SendWr::send(
+            7,
+            vec![Sge::new(smr.addr + 2048, text.len() as u32, smr.lkey)],
+        )
+        .with_ud(UdDest {
+            ah,
+            remote_qpn: sud.qp_num,
+            remote_qkey: sud.qkey,
+        });
+        let qpn = s.cm.id_info(*sid).unwrap().qp_num.unwrap();
+        s.dev.post_send(qpn, &[wr]).unwrap();
+        assert_eq!(
+            get_send_comp(&s.cm, *sid, WAIT).unwrap().status,
+            WcStatus::Success
+        );
+    };
+    send(b"to the group");
+    let (rid, _, rbuf, rmr, _) = &joined[0];
+    let wc = get_recv_comp(&r.cm, *rid, WAIT).unwrap();
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 40 + 12));
+    let mut got = [0u8; 52];
+    rbuf.read(0, &mut got).unwrap();
+    assert_eq!(&got[40..], b"to the group");
+    // Leave: the QP is detached (a second leave is EADDRNOTAVAIL) and hears no more.
+    r.cm.leave_multicast(*rid, group).unwrap();
+    assert_eq!(r.cm.leave_multicast(*rid, group).unwrap_err().errno(), 99);
+    post_recv(&r.cm, *rid, 2, rmr.addr, 1024, rmr).unwrap();
+    send(b"again");
+    assert!(get_recv_comp(&r.cm, *rid, Some(Duration::from_millis(300))).is_err());
 }

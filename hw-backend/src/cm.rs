@@ -13,7 +13,9 @@
 //! `rdma_destroy_id` never waits for an unacknowledged event.
 //!
 //! An `HwCm` serves one device: an id that librdmacm binds to another (by its address)
-//! is ENODEV at `create_qp`. Multicast joins are `EOPNOTSUPP` for now.
+//! is ENODEV at `create_qp`. A multicast join goes through `rdma_join_multicast`; on
+//! its MULTICAST_JOIN the id's UD QP is attached to the group (librdmacm's own step for
+//! the QPs it makes), and detached before `rdma_leave_multicast`.
 //!
 //! # Safety argument
 //!
@@ -33,7 +35,7 @@
 #![allow(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::Arc;
@@ -99,6 +101,9 @@ struct IdRec {
     ch: u32,
     ps: PortSpace,
     qp: Option<(u32, QpType)>,
+    /// The multicast groups joined, with the QP HwCm attached to each (librdmacm
+    /// attaches only QPs it made; ours live in the HwDevice's context).
+    mcast: Vec<(Ipv4Addr, Option<(u32, u16)>)>,
 }
 
 #[derive(Default)]
@@ -225,6 +230,7 @@ impl HwCm {
                         ch,
                         ps,
                         qp: None,
+                        mcast: Vec::new(),
                     },
                 );
                 t.by_ptr.insert(e.id as usize, n);
@@ -249,7 +255,27 @@ impl HwCm {
                 | CmEventType::Rejected
                 | CmEventType::Unreachable
         );
-        let param = if !with_data {
+        let mcast = matches!(
+            kind,
+            CmEventType::MulticastJoin | CmEventType::MulticastError
+        );
+        let param = if mcast {
+            // SAFETY: librdmacm fills `ud` for multicast events; its private_data is
+            // the join's context, here the group's IPv4 address (never dereferenced).
+            let u = unsafe { e.param.ud };
+            let group = Ipv4Addr::from(u.private_data as usize as u32);
+            let mut ah_attr = convert::ah_attr_from_c(&u.ah_attr);
+            if kind == CmEventType::MulticastError {
+                // As EmuCm: the error names its group in the address vector.
+                ah_attr = QpParams::default().ah_attr(Gid::from_ipv4(group));
+            }
+            CmEventParam::Ud(UdParam {
+                private_data: Vec::new(),
+                ah_attr,
+                qp_num: u.qp_num,
+                qkey: u.qkey,
+            })
+        } else if !with_data {
             CmEventParam::None
         } else if ps == Some(PortSpace::Udp) {
             // SAFETY: the `ud` member is the one librdmacm fills for RDMA_PS_UDP.
@@ -308,6 +334,26 @@ impl HwCm {
                 }
             }
             (CmEventType::Disconnected, Some((qpn, _))) => self.to_error(qpn),
+            // librdmacm's own step for the QPs it makes (ibv_attach_mcast after the
+            // join, manual 4.2.27), done here for ours.
+            (CmEventType::MulticastJoin, Some((qpn, QpType::Ud))) => {
+                let CmEventParam::Ud(u) = &out.param else {
+                    unreachable!("multicast events carry UD parameters")
+                };
+                let (gid, lid) = (u.ah_attr.grh.dgid, u.ah_attr.dlid);
+                match self.dev.attach_mcast(qpn, &gid, lid) {
+                    Ok(()) => {
+                        let rec = t.ids.get_mut(&id).expect("live");
+                        if let Some(m) = rec.mcast.iter_mut().find(|m| gid.to_ipv4() == Some(m.0)) {
+                            m.1 = Some((qpn, lid));
+                        }
+                    }
+                    Err(err) => {
+                        out.event = CmEventType::MulticastError;
+                        out.status = -err.errno();
+                    }
+                }
+            }
             _ => {}
         }
         Ok(Some(out))
@@ -427,6 +473,7 @@ impl ConnectionManager for HwCm {
                 ch: ch.0,
                 ps,
                 qp: None,
+                mcast: Vec::new(),
             },
         );
         t.by_ptr.insert(id as usize, n);
@@ -629,16 +676,70 @@ impl ConnectionManager for HwCm {
         check(rc, "rdma_disconnect")
     }
 
-    fn join_multicast(&self, _id: CmId, _addr: SocketAddr) -> Result<()> {
-        Err(Error::Unsupported(
-            "multicast through the CM is not in HwCm yet",
-        ))
+    fn join_multicast(&self, id: CmId, addr: SocketAddr) -> Result<()> {
+        let mut t = self.t.lock();
+        let mut sa = sockaddr(addr)?;
+        let group = *match &addr {
+            SocketAddr::V4(a) if a.ip().is_multicast() => a.ip(),
+            // The kernel's RoCE join maps any address to an MGID; a unicast one can
+            // only fail at the attach. Refused here, as EmuCm does (EINVAL).
+            _ => return Err(Error::InvalidArgument("not an IPv4 multicast address")),
+        };
+        let r = t.ids.get_mut(&id.0).ok_or(NO_ID)?;
+        if r.mcast.iter().any(|m| m.0 == group) {
+            return Err(Error::from_errno(
+                libc::EADDRINUSE,
+                "the id joined this group already",
+            ));
+        }
+        // SAFETY: a live id, a sockaddr_in on the stack; the context is the group's
+        // address as an integer, which librdmacm only hands back.
+        check(
+            unsafe {
+                ffi::rdma_join_multicast(
+                    r.ptr,
+                    ptr::from_mut(&mut sa).cast(),
+                    u32::from(group) as usize as *mut c_void,
+                )
+            },
+            "rdma_join_multicast",
+        )?;
+        r.mcast.push((group, None));
+        Ok(())
     }
 
-    fn leave_multicast(&self, _id: CmId, _addr: SocketAddr) -> Result<()> {
-        Err(Error::Unsupported(
-            "multicast through the CM is not in HwCm yet",
-        ))
+    fn leave_multicast(&self, id: CmId, addr: SocketAddr) -> Result<()> {
+        let mut t = self.t.lock();
+        let mut sa = sockaddr(addr)?;
+        // librdmacm's leave waits until every event of the group it reported is
+        // acknowledged: the channel's queued events are read (and acknowledged) first,
+        // kept for get_cm_event, so it cannot wait on one nobody will read.
+        let ch = t.ids.get(&id.0).ok_or(NO_ID)?.ch;
+        while let Some(ev) = self.read_event(&mut t, ch)? {
+            if let Some(c) = t.chans.get_mut(&ch) {
+                c.pending.push_back(ev);
+            }
+        }
+        let r = t.ids.get_mut(&id.0).ok_or(NO_ID)?;
+        let SocketAddr::V4(a) = addr else {
+            unreachable!("sockaddr refused IPv6")
+        };
+        let Some(at) = r.mcast.iter().position(|m| m.0 == *a.ip()) else {
+            return Err(Error::from_errno(
+                libc::EADDRNOTAVAIL,
+                "the id did not join this group",
+            ));
+        };
+        // librdmacm detaches the QPs it made before leaving; ours is detached here.
+        if let (_, Some((qpn, lid))) = r.mcast[at] {
+            self.dev.detach_mcast(qpn, &Gid::from_ipv4(*a.ip()), lid)?;
+        }
+        r.mcast.remove(at);
+        // SAFETY: a live id and a sockaddr_in on the stack.
+        check(
+            unsafe { ffi::rdma_leave_multicast(r.ptr, ptr::from_mut(&mut sa).cast()) },
+            "rdma_leave_multicast",
+        )
     }
 
     fn id_info(&self, id: CmId) -> Result<CmIdInfo> {

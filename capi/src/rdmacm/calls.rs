@@ -117,6 +117,7 @@ fn new_id(
         own_cqs: false,
         ep_qp: None,
         destroyed: false,
+        mcast: Vec::new(),
     });
     cm.ids.lock().insert(cid, p);
     p
@@ -194,6 +195,27 @@ fn make_event(cm: &Cm, ev: CmEvent) -> *mut r::rdma_cm_event {
                     qkey: u.qkey,
                 }
             };
+        }
+    }
+    if matches!(
+        ev.event,
+        CmEventType::MulticastJoin | CmEventType::MulticastError
+    ) && !id.is_null()
+    {
+        if let CmEventParam::Ud(u) = &ev.param {
+            // SAFETY: a live id of ours.
+            let o = unsafe { &*id.cast::<IdObj>() };
+            let group = u.ah_attr.grh.dgid.to_ipv4();
+            let ctx = o.mcast.iter().find(|(a, _)| match a {
+                SocketAddr::V4(v) => Some(*v.ip()) == group,
+                SocketAddr::V6(_) => false,
+            });
+            // SAFETY: writing the ud member of the param union (plain data).
+            unsafe {
+                let ud = raw.param.ud.as_mut();
+                ud.private_data = ctx.map_or(std::ptr::null(), |(_, c)| *c as *const c_void);
+                ud.private_data_len = 0;
+            }
         }
     }
     into_ptr::<r::rdma_cm_event, EventObj>(EventObj { raw, data })
@@ -1014,6 +1036,88 @@ pub unsafe extern "C" fn rselect(
     unsafe { libc::select(nfds, readfds, writefds, exceptfds, timeout) }
 }
 
+/// `rdma_join_multicast` (manual 4.2.27): joins the IPv4 group `addr` (the id's UD
+/// QP, if it has one now, is attached to it); MULTICAST_JOIN or MULTICAST_ERROR
+/// follows, with `context` in `param.ud.private_data`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_join_multicast(
+    id: *mut r::rdma_cm_id,
+    addr: *mut r::sockaddr,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { join(id, addr, context) }
+}
+
+/// `rdma_join_multicast_ex`: as `rdma_join_multicast`, with join flags. The address
+/// and the flags are required (EINVAL without), other mask bits are ENOTSUP, as in
+/// librdmacm. On RoCE a send-only full member is attached like a full member (there
+/// is no SA to tell the difference to; librdmacm attaches the QP either way).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_join_multicast_ex(
+    id: *mut r::rdma_cm_id,
+    attr: *mut r::rdma_cm_join_mc_attr_ex,
+    context: *mut c_void,
+) -> c_int {
+    if attr.is_null() {
+        return err(libc::EINVAL);
+    }
+    // SAFETY: the caller's attribute struct.
+    let a = unsafe { &*attr };
+    if a.comp_mask >= r::RDMA_CM_JOIN_MC_ATTR_RESERVED {
+        return err(libc::ENOTSUP);
+    }
+    if a.comp_mask & r::RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0
+        || a.comp_mask & r::RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS == 0
+        || a.join_flags >= r::RDMA_MC_JOIN_FLAG_RESERVED
+    {
+        return err(libc::EINVAL);
+    }
+    // SAFETY: as above.
+    unsafe { join(id, a.addr, context) }
+}
+
+unsafe fn join(id: *mut r::rdma_cm_id, addr: *mut r::sockaddr, context: *mut c_void) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(cm, id, -1);
+    // SAFETY: the caller's sockaddr.
+    let a = match unsafe { sockaddr_from_c(addr) } {
+        Ok(Some(a)) => a,
+        Ok(None) => return err(libc::EINVAL),
+        Err(e) => return err(e),
+    };
+    // Known before the CM's event can be read (it may be queued inside the call);
+    // taken back if the CM refuses (a group joined twice is its EADDRINUSE).
+    o.mcast.push((a, context as usize));
+    if status(cm.cm.join_multicast(o.id, a)) != 0 {
+        o.mcast.pop();
+        return -1;
+    }
+    complete(cm, o, CmEventType::MulticastJoin)
+}
+
+/// `rdma_leave_multicast` (manual 4.2.28): leaves `addr` (detaching the id's QP);
+/// EADDRNOTAVAIL for a group the id did not join.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_leave_multicast(
+    id: *mut r::rdma_cm_id,
+    addr: *mut r::sockaddr,
+) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(cm, id, -1);
+    // SAFETY: the caller's sockaddr.
+    let a = match unsafe { sockaddr_from_c(addr) } {
+        Ok(Some(a)) => a,
+        Ok(None) => return err(libc::EINVAL),
+        Err(e) => return err(e),
+    };
+    let r = status(cm.cm.leave_multicast(o.id, a));
+    if r == 0 {
+        o.mcast.retain(|(g, _)| *g != a);
+    }
+    r
+}
+
 /// Exports the emulator does not implement: each says so on stderr and fails with
 /// -1 and `errno` (the `int`, `ssize_t` and `off_t` calls alike; the arguments are
 /// not read).
@@ -1035,8 +1139,6 @@ macro_rules! unsupported_calls {
 
 unsupported_calls!(libc::EOPNOTSUPP, "the CM drives the QPs itself":
     rdma_init_qp_attr, rdma_notify, rdma_migrate_id);
-unsupported_calls!(libc::EOPNOTSUPP, "multicast through the CM":
-    rdma_join_multicast, rdma_join_multicast_ex, rdma_leave_multicast);
 unsupported_calls!(libc::EOPNOTSUPP, "SRQs through the CM; use ibv_create_srq":
     rdma_create_srq, rdma_create_srq_ex, rdma_destroy_srq);
 unsupported_calls!(libc::EOPNOTSUPP, "ECE":

@@ -196,6 +196,10 @@ pub(crate) struct IdObj {
     /// `rdma_destroy_id` came while the id still had its QP (librdmacm allows it:
     /// the QP is the program's): the id goes when the QP does.
     pub(crate) destroyed: bool,
+    /// The multicast groups joined, each with the `context` its join gave (handed
+    /// back in `param.ud.private_data` of its MULTICAST_JOIN / MULTICAST_ERROR event,
+    /// as librdmacm does).
+    pub(crate) mcast: Vec<(SocketAddr, usize)>,
 }
 
 /// An event (`rdma_cm_event`) and the private data its `param` points at.

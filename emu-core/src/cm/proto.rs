@@ -396,6 +396,14 @@ impl State {
         i.peer = Some(dst);
         i.dgid = Gid::from_ipv4(*dst.ip());
         i.comm = comm;
+        if dst.ip().is_multicast() {
+            // A multicast group has no owner to probe: like an IPv4 multicast
+            // neighbour (mapped, never ARPed), it resolves at once, on the device the
+            // id is bound to (or the first), for rdma_join_multicast (manual 4.2.27).
+            i.st = St::AddrResolved;
+            self.emit(id.0, CmEventType::AddrResolved, 0, CmEventParam::None);
+            return Ok(());
+        }
         i.st = St::AddrQuery;
         i.probe_interval = (timeout / u32::from(PROBES)).max(Duration::from_micros(1));
         let interval = i.probe_interval;

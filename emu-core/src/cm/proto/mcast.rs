@@ -3,7 +3,9 @@
 //! the group is the IP multicast group), so a join attaches the id's UD QP to the group's
 //! MGID, the IPv4-mapped group address as the kernel's rdma_cm makes it, and reports
 //! `MULTICAST_JOIN` with the UD parameters that reach the group (QPN 0xFFFFFF, the
-//! RDMA_PS_UDP Q_Key), or `MULTICAST_ERROR` with the attach's negative errno.
+//! RDMA_PS_UDP Q_Key), or `MULTICAST_ERROR` with the attach's negative errno (and the
+//! group's MGID in the address vector). `rdma_resolve_addr` to a group resolves at once
+//! (`State::resolve_addr`).
 
 use std::net::SocketAddr;
 
@@ -50,11 +52,18 @@ impl State {
                 });
                 self.emit(ch, CmEventType::MulticastJoin, 0, param);
             }
+            // The error names its group too (the MGID in the address vector), so a
+            // caller with several joins knows which one failed.
             Err(e) => self.emit(
                 ch,
                 CmEventType::MulticastError,
                 -e.errno(),
-                CmEventParam::None,
+                CmEventParam::Ud(UdParam {
+                    private_data: Vec::new(),
+                    ah_attr: QpParams::default().ah_attr(mgid),
+                    qp_num: 0,
+                    qkey: 0,
+                }),
             ),
         }
         Ok(())
