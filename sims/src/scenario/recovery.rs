@@ -421,9 +421,9 @@ fn ack_coalescing(f: &Fabric) -> Check {
     let last_write = t
         .packets
         .iter()
+        .rev()
         .filter(|p| opcode(p).is_some_and(|o| o.is_write()))
-        .filter_map(|p| p.repr.map(|r| r.bth.psn))
-        .last()
+        .find_map(|p| p.repr.map(|r| r.bth.psn))
         .ok_or("no WRITE")?;
     let ack_psn = acks[0].repr.map(|r| r.bth.psn).ok_or("undecodable ACK")?;
     expect_eq("the ACK's PSN", ack_psn, last_write)
