@@ -24,6 +24,8 @@ const SEND_SLOTS: usize = 64;
 const SLOT: usize = 512;
 /// wr_id bit that marks a send.
 const SEND_TAG: u64 = 1 << 63;
+/// EIO: what the verbs of a device that had a fatal error return.
+pub(crate) const EIO: i32 = 5;
 
 /// One device's QP1 and what it needs.
 pub(crate) struct Agent {
@@ -40,6 +42,11 @@ pub(crate) struct Agent {
     ahs: HashMap<Gid, AhId>,
     next_send: usize,
     wcs: Vec<WorkCompletion>,
+    /// A verb returned EIO: the device is gone (`DEVICE_REMOVAL` was reported).
+    pub(crate) dead: bool,
+    /// The address was missing from the GID table at the last look (`ADDR_CHANGE`
+    /// was reported; re-armed when it comes back).
+    pub(crate) addr_gone: bool,
 }
 
 impl std::fmt::Debug for Agent {
@@ -109,6 +116,8 @@ impl Agent {
             ahs: HashMap::new(),
             next_send: 0,
             wcs: Vec::with_capacity(64),
+            dead: false,
+            addr_gone: false,
         };
         for slot in 0..RECV_SLOTS {
             agent.post_recv(slot)?;
@@ -192,6 +201,18 @@ impl Agent {
         }
         self.dev.req_notify_cq(self.cq, false)?;
         Ok(bad)
+    }
+
+    /// Whether the device still works: re-arming QP1's CQ (harmless when armed) fails
+    /// with EIO once the device had a fatal error (manual 6.1.9).
+    pub(crate) fn alive(&self) -> bool {
+        !matches!(self.dev.req_notify_cq(self.cq, false), Err(e) if e.errno() == EIO)
+    }
+
+    /// Whether the agent's address is still in port 1's GID table.
+    pub(crate) fn addr_present(&self) -> bool {
+        let len = self.dev.query_port(1).map_or(0, |p| p.gid_tbl_len);
+        (0..len).any(|i| self.dev.query_gid(1, i).is_ok_and(|g| g == self.gid))
     }
 
     /// Frees QP1 and everything made for it.

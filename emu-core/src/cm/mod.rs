@@ -136,7 +136,10 @@ impl VirtualNet {
         // until a MAD lands on its QP1 or nothing is left.
         let probe = members.iter().find_map(|m| {
             let st = m.state.lock();
-            st.agents.first().map(|a| (a.dev.clone(), a.channel))
+            st.agents
+                .iter()
+                .find(|a| !a.dead)
+                .map(|a| (a.dev.clone(), a.channel))
         });
         if let Some((dev, ch)) = probe {
             if dev.get_cq_event(ch, Some(Duration::ZERO)).is_ok() {
@@ -207,7 +210,13 @@ impl Shared {
                 Duration::from_millis(20)
             };
             let wait = next.map_or(cap, |d| d.min(cap));
-            let _ = dev.get_cq_event(ch, Some(wait));
+            if !matches!(
+                dev.get_cq_event(ch, Some(wait)),
+                Ok(_) | Err(Error::TimedOut)
+            ) {
+                // The device cannot wait (it is gone): keep the tick without spinning.
+                std::thread::sleep(wait);
+            }
         }
     }
 }
@@ -289,7 +298,9 @@ impl EmuCm {
 
     fn with<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {
         let now = self.shared.now();
-        f(&mut self.shared.state.lock(), now)
+        let mut st = self.shared.state.lock();
+        st.watch();
+        f(&mut st, now)
     }
 
     fn wait_event(

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use verbs_api::{
     AccessFlags, CmEvent, CmEventParam, CmEventType, CmId, CmIdInfo, ConnParam, Endpoint, Error,
-    Gid, Mtu, PortSpace, QpAttr, QpAttrMask, QpInitAttr, QpParams, QpState, QpType, Result,
-    UdParam, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
+    Gid, Mtu, PortSpace, PortState, QpAttr, QpAttrMask, QpInitAttr, QpParams, QpState, QpType,
+    Result, UdParam, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
 
 mod mcast;
@@ -47,6 +47,8 @@ const ETIMEDOUT: i32 = 110;
 const EADDRINUSE: i32 = 98;
 /// EADDRNOTAVAIL.
 const EADDRNOTAVAIL: i32 = 99;
+/// ENETUNREACH.
+const ENETUNREACH: i32 = 101;
 /// EAFNOSUPPORT.
 const EAFNOSUPPORT: i32 = 97;
 /// Address probes sent before `ADDR_ERROR`.
@@ -417,9 +419,30 @@ impl State {
         if i.st != St::AddrResolved {
             return Err(einval("resolve the address first"));
         }
-        // RoCEv2: the destination's GID is its IPv4-mapped address (Annex A17.?).
-        i.st = St::RouteResolved;
-        self.emit(id.0, CmEventType::RouteResolved, 0, CmEventParam::None);
+        let dev = i.dev.expect("resolved");
+        // rdma_get_cm_event(3) ROUTE_ERROR, "resolution of a route failed": no path
+        // leaves a port that is not ACTIVE (the kernel's cma.c returns the id to
+        // ADDR_RESOLVED, so the consumer may try again).
+        let port = self.agents[dev].dev.query_port(1);
+        match port {
+            Ok(p) if p.state == PortState::Active => {
+                // RoCEv2: the destination's GID is its IPv4-mapped address (Annex A17.?).
+                self.id(id)?.st = St::RouteResolved;
+                self.emit(id.0, CmEventType::RouteResolved, 0, CmEventParam::None);
+            }
+            Ok(_) => self.emit(
+                id.0,
+                CmEventType::RouteError,
+                -ENETUNREACH,
+                CmEventParam::None,
+            ),
+            Err(e) => self.emit(
+                id.0,
+                CmEventType::RouteError,
+                -e.errno(),
+                CmEventParam::None,
+            ),
+        }
         Ok(())
     }
 
@@ -839,8 +862,11 @@ impl State {
     /// Takes every MAD that arrived and fires every due timer. Returns whether
     /// anything happened.
     pub(crate) fn pump(&mut self, now: Instant) -> bool {
-        let mut did = false;
+        let mut did = self.watch();
         for a in 0..self.agents.len() {
+            if self.agents[a].dead {
+                continue;
+            }
             let mut rx = std::mem::take(&mut self.rx);
             match self.agents[a].poll(&mut rx) {
                 Ok(bad) => self.stats.dropped += bad,
@@ -868,6 +894,64 @@ impl State {
             did = true;
             self.ids.get_mut(&id).expect("exists").deadline = None;
             self.on_timeout(id, now);
+        }
+        did
+    }
+
+    /// Looks at each device through its verbs (so any `Device` will do) and reports
+    /// what changed under the ids bound to it (rdma_get_cm_event(3)):
+    /// - a verb returns EIO: the device is gone, `DEVICE_REMOVAL` on every id on it
+    ///   ("the RDMA device associated with the rdma_cm_id has been removed"); their
+    ///   timers stop and the consumer is left to destroy them;
+    /// - the device's address left port 1's GID table: `ADDR_CHANGE` on every id
+    ///   bound to that address ("the network device associated with this ID ...
+    ///   changed its HW address"); the ids live on. Reported once per removal.
+    ///
+    /// Runs on each pump (the CM's tick) and each CM call. Returns whether it
+    /// reported anything.
+    pub(crate) fn watch(&mut self) -> bool {
+        let mut did = false;
+        for d in 0..self.agents.len() {
+            let a = &self.agents[d];
+            if a.dead {
+                continue;
+            }
+            if !a.alive() {
+                self.agents[d].dead = true;
+                let on: Vec<u32> = self
+                    .ids
+                    .iter()
+                    .filter(|(_, i)| i.dev == Some(d))
+                    .map(|(k, _)| *k)
+                    .collect();
+                for id in on {
+                    let i = self.ids.get_mut(&id).expect("exists");
+                    i.st = St::Failed;
+                    i.deadline = None;
+                    self.emit(id, CmEventType::DeviceRemoval, 0, CmEventParam::None);
+                }
+                did = true;
+                continue;
+            }
+            let present = a.addr_present();
+            if present != a.addr_gone {
+                continue;
+            }
+            self.agents[d].addr_gone = !present;
+            if present {
+                continue;
+            }
+            let ip = self.agents[d].ip;
+            let on: Vec<u32> = self
+                .ids
+                .iter()
+                .filter(|(_, i)| i.dev == Some(d) && i.local.is_some_and(|l| *l.ip() == ip))
+                .map(|(k, _)| *k)
+                .collect();
+            for id in on {
+                self.emit(id, CmEventType::AddrChange, 0, CmEventParam::None);
+            }
+            did = true;
         }
         did
     }

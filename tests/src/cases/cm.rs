@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use emu_core::cm::RDMA_UDP_QKEY;
 use verbs_api::{
-    CmChannelId, CmEvent, CmEventParam, CmEventType, CmId, ConnParam, ConnectionManager, PortSpace,
-    QpInitAttr, QpState, QpType, REJECT_CONSUMER,
+    CmChannelId, CmEvent, CmEventParam, CmEventType, CmId, ConnParam, ConnectionManager, Gid,
+    PortSpace, QpInitAttr, QpState, QpType, REJECT_CONSUMER,
 };
 
 use super::assert_errno;
@@ -32,6 +32,9 @@ pub(super) fn register(v: &mut Vec<Case>) {
     v.push(Case::new("cm::udp_without_listener_is_unreachable", "manual 4.3.1, IBTA 12.11.2 table 117: a SIDR_REQ for a service ID nobody listens on is answered with SIDR_REP status 1 (service ID not supported): the UD connect ends in UNREACHABLE with that status", udp_no_listener));
     v.push(Case::new("cm::udp_resolves_qpn_and_qkey", "manual 4.2.9, IBTA 12.11: an RDMA_PS_UDP connect (SIDR) gives ESTABLISHED with the peer's QPN and Q_Key (RDMA_UDP_QKEY) in the UD parameters", udp));
     v.push(Case::new("cm::multicast_join_and_leave", "manual 4.2.27-4.2.28, 4.3.1: rdma_join_multicast on a bound RDMA_PS_UDP id with a UD QP gives MULTICAST_JOIN with the UD parameters of the group (its MGID, QPN 0xFFFFFF, the RDMA_PS_UDP Q_Key); a unicast address is EINVAL; leaving a group not joined is EADDRNOTAVAIL", multicast));
+    v.push(Case::new("cm::removed_address_is_addr_change", "librdmacm man page rdma_get_cm_event(3), RDMA_CM_EVENT_ADDR_CHANGE: the address an id is bound to leaves the device's GID table: ADDR_CHANGE on each id bound to it, and the id lives on", addr_change).faulty());
+    v.push(Case::new("cm::dead_device_is_device_removal", "librdmacm man page rdma_get_cm_event(3), RDMA_CM_EVENT_DEVICE_REMOVAL, manual 6.1.9: after a fatal device error (its verbs return EIO) every id on the device gets DEVICE_REMOVAL and can be destroyed", device_removal).faulty());
+    v.push(Case::new("cm::down_port_is_route_error", "librdmacm man page rdma_get_cm_event(3), RDMA_CM_EVENT_ROUTE_ERROR: route resolution on a port that is DOWN fails; with the port ACTIVE again it succeeds", route_error).faulty());
     v.push(Case::new("cm::wrong_calls_fail", "manual 4.2.5, 4.2.9 (librdmacm errnos): connect before route resolution EINVAL, a bound port bound again EADDRINUSE, a channel with ids EBUSY, private data over 56 bytes EINVAL", wrong_calls));
 }
 
@@ -289,5 +292,62 @@ fn multicast(env: &Env) -> Outcome {
     );
     cm.leave_multicast(id, group).unwrap();
     assert_errno(cm.leave_multicast(id, group), 99);
+    Outcome::Pass
+}
+
+fn addr_change(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let faults = env.faults.as_ref().expect("a faulty case runs with faults");
+    let ch = cm.create_event_channel().unwrap();
+    let (l, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 20);
+    faults.set_gid(u32::from(env.gid_index), Gid::ZERO);
+    let mut got = [0u8; 2].map(|_| {
+        let e = ev(&cm, ch, CmEventType::AddrChange);
+        assert_eq!(e.status, 0);
+        e.id
+    });
+    got.sort();
+    let mut want = [l, a];
+    want.sort();
+    assert_eq!(got, want);
+    // The ids are not destroyed.
+    assert!(cm.id_info(a).is_ok());
+    cm.destroy_id(a).unwrap();
+    cm.destroy_id(l).unwrap();
+    Outcome::Pass
+}
+
+fn device_removal(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let faults = env.faults.as_ref().expect("a faulty case runs with faults");
+    let ch = cm.create_event_channel().unwrap();
+    let (l, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 21);
+    faults.fail_device();
+    let mut got = [0u8; 2].map(|_| ev(&cm, ch, CmEventType::DeviceRemoval).id);
+    got.sort();
+    let mut want = [l, a];
+    want.sort();
+    assert_eq!(got, want);
+    cm.destroy_id(a).unwrap();
+    cm.destroy_id(l).unwrap();
+    Outcome::Pass
+}
+
+fn route_error(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let faults = env.faults.as_ref().expect("a faulty case runs with faults");
+    let ch = cm.create_event_channel().unwrap();
+    let to = SocketAddr::from((ip(env), PORT + 22));
+    let a = cm.create_id(ch, PortSpace::Tcp).unwrap();
+    cm.resolve_addr(a, None, to, Duration::from_secs(1))
+        .unwrap();
+    ev(&cm, ch, CmEventType::AddrResolved);
+    faults.port_down();
+    cm.resolve_route(a, Duration::from_secs(1)).unwrap();
+    let e = ev(&cm, ch, CmEventType::RouteError);
+    assert_eq!((e.id, e.status), (a, -101)); // -ENETUNREACH
+    faults.port_up();
+    cm.resolve_route(a, Duration::from_secs(1)).unwrap();
+    ev(&cm, ch, CmEventType::RouteResolved);
     Outcome::Pass
 }
