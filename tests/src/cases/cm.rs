@@ -21,6 +21,7 @@ use crate::{Case, Env, Outcome};
 
 pub(super) fn register(v: &mut Vec<Case>) {
     v.push(Case::new("cm::connect_establish_disconnect", "manual 4.2.9-4.2.15, IBTA 12.6.5-12.6.11: REQ/REP/RTU give CONNECT_REQUEST (with the client's private data) and ESTABLISHED on both ids with both QPs in RTS; DREQ gives the peer DISCONNECTED, its rdma_disconnect the DREP and the first side's DISCONNECTED, both QPs in ERROR, then TIMEWAIT_EXIT", connect_disconnect));
+    v.push(Case::new("cm::id_without_qp_gets_connect_response", "manual 4.2.11 rdma_connect (qp_num of the application's own QP), man page rdma_get_cm_event(3): an active id with no QP of the CM's gets CONNECT_RESPONSE with the peer's QP number; rdma_establish then gives the passive side ESTABLISHED", connect_response));
     v.push(Case::new("cm::reject_is_rejected_with_private_data", "manual 4.2.13, IBTA 12.6.7: rdma_reject sends REJ 'consumer reject' (28) with private data; the active id gets REJECTED", reject));
     v.push(Case::new("cm::no_listener_is_rejected", "IBTA 12.6.7 table 108: a REQ for a service ID nobody listens on is answered with REJ 'invalid service ID' (8): REJECTED", no_listener));
     v.push(Case::new(
@@ -349,5 +350,33 @@ fn route_error(env: &Env) -> Outcome {
     faults.port_up();
     cm.resolve_route(a, Duration::from_secs(1)).unwrap();
     ev(&cm, ch, CmEventType::RouteResolved);
+    Outcome::Pass
+}
+
+fn connect_response(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let (_l, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 23);
+    // The QP is the application's own, named by number.
+    let qpn = env.dev.create_qp(&init(env, QpType::Rc)).unwrap();
+    cm.connect(
+        a,
+        &ConnParam {
+            qp_num: qpn,
+            ..ConnParam::default()
+        },
+    )
+    .unwrap();
+    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    let pq = cm.create_qp(req.id, &init(env, QpType::Rc)).unwrap();
+    cm.accept(req.id, &ConnParam::default()).unwrap();
+    let e = ev(&cm, ch, CmEventType::ConnectResponse);
+    assert_eq!(e.id, a);
+    let CmEventParam::Conn(p) = &e.param else {
+        panic!("{e:?}")
+    };
+    assert_eq!(p.qp_num, pq);
+    cm.establish(a).unwrap();
+    assert_eq!(ev(&cm, ch, CmEventType::Established).id, req.id);
     Outcome::Pass
 }
