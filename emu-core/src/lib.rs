@@ -13,3 +13,4 @@
 pub mod cm;
 pub mod engine;
 pub mod nic;
+mod notify;

@@ -21,7 +21,6 @@
 //! is then deterministic, and a lost REQ costs no real time.
 
 mod agent;
-mod channel;
 pub mod mad;
 mod proto;
 
@@ -37,8 +36,11 @@ use verbs_api::{
     PortSpace, QpInitAttr, Result,
 };
 
+use crate::notify::Notifier;
 use agent::Agent;
-use channel::EventQueue;
+
+/// The queue of one `rdma_event_channel`.
+type EventQueue = Notifier<CmEvent>;
 use proto::State;
 pub use proto::{cm_time, RDMA_UDP_QKEY};
 
@@ -318,14 +320,14 @@ impl EmuCm {
             .cloned()
             .ok_or(Error::InvalidArgument("no such event channel"))?;
         match &self.shared.clock {
-            Clock::Real => q.pop(want, timeout),
+            Clock::Real => q.pop_where(want, timeout),
             Clock::Virtual(net) => loop {
-                if let Some(ev) = q.try_pop(want) {
+                if let Some(ev) = q.try_pop_where(want) {
                     return Ok(ev);
                 }
                 if !net.step() {
                     // Nothing in flight and no timer: nothing will ever come.
-                    return q.try_pop(want).ok_or(Error::TimedOut);
+                    return q.try_pop_where(want).ok_or(Error::TimedOut);
                 }
             },
         }

@@ -35,8 +35,8 @@ use verbs_api::{
 mod mcast;
 
 use super::agent::Agent;
-use super::channel::EventQueue;
 use super::mad::{self, reason, CmMsg, CmaHdr, Ids, Mra, Rej, Rep, Req, SidrRep, SidrReq};
+use super::EventQueue;
 use super::{CmConfig, CmStats};
 
 /// The Q_Key rdma_cm gives `RDMA_PS_UDP` QPs (`RDMA_UDP_QKEY`).

@@ -33,7 +33,6 @@
 pub mod interop;
 mod link;
 mod manage;
-mod notify;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -53,11 +52,11 @@ use verbs_api::{
 use crate::engine::{
     self, AhHandle, CqHandle, Engine, Limits, MwHandle, PdHandle, SrqHandle, MAX_PACKET,
 };
+use crate::notify::Notifier;
 use emu_wire::{check_icrc, Ipv4Endpoints, Opcode};
 pub use link::Link;
 use link::{RxBufs, UdpLink, GSO_MAX_BYTES};
 pub use manage::Management;
-use notify::Notifier;
 
 /// The UDP port of RoCEv2 (IBTA Annex A17).
 pub const ROCE_PORT: u16 = 4791;

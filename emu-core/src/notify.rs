@@ -1,6 +1,7 @@
 //! A queue that wakes waiters two ways: a condition variable for blocking calls
-//! (`ibv_get_cq_event`, `ibv_get_async_event`) and a pipe whose read end is readable
-//! while the queue is not empty, for poll/epoll (`ibv_comp_channel.fd`, `async_fd`).
+//! (`ibv_get_cq_event`, `ibv_get_async_event`, `rdma_get_cm_event`) and a pipe whose read
+//! end is readable while the queue is not empty, for poll/epoll (`ibv_comp_channel.fd`,
+//! `async_fd`, `rdma_event_channel.fd`).
 
 use std::collections::VecDeque;
 use std::io::{PipeReader, PipeWriter, Read, Write};
@@ -36,34 +37,55 @@ impl<T> Notifier<T> {
         })
     }
 
-    /// Queues `item`: one byte goes into the pipe and one waiter wakes.
+    /// Queues `item`: one byte goes into the pipe and the waiters wake (each checks
+    /// whether the item is one it takes).
     pub(crate) fn push(&self, item: T) {
         let mut q = self.queue.lock();
         q.push_back(item);
         // A full pipe (64 KiB of unread events) only means the fd stays readable.
         let _ = self.writer.lock().write(&[1]);
-        self.cond.notify_one();
+        self.cond.notify_all();
     }
 
     /// Takes the oldest item, waiting up to `timeout` (forever for `None`).
     pub(crate) fn pop(&self, timeout: Option<Duration>) -> Result<T> {
+        self.pop_where(&|_| true, timeout)
+    }
+
+    /// The oldest item `want` takes, without waiting.
+    pub(crate) fn try_pop_where(&self, want: &dyn Fn(&T) -> bool) -> Option<T> {
+        let mut q = self.queue.lock();
+        self.take(&mut q, want)
+    }
+
+    /// The oldest item `want` takes, waiting up to `timeout` (forever for `None`).
+    pub(crate) fn pop_where(
+        &self,
+        want: &dyn Fn(&T) -> bool,
+        timeout: Option<Duration>,
+    ) -> Result<T> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut q = self.queue.lock();
         loop {
-            if let Some(item) = q.pop_front() {
-                let mut byte = [0u8; 1];
-                let _ = self.reader.lock().read(&mut byte);
+            if let Some(item) = self.take(&mut q, want) {
                 return Ok(item);
             }
             match deadline {
                 None => self.cond.wait(&mut q),
                 Some(d) => {
-                    if self.cond.wait_until(&mut q, d).timed_out() && q.is_empty() {
-                        return Err(Error::TimedOut);
+                    if self.cond.wait_until(&mut q, d).timed_out() {
+                        return self.take(&mut q, want).ok_or(Error::TimedOut);
                     }
                 }
             }
         }
+    }
+
+    fn take(&self, q: &mut VecDeque<T>, want: &dyn Fn(&T) -> bool) -> Option<T> {
+        let item = q.remove(q.iter().position(want)?)?;
+        let mut byte = [0u8; 1];
+        let _ = self.reader.lock().read(&mut byte);
+        Some(item)
     }
 
     /// The read end of the pipe.
