@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 use emu_core::nic::interop::{LinkOptions, PacketHook, Verdict};
 use emu_core::nic::{EmuConfig, EmuDevice};
 use sims::{Action, Kind, Match, Rule, RuleHook};
-use verbs_api::QpAttrMask as M;
 use verbs_api::*;
 
 const PROBE_PORT: u16 = 18600;
@@ -245,18 +244,13 @@ fn open_end(dev: &dyn Device, gid: Gid, sgid_index: u8) -> End<'_> {
     let buf = MemBuf::new(4096);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
     let mr = dev.reg_mr(pd, &buf, 0, 4096, access).unwrap();
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: access,
-        ..QpAttr::default()
-    };
-    dev.modify_qp(
-        qpn,
-        &init,
-        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-    )
-    .unwrap_or_else(|e| die(&format!("INIT: {e}")));
+    let (init, mask) = QpParams {
+        access,
+        ..QpParams::default()
+    }
+    .init(QpType::Rc);
+    dev.modify_qp(qpn, &init, mask)
+        .unwrap_or_else(|e| die(&format!("INIT: {e}")));
     End {
         dev,
         cq,
@@ -280,60 +274,27 @@ impl End<'_> {
     }
 
     fn connect(&self, me: &Dest, rem: &Dest, timeout: u8, retry_cnt: u8, min_rnr_timer: u8) {
-        let a = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num: rem.qpn,
-            rq_psn: rem.psn,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer,
-            ah_attr: AhAttr {
-                grh: GlobalRoute {
-                    dgid: rem.gid,
-                    sgid_index: self.sgid_index,
-                    hop_limit: 64,
-                    ..Default::default()
-                },
-                is_global: true,
-                port_num: 1,
-                ..Default::default()
-            },
-            ..QpAttr::default()
-        };
-        self.dev
-            .modify_qp(
-                self.qpn,
-                &a,
-                M::STATE
-                    | M::AV
-                    | M::PATH_MTU
-                    | M::DEST_QPN
-                    | M::RQ_PSN
-                    | M::MAX_DEST_RD_ATOMIC
-                    | M::MIN_RNR_TIMER,
-            )
-            .unwrap_or_else(|e| die(&format!("RTR: {e}")));
-        let r = QpAttr {
-            qp_state: QpState::Rts,
+        let p = QpParams {
             timeout,
             retry_cnt,
-            rnr_retry: 7,
-            sq_psn: me.psn,
-            max_rd_atomic: 1,
-            ..a
+            min_rnr_timer,
+            sgid_index: self.sgid_index,
+            ..QpParams::default()
         };
-        self.dev
-            .modify_qp(
-                self.qpn,
-                &r,
-                M::STATE
-                    | M::TIMEOUT
-                    | M::RETRY_CNT
-                    | M::RNR_RETRY
-                    | M::SQ_PSN
-                    | M::MAX_QP_RD_ATOMIC,
-            )
-            .unwrap_or_else(|e| die(&format!("RTS: {e}")));
+        let remote = Endpoint {
+            lid: 0,
+            qpn: rem.qpn,
+            psn: rem.psn,
+            gid: rem.gid,
+        };
+        for (what, (attr, mask)) in [
+            ("RTR", p.rtr(QpType::Rc, &remote)),
+            ("RTS", p.rts(QpType::Rc, me.psn)),
+        ] {
+            self.dev
+                .modify_qp(self.qpn, &attr, mask)
+                .unwrap_or_else(|e| die(&format!("{what}: {e}")));
+        }
     }
 
     fn post_recv(&self) {

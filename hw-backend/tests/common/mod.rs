@@ -213,65 +213,30 @@ fn side(dev: &dyn Device, pd: PdId, o: &PairOpts, qp_type: QpType) -> Side {
 
 /// RESET -> INIT -> RTR -> RTS of an RC QP towards `dest` on this device.
 pub(crate) fn connect_rc(dev: &dyn Device, qpn: u32, dest: u32, o: &PairOpts) {
-    let mtu = dev
-        .query_port(1)
-        .map(|p| p.active_mtu)
-        .unwrap_or(Mtu::Mtu1024);
-    let attr = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: 1,
-        qp_access_flags: ALL_ACCESS,
-        ..QpAttr::default()
-    };
-    dev.modify_qp(
-        qpn,
-        &attr,
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
-    .expect("modify_qp INIT");
-    let attr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: mtu,
-        dest_qp_num: dest,
-        rq_psn: 0x100,
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 1,
-        ah_attr: self_av(dev),
-        ..QpAttr::default()
-    };
-    dev.modify_qp(
-        qpn,
-        &attr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .expect("modify_qp RTR");
-    let attr = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: 0x100,
+    let (sgid_index, gid) = local_gid(dev);
+    let params = verbs_api::QpParams {
+        access: ALL_ACCESS,
+        path_mtu: dev
+            .query_port(1)
+            .map(|p| p.active_mtu)
+            .unwrap_or(Mtu::Mtu1024),
         timeout: o.timeout,
         retry_cnt: o.retry_cnt,
         rnr_retry: o.rnr_retry,
+        min_rnr_timer: 1,
         max_rd_atomic: 4,
-        ..QpAttr::default()
+        max_dest_rd_atomic: 4,
+        sgid_index,
+        ..verbs_api::QpParams::default()
     };
-    dev.modify_qp(
-        qpn,
-        &attr,
-        QpAttrMask::STATE
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .expect("modify_qp RTS");
+    let remote = verbs_api::Endpoint {
+        lid: 0,
+        qpn: dest,
+        psn: 0x100,
+        gid,
+    };
+    verbs_api::connect_qp(dev, qpn, QpType::Rc, &params, 0x100, &remote)
+        .expect("modify_qp INIT/RTR/RTS");
 }
 
 /// Moves a QP to `state` (ERR or RESET).
