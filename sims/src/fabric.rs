@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use emu_core::nic::{DeviceDriver, EmuConfig, EmuDevice, Link, ROCE_PORT};
 use emu_wire::{write_icrc, AethRepr, Ipv4Endpoints, Opcode, PacketRepr, Syndrome};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RecursiveRwLock};
 
 use crate::link::{Direction, LinkConfig};
 use crate::queue::{EventQueue, Keyed};
@@ -184,7 +184,9 @@ struct Shared {
     now_ns: AtomicU64,
     port: u16,
     state: Mutex<State>,
-    endpoints: RwLock<Vec<Arc<dyn Endpoint>>>,
+    /// Reader-biased: a device stepping the fabric from inside a callback takes the
+    /// read lock again while another thread may be waiting to write.
+    endpoints: RecursiveRwLock<Vec<Arc<dyn Endpoint>>>,
 }
 
 /// An in-memory network with virtual time. Cloning gives another handle to the same
@@ -276,7 +278,7 @@ impl Shared {
     /// One step: the next delivery or timer due no later than `limit`.
     fn step(&self, limit: Option<Duration>) -> bool {
         let now = self.now();
-        let eps = self.endpoints.read_recursive();
+        let eps = self.endpoints.read();
         let mut st = self.state.lock();
         // A packet due now goes first without asking the endpoints for their timers
         // (asking takes each device's lock): no timer is due before now, and packets
@@ -668,7 +670,7 @@ impl Fabric {
                     },
                     stats: FabricStats::default(),
                 }),
-                endpoints: RwLock::new(Vec::new()),
+                endpoints: RecursiveRwLock::new(Vec::new()),
             }),
         }
     }
