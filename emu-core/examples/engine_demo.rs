@@ -27,7 +27,7 @@ const BUF: usize = 1 << 20;
 
 fn nic(name: &'static str, ip: [u8; 4]) -> Nic {
     let mut engine = Engine::default();
-    let pd = engine.alloc_pd();
+    let pd = engine.alloc_pd().expect("alloc_pd");
     let cq = engine.create_cq(4096).unwrap();
     let cap = QpCap {
         max_send_wr: 1024,

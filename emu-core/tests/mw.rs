@@ -311,7 +311,7 @@ fn bad_binds_are_mw_bind_errors() {
         };
         match case {
             Case::WrongPd => {
-                let pd2 = p.b.alloc_pd();
+                let pd2 = p.b.alloc_pd().unwrap();
                 type1(&mut p, pd2, good);
             }
             Case::MrWithoutMwBind => {

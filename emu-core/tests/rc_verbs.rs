@@ -15,7 +15,7 @@ use verbs_api::{
 };
 
 fn fresh_qp(e: &mut Engine) -> u32 {
-    let pd = e.alloc_pd();
+    let pd = e.alloc_pd().unwrap();
     let cq = e.create_cq(16).unwrap();
     e.create_qp(QpInitAttr {
         pd,
@@ -610,7 +610,7 @@ fn psn_wraps_inside_a_message() {
 #[test]
 fn destroy_order_is_enforced() {
     let mut e = Engine::default();
-    let pd = e.alloc_pd();
+    let pd = e.alloc_pd().unwrap();
     let cq = e.create_cq(4).unwrap();
     let qpn = e
         .create_qp(QpInitAttr {
@@ -633,7 +633,7 @@ fn destroy_order_is_enforced() {
     e.dereg_mr(mr.lkey).unwrap();
     e.dealloc_pd(pd).unwrap();
     assert_eq!(e.create_cq(0).unwrap_err().errno(), 22);
-    let pd = e.alloc_pd();
+    let pd = e.alloc_pd().unwrap();
     let cq = e.create_cq(4).unwrap();
     let raw = QpInitAttr {
         pd,

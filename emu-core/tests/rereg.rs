@@ -73,7 +73,7 @@ fn change_translation_moves_the_region() {
 #[test]
 fn change_pd_takes_the_region_away_from_the_qp() {
     let (mut p, a, b) = connected(Config::default());
-    let pd2 = p.b.alloc_pd();
+    let pd2 = p.b.alloc_pd().unwrap();
     let m =
         p.b.rereg_mr(
             b.mr.lkey,

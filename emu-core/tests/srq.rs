@@ -276,7 +276,7 @@ fn srq_limit_fires_exactly_once_per_arming() {
 fn post_srq_recv_errors_name_the_first_rejected_wr() {
     let mut e = Engine::default();
     let now = std::time::Instant::now();
-    let pd = e.alloc_pd();
+    let pd = e.alloc_pd().unwrap();
     let srq = e
         .create_srq(
             pd,
@@ -316,7 +316,7 @@ fn create_modify_query_srq_attribute_rules() {
     let mut e = Engine::default();
     let now = std::time::Instant::now();
     let l = *e.limits();
-    let pd = e.alloc_pd();
+    let pd = e.alloc_pd().unwrap();
     let attr = |max_wr, max_sge| SrqAttr {
         max_wr,
         max_sge,
@@ -334,7 +334,7 @@ fn create_modify_query_srq_attribute_rules() {
             "{bad:?}"
         );
     }
-    let other_pd = e.alloc_pd();
+    let other_pd = e.alloc_pd().unwrap();
     e.dealloc_pd(other_pd).unwrap();
     assert_eq!(
         e.create_srq(other_pd, attr(4, 1)).unwrap_err().errno(),
@@ -450,7 +450,7 @@ fn post_recv_on_a_qp_with_an_srq_is_einval() {
         EINVAL,
         "unknown SRQ"
     );
-    init.pd = p.b.alloc_pd();
+    init.pd = p.b.alloc_pd().unwrap();
     init.srq = b.srq;
     assert_eq!(p.b.create_qp(init).unwrap_err().errno(), EINVAL, "other PD");
 }

@@ -284,7 +284,7 @@ fn ud_verb_errors() {
     attr = ah_attr_to(gid(Side::B));
     attr.grh.sgid_index = 200;
     assert_eq!(p.a.create_ah(a.pd, &attr).unwrap_err().errno(), 22);
-    let pd2 = p.a.alloc_pd();
+    let pd2 = p.a.alloc_pd().unwrap();
     let ah2 = p.a.create_ah(pd2, &ah_attr_to(gid(Side::B))).unwrap();
     assert_eq!(p.a.dealloc_pd(pd2).unwrap_err().errno(), 16);
     // An AH of another PD: the WR fails with LOC_QP_OP_ERR, the QP goes to SQE.

@@ -53,6 +53,11 @@ pub(crate) fn check_ah_attr(attr: &AhAttr, limits: &Limits) -> Result<()> {
 
 impl AhTable {
     /// `ibv_create_ah`: EINVAL for an unknown PD or a bad address vector.
+    /// Address handles alive.
+    pub(crate) fn len(&self) -> usize {
+        self.ahs.len()
+    }
+
     pub(crate) fn create(
         &mut self,
         mrs: &mut MrTable,

@@ -104,6 +104,20 @@ pub struct Limits {
     pub max_srq_wr: u32,
     /// SGEs per shared receive queue work request.
     pub max_srq_sge: u32,
+    /// Protection domains per device.
+    pub max_pd: u32,
+    /// Memory regions per device.
+    pub max_mr: u32,
+    /// Memory windows per device.
+    pub max_mw: u32,
+    /// Address handles per device.
+    pub max_ah: u32,
+    /// Multicast groups with at least one QP attached.
+    pub max_mcast_grp: u32,
+    /// QPs attached to one multicast group.
+    pub max_mcast_qp_attach: u32,
+    /// QP attachments over all multicast groups.
+    pub max_total_mcast_qp_attach: u32,
 }
 
 impl Default for Limits {
@@ -125,6 +139,15 @@ impl Default for Limits {
             max_srq: 0x1000,
             max_srq_wr: 1 << 14,
             max_srq_sge: 27,
+            max_pd: 1 << 16,
+            max_mr: 1 << 18,
+            max_mw: 1 << 16,
+            max_ah: 1 << 15,
+            // Kernel rxe's multicast limits (rxe_param.h), so a program sized for rxe
+            // fits.
+            max_mcast_grp: 8192,
+            max_mcast_qp_attach: 56,
+            max_total_mcast_qp_attach: 8192 * 56,
         }
     }
 }
@@ -288,8 +311,11 @@ impl Engine {
     // ---- protection domains and memory regions (manual 3.4) ----
 
     /// `ibv_alloc_pd`.
-    pub fn alloc_pd(&mut self) -> PdHandle {
-        self.mrs.alloc_pd()
+    pub fn alloc_pd(&mut self) -> Result<PdHandle> {
+        if self.mrs.pd_count() >= self.limits.max_pd as usize {
+            return Err(Error::NoMemory("max_pd reached"));
+        }
+        Ok(self.mrs.alloc_pd())
     }
 
     /// `ibv_dealloc_pd`: EBUSY while MRs, QPs or SRQs use it.
@@ -306,6 +332,9 @@ impl Engine {
         length: usize,
         access: AccessFlags,
     ) -> Result<MrInfo> {
+        if self.mrs.mr_count() >= self.limits.max_mr as usize {
+            return Err(Error::NoMemory("max_mr reached"));
+        }
         self.mrs
             .reg_mr(pd, buf, offset, length, access, self.limits.max_mr_size)
     }
@@ -334,6 +363,9 @@ impl Engine {
     /// `ibv_alloc_mw`: EINVAL for an unknown PD. Returns the window's handle and its
     /// first R_Key.
     pub fn alloc_mw(&mut self, pd: PdHandle, mw_type: MwType) -> Result<(MwHandle, u32)> {
+        if self.mrs.mws.len() >= self.limits.max_mw as usize {
+            return Err(Error::NoMemory("max_mw reached"));
+        }
         let (id, rkey) = self.mrs.alloc_mw(pd, mw_type)?;
         Ok((MwHandle(id), rkey))
     }
@@ -712,6 +744,9 @@ impl Engine {
     /// `ibv_create_ah`: EINVAL for an unknown PD, an address vector without a GRH
     /// (RoCE needs one), a source GID index outside the table or a port other than 1.
     pub fn create_ah(&mut self, pd: PdHandle, attr: &AhAttr) -> Result<AhHandle> {
+        if self.ahs.len() >= self.limits.max_ah as usize {
+            return Err(Error::NoMemory("max_ah reached"));
+        }
         self.ahs.create(&mut self.mrs, &self.limits, pd, attr)
     }
 
@@ -748,7 +783,7 @@ impl Engine {
     pub fn attach_mcast(&mut self, qpn: u32, gid: &Gid, lid: u16) -> Result<()> {
         let _ = lid;
         let qp = self.qps.get(&qpn).ok_or_else(Self::qp_missing)?;
-        self.mcast.attach(qp.init.qp_type, qpn, gid)
+        self.mcast.attach(qp.init.qp_type, qpn, gid, &self.limits)
     }
 
     /// `ibv_detach_mcast` (manual 3.6.14): EINVAL when the QP is not attached to `gid`.

@@ -81,6 +81,16 @@ impl MrTable {
         PdHandle(self.next_pd)
     }
 
+    /// Protection domains allocated.
+    pub(crate) fn pd_count(&self) -> usize {
+        self.pds.len()
+    }
+
+    /// Memory regions registered.
+    pub(crate) fn mr_count(&self) -> usize {
+        self.mrs.len()
+    }
+
     pub(crate) fn pd_exists(&self, pd: PdHandle) -> bool {
         self.pds.contains_key(&pd.0)
     }
@@ -343,11 +353,6 @@ impl MrTable {
             offset: mr.buf_offset + off,
             len: length as usize,
         })
-    }
-
-    #[cfg(test)]
-    pub(crate) fn mr_count(&self) -> usize {
-        self.mrs.len()
     }
 }
 

@@ -63,18 +63,43 @@ impl UdDestination {
 #[derive(Debug, Default)]
 pub(crate) struct McastTable {
     groups: HashMap<Gid, BTreeSet<u32>>,
+    /// QP attachments over all groups.
+    attachments: usize,
 }
 
 impl McastTable {
-    /// `ibv_attach_mcast` checks (manual 3.6.13; the IB core's `ib_attach_mcast`).
-    pub(crate) fn attach(&mut self, qp_type: QpType, qpn: u32, gid: &Gid) -> Result<()> {
+    /// `ibv_attach_mcast` checks (manual 3.6.13; the IB core's `ib_attach_mcast`), and
+    /// the device's multicast limits (ENOMEM past `max_mcast_grp` groups,
+    /// `max_mcast_qp_attach` QPs in a group or `max_total_mcast_qp_attach` in all, as
+    /// kernel rxe). Attaching a QP that is attached already succeeds and changes nothing.
+    pub(crate) fn attach(
+        &mut self,
+        qp_type: QpType,
+        qpn: u32,
+        gid: &Gid,
+        limits: &super::Limits,
+    ) -> Result<()> {
         if qp_type != QpType::Ud {
             return Err(Error::InvalidArgument("only UD QPs join multicast groups"));
         }
         if !is_multicast(gid) {
             return Err(Error::InvalidArgument("not a multicast GID"));
         }
+        let members = self.groups.get(gid);
+        if members.is_some_and(|m| m.contains(&qpn)) {
+            return Ok(());
+        }
+        if members.is_none() && self.groups.len() >= limits.max_mcast_grp as usize {
+            return Err(Error::NoMemory("max_mcast_grp groups have members"));
+        }
+        if members.is_some_and(|m| m.len() >= limits.max_mcast_qp_attach as usize) {
+            return Err(Error::NoMemory("max_mcast_qp_attach QPs are in the group"));
+        }
+        if self.attachments >= limits.max_total_mcast_qp_attach as usize {
+            return Err(Error::NoMemory("max_total_mcast_qp_attach reached"));
+        }
         self.groups.entry(*gid).or_default().insert(qpn);
+        self.attachments += 1;
         Ok(())
     }
 
@@ -88,6 +113,7 @@ impl McastTable {
                 "the QP is not attached to this group",
             ))?;
         members.remove(&qpn);
+        self.attachments -= 1;
         if members.is_empty() {
             self.groups.remove(gid);
         }
@@ -195,6 +221,7 @@ impl QueuePair {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Limits;
 
     #[test]
     fn qkey_high_bit_takes_the_qps() {
@@ -214,15 +241,16 @@ mod tests {
 
     #[test]
     fn groups_attach_detach() {
+        let l = Limits::default();
         let g = Gid::from_ipv4([239, 0, 0, 1].into());
         let mut t = McastTable::default();
-        assert!(t.attach(QpType::Rc, 0x11, &g).is_err());
+        assert!(t.attach(QpType::Rc, 0x11, &g, &l).is_err());
         assert!(t
-            .attach(QpType::Ud, 0x11, &Gid::from_ipv4([10, 0, 0, 1].into()))
+            .attach(QpType::Ud, 0x11, &Gid::from_ipv4([10, 0, 0, 1].into()), &l)
             .is_err());
-        t.attach(QpType::Ud, 0x12, &g).unwrap();
-        t.attach(QpType::Ud, 0x11, &g).unwrap();
-        t.attach(QpType::Ud, 0x11, &g).unwrap();
+        t.attach(QpType::Ud, 0x12, &g, &l).unwrap();
+        t.attach(QpType::Ud, 0x11, &g, &l).unwrap();
+        t.attach(QpType::Ud, 0x11, &g, &l).unwrap();
         assert_eq!(t.members(&g), [0x11, 0x12]);
         assert!(t.is_attached(0x11));
         t.detach(0x11, &g).unwrap();
@@ -230,5 +258,30 @@ mod tests {
         assert!(!t.is_attached(0x11));
         t.detach(0x12, &g).unwrap();
         assert_eq!(t.groups().count(), 0);
+    }
+
+    #[test]
+    fn multicast_limits_are_enomem() {
+        let l = Limits {
+            max_mcast_grp: 2,
+            max_mcast_qp_attach: 2,
+            max_total_mcast_qp_attach: 3,
+            ..Limits::default()
+        };
+        let g = |n: u8| Gid::from_ipv4([239, 0, 0, n].into());
+        let mut t = McastTable::default();
+        t.attach(QpType::Ud, 1, &g(1), &l).unwrap();
+        t.attach(QpType::Ud, 2, &g(1), &l).unwrap();
+        // A third QP in a full group; a member again is fine.
+        assert_eq!(t.attach(QpType::Ud, 3, &g(1), &l).unwrap_err().errno(), 12);
+        t.attach(QpType::Ud, 2, &g(1), &l).unwrap();
+        t.attach(QpType::Ud, 3, &g(2), &l).unwrap();
+        // A third group, then a fourth attachment in all.
+        assert_eq!(t.attach(QpType::Ud, 4, &g(3), &l).unwrap_err().errno(), 12);
+        assert_eq!(t.attach(QpType::Ud, 4, &g(2), &l).unwrap_err().errno(), 12);
+        // Detaching frees room.
+        t.detach(1, &g(1)).unwrap();
+        t.attach(QpType::Ud, 4, &g(2), &l).unwrap();
+        assert_eq!(t.members(&g(2)), [3, 4]);
     }
 }

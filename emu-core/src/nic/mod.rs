@@ -800,8 +800,16 @@ impl Device for EmuDevice {
             max_sge_rd: l.max_sge,
             max_cq: l.max_cq,
             max_cqe: l.max_cqe,
-            max_mr: 1 << 18,
-            max_pd: 1 << 16,
+            max_mr: l.max_mr,
+            max_pd: l.max_pd,
+            max_mw: l.max_mw,
+            max_ah: l.max_ah,
+            max_srq: l.max_srq,
+            max_srq_wr: l.max_srq_wr,
+            max_srq_sge: l.max_srq_sge,
+            max_mcast_grp: l.max_mcast_grp,
+            max_mcast_qp_attach: l.max_mcast_qp_attach,
+            max_total_mcast_qp_attach: l.max_total_mcast_qp_attach,
             max_qp_rd_atom: l.max_qp_rd_atom,
             max_res_rd_atom: l.max_qp_rd_atom * 1024,
             max_qp_init_rd_atom: l.max_qp_init_rd_atom,
@@ -809,8 +817,14 @@ impl Device for EmuDevice {
             max_pkeys: l.pkey_tbl_len as u16,
             phys_port_cnt: 1,
             // PORT_ACTIVE is generated (manual 6.1.10); alternate paths migrate
-            // automatically (engine module `apm`).
-            device_cap_flags: DeviceCapFlags::PORT_ACTIVE_EVENT | DeviceCapFlags::AUTO_PATH_MIG,
+            // automatically (engine module `apm`); RNR NAKs are sent (module `rnr`);
+            // `modify_srq` resizes; windows of type 1 and 2B (module `mw`).
+            device_cap_flags: DeviceCapFlags::PORT_ACTIVE_EVENT
+                | DeviceCapFlags::AUTO_PATH_MIG
+                | DeviceCapFlags::RC_RNR_NAK_GEN
+                | DeviceCapFlags::SRQ_RESIZE
+                | DeviceCapFlags::MEM_WINDOW
+                | DeviceCapFlags::MEM_WINDOW_TYPE_2B,
             ..DeviceAttr::default()
         })
     }
@@ -828,7 +842,7 @@ impl Device for EmuDevice {
     }
 
     fn alloc_pd(&self) -> Result<PdId> {
-        Ok(PdId(self.live(|e, _| Ok(e.alloc_pd()))?.0))
+        Ok(PdId(self.live(|e, _| e.alloc_pd())?.0))
     }
 
     fn dealloc_pd(&self, p: PdId) -> Result<()> {

@@ -323,7 +323,7 @@ impl Default for Config {
 }
 
 pub fn setup(e: &mut Engine, side: Side, cfg: &Config) -> Node {
-    let pd = e.alloc_pd();
+    let pd = e.alloc_pd().unwrap();
     let cq = e.create_cq(cfg.cq_len).unwrap();
     let srq = cfg.srq.then(|| {
         e.create_srq(

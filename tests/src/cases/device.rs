@@ -1,6 +1,6 @@
 //! Device and port queries (manual 3.3.1-3.3.4).
 
-use verbs_api::{LinkLayer, PortState};
+use verbs_api::{DeviceCapFlags, LinkLayer, PortState};
 
 use super::{assert_errno, errno::EINVAL};
 use crate::{Case, Env, Outcome};
@@ -53,6 +53,23 @@ fn query_device(env: &Env) -> Outcome {
     );
     assert!(a.max_qp_wr > 0 && a.max_cqe > 0 && a.max_sge > 0, "{a:?}");
     assert!(a.max_mr_size > 0, "{a:?}");
+    // Every backend here has SRQs, address handles, multicast and memory windows:
+    // their limits are not zero, and MEM_WINDOW says windows are there.
+    assert!(
+        a.max_srq > 0 && a.max_srq_wr > 0 && a.max_srq_sge > 0,
+        "{a:?}"
+    );
+    assert!(a.max_ah > 0 && a.max_mw > 0, "{a:?}");
+    assert!(a.max_mcast_grp > 0 && a.max_mcast_qp_attach > 0, "{a:?}");
+    assert!(
+        a.max_total_mcast_qp_attach >= a.max_mcast_qp_attach,
+        "{a:?}"
+    );
+    assert!(
+        a.device_cap_flags.contains(DeviceCapFlags::MEM_WINDOW),
+        "{:?}",
+        a.device_cap_flags
+    );
     Outcome::Pass
 }
 
