@@ -322,14 +322,24 @@ fn a_rep_that_cannot_be_used_is_connect_error() {
     let cid = resolve(&c, PortSpace::Tcp, 5006);
     let qpn = c.cm.create_qp(cid, &qp_init(&*c.dev, QpType::Rc)).unwrap();
     c.cm.connect(cid, &ConnParam::default()).unwrap();
-    // The QP vanishes behind the CM's back: the REP cannot bring it to RTR.
-    c.dev.destroy_qp(qpn).unwrap();
+    // The QP is moved to ERROR behind the CM's back: the REP cannot bring it to RTR
+    // (ERROR -> INIT is not a transition, IBTA 10.3.1).
+    let err = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    c.dev.modify_qp(qpn, &err, QpAttrMask::STATE).unwrap();
     let req = s.cm.get_request(l, None).unwrap();
     s.cm.create_qp(req.id, &qp_init(&*s.dev, QpType::Rc))
         .unwrap();
     s.cm.accept(req.id, &ConnParam::default()).unwrap();
     let e = ev(&c, CmEventType::ConnectError);
     assert!(e.status < 0, "{e:?}");
-    // The passive side is told with a REJ (IBTA 12.6.7: "no QP").
-    assert_eq!(ev(&s, CmEventType::Rejected).status, 1);
+    assert_eq!(c.dev.query_qp(qpn).unwrap().0.qp_state, QpState::Err);
+    // No RTU and no REJ yet: the passive side hears of it when the active id goes
+    // (REJ "consumer defined", as the kernel's cm_destroy_id sends from REP_RCVD).
+    c.cm.destroy_qp(cid).unwrap();
+    c.cm.destroy_id(cid).unwrap();
+    let e = ev(&s, CmEventType::Rejected);
+    assert_eq!((e.id, e.status), (req.id, REJECT_CONSUMER));
 }

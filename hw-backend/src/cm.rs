@@ -104,6 +104,9 @@ struct IdRec {
     /// The multicast groups joined, with the QP HwCm attached to each (librdmacm
     /// attaches only QPs it made; ours live in the HwDevice's context).
     mcast: Vec<(Ipv4Addr, Option<(u32, u16)>)>,
+    /// A REP could not bring the QP up and the consumer got CONNECT_ERROR; as
+    /// librdmacm (`connect_error`), a later REJECTED or DISCONNECTED is not reported.
+    connect_error: bool,
 }
 
 #[derive(Default)]
@@ -231,6 +234,7 @@ impl HwCm {
                         ps,
                         qp: None,
                         mcast: Vec::new(),
+                        connect_error: false,
                     },
                 );
                 t.by_ptr.insert(e.id as usize, n);
@@ -328,10 +332,17 @@ impl HwCm {
                 match r {
                     Ok(()) => out.event = CmEventType::Established,
                     Err(err) => {
+                        // librdmacm's ucma_process_conn_resp: the QP to ERROR, no RTU;
+                        // destroying the id sends the REJ.
+                        self.to_error(qpn);
+                        t.ids.get_mut(&id).expect("live").connect_error = true;
                         out.event = CmEventType::ConnectError;
                         out.status = -err.errno();
                     }
                 }
+            }
+            (CmEventType::Rejected | CmEventType::Disconnected, _) if rec.connect_error => {
+                return Ok(None);
             }
             (CmEventType::Disconnected, Some((qpn, _))) => self.to_error(qpn),
             // librdmacm's own step for the QPs it makes (ibv_attach_mcast after the
@@ -474,6 +485,7 @@ impl ConnectionManager for HwCm {
                 ps,
                 qp: None,
                 mcast: Vec::new(),
+                connect_error: false,
             },
         );
         t.by_ptr.insert(id as usize, n);

@@ -81,6 +81,11 @@ enum St {
     TimeWait,
     Disconnected,
     Failed,
+    /// A REP came but the id's QP could not be brought to RTR and RTS: the consumer
+    /// got `CONNECT_ERROR` and the QP is in ERROR (librdmacm's `connect_error`). The
+    /// connection stays as it was at the REP, unanswered, until `destroy_id` sends the
+    /// REJ; a REJ or DREQ meanwhile is not reported (librdmacm swallows both).
+    ConnectError,
 }
 
 #[derive(Debug)]
@@ -292,7 +297,9 @@ impl State {
             St::ReqRcvd if i.ps == PortSpace::Tcp => {
                 let _ = self.reject(id, &[], reason::CONSUMER, now);
             }
-            St::ReqSent | St::MraRcvd | St::RepSent => self.rej_timeout(id.0),
+            St::ReqSent | St::MraRcvd => self.rej_timeout(id.0),
+            // A connection the consumer never completed: REJ "consumer defined".
+            St::RepSent | St::RepRcvd | St::ConnectError => self.rej_consumer(id.0),
             St::DreqRcvd => self.send_drep(id.0),
             _ => {}
         }
@@ -808,6 +815,24 @@ impl State {
     }
 
     /// REJ "timeout" to the peer of `id` (it gave up waiting).
+    /// REJ "consumer defined" (28) for the connection of id `id`, naming the REP as
+    /// the message rejected when the id is the active side (IBTA 12.6.7 table 106).
+    fn rej_consumer(&mut self, id: u32) {
+        let i = &self.ids[&id];
+        let (Some(dev), dst) = (i.dev, i.dgid) else {
+            return;
+        };
+        let msg = CmMsg::Rej(Rej {
+            local_comm_id: i.comm,
+            remote_comm_id: i.remote_comm,
+            message_rejected: if i.st == St::RepSent { 2 } else { 1 },
+            reason: reason::CONSUMER,
+            private_data: Vec::new(),
+        });
+        let tid = u64::from(i.comm);
+        self.send_to(dev, dst, &msg, tid);
+    }
+
     fn rej_timeout(&mut self, id: u32) {
         let i = &self.ids[&id];
         let (Some(dev), dst) = (i.dev, i.dgid) else {
@@ -1228,6 +1253,8 @@ impl State {
                 });
                 self.emit(id, CmEventType::Rejected, i32::from(r.reason), param);
             }
+            // The consumer knows already (CONNECT_ERROR); librdmacm drops the REJECTED.
+            St::ConnectError => self.ids.get_mut(&id).expect("exists").st = St::Failed,
             _ => self.stats.unmatched += 1,
         }
     }
@@ -1280,19 +1307,12 @@ impl State {
             return;
         }
         if let Err(e) = self.qp_to_rts(id, None) {
-            // The REP cannot be used: refuse it and tell the consumer (cma.c maps a
-            // failed QP transition on REP to CONNECT_ERROR).
-            let i = &self.ids[&id];
-            let m = CmMsg::Rej(Rej {
-                local_comm_id: i.comm,
-                remote_comm_id: i.remote_comm,
-                message_rejected: 1,
-                reason: reason::NO_QP,
-                private_data: Vec::new(),
-            });
-            let (dev, dst, tid) = (i.dev.expect("bound"), i.dgid, u64::from(i.comm));
-            self.send_to(dev, dst, &m, tid);
-            self.ids.get_mut(&id).expect("exists").st = St::Failed;
+            // The REP cannot be used (librdmacm's `ucma_process_conn_resp`): the QP goes
+            // to ERROR, the consumer gets CONNECT_ERROR, and no RTU is sent. The peer
+            // hears of it when the id is destroyed (a REJ, as the kernel's
+            // `cm_destroy_id` sends from REP_RCVD) or when its REP times out.
+            self.qp_to_error(id);
+            self.ids.get_mut(&id).expect("exists").st = St::ConnectError;
             self.emit(id, CmEventType::ConnectError, -e.errno(), param);
             return;
         }

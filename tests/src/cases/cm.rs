@@ -11,7 +11,7 @@ use std::sync::Arc;
 use emu_core::cm::RDMA_UDP_QKEY;
 use verbs_api::{
     CmChannelId, CmEvent, CmEventParam, CmEventType, CmId, ConnParam, ConnectionManager, Gid,
-    PortSpace, QpInitAttr, QpState, QpType, REJECT_CONSUMER,
+    PortSpace, QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, REJECT_CONSUMER,
 };
 
 use super::assert_errno;
@@ -22,6 +22,7 @@ use crate::{Case, Env, Outcome};
 pub(super) fn register(v: &mut Vec<Case>) {
     v.push(Case::new("cm::connect_establish_disconnect", "manual 4.2.9-4.2.15, IBTA 12.6.5-12.6.11: REQ/REP/RTU give CONNECT_REQUEST (with the client's private data) and ESTABLISHED on both ids with both QPs in RTS; DREQ gives the peer DISCONNECTED, its rdma_disconnect the DREP and the first side's DISCONNECTED, both QPs in ERROR, then TIMEWAIT_EXIT", connect_disconnect));
     v.push(Case::new("cm::id_without_qp_gets_connect_response", "manual 4.2.11 rdma_connect (qp_num of the application's own QP), man page rdma_get_cm_event(3): an active id with no QP of the CM's gets CONNECT_RESPONSE with the peer's QP number; rdma_establish then gives the passive side ESTABLISHED", connect_response));
+    v.push(Case::new("cm::unusable_rep_is_connect_error", "librdmacm rdma_get_cm_event(3) RDMA_CM_EVENT_CONNECT_ERROR, manual 4.3.1: a REP that cannot bring the active QP to RTR/RTS (the QP was moved to ERROR) gives CONNECT_ERROR with a negative status and leaves the QP in ERROR; destroying the active id then rejects the connection (REJ 'consumer defined', 28) and the passive id gets REJECTED", connect_error));
     v.push(Case::new("cm::reject_is_rejected_with_private_data", "manual 4.2.13, IBTA 12.6.7: rdma_reject sends REJ 'consumer reject' (28) with private data; the active id gets REJECTED", reject));
     v.push(Case::new("cm::no_listener_is_rejected", "IBTA 12.6.7 table 108: a REQ for a service ID nobody listens on is answered with REJ 'invalid service ID' (8): REJECTED", no_listener));
     v.push(Case::new(
@@ -33,6 +34,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
     v.push(Case::new("cm::udp_without_listener_is_unreachable", "manual 4.3.1, IBTA 12.11.2 table 117: a SIDR_REQ for a service ID nobody listens on is answered with SIDR_REP status 1 (service ID not supported): the UD connect ends in UNREACHABLE with that status", udp_no_listener));
     v.push(Case::new("cm::udp_resolves_qpn_and_qkey", "manual 4.2.9, IBTA 12.11: an RDMA_PS_UDP connect (SIDR) gives ESTABLISHED with the peer's QPN and Q_Key (RDMA_UDP_QKEY) in the UD parameters", udp));
     v.push(Case::new("cm::multicast_join_and_leave", "manual 4.2.27-4.2.28, 4.3.1: rdma_join_multicast on a bound RDMA_PS_UDP id with a UD QP gives MULTICAST_JOIN with the UD parameters of the group (its MGID, QPN 0xFFFFFF, the RDMA_PS_UDP Q_Key); a unicast address is EINVAL; leaving a group not joined is EADDRNOTAVAIL", multicast));
+    v.push(Case::new("cm::join_past_the_attach_limit_is_multicast_error", "librdmacm rdma_get_cm_event(3) RDMA_CM_EVENT_MULTICAST_ERROR, manual 4.2.27: librdmacm attaches the id's UD QP when the join completes; with max_mcast_qp_attach QPs in the group already (manual 3.3.1) the attach fails and the join is reported as MULTICAST_ERROR with a negative status and the group's MGID", multicast_error));
     v.push(Case::new("cm::removed_address_is_addr_change", "librdmacm man page rdma_get_cm_event(3), RDMA_CM_EVENT_ADDR_CHANGE: the address an id is bound to leaves the device's GID table: ADDR_CHANGE on each id bound to it, and the id lives on", addr_change).faulty());
     v.push(Case::new("cm::dead_device_is_device_removal", "librdmacm man page rdma_get_cm_event(3), RDMA_CM_EVENT_DEVICE_REMOVAL, manual 6.1.9: after a fatal device error (its verbs return EIO) every id on the device gets DEVICE_REMOVAL and can be destroyed", device_removal).faulty());
     v.push(Case::new("cm::down_port_is_route_error", "librdmacm man page rdma_get_cm_event(3), RDMA_CM_EVENT_ROUTE_ERROR: route resolution on a port that is DOWN fails; with the port ACTIVE again it succeeds", route_error).faulty());
@@ -378,5 +380,75 @@ fn connect_response(env: &Env) -> Outcome {
     assert_eq!(p.qp_num, pq);
     cm.establish(a).unwrap();
     assert_eq!(ev(&cm, ch, CmEventType::Established).id, req.id);
+    Outcome::Pass
+}
+
+fn connect_error(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let (_l, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 24);
+    let aq = cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
+    cm.connect(a, &ConnParam::default()).unwrap();
+    // Behind the CM's back the QP goes to ERROR, from which INIT is not a transition
+    // (IBTA 10.3.1): the REP cannot be used.
+    let err = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    env.dev.modify_qp(aq, &err, QpAttrMask::STATE).unwrap();
+    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    cm.create_qp(req.id, &init(env, QpType::Rc)).unwrap();
+    cm.accept(req.id, &ConnParam::default()).unwrap();
+    let e = ev(&cm, ch, CmEventType::ConnectError);
+    assert_eq!(e.id, a, "{e:?}");
+    assert!(e.status < 0, "{e:?}");
+    assert_eq!(env.dev.query_qp(aq).unwrap().0.qp_state, QpState::Err);
+    cm.destroy_qp(a).unwrap();
+    cm.destroy_id(a).unwrap();
+    let e = ev(&cm, ch, CmEventType::Rejected);
+    assert_eq!((e.id, e.status), (req.id, REJECT_CONSUMER));
+    Outcome::Pass
+}
+
+fn multicast_error(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let n = env.dev.query_device().unwrap().max_mcast_qp_attach as usize;
+    if n == 0 || n > 1024 {
+        return Outcome::Skip(format!("max_mcast_qp_attach is {n}"));
+    }
+    let ch = cm.create_event_channel().unwrap();
+    let group = SocketAddr::from(([239, 7, 4, 30], 0));
+    let mut ids = Vec::new();
+    for _ in 0..=n {
+        let id = cm.create_id(ch, PortSpace::Udp).unwrap();
+        cm.bind_addr(id, SocketAddr::from((ip(env), 0))).unwrap();
+        cm.create_qp(id, &init(env, QpType::Ud)).unwrap();
+        match cm.join_multicast(id, group) {
+            Err(verbs_api::Error::Unsupported(why)) => return Outcome::Skip(why.into()),
+            r => r.unwrap(),
+        }
+        ids.push(id);
+    }
+    // The first n joins attach their QPs; the one past the limit cannot.
+    for _ in 0..n {
+        ev(&cm, ch, CmEventType::MulticastJoin);
+    }
+    let e = ev(&cm, ch, CmEventType::MulticastError);
+    assert!(e.status < 0, "{e:?}");
+    let CmEventParam::Ud(ud) = &e.param else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        ud.ah_attr.grh.dgid,
+        Gid::from_ipv4(Ipv4Addr::new(239, 7, 4, 30))
+    );
+    let failed = e.id;
+    for id in ids {
+        if id != failed {
+            cm.leave_multicast(id, group).unwrap();
+        }
+        cm.destroy_qp(id).unwrap();
+        cm.destroy_id(id).unwrap();
+    }
     Outcome::Pass
 }
