@@ -297,9 +297,9 @@ impl State {
             St::ReqRcvd if i.ps == PortSpace::Tcp => {
                 let _ = self.reject(id, &[], reason::CONSUMER, now);
             }
-            St::ReqSent | St::MraRcvd => self.rej_timeout(id.0),
+            St::ReqSent | St::MraRcvd => self.send_rej(id.0, reason::TIMEOUT),
             // A connection the consumer never completed: REJ "consumer defined".
-            St::RepSent | St::RepRcvd | St::ConnectError => self.rej_consumer(id.0),
+            St::RepSent | St::RepRcvd | St::ConnectError => self.send_rej(id.0, reason::CONSUMER),
             St::DreqRcvd => self.send_drep(id.0),
             _ => {}
         }
@@ -814,10 +814,12 @@ impl State {
         Ok(())
     }
 
-    /// REJ "timeout" to the peer of `id` (it gave up waiting).
-    /// REJ "consumer defined" (28) for the connection of id `id`, naming the REP as
-    /// the message rejected when the id is the active side (IBTA 12.6.7 table 106).
-    fn rej_consumer(&mut self, id: u32) {
+    /// A REJ with reason `why` (`reason::TIMEOUT` when the id gave up waiting,
+    /// `reason::CONSUMER` when the consumer left a connection it never completed) to
+    /// the peer of id `id`. The message rejected is the REQ from a passive id that has
+    /// not answered, the REP from an active id that has one, otherwise "other" (IBTA
+    /// 12.6.7 table 106; the kernel's `cm_format_rej` maps the states the same way).
+    fn send_rej(&mut self, id: u32, why: u16) {
         let i = &self.ids[&id];
         let (Some(dev), dst) = (i.dev, i.dgid) else {
             return;
@@ -825,24 +827,12 @@ impl State {
         let msg = CmMsg::Rej(Rej {
             local_comm_id: i.comm,
             remote_comm_id: i.remote_comm,
-            message_rejected: if i.st == St::RepSent { 2 } else { 1 },
-            reason: reason::CONSUMER,
-            private_data: Vec::new(),
-        });
-        let tid = u64::from(i.comm);
-        self.send_to(dev, dst, &msg, tid);
-    }
-
-    fn rej_timeout(&mut self, id: u32) {
-        let i = &self.ids[&id];
-        let (Some(dev), dst) = (i.dev, i.dgid) else {
-            return;
-        };
-        let msg = CmMsg::Rej(Rej {
-            local_comm_id: i.comm,
-            remote_comm_id: i.remote_comm,
-            message_rejected: if i.st == St::RepSent { 1 } else { 0 },
-            reason: reason::TIMEOUT,
+            message_rejected: match i.st {
+                St::ReqRcvd => 0,
+                St::RepRcvd | St::ConnectError => 1,
+                _ => 2,
+            },
+            reason: why,
             private_data: Vec::new(),
         });
         let tid = u64::from(i.comm);
@@ -1418,7 +1408,7 @@ impl State {
                     St::DreqSent => self.disconnected(id, now),
                     _ => {
                         if st != St::SidrReqSent {
-                            self.rej_timeout(id);
+                            self.send_rej(id, reason::TIMEOUT);
                         }
                         if st == St::RepSent {
                             self.qp_to_error(id);
