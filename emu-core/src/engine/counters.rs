@@ -37,6 +37,9 @@ pub struct Counters {
     /// UD packets dropped because their Q_Key was not the receiving QP's (IBTA
     /// 10.2.5; kernel rxe drops them silently too).
     pub qkey_violations: u64,
+    /// Packets dropped because their P_Key did not match the QP's (IBTA 10.9.3; the
+    /// port's `bad_pkey_cntr`).
+    pub bad_pkey: u64,
     /// UD packets dropped because the QP had no receive WQE (UD has no RNR).
     pub ud_no_recv_drops: u64,
     /// Packets that arrived while the port was not ACTIVE or the device had failed

@@ -39,6 +39,9 @@ impl Engine {
             // IBTA 14.2.5.6 PortPhysicalState: 5 LinkUp, 2 Polling (no link partner).
             phys_state: if p.state == PortState::Down { 2 } else { 5 },
             link_layer: LinkLayer::Ethernet,
+            // The violation counters (IBTA 14.2.5.6: saturating).
+            bad_pkey_cntr: u32::try_from(self.counters.bad_pkey).unwrap_or(u32::MAX),
+            qkey_viol_cntr: u32::try_from(self.counters.qkey_violations).unwrap_or(u32::MAX),
             ..PortAttr::default()
         })
     }

@@ -847,14 +847,16 @@ impl Engine {
             (qp.init.qp_type, repr.bth.opcode.transport()),
             (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
         );
-        // IBTA 9.6.1.1 (C9-?): a P_Key that does not match the default full-member key
-        // 0xFFFF (the low 15 bits, with one side a full member) is dropped.
-        let pkey_ok = repr.bth.pkey & 0x7FFF == 0x7FFF;
+        // IBTA 9.6.1.1, 10.9.3: the P_Key must match the QP's own (module `port`).
+        if !port::pkey_match(repr.bth.pkey, self.port.pkey_at(qp.attr.pkey_index)) {
+            self.counters.bad_pkey += 1;
+            return;
+        }
         // A connected QP takes packets only from its peer (kernel rxe's check_addr),
         // over its path or its armed alternate path (IBTA 17.2.8, module `apm`).
         let from_primary = qp.init.qp_type == QpType::Ud || qp.attr.ah_attr.grh.dgid == src;
         let from_alternate = !from_primary && qp.came_over_alternate(&src);
-        if !transport_ok || !pkey_ok || !(from_primary || from_alternate) {
+        if !transport_ok || !(from_primary || from_alternate) {
             self.counters.rx_dropped += 1;
             return;
         }
@@ -882,11 +884,6 @@ impl Engine {
         payload: &[u8],
         len: usize,
     ) {
-        // IBTA 9.6.1.1: the default partition only (as for RC/UC).
-        if repr.bth.pkey & 0x7FFF != 0x7FFF {
-            self.counters.rx_dropped += 1;
-            return;
-        }
         let qpn = repr.bth.dest_qp;
         let targets = if qpn == ud::MULTICAST_QPN {
             if !is_multicast(&dst) {
@@ -906,6 +903,17 @@ impl Engine {
             match self.qps.get(&qpn) {
                 None => self.counters.rx_unknown_qp += 1,
                 Some(qp) if qp.init.qp_type != QpType::Ud => self.counters.rx_dropped += 1,
+                // IBTA 9.6.1.1, 10.9.3: the QP's P_Key must match; QP1 takes any P_Key
+                // of the port's table.
+                Some(qp)
+                    if !(if qpn == GSI_QPN {
+                        self.port.accepts_pkey(repr.bth.pkey)
+                    } else {
+                        port::pkey_match(repr.bth.pkey, self.port.pkey_at(qp.attr.pkey_index))
+                    }) =>
+                {
+                    self.counters.bad_pkey += 1
+                }
                 Some(_) => {
                     self.with_qp(now, qpn, |qp, ctx| {
                         qp.handle_ud_request(ctx, repr, payload, &grh)
@@ -931,9 +939,12 @@ impl Engine {
             };
             qp.in_ready = false;
             let t = self
-                .with_qp(now, qpn, |qp, ctx| match qp.next_response(buf) {
-                    Some(t) => Some(t),
-                    None => qp.next_request(ctx, buf),
+                .with_qp(now, qpn, |qp, ctx| {
+                    let pkey = ctx.port.pkey_at(qp.attr.pkey_index);
+                    match qp.next_response(pkey, buf) {
+                        Some(t) => Some(t),
+                        None => qp.next_request(ctx, buf),
+                    }
                 })
                 .flatten();
             if let Some(t) = t {

@@ -15,6 +15,14 @@ use verbs_api::{AsyncEvent, AsyncEventType, Error, EventElement, Gid, PortState,
 /// The full-member default P_Key (IBTA 10.9.1.?), entry 0 of every P_Key table.
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
 
+/// Whether two P_Keys match (IBTA 10.9.3 P_Key matching): the same partition (the
+/// low 15 bits), at least one of them a full member (bit 15), and neither the invalid
+/// key of that partition (0x0000 / 0x8000, which match nothing). Two limited members
+/// of one partition cannot talk to each other.
+pub(crate) fn pkey_match(a: u16, b: u16) -> bool {
+    a & 0x7FFF == b & 0x7FFF && a & 0x7FFF != 0 && (a | b) & 0x8000 != 0
+}
+
 /// State of port 1.
 #[derive(Clone, Debug)]
 pub(crate) struct Port {
@@ -74,6 +82,17 @@ impl Port {
             .get(index as usize)
             .copied()
             .ok_or(Error::NotFound("P_Key index outside the table"))
+    }
+
+    /// The P_Key a QP with P_Key index `index` sends with and must match: its table
+    /// entry, or the invalid key 0 (which matches nothing) outside the table.
+    pub(crate) fn pkey_at(&self, index: u16) -> u16 {
+        self.pkeys.get(usize::from(index)).copied().unwrap_or(0)
+    }
+
+    /// Whether some entry of the table matches `pkey` (what QP1 accepts, IBTA 10.9.3).
+    pub(crate) fn accepts_pkey(&self, pkey: u16) -> bool {
+        self.pkeys.iter().any(|&k| pkey_match(k, pkey))
     }
 
     /// Changes the logical state. Leaving ACTIVE raises `PORT_ERR` (manual 6.1.11),
@@ -202,5 +221,21 @@ mod tests {
             ]
         );
         assert!(ev.iter().all(|e| e.element == EventElement::Port(1)));
+    }
+
+    #[test]
+    fn pkey_matching() {
+        assert!(pkey_match(0xFFFF, 0xFFFF));
+        assert!(pkey_match(0xFFFF, 0x7FFF), "full and limited member");
+        assert!(!pkey_match(0x7FFF, 0x7FFF), "two limited members");
+        assert!(!pkey_match(0x8001, 0x8002), "two partitions");
+        assert!(!pkey_match(0x8000, 0x8000), "the invalid key");
+        assert!(!pkey_match(0, 0x8000));
+        let mut p = Port::new(4, 4);
+        let mut ev = VecDeque::new();
+        p.set_pkey(1, 0x0005, &mut ev).unwrap();
+        assert_eq!((p.pkey_at(1), p.pkey_at(9)), (0x0005, 0));
+        assert!(p.accepts_pkey(0x8005) && p.accepts_pkey(0x7FFF));
+        assert!(!p.accepts_pkey(0x0005) && !p.accepts_pkey(0x8006));
     }
 }

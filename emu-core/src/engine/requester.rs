@@ -242,7 +242,8 @@ impl QueuePair {
             }
         }
         let wqe = &mut self.sq[idx];
-        let size = emit(buf, &mut repr, payload_len, |dst| {
+        let pkey = ctx.port.pkey_at(self.attr.pkey_index);
+        let size = emit(buf, &mut repr, pkey, payload_len, |dst| {
             QueuePair::read_segments(&wqe.local, payload_off, dst)
         });
         wqe.next_off += consumed;
@@ -366,15 +367,18 @@ fn request_opcode(op: &WrOperation, position: Position) -> Opcode {
     }
 }
 
-/// Writes headers, `payload_len` bytes from `fill`, zero pad and a zero ICRC slot
+/// Writes headers (the BTH with the QP's P_Key, IBTA 9.2), `payload_len` bytes from
+/// `fill`, zero pad and a zero ICRC slot
 /// into `buf`; returns the UDP payload length. The link fills in the ICRC, since it
 /// covers the IP and UDP headers only the link knows (IBTA Annex A17.4).
 pub(crate) fn emit(
     buf: &mut [u8],
     repr: &mut PacketRepr,
+    pkey: u16,
     payload_len: usize,
     fill: impl FnOnce(&mut [u8]),
 ) -> usize {
+    repr.bth.pkey = pkey;
     repr.bth.pad_count = pad_count(payload_len);
     let h = repr.emit_headers(buf);
     fill(&mut buf[h..h + payload_len]);

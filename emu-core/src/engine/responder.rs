@@ -745,8 +745,9 @@ impl QueuePair {
         }
     }
 
-    /// Produces the next response packet (ACK, NAK, READ response, ATOMIC ACK).
-    pub(crate) fn next_response(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+    /// Produces the next response packet (ACK, NAK, READ response, ATOMIC ACK), with
+    /// P_Key `pkey` (the QP's).
+    pub(crate) fn next_response(&mut self, pkey: u16, buf: &mut [u8]) -> Option<Transmit> {
         let mtu = self.path_mtu() as usize;
         let dest_qp = self.attr.dest_qp_num;
         let front = self.resp.out.front_mut()?;
@@ -757,7 +758,7 @@ impl QueuePair {
                     syndrome: *syndrome,
                     msn: *msn,
                 });
-                let size = emit(buf, &mut repr, 0, |_| {});
+                let size = emit(buf, &mut repr, pkey, 0, |_| {});
                 self.resp.out.pop_front();
                 size
             }
@@ -768,7 +769,7 @@ impl QueuePair {
                     msn: *msn,
                 });
                 repr.atomic_ack_eth = Some(AtomicAckEthRepr { orig: *orig });
-                let size = emit(buf, &mut repr, 0, |_| {});
+                let size = emit(buf, &mut repr, pkey, 0, |_| {});
                 self.resp.out.pop_front();
                 size
             }
@@ -796,7 +797,7 @@ impl QueuePair {
                 }
                 let start = k as usize * mtu;
                 let len = (*length - start.min(*length)).min(mtu);
-                let size = emit(buf, &mut repr, len, |dst| {
+                let size = emit(buf, &mut repr, pkey, len, |dst| {
                     if let Some(seg) = seg {
                         super::mr::gather(std::slice::from_ref(seg), start, dst);
                     }

@@ -817,9 +817,12 @@ impl Device for EmuDevice {
             max_pkeys: l.pkey_tbl_len as u16,
             phys_port_cnt: 1,
             // PORT_ACTIVE is generated (manual 6.1.10); alternate paths migrate
-            // automatically (engine module `apm`); RNR NAKs are sent (module `rnr`);
+            // automatically (engine module `apm`); the port counts P_Key and Q_Key
+            // violations; RNR NAKs are sent (module `rnr`);
             // `modify_srq` resizes; windows of type 1 and 2B (module `mw`).
-            device_cap_flags: DeviceCapFlags::PORT_ACTIVE_EVENT
+            device_cap_flags: DeviceCapFlags::BAD_PKEY_CNTR
+                | DeviceCapFlags::BAD_QKEY_CNTR
+                | DeviceCapFlags::PORT_ACTIVE_EVENT
                 | DeviceCapFlags::AUTO_PATH_MIG
                 | DeviceCapFlags::RC_RNR_NAK_GEN
                 | DeviceCapFlags::SRQ_RESIZE
