@@ -20,6 +20,8 @@
 //! - UD (`RDMA_PS_UDP`): SIDR_REQ / SIDR_REP (12.11) carry the QPN and Q_Key.
 //! - Address resolution asks the destination's QP1 for its CM ClassPortInfo (13.4.8.1)
 //!   in place of ARP: an address no device owns gets no answer, hence `ADDR_ERROR`.
+//!   Any `GetResp` counts as the answer: a kernel's MAD layer answers the `Get` its CM
+//!   does not take with status "unsupported method/attribute" (see `mad::CmMsg`).
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
