@@ -5,6 +5,10 @@
 #      our own test link, no other address is ever a target) running the interop agent,
 #   3. runs, each as one step: ibv_{rc,uc,ud}_pingpong against our pingpong examples in
 #      both roles, ib_{write,read,atomic}_bw against our perftest_peer in both roles, a capture of the IP IDs on the tap, and the fault probes,
+#      and the connection manager: unmodified rping and udaddy (rdmacm-utils) on the
+#      host, on capi's libibverbs.so.1/librdmacm.so.1 in interop mode
+#      (RDMA_EMU_INTEROP=1), against the VM's rping and udaddy on the kernel's rdma_cm,
+#      both roles, plus address resolution of an address nobody owns,
 #   4. fails if any step failed.
 # Needs root (tap device, raw socket). Env: RXEVM_W (the cached VM image; default
 # /work/rxevm-cache), INTEROP_W (this job's VM folder; default $RXEVM_W-interop),
@@ -37,6 +41,7 @@ for f in qemu-root kernel initramfs.cpio.gz rootfs; do ln -sfn "$RXEVM_W/$f" "$W
 note "build"
 cargo build -q --release -p emu-core --example rc_pingpong --example uc_pingpong --example ud_pingpong --example perftest_peer || exit 1
 cargo build -q --release -p tests --features hw --example interop || exit 1
+"$REPO/capi/build-so.sh" --release "$W/capi-lib" >/dev/null || exit 1
 EX=$TGT/release/examples
 cp "$EX/interop" "$W/share/bin/interop"
 IO=$EX/interop
@@ -141,6 +146,42 @@ for pr in ack-drop ack-drop-all rnr dup-read psn-skip; do
   sed 's/^/  rxe: /' "$W/peer.log"
   [ $o -eq 0 ] && [ $r -eq 0 ]; record "probe $pr" $?
 done
+
+# The connection manager: unmodified rdmacm-utils on the host, on capi's libraries with
+# the device in interop mode, against the same tools on the kernel's rdma_cm in the VM.
+CM_ENV="LD_LIBRARY_PATH=$W/capi-lib RDMA_EMU_IP=192.168.77.1 RDMA_EMU_INTEROP=1"
+cm_ours_server() { # CHECK SERVER-ARGS -- CLIENT-ARGS: ours serves, the VM's connects
+  local check=$1 s=$2 c=$3 tool=${4:-rping}
+  env $CM_ENV timeout 45 $tool $s > "$W/ours.log" 2>&1 & local p=$!
+  sleep 1
+  vmx "timeout 40 $tool $c" > "$W/theirs.log" 2>&1; local r=$?
+  wait $p; local o=$?
+  sed 's/^/  ours: /' "$W/ours.log" | tail -4; sed 's/^/  rxe: /' "$W/theirs.log" | tail -4
+  [ $r -eq 0 ] && [ $o -eq 0 ] && grep -q "$check" "$W/theirs.log"
+}
+cm_theirs_server() { # CHECK SERVER-ARGS CLIENT-ARGS [TOOL]: the VM's serves, ours connects
+  local check=$1 s=$2 c=$3 tool=${4:-rping}
+  vmx "timeout 40 $tool $s" > "$W/theirs.log" 2>&1 & local p=$!
+  sleep 1.5
+  env $CM_ENV timeout 45 $tool $c > "$W/ours.log" 2>&1; local o=$?
+  wait $p; local r=$?
+  sed 's/^/  ours: /' "$W/ours.log" | tail -4; sed 's/^/  rxe: /' "$W/theirs.log" | tail -4
+  [ $r -eq 0 ] && [ $o -eq 0 ] && grep -q "$check" "$W/ours.log"
+}
+RP="-v -V -C 10"
+cm_ours_server "ping data: rdma-ping-9" "-s $RP -a 192.168.77.1" "-c $RP -a 192.168.77.1"
+record "rping client (kernel rdma_cm) -> our rping server (capi, interop)" $?
+cm_theirs_server "ping data: rdma-ping-9" "-s $RP -a 192.168.77.2" "-c $RP -a 192.168.77.2"
+record "our rping client (capi, interop) -> rping server (kernel rdma_cm)" $?
+cm_ours_server "test complete" "-b 192.168.77.1" "-s 192.168.77.1" udaddy
+record "udaddy client (kernel rdma_cm) -> our udaddy server (capi, interop)" $?
+cm_theirs_server "test complete" "-b 192.168.77.2" "-s 192.168.77.2" udaddy
+record "our udaddy client (capi, interop) -> udaddy server (kernel rdma_cm)" $?
+# Nobody owns 192.168.77.3: the address probe goes unanswered, rping reports
+# RDMA_CM_EVENT_ADDR_ERROR and fails.
+env $CM_ENV timeout 30 rping -c -a 192.168.77.3 -C 1 > "$W/ours.log" 2>&1; o=$?
+sed 's/^/  ours: /' "$W/ours.log" | tail -3
+[ $o -ne 0 ] && grep -q "ADDR_ERROR" "$W/ours.log"; record "rping to an address nobody owns: ADDR_ERROR" $?
 
 note "results: $pass passed, $fail failed"
 printf '| step | result |\n|---|---|\n%s' "$results" | tee "$W/results.md"

@@ -364,6 +364,15 @@ static void test_ud(struct ibv_device **list)
 	CHECK(wc.status == IBV_WC_SUCCESS && wc.byte_len == 40 + 9 && (wc.wc_flags & IBV_WC_GRH) &&
 	      wc.src_qp == u[0].qp->qp_num, "UD recv");
 	CHECK(strcmp(u[1].buf + 40, "datagram") == 0, "UD payload after the GRH");
+	/* The GRH is in the IPv4 layout (20 zero bytes, then the IPv4 header), as kernel
+	 * rxe writes it: the reply goes to the sender's IPv4-mapped GID. */
+	CHECK(u[1].buf[20] == 0x45 && memcmp(u[1].buf + 32, u[0].gid.raw + 12, 4) == 0,
+	      "UD GRH: IPv4 layout, source address at bytes 32..36");
+	struct ibv_ah_attr back_attr;
+	CHECK(ibv_init_ah_from_wc(u[1].ctx, 1, &wc, (struct ibv_grh *)u[1].buf, &back_attr) == 0,
+	      "init_ah_from_wc");
+	CHECK(back_attr.is_global && memcmp(back_attr.grh.dgid.raw, u[0].gid.raw, 16) == 0,
+	      "init_ah_from_wc: the reply goes to the sender's GID");
 	struct ibv_ah *back = ibv_create_ah_from_wc(u[1].pd, &wc, (struct ibv_grh *)u[1].buf, 1);
 	CHECK(back, "create_ah_from_wc");
 	CHECK(ibv_destroy_ah(back) == 0 && ibv_destroy_ah(ah) == 0, "destroy_ah");

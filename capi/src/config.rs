@@ -10,6 +10,11 @@
 //!   127.0.0.1:4791, `ibv_open_device` takes the next free address 127.0.0.2,
 //!   127.0.0.3, ... (Linux answers on all of 127.0.0.0/8), so a server and a client on
 //!   one host need no configuration. Its GID carries the address it got.
+//! * `RDMA_EMU_INTEROP=1`: every device opens its link in interop mode, for a real
+//!   RoCE peer such as kernel rxe on the other end of a real link (emu-core's
+//!   `LinkOptions::interop`: raw receive socket, so root or `CAP_NET_RAW`), with an
+//!   active MTU of 1024, the largest IBTA MTU an Ethernet MTU of 1500 carries (what
+//!   rxe reports on such a link). `0` or unset: the loopback mode.
 
 use std::net::Ipv4Addr;
 
@@ -98,6 +103,15 @@ fn parse_addr(s: &str) -> Result<(Ipv4Addr, u16), String> {
     Ok((ip, port))
 }
 
+/// Whether `RDMA_EMU_INTEROP` asks for interop mode (see the module docs).
+pub fn interop_from_env(get: impl Fn(&str) -> Option<String>) -> Result<bool, String> {
+    match get("RDMA_EMU_INTEROP").as_deref().map(str::trim) {
+        None | Some("" | "0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => Err(format!("RDMA_EMU_INTEROP={v:?}: expected 0 or 1")),
+    }
+}
+
 /// The addresses an automatically addressed device tries, in order.
 pub fn auto_candidates(first: Ipv4Addr) -> impl Iterator<Item = Ipv4Addr> {
     let [a, b, c, d] = first.octets();
@@ -179,6 +193,20 @@ mod tests {
         );
         assert_eq!((d[1].name.as_str(), d[1].port), ("emuB", 4800));
         assert!(from_env(env(&[("RDMA_EMU_CONFIG", "/nonexistent/x")])).is_err());
+    }
+
+    #[test]
+    fn interop_switch() {
+        assert_eq!(interop_from_env(env(&[])), Ok(false));
+        assert_eq!(
+            interop_from_env(env(&[("RDMA_EMU_INTEROP", "0")])),
+            Ok(false)
+        );
+        assert_eq!(
+            interop_from_env(env(&[("RDMA_EMU_INTEROP", "1")])),
+            Ok(true)
+        );
+        assert!(interop_from_env(env(&[("RDMA_EMU_INTEROP", "yes")])).is_err());
     }
 
     #[test]

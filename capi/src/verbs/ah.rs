@@ -45,7 +45,11 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut sys::ibv_ah) -> c_int {
 }
 
 /// `ibv_init_ah_from_wc`: the reply path of a received UD message (its GRH, which
-/// every RoCEv2 packet carries, gives the source GID).
+/// every RoCEv2 packet carries, gives the source GID). The GRH is read in either
+/// layout, as libibverbs does: the IPv4 one (20 zero bytes, then the IPv4 header: what
+/// the emulator and kernel rxe write for IPv4 RoCEv2) or an IPv6 header (emu-core's
+/// `engine::init_ah_from_wc`). EINVAL when the GRH is neither or is not addressed to
+/// one of the port's GIDs.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_init_ah_from_wc(
     context: *mut sys::ibv_context,
@@ -59,35 +63,28 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         return EINVAL;
     }
     // SAFETY: the caller's completion and GRH (the first 40 bytes of its buffer).
-    let (w, g) = unsafe { (&*wc, &*grh) };
+    let (w, g) = unsafe { (&*wc, std::slice::from_raw_parts(grh.cast::<u8>(), 40)) };
     if w.wc_flags & sys::IBV_WC_GRH == 0 {
         return unsupported("ibv_init_ah_from_wc without a GRH");
     }
-    let sgid = convert::gid_from_c(&g.sgid);
-    let dgid = convert::gid_from_c(&g.dgid);
-    let index = (0..16u32)
-        .find(|&i| ctx.dev.query_gid(port_num, i).ok() == Some(dgid))
-        .unwrap_or(0);
-    let flow = u32::from_be(g.version_tclass_flow);
-    out!(
-        ah_attr,
-        convert::ah_attr_to_c(&verbs_api::AhAttr {
-            grh: verbs_api::GlobalRoute {
-                dgid: sgid,
-                flow_label: flow & 0xf_ffff,
-                sgid_index: index as u8,
-                hop_limit: 0xff,
-                traffic_class: ((flow >> 20) & 0xff) as u8,
-            },
-            dlid: w.slid,
-            sl: w.sl,
-            src_path_bits: w.dlid_path_bits,
-            static_rate: 0,
-            is_global: true,
-            port_num,
-        })
-    );
-    0
+    let len = ctx.dev.query_port(port_num).map_or(0, |p| p.gid_tbl_len);
+    let gids: Vec<verbs_api::Gid> = (0..len)
+        .map_while(|i| ctx.dev.query_gid(port_num, i).ok())
+        .collect();
+    let completion = verbs_api::WorkCompletion {
+        slid: w.slid,
+        sl: w.sl,
+        dlid_path_bits: w.dlid_path_bits,
+        wc_flags: verbs_api::WcFlags::GRH,
+        ..verbs_api::WorkCompletion::default()
+    };
+    match emu_core::engine::init_ah_from_wc(port_num, &completion, g, &gids) {
+        Ok(attr) => {
+            out!(ah_attr, convert::ah_attr_to_c(&attr));
+            0
+        }
+        Err(e) => fail(&e),
+    }
 }
 
 /// `ibv_create_ah_from_wc`.

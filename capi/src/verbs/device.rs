@@ -97,13 +97,22 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut sys::ibv_device) -> c
 /// Opens the emulated NIC of `cfg`; an automatically addressed device moves on to the
 /// next 127.0.0.x while the address is taken by another process.
 fn open_emu(cfg: &DeviceConfig) -> verbs_api::Result<EmuDevice> {
+    let interop = config::interop_from_env(|k| std::env::var(k).ok()).unwrap_or_else(|e| {
+        eprintln!("rdma-emu libibverbs: {e}; loopback mode");
+        false
+    });
     let open = |ip| {
-        EmuDevice::open(EmuConfig {
+        let mut c = EmuConfig {
             name: cfg.name.clone(),
             ip,
             port: cfg.port,
             ..EmuConfig::default()
-        })
+        };
+        if interop {
+            c.link = LinkOptions::interop();
+            c.limits.active_mtu = verbs_api::Mtu::Mtu1024;
+        }
+        EmuDevice::open(c)
     };
     if !cfg.auto_ip {
         return open(cfg.ip);

@@ -283,7 +283,12 @@ pub enum CmMsg {
     SidrRep(SidrRep),
     /// `Get(ClassPortInfo)`: the emulator's address probe.
     ProbeGet,
-    /// `GetResp(ClassPortInfo)`: its answer.
+    /// `GetResp(ClassPortInfo)`: its answer, whatever its status. An emulated CM
+    /// answers with status 0; a Linux kernel's MAD layer, where no agent takes a CM
+    /// `Get` (its CM registers `Send` only), answers with the request turned into a
+    /// `GetResp` with status 0x000C, "unsupported method/attribute combination" (IBTA
+    /// 13.4.7, status bits 2-4 = 3), with the same TID. Either way the address has a
+    /// live QP1, which is all the probe asks.
     ProbeResp,
 }
 
@@ -676,6 +681,20 @@ mod tests {
         let mut b = CmMsg::ProbeGet.encode(1);
         b[17] = 0x99;
         assert_eq!(CmMsg::decode(&b), Err(MadError::Unknown));
+    }
+
+    #[test]
+    fn a_kernels_unsupported_answer_to_the_probe_is_an_answer() {
+        // What a Linux kernel sends back for our Get: the same MAD, method GetResp,
+        // status 0x000C (IBTA 13.4.7: invalid method/attribute combination).
+        let mut b = CmMsg::ProbeGet.encode(0x1234);
+        b[3] = method::GET_RESP;
+        b[4..6].copy_from_slice(&0x000Cu16.to_be_bytes());
+        assert_eq!(CmMsg::decode(&b), Ok((0x1234, CmMsg::ProbeResp)));
+        // Our own answer carries status 0 and decodes alike.
+        let ours = CmMsg::ProbeResp.encode(0x1234);
+        assert_eq!(&ours[4..6], &[0, 0]);
+        assert_eq!(CmMsg::decode(&ours), Ok((0x1234, CmMsg::ProbeResp)));
     }
 
     proptest! {

@@ -20,6 +20,8 @@
 //! - UD (`RDMA_PS_UDP`): SIDR_REQ / SIDR_REP (12.11) carry the QPN and Q_Key.
 //! - Address resolution asks the destination's QP1 for its CM ClassPortInfo (13.4.8.1)
 //!   in place of ARP: an address no device owns gets no answer, hence `ADDR_ERROR`.
+//!   Any `GetResp` counts as the answer: a kernel's MAD layer answers the `Get` its CM
+//!   does not take with status "unsupported method/attribute" (see `mad::CmMsg`).
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -103,7 +105,9 @@ struct Id {
     comm: u32,
     remote_comm: u32,
     remote_qpn: u32,
+    /// The peer's Starting PSN (REQ or REP): where our sends start.
     remote_psn: u32,
+    /// Our Starting PSN (REQ or REP): where our receive queue starts.
     psn: u32,
     /// From the peer's REQ: path MTU code, local ACK timeout, retry count, RNR retry.
     req_path: (u8, u8, u8, u8),
@@ -287,10 +291,11 @@ impl State {
         if i.qpn.is_some() {
             return Err(Error::Busy("destroy the id's QP first"));
         }
-        let st = i.st;
-        // As the kernel's cm_destroy_id: tell the peer the connection is gone.
+        let (st, ps) = (i.st, i.ps);
+        // As the kernel's cm_destroy_id: tell the peer the connection is gone (a UD
+        // id has no connection: SIDR leaves nothing to tear down, IBTA 12.11).
         match st {
-            St::Established => {
+            St::Established if ps == PortSpace::Tcp => {
                 let msg = self.dreq_of(id.0);
                 self.send_id(id.0, &msg, now);
             }
@@ -557,13 +562,17 @@ impl State {
         if let Some(t) = peer_ack_timeout {
             p.timeout = t;
         }
+        // The Starting PSN a side puts in its REQ or REP is the one its own receive
+        // queue expects: the peer sends from it (kernel cm.c takes the REQ's as the
+        // active side's rq_psn and the passive side's sq_psn, the REP's the other way
+        // round; measured over the wire against kernel rxe, docs/interop.md).
         let remote = Endpoint {
             lid: 0,
             qpn: i.remote_qpn,
-            psn: i.remote_psn,
+            psn: i.psn,
             gid: i.dgid,
         };
-        for (attr, mask) in [p.rtr(QpType::Rc, &remote), p.rts(QpType::Rc, i.psn)] {
+        for (attr, mask) in [p.rtr(QpType::Rc, &remote), p.rts(QpType::Rc, i.remote_psn)] {
             dev.modify_qp(qpn, &attr, mask)?;
         }
         Ok(())
