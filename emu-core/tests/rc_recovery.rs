@@ -485,3 +485,26 @@ fn ack_restarts_the_ack_timer_and_the_last_ack_stops_it() {
     assert_eq!(p.b.poll_timeout(), None);
     assert_eq!(p.a.counters().ack_timeouts, 1);
 }
+
+/// A QP destroyed with its ACK timer armed leaves no timer behind: its entry in the
+/// engine's lazy timer index goes with it, and nothing fires later.
+#[test]
+fn a_destroyed_qp_takes_its_ack_timer_along() {
+    let (mut p, a, b) = connected(Config::default());
+    b.post_recv(&mut p, 1, 0, 64);
+    // Every request is lost: the ACK timer stays armed.
+    p.set_rule(|side, _, _| {
+        if side == Side::A {
+            Action::Drop
+        } else {
+            Action::Deliver
+        }
+    });
+    a.post_send(&mut p, signaled(1, WrOperation::Send, vec![a.sge(0, 8)]));
+    p.advance(Duration::from_millis(1));
+    assert!(p.a.poll_timeout().is_some());
+    p.a.destroy_qp(a.qpn).unwrap();
+    assert_eq!(p.a.poll_timeout(), None);
+    p.advance(Duration::from_secs(1));
+    assert_eq!(p.a.counters().ack_timeouts, 0);
+}

@@ -40,9 +40,10 @@ const TIMERS: [Timer; 2] = [Timer::Retransmit, Timer::Rnr];
 /// One index entry: (time, QPN, timer).
 pub(crate) type Entry = (Instant, u32, Timer);
 
-/// Runs the index keeps before it inserts in the middle of one (distinct delays in
-/// use at once: ACK timeouts and RNR delays).
-const MAX_RUNS: usize = 8;
+/// Runs the index keeps before it inserts in the middle of one: enough for every
+/// delay a timer can have at once (32 local ACK timeout values, IBTA 9.7.6.1.3, and
+/// 32 RNR timer codes, 9.7.5.2.8), so the O(n) insert is for a clock that went back.
+const MAX_RUNS: usize = 64;
 
 /// Untracked entries tolerated before [`TimerIndex::retain`] is due.
 const DEAD_SLACK: usize = 1024;
@@ -315,6 +316,13 @@ mod tests {
             index.insert(e);
             want.push(e);
         }
+        // Strictly earlier and earlier: a run each, then inserts in the middle.
+        for k in 0..100u64 {
+            let e = (at(999 - k * 9), 3000 + k as u32, Timer::Rnr);
+            index.insert(e);
+            want.push(e);
+        }
+        assert_eq!(index.runs.len(), MAX_RUNS);
         // Ties in any order of QPN share a run.
         for q in (2000..2100u32).rev() {
             let e = (at(1500), q, Timer::Retransmit);
