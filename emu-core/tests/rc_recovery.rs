@@ -426,3 +426,85 @@ fn comm_est_on_first_packet_in_rtr() {
     assert_eq!(ev[0].element, verbs_api::EventElement::Qp(b.qpn));
     assert_eq!(b.poll(&mut p)[0].status, WcStatus::Success);
 }
+
+/// IBTA 9.7.6.1.3: an ACK that leaves requests outstanding restarts the local ACK
+/// timer, so a lost later request is resent one full timeout after that ACK, not at
+/// the deadline armed when it was posted; once everything is acknowledged no timer is
+/// left (the engine's timer index updates lazily and must still be exact).
+#[test]
+fn ack_restarts_the_ack_timer_and_the_last_ack_stops_it() {
+    let (mut p, a, b) = connected(Config::default());
+    for id in 1..=3 {
+        b.post_recv(&mut p, id, 0, 64);
+    }
+    // The third request waits on the wire, then is lost: the first one's ACK comes
+    // back while it is outstanding.
+    let mut seen = 0;
+    p.set_rule(move |side, repr, _| {
+        if side == Side::A && repr.bth.opcode == RcSendOnly {
+            seen += 1;
+            if seen == 3 {
+                return Action::Drop;
+            }
+        }
+        Action::Deliver
+    });
+    a.post_send(&mut p, signaled(1, WrOperation::Send, vec![a.sge(0, 8)]));
+    p.advance(Duration::from_millis(20));
+    assert_eq!(a.poll(&mut p).len(), 1);
+    let armed = p.a.poll_timeout().is_none();
+    assert!(armed, "no timer once the only request is acknowledged");
+    a.post_send(&mut p, signaled(2, WrOperation::Send, vec![a.sge(0, 8)]));
+    a.post_send(&mut p, signaled(3, WrOperation::Send, vec![a.sge(0, 8)]));
+    p.drive();
+    let t: Vec<_> = p.trace();
+    assert_eq!(
+        t[2..],
+        [
+            "A->B RC_SEND_ONLY psn=101",
+            "A->B RC_SEND_ONLY psn=102 [Drop]",
+            "B->A RC_ACKNOWLEDGE psn=101 aeth=0x1f",
+            "A->B RC_SEND_ONLY psn=102",
+            "B->A RC_ACKNOWLEDGE psn=102 aeth=0x1f"
+        ]
+    );
+    // timeout 14 = 67.108864 ms from the ACK of psn 101 (which arrived one wire
+    // latency after psn 101 left), not from the post.
+    let ack = p.log[4].at + p.latency;
+    let resend = p.log[5].at;
+    assert!(
+        resend >= ack + Duration::from_nanos(67_108_864),
+        "{resend:?} {ack:?}"
+    );
+    assert!(
+        resend < ack + Duration::from_millis(68),
+        "{resend:?} {ack:?}"
+    );
+    assert_eq!(a.poll(&mut p).len(), 2);
+    assert_eq!(p.a.poll_timeout(), None);
+    assert_eq!(p.b.poll_timeout(), None);
+    assert_eq!(p.a.counters().ack_timeouts, 1);
+}
+
+/// A QP destroyed with its ACK timer armed leaves no timer behind: its entry in the
+/// engine's lazy timer index goes with it, and nothing fires later.
+#[test]
+fn a_destroyed_qp_takes_its_ack_timer_along() {
+    let (mut p, a, b) = connected(Config::default());
+    b.post_recv(&mut p, 1, 0, 64);
+    // Every request is lost: the ACK timer stays armed.
+    p.set_rule(|side, _, _| {
+        if side == Side::A {
+            Action::Drop
+        } else {
+            Action::Deliver
+        }
+    });
+    a.post_send(&mut p, signaled(1, WrOperation::Send, vec![a.sge(0, 8)]));
+    p.advance(Duration::from_millis(1));
+    assert!(p.a.poll_timeout().is_some());
+    p.a.destroy_qp(a.qpn).unwrap();
+    assert_eq!(p.a.poll_timeout(), None);
+    p.advance(Duration::from_secs(1));
+    assert_eq!(p.a.counters().ack_timeouts, 0);
+}

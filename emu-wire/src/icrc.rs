@@ -12,7 +12,7 @@ use crc32fast::Hasher;
 
 use crate::bth;
 use crate::error::Result;
-use crate::frame::{ipv4_header, split_frame, udp_header};
+use crate::frame::split_frame;
 use crate::packet::ICRC_LEN;
 
 /// The IPv4 and UDP fields a RoCEv2 packet's ICRC depends on.
@@ -97,11 +97,41 @@ pub fn icrc_ipv6(ip_header: &[u8], udp_header: &[u8], udp_payload: &[u8]) -> u32
     crc_masked(&ip[..n], udp_header, udp_payload)
 }
 
-/// The ICRC with the IPv4 and UDP headers a Linux DF sender would build for `ep`.
+/// The ICRC with the IPv4 and UDP headers a Linux DF sender would build for `ep`
+/// ([`ipv4_header`], [`udp_header`]). Every packet sent or received pays this, so
+/// the masked headers are laid out in place, without building the real ones first
+/// (the IP checksum that [`icrc_ipv4`] would mask anyway costs as much as the CRC of
+/// a small packet).
 pub fn icrc_for(ep: &Ipv4Endpoints, udp_payload: &[u8]) -> u32 {
-    let ip = ipv4_header(ep, 8 + udp_payload.len());
-    let udp = udp_header(ep, udp_payload.len());
-    icrc_ipv4(&ip, &udp, udp_payload)
+    let end = udp_payload.len().saturating_sub(ICRC_LEN);
+    let body = &udp_payload[..end];
+    let k = body.len().min(bth::HEADER_LEN);
+    // Annex A17.4: 8 bytes of 0xFF for the LRH, then the IPv4 header with TOS, TTL
+    // and header checksum all ones, the UDP header with its checksum all ones, and
+    // the BTH with byte 4 all ones.
+    let mut head = [0xFFu8; 8 + 20 + 8 + bth::HEADER_LEN];
+    let ip_len = (20 + 8 + udp_payload.len()) as u16;
+    let udp_len = (8 + udp_payload.len()) as u16;
+    head[8] = 0x45;
+    head[10..12].copy_from_slice(&ip_len.to_be_bytes());
+    head[12..14].copy_from_slice(&ep.ip_id.to_be_bytes());
+    // Flags DF, fragment offset 0; protocol UDP.
+    head[14] = 0x40;
+    head[15] = 0;
+    head[17] = 17;
+    head[20..24].copy_from_slice(&ep.src.octets());
+    head[24..28].copy_from_slice(&ep.dst.octets());
+    head[28..30].copy_from_slice(&ep.src_port.to_be_bytes());
+    head[30..32].copy_from_slice(&ep.dst_port.to_be_bytes());
+    head[32..34].copy_from_slice(&udp_len.to_be_bytes());
+    head[36..36 + k].copy_from_slice(&body[..k]);
+    if k > 4 {
+        head[36 + 4] = 0xFF;
+    }
+    let mut h = Hasher::new();
+    h.update(&head[..36 + k]);
+    h.update(&body[k..]);
+    h.finalize()
 }
 
 /// Computes the ICRC and stores it little-endian in the last 4 bytes.
@@ -144,6 +174,7 @@ pub fn check_icrc_frame(frame: &[u8]) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::{ipv4_header, udp_header};
     use crate::{Opcode, PacketRepr, Psn};
 
     fn ep() -> Ipv4Endpoints {
@@ -162,6 +193,28 @@ mod tests {
         buf.truncate(n);
         write_icrc(&ep(), &mut buf);
         buf
+    }
+
+    #[test]
+    fn the_direct_layout_matches_the_built_headers() {
+        let eps = [
+            ep(),
+            Ipv4Endpoints {
+                src: Ipv4Addr::new(192, 168, 77, 2),
+                dst: Ipv4Addr::new(127, 0, 0, 1),
+                ip_id: 0xBEEF,
+                src_port: 4791,
+                dst_port: 4791,
+            },
+        ];
+        for ep in eps {
+            for len in [0, 1, 3, 4, 5, 8, 15, 16, 17, 20, 24, 80, 300, 4112] {
+                let p: Vec<u8> = (0..len).map(|i| (i * 37 + len) as u8).collect();
+                let ip = ipv4_header(&ep, 8 + p.len());
+                let udp = udp_header(&ep, p.len());
+                assert_eq!(icrc_for(&ep, &p), icrc_ipv4(&ip, &udp, &p), "{ep:?} {len}");
+            }
+        }
     }
 
     #[test]

@@ -218,7 +218,7 @@ impl Engine {
             events: VecDeque::new(),
             cq_events: VecDeque::new(),
             ready: VecDeque::new(),
-            timers: TimerIndex::new(),
+            timers: TimerIndex::default(),
             counters: Counters::default(),
         }
     }
@@ -277,10 +277,47 @@ impl Engine {
             qp.in_ready = true;
             self.ready.push_back(qpn);
         }
+        // Only this QP's entries can have gone stale: the front needs a look only if
+        // it is one of them.
+        if self.timers.first().is_some_and(|e| e.1 == qpn) {
+            self.prune_timers();
+        }
+        if self.timers.wants_retain() {
+            self.retain_timers();
+        }
         for cq in overrun {
             self.cq_overrun(now, cq);
         }
         Some(r)
+    }
+
+    /// Keeps the first entry of the lazy timer index exact (module `timers`): drops
+    /// the entries of stopped timers that reached the front, and moves those of timers
+    /// pushed later to their real deadlines.
+    fn prune_timers(&mut self) {
+        while let Some((at, qpn, timer)) = self.timers.first() {
+            match self.qps.get_mut(&qpn) {
+                Some(qp) if qp.timers.is_exact(timer, at) => break,
+                Some(qp) if qp.timers.tracks(timer, at) => {
+                    self.timers.pop_first();
+                    qp.timers.unindexed(timer);
+                    qp.timers.sync(qpn, &mut self.timers);
+                }
+                _ => {
+                    self.timers.pop_first();
+                    self.timers.dropped_dead();
+                }
+            }
+        }
+    }
+
+    /// Drops every timer index entry no QP tracks any more (see module `timers`).
+    fn retain_timers(&mut self) {
+        let qps = &self.qps;
+        self.timers.retain(|&(at, qpn, timer)| {
+            qps.get(&qpn).is_some_and(|qp| qp.timers.tracks(timer, at))
+        });
+        self.prune_timers();
     }
 
     /// IBTA 11.6.2 (C11-33?): a CQ overrun puts every QP on the CQ into the error
@@ -667,7 +704,11 @@ impl Engine {
             return Err(Error::Busy("the QP is attached to a multicast group"));
         }
         let mut qp = self.qps.remove(&qpn).ok_or_else(Self::qp_missing)?;
-        qp.timers.unindex(qpn, &mut self.timers);
+        qp.timers.unindex(&mut self.timers);
+        self.prune_timers();
+        if self.timers.wants_retain() {
+            self.retain_timers();
+        }
         self.ready.retain(|q| *q != qpn);
         self.mrs.pd_ref(qp.init.pd, -1);
         for cq in [qp.init.send_cq, qp.init.recv_cq] {
@@ -966,11 +1007,15 @@ impl Engine {
 
     /// Runs every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        while let Some(&(at, qpn, timer)) = self.timers.first() {
+        while let Some((at, qpn, timer)) = self.timers.first() {
             if at > now {
                 break;
             }
             self.timers.pop_first();
+            match self.qps.get_mut(&qpn) {
+                Some(qp) if qp.timers.tracks(timer, at) => qp.timers.unindexed(timer),
+                _ => self.timers.dropped_dead(),
+            }
             self.with_qp(now, qpn, |qp, ctx| {
                 if qp.timers.take_expired(timer, now) {
                     match timer {
@@ -980,6 +1025,8 @@ impl Engine {
                 }
             });
         }
+        // Popping may have left a stale entry in front.
+        self.prune_timers();
     }
 }
 

@@ -25,7 +25,7 @@ use super::rnr::RnrState;
 use super::srq::SrqHandle;
 use super::timers::TimerTable;
 use super::ud::UdDestination;
-use super::wqe::{RecvWqe, SendWqe};
+use super::wqe::{RecvWqe, Segments, SendWqe, Sges};
 use super::Limits;
 
 /// Attributes a QP is created with (`struct ibv_qp_init_attr`, manual 3.5).
@@ -157,10 +157,10 @@ impl QueuePair {
                 op: wr.op.clone(),
                 flags: wr.send_flags,
                 signaled: self.init.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
-                sges: wr.sg_list.clone(),
+                sges: Sges::from_slice(&wr.sg_list),
                 inline,
                 length,
-                local: Vec::new(),
+                local: Segments::new(),
                 started: false,
                 first_psn: Psn::default(),
                 npsn: 0,
@@ -341,7 +341,7 @@ impl QueuePair {
             }
             let wqe = RecvWqe {
                 wr_id: wr.wr_id,
-                sges: wr.sg_list.clone(),
+                sges: Sges::from_slice(&wr.sg_list),
                 length: wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
             };
             if self.state() == QpState::Err {

@@ -15,7 +15,7 @@ use super::ctx::Ctx;
 use super::qp::QueuePair;
 use super::retry::local_ack_timeout;
 use super::timers::Timer;
-use super::wqe::ReqKind;
+use super::wqe::{ReqKind, Segments};
 use super::{Limits, Transmit};
 
 /// The requester asks for an ACK at least this often (kernel rxe uses the same
@@ -308,11 +308,11 @@ impl QueuePair {
                 return Err(WcStatus::LocQpOpErr);
             }
             if let Some(data) = &wqe.inline {
-                wqe.local = vec![QueuePair::inline_segment(data)];
+                wqe.local = Segments::from_buf([QueuePair::inline_segment(data)]);
                 return Ok(());
             }
             let write = matches!(kind, ReqKind::Read | ReqKind::Atomic);
-            let mut local = Vec::with_capacity(wqe.sges.len());
+            let mut local = Segments::with_capacity(wqe.sges.len());
             for sge in wqe.sges.iter().filter(|s| s.length > 0) {
                 local.push(
                     ctx.mrs

@@ -21,7 +21,7 @@ use super::ctx::Ctx;
 use super::mr::{AccessError, Segment};
 use super::qp::QueuePair;
 use super::requester::emit;
-use super::wqe::RecvWqe;
+use super::wqe::{RecvWqe, Segments};
 use super::Transmit;
 
 /// A message may span fewer PSNs than half the PSN space less the requester's window,
@@ -33,7 +33,7 @@ pub(crate) const MAX_PSNS_PER_MESSAGE: u32 = (1 << 23) - 256;
 enum InProgress {
     Send {
         wqe: RecvWqe,
-        segs: Vec<Segment>,
+        segs: Segments,
         received: u64,
     },
     Write {
@@ -397,7 +397,7 @@ impl QueuePair {
         let opcode = repr.bth.opcode;
         if matches!(opcode.position(), Position::First | Position::Only) {
             let wqe = self.take_recv(ctx).expect("checked above");
-            let mut segs = Vec::with_capacity(wqe.sges.len());
+            let mut segs = Segments::with_capacity(wqe.sges.len());
             for sge in wqe.sges.iter().filter(|s| s.length > 0) {
                 match ctx
                     .mrs
@@ -409,7 +409,7 @@ impl QueuePair {
                         // a remote operational error for the requester (IBTA 9.9.3.1.?).
                         self.resp.cur = Some(InProgress::Send {
                             wqe,
-                            segs: Vec::new(),
+                            segs: Segments::new(),
                             received: 0,
                         });
                         return Err(Fatal {

@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 use verbs_api::{Error, PostError, RecvWr, Result, SrqAttr, SrqAttrMask};
 
 use super::mr::PdHandle;
-use super::wqe::RecvWqe;
+use super::wqe::{RecvWqe, Sges};
 use super::Limits;
 
 /// A shared receive queue, by number.
@@ -121,7 +121,7 @@ impl SharedReceiveQueue {
             }
             self.wqes.push_back(RecvWqe {
                 wr_id: wr.wr_id,
-                sges: wr.sg_list.clone(),
+                sges: Sges::from_slice(&wr.sg_list),
                 length: wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
             });
         }

@@ -1,6 +1,7 @@
 //! Work queue entries as the engine keeps them once posted.
 
 use emu_wire::Psn;
+use smallvec::SmallVec;
 use verbs_api::{SendFlags, Sge, WcStatus, WrOperation};
 
 use super::mr::Segment;
@@ -8,6 +9,13 @@ use super::mw::BindOrigin;
 use super::ud::UdDestination;
 
 /// What kind of request a send WQE makes on the wire.
+/// A work request's scatter/gather list. Most have one entry: kept inline, so posting
+/// a WR allocates nothing.
+pub(crate) type Sges = SmallVec<[Sge; 1]>;
+
+/// The registered memory a WQE's SGEs resolved to (inline for one SGE, as [`Sges`]).
+pub(crate) type Segments = SmallVec<[Segment; 1]>;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReqKind {
     Send,
@@ -26,13 +34,13 @@ pub(crate) struct SendWqe {
     pub(crate) flags: SendFlags,
     /// Generates a completion on success (`SIGNALED` or `sq_sig_all`).
     pub(crate) signaled: bool,
-    pub(crate) sges: Vec<Sge>,
+    pub(crate) sges: Sges,
     /// INLINE data, copied at post time (manual 3.6 `IBV_SEND_INLINE`).
     pub(crate) inline: Option<Vec<u8>>,
     /// The message length: the sum of the SGE lengths.
     pub(crate) length: u32,
     /// The local memory the WQE reads from or writes to, resolved when it starts.
-    pub(crate) local: Vec<Segment>,
+    pub(crate) local: Segments,
     /// Whether the requester has assigned its PSNs.
     pub(crate) started: bool,
     pub(crate) first_psn: Psn,
@@ -86,7 +94,7 @@ impl SendWqe {
 #[derive(Clone, Debug)]
 pub(crate) struct RecvWqe {
     pub(crate) wr_id: u64,
-    pub(crate) sges: Vec<Sge>,
+    pub(crate) sges: Sges,
     /// The buffer's capacity: the sum of the SGE lengths.
     pub(crate) length: u64,
 }

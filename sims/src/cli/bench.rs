@@ -400,8 +400,8 @@ fn serve(
     size: u64,
     stop: &AtomicBool,
     fabric: bool,
+    wcs: &mut Vec<WorkCompletion>,
 ) -> Result<(), String> {
-    let mut wcs = Vec::with_capacity(64);
     if test != Test::SendBw && !fabric {
         // As perftest's server: nothing to repost, so no polling; the device thread
         // receives and answers (a spinning poller would take the socket over and
@@ -412,9 +412,9 @@ fn serve(
         return Ok(());
     }
     while !stop.load(Ordering::Relaxed) {
-        let n = s.poll(&mut wcs)?;
+        let n = s.poll(wcs)?;
         if test == Test::SendBw {
-            for wc in &wcs {
+            for wc in wcs.iter() {
                 s.post_recvs(wc.wr_id as usize, 1, region, size)?;
             }
         }
@@ -428,7 +428,15 @@ fn serve(
     Ok(())
 }
 
-fn run_bw(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<BwResult, String> {
+/// One bandwidth run: `iters` messages per QP, at most `post_list` WRs per
+/// `post_send` call (perftest's `--post_list`).
+fn run_bw(
+    o: &BenchOpts,
+    st: &Setup,
+    size: u64,
+    iters: u64,
+    post_list: usize,
+) -> Result<BwResult, String> {
     let (c, s) = (&st.client, &st.server);
     let qps = c.qpns.len();
     let per_qp = (o.tx_depth as usize).div_ceil(qps).max(1);
@@ -451,12 +459,24 @@ fn run_bw(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<BwResult, 
         };
         let stop = stop.clone();
         let (test, region) = (o.test, st.region);
-        std::thread::spawn(move || serve(&h, test, region, size, &stop, false))
+        std::thread::spawn(move || {
+            serve(
+                &h,
+                test,
+                region,
+                size,
+                &stop,
+                false,
+                &mut Vec::with_capacity(64),
+            )
+        })
     });
     let mut outstanding = vec![0usize; qps];
     let mut posted = vec![0u64; qps];
     let (mut done, mut next_qp) = (0u64, 0usize);
     let mut wcs = Vec::with_capacity(64);
+    let mut server_wcs = Vec::with_capacity(64);
+    let never = AtomicBool::new(false);
     let mut wrs: Vec<SendWr> = Vec::with_capacity(per_qp);
     let mut progress = Progress::new(total, o.json);
     let samples = 32u64;
@@ -465,43 +485,50 @@ fn run_bw(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<BwResult, 
     marks.push((start, 0));
     let result = (|| -> Result<(), String> {
         while done < total {
-            // Post on up to qps QPs round robin, as many as each has room for.
+            // Up to 64 post_send calls between two polls, whatever the number of
+            // QPs: QPs round robin, each posted as many lists as it has room for.
+            let mut calls = 0;
             for _ in 0..qps.min(64) {
                 let q = next_qp;
                 next_qp = (next_qp + 1) % qps;
-                let room = (per_qp - outstanding[q]).min((iters - posted[q]) as usize);
-                if room == 0 {
-                    continue;
+                while calls < 64 {
+                    let room = (per_qp - outstanding[q])
+                        .min((iters - posted[q]) as usize)
+                        .min(post_list);
+                    if room == 0 {
+                        break;
+                    }
+                    calls += 1;
+                    wrs.clear();
+                    let off = c.offset(q, st.region);
+                    let roff = s.offset(q, st.region);
+                    for _ in 0..room {
+                        let op = match o.test {
+                            Test::SendBw => WrOperation::Send,
+                            Test::WriteBw => WrOperation::RdmaWrite {
+                                remote_addr: s.mr.addr + roff,
+                                rkey: s.mr.rkey,
+                            },
+                            Test::ReadBw => WrOperation::RdmaRead {
+                                remote_addr: s.mr.addr + roff,
+                                rkey: s.mr.rkey,
+                            },
+                            _ => WrOperation::AtomicFetchAndAdd {
+                                remote_addr: s.mr.addr,
+                                rkey: s.mr.rkey,
+                                add: 1,
+                            },
+                        };
+                        let mut wr = SendWr::new(q as u64, vec![c.sge(off, size)], op);
+                        wr.send_flags = SendFlags::SIGNALED;
+                        wrs.push(wr);
+                    }
+                    c.dev
+                        .post_send(c.qpns[q], &wrs)
+                        .map_err(|e| format!("post_send: {e}"))?;
+                    outstanding[q] += room;
+                    posted[q] += room as u64;
                 }
-                wrs.clear();
-                let off = c.offset(q, st.region);
-                let roff = s.offset(q, st.region);
-                for _ in 0..room {
-                    let op = match o.test {
-                        Test::SendBw => WrOperation::Send,
-                        Test::WriteBw => WrOperation::RdmaWrite {
-                            remote_addr: s.mr.addr + roff,
-                            rkey: s.mr.rkey,
-                        },
-                        Test::ReadBw => WrOperation::RdmaRead {
-                            remote_addr: s.mr.addr + roff,
-                            rkey: s.mr.rkey,
-                        },
-                        _ => WrOperation::AtomicFetchAndAdd {
-                            remote_addr: s.mr.addr,
-                            rkey: s.mr.rkey,
-                            add: 1,
-                        },
-                    };
-                    let mut wr = SendWr::new(q as u64, vec![c.sge(off, size)], op);
-                    wr.send_flags = SendFlags::SIGNALED;
-                    wrs.push(wr);
-                }
-                c.dev
-                    .post_send(c.qpns[q], &wrs)
-                    .map_err(|e| format!("post_send: {e}"))?;
-                outstanding[q] += room;
-                posted[q] += room as u64;
             }
             let n = c.poll(&mut wcs)?;
             for wc in &wcs {
@@ -514,7 +541,9 @@ fn run_bw(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<BwResult, 
             }
             if let Some(f) = &st.fabric {
                 let _ = f;
-                serve(s, o.test, st.region, size, &AtomicBool::new(false), true)?;
+                // One buffer for the whole run (a fresh one per call showed in
+                // profiles: a 6 KiB allocation each time).
+                serve(s, o.test, st.region, size, &never, true, &mut server_wcs)?;
             } else if n == 0 && !o.busy_poll {
                 std::thread::yield_now();
             }
@@ -908,7 +937,9 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             );
         }
     } else {
-        let r = run_bw(&o, &st, size, iters)?;
+        // A QP never has more than its share of the depth to post at once.
+        let post_list = (o.tx_depth as usize).div_ceil(o.qps as usize).max(1);
+        let r = run_bw(&o, &st, size, iters, post_list)?;
         let avg = r.bytes as f64 / r.secs / 1e6;
         let mpps = r.msgs as f64 / r.secs / 1e6;
         println!(
@@ -936,13 +967,16 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             };
             let peak = peak_rss_kib();
             drop(st);
-            // The same test on one QP, same total messages, for the message-rate ratio.
+            // The same test on one QP, same total messages, for the message-rate ratio;
+            // and the same work per message: WRs posted in lists no longer than the
+            // many-QP run's (one WR per call when each QP has one in flight), or the
+            // single QP would pay one verb call for up to `depth` messages.
             let depth = o.tx_depth.min(4096);
             let one = setup(&o, size, 1, depth, depth * 2)?;
             let mut o1 = o.clone();
             o1.qps = 1;
             o1.tx_depth = depth;
-            let r1 = run_bw(&o1, &one, size, r.msgs)?;
+            let r1 = run_bw(&o1, &one, size, r.msgs, post_list)?;
             drop(one);
             let mpps1 = r1.msgs as f64 / r1.secs / 1e6;
             println!("{}", line());
