@@ -18,6 +18,8 @@ mkdir -p results
 rc=0
 for b in bin/*; do
   name=$(basename "$b")
+  # hw_removal deletes rxe0: it runs last, below.
+  [ "$name" = hw_removal ] && continue
   start=$(date +%s%N)
   timeout 300 "$b" --test-threads=1 > "results/$name.log" 2>&1
   brc=$?
@@ -39,5 +41,18 @@ if [ -x conf/conformance ]; then
   if [ "$crc" -ne 0 ] && [ "$crc" -ne 1 ]; then
     echo "conformance did not complete (exit $crc)"; tail -20 results/conformance.log; rc=2
   fi
+fi
+# Last, as it deletes the device: DEVICE_REMOVAL on every CM id (hw_removal).
+if [ -x bin/hw_removal ]; then
+  RDMA_TEST_REMOVE_DEVICE=rxe0 timeout 120 bin/hw_removal --test-threads=1 > results/hw_removal.log 2>&1
+  brc=$?
+  echo "hw_removal: exit $brc"
+  grep -E '^test .* \.\.\. ' results/hw_removal.log
+  if [ "$brc" -ne 0 ] && [ "$brc" -ne 101 ]; then
+    echo "hw_removal did not complete (exit $brc)"; tail -20 results/hw_removal.log; rc=2
+  fi
+  # The removal ends once the test process has closed its contexts.
+  sleep 2
+  if rdma link show | grep -q rxe0; then echo "rxe0 was not removed"; rdma link show; rc=2; fi
 fi
 exit $rc
