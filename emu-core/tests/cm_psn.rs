@@ -2,6 +2,7 @@
 //! in its message the PSN its own receive queue expects, and the peer sends from it
 //! (kernel cm.c: the REQ's is the active side's rq_psn and the passive side's sq_psn,
 //! the REP's the other way round; seen on the wire against kernel rxe, docs/interop.md).
+//! The REP also carries the REQ's transaction ID, as the kernel's does.
 //! Here a peer made of bare verbs (its own QP1, the MADs built by hand, as a kernel
 //! would send them) connects to an emulated listener.
 
@@ -141,9 +142,11 @@ fn each_side_sends_from_the_psn_the_other_announced() {
     assert_eq!(rx.status, WcStatus::Success);
     let mut mad = [0u8; MAD_LEN];
     buf.read(GRH_LEN, &mut mad).unwrap();
-    let Ok((_, CmMsg::Rep(rep))) = CmMsg::decode(&mad) else {
+    let Ok((tid, CmMsg::Rep(rep))) = CmMsg::decode(&mad) else {
         panic!("not a REP: {mad:?}");
     };
+    // The REP answers in the REQ's transaction (kernel cm.c keeps the REQ's TID).
+    assert_eq!(tid, 0x2_0C9C_76AD);
 
     let (attr, _) = sdev.query_qp(sqp).unwrap();
     // The passive side sends from the REQ's Starting PSN and expects the REP's.

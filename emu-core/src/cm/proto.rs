@@ -104,6 +104,12 @@ struct Id {
     parent: Option<u32>,
     comm: u32,
     remote_comm: u32,
+    /// The transaction ID of the connection's REQ (or SIDR_REQ): the REP, RTU, MRA and
+    /// REJ of the connection carry it, as the kernel's `cm.c` sends them (IBTA 13.4.6.4:
+    /// a transaction keeps its TID).
+    tid: u64,
+    /// The TID of the DREQ the DREP will answer.
+    dreq_tid: u64,
     remote_qpn: u32,
     /// The peer's Starting PSN (REQ or REP): where our sends start.
     remote_psn: u32,
@@ -135,6 +141,8 @@ impl Id {
             parent: None,
             comm: 0,
             remote_comm: 0,
+            tid: 0,
+            dreq_tid: 0,
             remote_qpn: 0,
             remote_psn: 0,
             psn: 0,
@@ -235,11 +243,11 @@ impl State {
 
     /// Sends `msg` for id `id` and remembers it for retransmission.
     fn send_id(&mut self, id: u32, msg: &CmMsg, now: Instant) {
-        let (dev, dst, comm) = {
+        let (dev, dst, tid) = {
             let i = &self.ids[&id];
-            (i.dev.expect("bound"), i.dgid, i.comm)
+            (i.dev.expect("bound"), i.dgid, i.tid)
         };
-        let bytes = self.send_to(dev, dst, msg, u64::from(comm));
+        let bytes = self.send_to(dev, dst, msg, tid);
         let t = self.timeout();
         let i = self.ids.get_mut(&id).expect("exists");
         i.last = Some(bytes);
@@ -410,6 +418,7 @@ impl State {
         i.peer = Some(dst);
         i.dgid = Gid::from_ipv4(*dst.ip());
         i.comm = comm;
+        i.tid = u64::from(comm);
         if dst.ip().is_multicast() {
             // A multicast group has no owner to probe: like an IPv4 multicast
             // neighbour (mapped, never ARPed), it resolves at once, on the device the
@@ -844,7 +853,7 @@ impl State {
             reason: why,
             private_data: Vec::new(),
         });
-        let tid = u64::from(i.comm);
+        let tid = i.tid;
         self.send_to(dev, dst, &msg, tid);
     }
 
@@ -1153,6 +1162,7 @@ impl State {
         };
         let user = user.to_vec();
         let c = self.ids.get_mut(&id).expect("made");
+        c.tid = tid;
         c.remote_comm = r.local_comm_id;
         c.remote_qpn = r.local_qpn;
         c.remote_psn = r.starting_psn;
@@ -1206,6 +1216,7 @@ impl State {
         };
         let user = user.to_vec();
         let c = self.ids.get_mut(&id).expect("made");
+        c.tid = tid;
         c.remote_comm = r.request_id;
         let param = CmEventParam::Ud(UdParam {
             private_data: user,
@@ -1331,7 +1342,7 @@ impl State {
     fn send_drep(&mut self, id: u32) {
         let i = &self.ids[&id];
         let Some(dev) = i.dev else { return };
-        let (dst, tid) = (i.dgid, u64::from(i.remote_comm));
+        let (dst, tid) = (i.dgid, i.dreq_tid);
         let drep = CmMsg::Drep(Ids {
             local_comm_id: i.comm,
             remote_comm_id: i.remote_comm,
@@ -1350,6 +1361,7 @@ impl State {
                 self.qp_to_error(id);
                 let i = self.ids.get_mut(&id).expect("exists");
                 i.st = St::DreqRcvd;
+                i.dreq_tid = tid;
                 i.deadline = None;
                 self.emit(id, CmEventType::Disconnected, 0, CmEventParam::None);
                 return;
