@@ -264,3 +264,52 @@ fn bad_alternate_paths_and_arming_without_one_are_einval() {
         MigState::Migrated
     );
 }
+
+/// IBTA 17.2.8: with an armed alternate path, a packet arriving over it (from the
+/// alternate destination) moves the responder to that path: `PATH_MIG`, the alternate
+/// becomes the primary, and the answers go the new way.
+#[test]
+fn a_packet_over_the_armed_alternate_migrates_the_responder() {
+    let (mut p, a, b) = connected_with_gids(Config::default());
+    let a2 = Gid::from_ipv4([10, 0, 1, 1].into());
+    load_alt(&mut p, &b, a2, 0, MigState::Armed).unwrap();
+    assert!(qp_events(&mut p, &b).is_empty());
+    // A's packets now come from its second address (A moved to its own alternate).
+    p.set_src(Side::A, a2);
+    b.post_recv(&mut p, 1, 0, 64);
+    a.post_send(&mut p, send(1, a.sge(0, 64)));
+    p.drive();
+    assert_eq!(qp_events(&mut p, &b), [AsyncEventType::PathMig]);
+    let q = p.b.query_qp(b.qpn).unwrap().0;
+    assert_eq!(
+        (q.ah_attr.grh.dgid, q.path_mig_state, q.timeout),
+        (a2, MigState::Migrated, 9)
+    );
+    assert_eq!(b.poll(&mut p)[0].status, WcStatus::Success);
+    assert_eq!(a.poll(&mut p)[0].status, WcStatus::Success);
+    // Migrated, the responder follows the new path only: the old address is dropped.
+    p.set_src(Side::A, gid(Side::A));
+    let dropped = p.b.counters().rx_dropped;
+    b.post_recv(&mut p, 2, 0, 64);
+    a.post_send(&mut p, send(2, a.sge(0, 64)));
+    p.drive_for(std::time::Duration::from_millis(1));
+    assert!(p.b.counters().rx_dropped > dropped);
+    assert!(b.poll(&mut p).is_empty());
+}
+
+/// Without an armed alternate, a packet from another address than the QP's peer is not
+/// the connection's: dropped and counted, no event, the path unchanged.
+#[test]
+fn a_packet_from_elsewhere_without_an_armed_alternate_is_dropped() {
+    let (mut p, a, b) = connected_with_gids(Config::default());
+    let a2 = Gid::from_ipv4([10, 0, 1, 1].into());
+    p.set_src(Side::A, a2);
+    b.post_recv(&mut p, 1, 0, 64);
+    a.post_send(&mut p, send(1, a.sge(0, 64)));
+    p.drive_for(std::time::Duration::from_millis(1));
+    assert!(p.b.counters().rx_dropped > 0);
+    assert!(b.poll(&mut p).is_empty());
+    assert!(qp_events(&mut p, &b).is_empty());
+    let q = p.b.query_qp(b.qpn).unwrap().0;
+    assert_eq!(q.ah_attr.grh.dgid, gid(Side::A));
+}

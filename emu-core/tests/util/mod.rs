@@ -85,6 +85,8 @@ pub struct Pair {
     pub log: Vec<Record>,
     rule: Option<Rule>,
     sent: usize,
+    /// The source address each side's packets arrive from (default: its [`gid`]).
+    src: [Gid; 2],
 }
 
 pub fn gid(side: Side) -> Gid {
@@ -108,6 +110,7 @@ impl Default for Pair {
             log: Vec::new(),
             rule: None,
             sent: 0,
+            src: [gid(Side::A), gid(Side::B)],
         }
     }
 }
@@ -118,6 +121,12 @@ impl Pair {
             Side::A => &mut self.a,
             Side::B => &mut self.b,
         }
+    }
+
+    /// Makes `side`'s packets arrive from `src` from now on (another route, or the
+    /// side's alternate source address).
+    pub fn set_src(&mut self, side: Side, src: Gid) {
+        self.src[side as usize] = src;
     }
 
     /// Installs a rule that sees every packet with its index (0-based, in send order).
@@ -195,7 +204,7 @@ impl Pair {
         let batch: Vec<_> = self.wire.drain(..due).collect();
         for (_, _, to, dst, bytes) in batch {
             let now = self.now;
-            let src = gid(to.other());
+            let src = self.src[to.other() as usize];
             self.engine(to).handle_datagram_to(now, src, dst, &bytes);
         }
         true
