@@ -212,6 +212,10 @@ impl UdpLink {
             &socket,
             rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
         )?;
+        // quinn-udp also asks for every datagram's TOS byte (for ECN), which nothing
+        // here reads: one control message less for the kernel to write per receive
+        // (about 60 ns of a 1 us receive on loopback).
+        let _ = rustix::net::sockopt::set_ip_recvtos(&socket, false);
         let port = socket.local_addr()?.port();
         let raw = if opts.raw_receive {
             let r = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::UDP)).map_err(|e| {
