@@ -202,8 +202,8 @@ fn is_request(packet: &[u8]) -> bool {
 /// before it belong to different PSN spaces (the ACK to our requester's, the requests
 /// to our responder's), which the engine orders each on its own, so the ACK may be
 /// handled after the completions the requests make; it is handled at the next poll
-/// or by the device thread within a nap, far inside the requester's transport timer
-/// (IBTA 9.7.6.1).
+/// or by the device thread within a nap, far inside the requester's local ACK timeout
+/// (IBTA 9.7.6.1.3).
 fn before_trailing_acks(n: usize, is_ack: impl Fn(usize) -> bool) -> usize {
     (0..n).rev().find(|&i| !is_ack(i)).map_or(n, |i| i + 1)
 }
