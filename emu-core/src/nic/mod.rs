@@ -23,7 +23,9 @@
 //! a completion without waiting for the device thread to be scheduled; while the
 //! application polls, the device thread naps instead of waking for every datagram,
 //! and a post may leave its packets for the next poll to send (one GSO send for posts
-//! to many QPs). Positive ACKs leave after the requests of the same flush. The device
+//! to many QPs). Positive ACKs leave after the requests of the same flush, and an
+//! inline receive leaves the positive ACKs at the end of a batch to the next poll, so
+//! that the completion of what came before them is seen first. The device
 //! thread takes the socket back, and sends anything left, within 200 us of the last
 //! poll (2 ms with [`EmuConfig::busy_poll`]).
 //!
@@ -192,6 +194,18 @@ fn is_request(packet: &[u8]) -> bool {
         .first()
         .and_then(|&b| Opcode::try_from(b).ok())
         .is_some_and(Opcode::is_request)
+}
+
+/// How many of a received batch of `n` datagrams to hand the engine at once when the
+/// application waits for their completions: all but the positive ACKs at the end
+/// (`is_ack(i)` tells), unless the batch is nothing else. An ACK and the requests
+/// before it belong to different PSN spaces (the ACK to our requester's, the requests
+/// to our responder's), which the engine orders each on its own, so the ACK may be
+/// handled after the completions the requests make; it is handled at the next poll
+/// or by the device thread within a nap, far inside the requester's local ACK timeout
+/// (IBTA 9.7.6.1.3).
+fn before_trailing_acks(n: usize, is_ack: impl Fn(usize) -> bool) -> usize {
+    (0..n).rev().find(|&i| !is_ack(i)).map_or(n, |i| i + 1)
 }
 
 /// A run of packets being gathered in one buffer, as the engine writes them.
@@ -388,6 +402,7 @@ impl EmuDevice {
     /// while nothing is queued.
     fn wait<T>(&self, n: &Notifier<T>, timeout: Option<Duration>) -> Result<T> {
         self.inner.flush_pending();
+        self.inner.receive_left();
         loop {
             if let Ok(item) = n.pop(Some(Duration::ZERO)) {
                 return Ok(item);
@@ -671,8 +686,15 @@ impl Inner {
     /// Takes what waits on the socket (if no other thread is receiving), checks each
     /// ICRC outside the engine lock, then feeds the good ones to the engine under one
     /// lock, fires due timers and sends the output (leaving the last partial run for
-    /// the next flush if `defer`). Returns how many datagrams it took.
-    fn receive(&self, udp: &UdpLink, block: bool, defer: bool) -> usize {
+    /// the next flush if `defer`). Returns how many datagrams it handed the engine.
+    ///
+    /// Datagrams a previous call left go first, and alone (no socket read). With
+    /// `early` (the application's inline receive), positive ACKs at the end of a
+    /// batch are left for the next call when something precedes them: the
+    /// completion of that something is then visible without waiting for the ACKs
+    /// (a ping-pong's answer arrives with the ACK of the question behind it; see
+    /// `flush`), and the next poll or the device thread hands them over.
+    fn receive(&self, udp: &UdpLink, block: bool, defer: bool, early: bool) -> usize {
         let Some(mut guard) = (if block {
             Some(self.rx.lock())
         } else {
@@ -683,12 +705,24 @@ impl Inner {
         let Some(rx) = guard.as_mut() else {
             return 0;
         };
-        let n = udp.recv_batch(rx);
-        if n == 0 {
-            return 0;
-        }
+        let (start, end) = if rx.has_left() {
+            (rx.next, rx.got.len())
+        } else {
+            let n = udp.recv_batch(rx);
+            if n == 0 {
+                return 0;
+            }
+            if early {
+                (
+                    0,
+                    before_trailing_acks(n, |i| is_positive_ack(rx.bytes(&rx.got[i]))),
+                )
+            } else {
+                (0, n)
+            }
+        };
         let mut bad = 0;
-        for i in 0..rx.got.len() {
+        for i in start..end {
             let d = rx.got[i];
             if !udp.icrc_ok(&d, rx.bytes(&d)) {
                 rx.got[i].from = std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
@@ -702,7 +736,7 @@ impl Inner {
         }
         let mut core = self.core.lock();
         let now = Instant::now();
-        for d in &rx.got {
+        for d in &rx.got[start..end] {
             if d.from.port() == 0 && d.from.ip().is_unspecified() {
                 continue;
             }
@@ -713,9 +747,19 @@ impl Inner {
                 rx.bytes(d),
             );
         }
+        rx.next = end;
         core.engine.handle_timeout(now);
         self.flush(&mut core, now, defer);
-        n
+        end - start
+    }
+
+    /// Hands the engine the datagrams an inline receive left (see `receive`).
+    fn receive_left(&self) {
+        if let Some(udp) = &self.udp {
+            if self.rx.lock().as_ref().is_some_and(RxBufs::has_left) {
+                self.receive(udp, true, false, false);
+            }
+        }
     }
 
     /// The device thread: waits for datagrams or the next timer, then receives a batch.
@@ -758,9 +802,11 @@ impl Inner {
                 // just before is sent here first.
                 self.napping.store(false, Ordering::Release);
                 self.flush_pending();
-                udp.wait_readable(sleep);
+                if !self.rx.lock().as_ref().is_some_and(RxBufs::has_left) {
+                    udp.wait_readable(sleep);
+                }
             }
-            if self.receive(udp, true, false) == 0 {
+            if self.receive(udp, true, false, false) == 0 {
                 let mut core = self.core.lock();
                 let now = Instant::now();
                 core.engine.handle_timeout(now);
@@ -961,7 +1007,7 @@ impl Device for EmuDevice {
                 // Run to completion: take what waits on the socket in this thread
                 // (unless the device thread is at it) rather than wait for the device
                 // thread to be scheduled; the device thread naps meanwhile (`run`).
-                if inner.receive(udp, false, inner.may_defer()) > 0 {
+                if inner.receive(udp, false, inner.may_defer(), true) > 0 {
                     return inner.core.lock().engine.poll_cq(cq(c), max, out);
                 }
                 return Ok(0);
@@ -1157,6 +1203,28 @@ mod tests {
         assert!(is_request(&send) && is_request(&uc_write));
         assert!(!is_request(&ack) && !is_request(&nak) && !is_request(&read_resp));
         assert!(!is_request(&[]));
+    }
+
+    #[test]
+    fn trailing_positive_acks_wait_behind_what_precedes_them() {
+        let ack = packet(Opcode::RcAcknowledge, Some(Syndrome::Ack { credits: 31 }));
+        let nak = packet(
+            Opcode::RcAcknowledge,
+            Some(Syndrome::Nak(NakCode::PsnSequenceError)),
+        );
+        let send = packet(Opcode::RcSendOnly, None);
+        let cut =
+            |batch: &[&Vec<u8>]| before_trailing_acks(batch.len(), |i| is_positive_ack(batch[i]));
+        // A ping-pong's answer with the ACK of the question behind it.
+        assert_eq!(cut(&[&send, &ack]), 1);
+        assert_eq!(cut(&[&send, &ack, &ack]), 1);
+        // ACKs before a request go with it; only the tail waits.
+        assert_eq!(cut(&[&ack, &send, &ack]), 2);
+        // Nothing but ACKs, nothing but requests, a NAK last, an empty batch: all.
+        assert_eq!(cut(&[&ack, &ack]), 2);
+        assert_eq!(cut(&[&send, &send]), 2);
+        assert_eq!(cut(&[&send, &nak]), 2);
+        assert_eq!(cut(&[]), 0);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The baselines every bench is compared with, measured in the same run on the same
 //! path: raw UDP on loopback one datagram per system call ("plain"), raw UDP with GSO
 //! on send and GRO on receive (the kernel's fastest UDP path), raw UDP ping-pong
-//! (blocking and busy-polling) for latency, and memcpy for the in-memory fabric.
+//! (polling as the latency test polls: spinning, or yielding after an empty poll) for
+//! latency, and memcpy for the in-memory fabric.
 
 use std::io::IoSliceMut;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -179,7 +180,8 @@ pub(crate) fn gso_gro_udp(datagram: usize) -> std::io::Result<f64> {
 }
 
 /// Raw UDP ping-pong of `datagram`-byte datagrams between two threads, `iters` round
-/// trips, blocking `recv` or busy-polling non-blocking ones; half round trips in
+/// trips, each side polling a non-blocking socket as the latency tests poll their CQ:
+/// spinning (`busy`) or yielding the CPU after each empty poll; half round trips in
 /// microseconds, one per iteration.
 pub(crate) fn udp_pingpong(datagram: usize, iters: usize, busy: bool) -> std::io::Result<Vec<f64>> {
     let a = socket(Ipv4Addr::LOCALHOST)?;
@@ -187,17 +189,17 @@ pub(crate) fn udp_pingpong(datagram: usize, iters: usize, busy: bool) -> std::io
     a.connect(b.local_addr()?)?;
     b.connect(a.local_addr()?)?;
     for s in [&a, &b] {
-        if busy {
-            s.set_nonblocking(true)?;
-        } else {
-            s.set_read_timeout(Some(Duration::from_secs(2)))?;
-        }
+        s.set_nonblocking(true)?;
     }
     fn recv(s: &UdpSocket, buf: &mut [u8], busy: bool) -> std::io::Result<usize> {
         loop {
             match s.recv(buf) {
-                Err(e) if busy && e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::hint::spin_loop()
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if busy {
+                        std::hint::spin_loop()
+                    } else {
+                        std::thread::yield_now()
+                    }
                 }
                 r => return r,
             }

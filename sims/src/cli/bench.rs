@@ -114,8 +114,10 @@ pub(crate) struct BenchOpts {
     /// Run on the in-memory fabric instead of UDP loopback (baseline: memcpy).
     #[arg(long)]
     pub(crate) fabric: bool,
-    /// Open the devices in busy-poll mode (an empty poll_cq receives itself); the
-    /// latency baseline is then the busy-polling raw ping-pong.
+    /// Open the devices in busy-poll mode (an empty poll_cq receives itself) and spin
+    /// on poll_cq; the latency baseline is then the busy-polling raw ping-pong.
+    /// Without it the latency tests yield the CPU after each empty poll, and so does
+    /// their raw ping-pong.
     #[arg(long)]
     pub(crate) busy_poll: bool,
     /// UDP port of both devices (0: pick one from the process id).
@@ -328,6 +330,13 @@ impl Host {
         let wrs = vec![wr; n as usize];
         self.dev
             .post_recv(self.qpns[qp], &wrs)
+            .map_err(|e| format!("post_recv: {e}"))
+    }
+
+    /// Posts receive WRs built beforehand (on QP 0).
+    fn repost(&self, wrs: &[RecvWr]) -> Result<(), String> {
+        self.dev
+            .post_recv(self.qpns[0], wrs)
             .map_err(|e| format!("post_recv: {e}"))
     }
 
@@ -613,11 +622,21 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                 s.post_recvs(0, 64, st.region, size)?;
             }
             let stop = Arc::new(AtomicBool::new(false));
+            // Each side builds its WRs once and reposts them, as perftest does: the
+            // run measures the device, not the building of WR lists.
+            let wrs_of = |h: &Host| {
+                let recv = vec![RecvWr::new(0, vec![h.sge(h.offset(0, st.region), size)]); 64];
+                let mut send = SendWr::new(0, vec![h.sge(0, size)], WrOperation::Send);
+                send.send_flags = SendFlags::SIGNALED;
+                (recv, send)
+            };
             // The echoing side: answers each message in kind.
             let echo = |h: &Host,
                         peer: &Host,
                         i: u64,
                         wcs: &mut Vec<WorkCompletion>,
+                        recv_wrs: &[RecvWr],
+                        send_wr: &mut SendWr,
                         spin: bool|
              -> Result<bool, String> {
                 // Waits for message i (a receive completion, or the last byte of the
@@ -628,7 +647,7 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                     let got = if send {
                         let r = wcs.iter().filter(|w| w.opcode.is_recv()).count();
                         if r > 0 {
-                            h.post_recvs(0, r as u32, st.region, size)?;
+                            h.repost(&recv_wrs[..r])?;
                         }
                         r > 0
                     } else {
@@ -654,10 +673,10 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                 };
                 // The answer carries the mark with the top bit set.
                 h.buf.with_mut(|b| b[size as usize - 1] = mark | 0x80);
-                let mut wr = SendWr::new(i, vec![h.sge(0, size)], op);
-                wr.send_flags = SendFlags::SIGNALED;
+                send_wr.wr_id = i;
+                send_wr.op = op;
                 h.dev
-                    .post_send(h.qpns[0], &[wr])
+                    .post_send(h.qpns[0], std::slice::from_ref(send_wr))
                     .map_err(|e| format!("post_send: {e}"))?;
                 Ok(true)
             };
@@ -668,8 +687,9 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
             let result = std::thread::scope(|scope| -> Result<(), String> {
                 let server = scope.spawn(|| -> Result<(), String> {
                     let mut wcs = Vec::with_capacity(64);
+                    let (recv, mut send) = wrs_of(s);
                     for i in 0..iters {
-                        echo(s, c, i, &mut wcs, true)?;
+                        echo(s, c, i, &mut wcs, &recv, &mut send, true)?;
                     }
                     // Let the last answer be acknowledged.
                     let t = Instant::now();
@@ -691,14 +711,15 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                         }
                     }
                 };
+                let (recv_wrs, mut wr) = wrs_of(c);
                 for i in 0..iters {
                     let mark = (i % 127 + 1) as u8;
                     c.buf.with_mut(|b| b[size as usize - 1] = mark);
-                    let mut wr = SendWr::new(i, vec![c.sge(0, size)], op(i));
-                    wr.send_flags = SendFlags::SIGNALED;
+                    wr.wr_id = i;
+                    wr.op = op(i);
                     let t = Instant::now();
                     c.dev
-                        .post_send(c.qpns[0], &[wr])
+                        .post_send(c.qpns[0], std::slice::from_ref(&wr))
                         .map_err(|e| format!("post_send: {e}"))?;
                     // The answer: a receive, or our last byte set to the mark.
                     loop {
@@ -706,7 +727,7 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                         let got = if send {
                             let r = wcs.iter().filter(|w| w.opcode.is_recv()).count();
                             if r > 0 {
-                                c.post_recvs(0, r as u32, st.region, size)?;
+                                c.repost(&recv_wrs[..r])?;
                             }
                             r > 0
                         } else {
@@ -909,7 +930,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             let mode = if o.busy_poll {
                 "busy-polling"
             } else {
-                "blocking"
+                "yielding"
             };
             let mut raw =
                 baseline::udp_pingpong(d, n, o.busy_poll).map_err(|e| format!("baseline: {e}"))?;
@@ -931,7 +952,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             println!(" ratio (lower is better): {ratio:.2}x");
             json += &format!(
                 ",\"baseline\":\"udp_pingpong_{}\",\"baseline_us\":{},\"ratio\":{}",
-                if o.busy_poll { "busy" } else { "blocking" },
+                if o.busy_poll { "busy" } else { "yield" },
                 json_num(raw),
                 json_num(ratio)
             );
