@@ -92,6 +92,11 @@ impl CompletionQueue {
         n
     }
 
+    /// Whether a notification request is pending (someone waits for this CQ's event).
+    pub(crate) fn is_armed(&self) -> bool {
+        self.arm.is_some()
+    }
+
     /// `ibv_req_notify_cq`: the next (solicited) completion wakes the channel once.
     pub(crate) fn req_notify(&mut self, solicited_only: bool) {
         // A pending "next" request is not narrowed by a later solicited-only one.

@@ -519,6 +519,12 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether some CQ has a notification request pending: an application waits (or
+    /// will) on a completion channel rather than polling.
+    pub fn cq_armed(&self) -> bool {
+        self.cqs.values().any(cq::CompletionQueue::is_armed)
+    }
+
     /// The next CQ whose completion channel must be woken (one per arming).
     pub fn poll_cq_event(&mut self) -> Option<CqHandle> {
         self.cq_events.pop_front()

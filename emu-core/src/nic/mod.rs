@@ -246,6 +246,8 @@ struct Inner {
     /// application; false while it blocks on the socket. Posts defer only while it
     /// naps (see `Inner::may_defer`).
     napping: AtomicBool,
+    /// The device thread, unparked from its nap when a CQ is armed.
+    thread: std::sync::OnceLock<std::thread::Thread>,
 }
 
 /// An emulated RDMA device on UDP.
@@ -289,7 +291,10 @@ impl EmuDevice {
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{}-nic", inner.cfg.name))
-            .spawn(move || worker.run(&udp))
+            .spawn(move || {
+                let _ = worker.thread.set(std::thread::current());
+                worker.run(&udp)
+            })
             .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
         Ok(EmuDevice {
             inner,
@@ -543,6 +548,7 @@ impl Inner {
             rx: Mutex::new(rx),
             polls: AtomicU64::new(0),
             napping: AtomicBool::new(false),
+            thread: std::sync::OnceLock::new(),
         }))
     }
 }
@@ -769,7 +775,9 @@ impl Inner {
     /// instead of blocking on the socket, which would wake it for every datagram the
     /// application takes itself (a context switch per packet); it takes the socket
     /// back after [`IDLE_NAPS`] naps without a poll ([`IDLE_NAPS_BUSY`] in busy-poll
-    /// mode).
+    /// mode), and at once while a CQ is armed: an application that waits on a
+    /// completion channel polls only after its event, so the thread must receive
+    /// what makes it (`req_notify_cq` wakes it from a nap).
     fn run(&self, udp: &UdpLink) {
         let idle_limit = if self.cfg.busy_poll {
             IDLE_NAPS_BUSY
@@ -779,12 +787,13 @@ impl Inner {
         let mut seen = self.polls.load(Ordering::Relaxed);
         let mut idle_naps = idle_limit;
         while !self.stop.load(Ordering::Relaxed) {
-            let sleep = {
+            let (sleep, armed) = {
                 let core = self.core.lock();
                 let now = Instant::now();
-                core.engine.poll_timeout().map_or(MAX_SLEEP, |t| {
+                let sleep = core.engine.poll_timeout().map_or(MAX_SLEEP, |t| {
                     t.saturating_duration_since(now).min(MAX_SLEEP)
-                })
+                });
+                (sleep, core.engine.cq_armed())
             };
             let polls = self.polls.load(Ordering::Relaxed);
             if polls != seen {
@@ -793,10 +802,10 @@ impl Inner {
             } else {
                 idle_naps = idle_naps.saturating_add(1);
             }
-            if idle_naps < idle_limit {
+            if idle_naps < idle_limit && !armed {
                 // The application takes the datagrams; only keep time.
                 self.napping.store(true, Ordering::Release);
-                std::thread::sleep(sleep.min(NAP));
+                std::thread::park_timeout(sleep.min(NAP));
             } else {
                 // Posts stop deferring before this thread blocks; one that deferred
                 // just before is sent here first.
@@ -1020,7 +1029,14 @@ impl Device for EmuDevice {
     }
 
     fn req_notify_cq(&self, c: CqId, solicited_only: bool) -> Result<()> {
-        self.live(|e, _| e.req_notify_cq(cq(c), solicited_only))
+        self.live(|e, _| e.req_notify_cq(cq(c), solicited_only))?;
+        // The application will wait for the event, not poll: a napping device thread
+        // must go back to the socket now (see `Inner::run`). Unparked even when it is
+        // not napping yet: it may be about to, having looked before the arming.
+        if let Some(t) = self.inner.thread.get() {
+            t.unpark();
+        }
+        Ok(())
     }
 
     fn create_qp(&self, init: &QpInitAttr) -> Result<u32> {
