@@ -1,8 +1,8 @@
 //! The baselines every bench is compared with, measured in the same run on the same
 //! path: raw UDP on loopback one datagram per system call ("plain"), raw UDP with GSO
 //! on send and GRO on receive (the kernel's fastest UDP path), raw UDP ping-pong
-//! (polling as the latency test polls: spinning, or yielding after an empty poll) for
-//! latency, and memcpy for the in-memory fabric.
+//! (waiting as the latency test waits: spinning, yielding after an empty poll, or
+//! blocking) for latency, and memcpy for the in-memory fabric.
 
 use std::io::IoSliceMut;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -179,23 +179,49 @@ pub(crate) fn gso_gro_udp(datagram: usize) -> std::io::Result<f64> {
     r
 }
 
+/// How a raw ping-pong waits for a datagram, as the latency test it is compared with
+/// waits for a completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Non-blocking `recv` in a spin loop (`--busy-poll`).
+    Busy,
+    /// Non-blocking `recv`, yielding the CPU after each empty one (the default).
+    Yield,
+    /// Blocking `recv` (`--events`: the test blocks on a completion channel).
+    Block,
+}
+
+impl Wait {
+    /// The name the bench prints and puts in its JSON.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Wait::Busy => "busy",
+            Wait::Yield => "yield",
+            Wait::Block => "blocking",
+        }
+    }
+}
+
 /// Raw UDP ping-pong of `datagram`-byte datagrams between two threads, `iters` round
-/// trips, each side polling a non-blocking socket as the latency tests poll their CQ:
-/// spinning (`busy`) or yielding the CPU after each empty poll; half round trips in
+/// trips, each side waiting for the next datagram as `wait` says; half round trips in
 /// microseconds, one per iteration.
-pub(crate) fn udp_pingpong(datagram: usize, iters: usize, busy: bool) -> std::io::Result<Vec<f64>> {
+pub(crate) fn udp_pingpong(datagram: usize, iters: usize, wait: Wait) -> std::io::Result<Vec<f64>> {
     let a = socket(Ipv4Addr::LOCALHOST)?;
     let b = socket(Ipv4Addr::LOCALHOST)?;
     a.connect(b.local_addr()?)?;
     b.connect(a.local_addr()?)?;
     for s in [&a, &b] {
-        s.set_nonblocking(true)?;
+        if wait == Wait::Block {
+            s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        } else {
+            s.set_nonblocking(true)?;
+        }
     }
-    fn recv(s: &UdpSocket, buf: &mut [u8], busy: bool) -> std::io::Result<usize> {
+    fn recv(s: &UdpSocket, buf: &mut [u8], wait: Wait) -> std::io::Result<usize> {
         loop {
             match s.recv(buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if busy {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && wait != Wait::Block => {
+                    if wait == Wait::Busy {
                         std::hint::spin_loop()
                     } else {
                         std::thread::yield_now()
@@ -208,7 +234,7 @@ pub(crate) fn udp_pingpong(datagram: usize, iters: usize, busy: bool) -> std::io
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
         let mut buf = vec![0u8; datagram.max(1)];
         for _ in 0..iters {
-            let n = recv(&b, &mut buf, busy)?;
+            let n = recv(&b, &mut buf, wait)?;
             b.send(&buf[..n])?;
         }
         Ok(())
@@ -219,7 +245,7 @@ pub(crate) fn udp_pingpong(datagram: usize, iters: usize, busy: bool) -> std::io
     for _ in 0..iters {
         let t = Instant::now();
         a.send(&msg)?;
-        recv(&a, &mut buf, busy)?;
+        recv(&a, &mut buf, wait)?;
         out.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
     }
     echo.join()

@@ -20,8 +20,9 @@ use emu_core::nic::{EmuConfig, EmuDevice};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sims::{Fabric, TraceMode};
 use verbs_api::{
-    connect_qp, AccessFlags, CqId, Device, Endpoint, MemBuf, MrInfo, Mtu, PdId, QpCap, QpInitAttr,
-    QpParams, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOperation,
+    connect_qp, AccessFlags, ChannelId, CqId, Device, Endpoint, MemBuf, MrInfo, Mtu, PdId, QpCap,
+    QpInitAttr, QpParams, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WorkCompletion,
+    WrOperation,
 };
 
 use super::baseline;
@@ -120,6 +121,12 @@ pub(crate) struct BenchOpts {
     /// their raw ping-pong.
     #[arg(long)]
     pub(crate) busy_poll: bool,
+    /// send_lat waits for each completion on a completion channel
+    /// (`req_notify_cq`, then `get_cq_event` when a poll finds nothing, as perftest's
+    /// `-e`) instead of polling; the latency baseline is then the blocking raw
+    /// ping-pong.
+    #[arg(long, conflicts_with = "busy_poll")]
+    pub(crate) events: bool,
     /// UDP port of both devices (0: pick one from the process id).
     #[arg(long, default_value_t = 0)]
     pub(crate) port: u16,
@@ -135,6 +142,8 @@ pub(crate) struct BenchOpts {
 struct Host {
     dev: Arc<EmuDevice>,
     pd: PdId,
+    /// The completion channel of every CQ (`--events`).
+    channel: Option<ChannelId>,
     /// Completion queues, each shared by as many QPs as it can take with all their
     /// WRs completed at once (an overrun would move the QPs to the error state).
     cqs: Vec<CqId>,
@@ -177,8 +186,17 @@ fn open_host(
     send_wr: u32,
     recv_wr: u32,
     buf_len: usize,
+    events: bool,
 ) -> Result<Host, String> {
     let pd = dev.alloc_pd().map_err(os("alloc_pd"))?;
+    let channel = if events {
+        Some(
+            dev.create_comp_channel()
+                .map_err(os("create_comp_channel"))?,
+        )
+    } else {
+        None
+    };
     // Each QP can have all its send and receive WRs completed before anyone polls.
     let per_qp = u64::from(send_wr) + u64::from(recv_wr);
     let max_cqe = u64::from(dev.query_device().map_err(os("query_device"))?.max_cqe);
@@ -186,7 +204,7 @@ fn open_host(
     let cqs = (0..(qps as usize).div_ceil(qps_per_cq).max(1))
         .map(|i| {
             let n = (qps as usize - i * qps_per_cq).min(qps_per_cq) as u64;
-            dev.create_cq((n * per_qp).clamp(16, max_cqe) as u32, None)
+            dev.create_cq((n * per_qp).clamp(16, max_cqe) as u32, channel)
                 .map_err(os("create_cq"))
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -223,6 +241,7 @@ fn open_host(
     Ok(Host {
         dev,
         pd,
+        channel,
         cqs,
         qpns,
         buf,
@@ -266,8 +285,8 @@ fn setup(o: &BenchOpts, size: u64, qps: u32, send_wr: u32, recv_wr: u32) -> Resu
         };
         (open("emu0", 1)?, open("emu1", 2)?, None)
     };
-    let client = open_host(a, qps, send_wr, recv_wr, buf_len)?;
-    let server = open_host(b, qps, send_wr, recv_wr, buf_len)?;
+    let client = open_host(a, qps, send_wr, recv_wr, buf_len, o.events)?;
+    let server = open_host(b, qps, send_wr, recv_wr, buf_len, o.events)?;
     let params = QpParams {
         path_mtu: mtu,
         access: client.mr_access(),
@@ -338,6 +357,32 @@ impl Host {
         self.dev
             .post_recv(self.qpns[0], wrs)
             .map_err(|e| format!("post_recv: {e}"))
+    }
+
+    /// What a latency test does after a poll that found nothing: spin (busy-poll),
+    /// yield the CPU, or (`--events`) arm the CQs and poll once more, then, armed,
+    /// block on the completion channel (the usual arm-poll-wait order: a completion
+    /// that came before the arming is found by the poll after it).
+    fn idle(&self, o: &BenchOpts, armed: &mut bool) -> Result<(), String> {
+        match self.channel {
+            Some(ch) if *armed => {
+                self.dev
+                    .get_cq_event(ch, Some(Duration::from_secs(5)))
+                    .map_err(os("get_cq_event"))?;
+                *armed = false;
+            }
+            Some(_) => {
+                for &cq in &self.cqs {
+                    self.dev
+                        .req_notify_cq(cq, false)
+                        .map_err(os("req_notify_cq"))?;
+                }
+                *armed = true;
+            }
+            None if o.busy_poll => {}
+            None => std::thread::yield_now(),
+        }
+        Ok(())
     }
 
     fn poll(&self, out: &mut Vec<WorkCompletion>) -> Result<usize, String> {
@@ -461,6 +506,7 @@ fn run_bw(
         let h = Host {
             dev,
             pd: s.pd,
+            channel: None,
             cqs: s.cqs.clone(),
             qpns: s.qpns.clone(),
             buf: s.buf.clone(),
@@ -642,6 +688,7 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                 // Waits for message i (a receive completion, or the last byte of the
                 // buffer turning to i's mark), then sends the answer.
                 let mark = (i % 127 + 1) as u8;
+                let mut armed = false;
                 loop {
                     let n = h.poll(wcs)?;
                     let got = if send {
@@ -659,8 +706,8 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                     if !spin {
                         return Ok(false);
                     }
-                    if n == 0 && !o.busy_poll {
-                        std::thread::yield_now();
+                    if n == 0 {
+                        h.idle(o, &mut armed)?;
                     }
                 }
                 let op = if send {
@@ -722,6 +769,7 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                         .post_send(c.qpns[0], std::slice::from_ref(&wr))
                         .map_err(|e| format!("post_send: {e}"))?;
                     // The answer: a receive, or our last byte set to the mark.
+                    let mut armed = false;
                     loop {
                         let n = c.poll(&mut wcs)?;
                         let got = if send {
@@ -736,8 +784,8 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                         if got {
                             break;
                         }
-                        if n == 0 && !o.busy_poll {
-                            std::thread::yield_now();
+                        if n == 0 {
+                            c.idle(o, &mut armed)?;
                         }
                     }
                     out.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
@@ -848,6 +896,10 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
     if lat && o.qps != 1 {
         return Err("latency tests use one QP".into());
     }
+    if o.events && o.test != Test::SendLat {
+        // An RDMA WRITE or READ completes nothing at the side that waits for it.
+        return Err("--events is for send_lat (the answer is a receive completion)".into());
+    }
     if o.qps == 0 || o.tx_depth == 0 {
         return Err("--qps and --tx-depth must be at least 1".into());
     }
@@ -874,7 +926,16 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         o.mtu,
         if o.busy_poll { "ON" } else { "OFF" }
     );
-    if !lat {
+    if lat {
+        println!(
+            " Completions     : {}",
+            if o.events {
+                "events (req_notify_cq, get_cq_event)"
+            } else {
+                "polled"
+            }
+        );
+    } else {
         println!(" TX depth        : {}", o.tx_depth);
     }
     println!(" ICRC            : computed on send, checked on receive");
@@ -892,14 +953,15 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         verify_fill(&o, &st);
     }
     let mut json = format!(
-        "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{}",
+        "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{},\"events\":{}",
         o.test.name(),
         if o.fabric { "fabric" } else { "udp" },
         size,
         iters,
         o.qps,
         o.mtu,
-        o.busy_poll
+        o.busy_poll,
+        o.events
     );
     if lat {
         let mut samples = run_lat(&o, &st, size, iters)?;
@@ -927,13 +989,16 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         if !o.no_baseline {
             let d = datagram(size, o.mtu);
             let n = iters.min(20_000) as usize;
-            let mode = if o.busy_poll {
-                "busy-polling"
+            let wait = if o.busy_poll {
+                baseline::Wait::Busy
+            } else if o.events {
+                baseline::Wait::Block
             } else {
-                "yielding"
+                baseline::Wait::Yield
             };
+            let mode = wait.name();
             let mut raw =
-                baseline::udp_pingpong(d, n, o.busy_poll).map_err(|e| format!("baseline: {e}"))?;
+                baseline::udp_pingpong(d, n, wait).map_err(|e| format!("baseline: {e}"))?;
             let mut raw = LatStats::of(&mut raw).typical;
             // read_lat is a whole round trip.
             if o.test == Test::ReadLat {
@@ -952,7 +1017,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             println!(" ratio (lower is better): {ratio:.2}x");
             json += &format!(
                 ",\"baseline\":\"udp_pingpong_{}\",\"baseline_us\":{},\"ratio\":{}",
-                if o.busy_poll { "busy" } else { "yield" },
+                wait.name(),
                 json_num(raw),
                 json_num(ratio)
             );
