@@ -5,12 +5,17 @@
 #      our own test link, no other address is ever a target) running the interop agent,
 #   3. runs, each as one step: ibv_{rc,uc,ud}_pingpong against our pingpong examples in
 #      both roles, ib_{write,read,atomic}_bw against our perftest_peer in both roles, a capture of the IP IDs on the tap, and the fault probes,
-#      and the connection manager: unmodified rping and udaddy (rdmacm-utils) on the
-#      host, on capi's libibverbs.so.1/librdmacm.so.1 in interop mode
-#      (RDMA_EMU_INTEROP=1), against the VM's rping and udaddy on the kernel's rdma_cm,
-#      both roles, plus address resolution of an address nobody owns,
+#      and the connection manager: unmodified rping, udaddy, rdma_server/rdma_client,
+#      mckey (rdmacm-utils) and ib_{send,write}_bw -R (perftest) on the host, on capi's
+#      libibverbs.so.1/librdmacm.so.1 in interop mode (RDMA_EMU_INTEROP=1), against
+#      the same tools on the kernel's rdma_cm in the VM, both roles; then the error
+#      paths: an address nobody owns (ADDR_ERROR), a port nobody listens on (REJ 8)
+#      both ways, and a server stopped with SIGSTOP both ways (the kernel's MRA,
+#      ours when the race allows; tshark counts the MADs),
 #   4. fails if any step failed.
-# Needs root (tap device, raw socket). Env: RXEVM_W (the cached VM image; default
+# The VM boot waits for /tmp/rxe-vm.lock (one VM at a time on the host; do not wrap
+# this script in that lock as well), and the steps start only once the VM that
+# answers shows this run's token. Needs root (tap device, raw socket). Env: RXEVM_W (the cached VM image; default
 # /work/rxevm-cache), INTEROP_W (this job's VM folder; default $RXEVM_W-interop),
 # ACCEL=tcg|kvm (default tcg; kvm fails in nested setups).
 set -uo pipefail
@@ -46,18 +51,31 @@ EX=$TGT/release/examples
 cp "$EX/interop" "$W/share/bin/interop"
 IO=$EX/interop
 
-note "boot the VM (NET=tap, ACCEL=$ACCEL)"
-W="$W" NET=tap TIMEOUT=600 "$REPO/scripts/rxe-vm/run-rxe-vm.sh" "$REPO/scripts/interop/job.sh" > "$W/vm.log" 2>&1 &
+note "boot the VM (NET=tap, ACCEL=$ACCEL; waits for /tmp/rxe-vm.lock)"
+# One VM at a time on this host: the boot waits for the lock. Every VM answers on
+# 192.168.77.2, so a VM of another job may answer while ours waits for the lock: ours
+# is the one that shows the token written into our own share (/mnt/host in the guest).
+TOKEN="ci-interop-$$-$(date +%s%N)"
+echo "$TOKEN" > "$W/share/vm-token"
+W="$W" NET=tap TIMEOUT=600 flock /tmp/rxe-vm.lock "$REPO/scripts/rxe-vm/run-rxe-vm.sh" "$REPO/scripts/interop/job.sh" > "$W/vm.log" 2>&1 &
 vmpid=$!
-cleanup() { "$IO" vm 192.168.77.2:7000 exit >/dev/null 2>&1; wait "$vmpid" 2>/dev/null; }
+ours_up=0
+cleanup() {
+  # Only our own VM is told to power off; a boot still waiting for the lock is dropped.
+  if [ "$ours_up" = 1 ]; then "$IO" vm 192.168.77.2:7000 exit >/dev/null 2>&1; else kill "$vmpid" 2>/dev/null; fi
+  wait "$vmpid" 2>/dev/null
+}
 trap cleanup EXIT
 vmx() { timeout 120 "$IO" vm 192.168.77.2:7000 "$@"; }
-# The agent is up once it answers.
-for _ in $(seq 1 300); do
-  if timeout 5 "$IO" vm 192.168.77.2:7000 true >/dev/null 2>&1; then break; fi
+# Our agent is up once it answers with our token (up to 15 min: the lock may be held).
+for _ in $(seq 1 900); do
+  # (Read whole, not piped into grep -q: with pipefail an early grep exit fails the check.)
+  answer=$(timeout 5 "$IO" vm 192.168.77.2:7000 "cat /mnt/host/vm-token" 2>/dev/null)
+  if [ "${answer%%$'\n'*}" = "$TOKEN" ]; then ours_up=1; break; fi
   kill -0 "$vmpid" 2>/dev/null || { cat "$W/vm.log"; echo "VM died"; exit 1; }
   sleep 1
 done
+[ "$ours_up" = 1 ] || { echo "our VM never answered"; exit 1; }
 note "VM agent up"
 sed -n '/RXEVM: rxe0 ready/,$p' "$W/vm.log" | grep -v '^\s*$' | head -20
 GIDX=$(vmx "ibv_devinfo -d rxe0 -v" | awk '/GID\[/ && /::ffff:|0000:0000:0000:0000:0000:ffff:|192\.168\.77\.2/ {gsub(/[^0-9]/,"",$1); print $1; exit}')
@@ -147,41 +165,164 @@ for pr in ack-drop ack-drop-all rnr dup-read psn-skip; do
   [ $o -eq 0 ] && [ $r -eq 0 ]; record "probe $pr" $?
 done
 
-# The connection manager: unmodified rdmacm-utils on the host, on capi's libraries with
-# the device in interop mode, against the same tools on the kernel's rdma_cm in the VM.
+# The connection manager: unmodified rdmacm-utils and perftest on the host, on capi's
+# libraries with the device in interop mode, against the same tools on the kernel's
+# rdma_cm in the VM. Our side must also print no "rdma-emu librdmacm:" error.
 CM_ENV="LD_LIBRARY_PATH=$W/capi-lib RDMA_EMU_IP=192.168.77.1 RDMA_EMU_INTEROP=1"
-cm_ours_server() { # CHECK SERVER-ARGS -- CLIENT-ARGS: ours serves, the VM's connects
-  local check=$1 s=$2 c=$3 tool=${4:-rping}
-  env $CM_ENV timeout 45 $tool $s > "$W/ours.log" 2>&1 & local p=$!
+clean_ours() { ! grep -q "rdma-emu librdmacm:" "$W/ours.log"; }
+cm_ours_server() { # CHECK SERVER-CMD CLIENT-CMD: ours serves, the VM's connects; CHECK in the client's output
+  local check=$1 s=$2 c=$3
+  env $CM_ENV timeout 45 $s > "$W/ours.log" 2>&1 & local p=$!
   sleep 1
-  vmx "timeout 40 $tool $c" > "$W/theirs.log" 2>&1; local r=$?
+  vmx "timeout 40 $c" > "$W/theirs.log" 2>&1; local r=$?
   wait $p; local o=$?
   sed 's/^/  ours: /' "$W/ours.log" | tail -4; sed 's/^/  rxe: /' "$W/theirs.log" | tail -4
-  [ $r -eq 0 ] && [ $o -eq 0 ] && grep -q "$check" "$W/theirs.log"
+  [ $r -eq 0 ] && [ $o -eq 0 ] && grep -Eq "$check" "$W/theirs.log" && clean_ours
 }
-cm_theirs_server() { # CHECK SERVER-ARGS CLIENT-ARGS [TOOL]: the VM's serves, ours connects
-  local check=$1 s=$2 c=$3 tool=${4:-rping}
-  vmx "timeout 40 $tool $s" > "$W/theirs.log" 2>&1 & local p=$!
+cm_theirs_server() { # CHECK SERVER-CMD CLIENT-CMD: the VM's serves, ours connects; CHECK in ours
+  local check=$1 s=$2 c=$3
+  vmx "timeout 40 $s" > "$W/theirs.log" 2>&1 & local p=$!
   sleep 1.5
-  env $CM_ENV timeout 45 $tool $c > "$W/ours.log" 2>&1; local o=$?
+  env $CM_ENV timeout 45 $c > "$W/ours.log" 2>&1; local o=$?
   wait $p; local r=$?
   sed 's/^/  ours: /' "$W/ours.log" | tail -4; sed 's/^/  rxe: /' "$W/theirs.log" | tail -4
-  [ $r -eq 0 ] && [ $o -eq 0 ] && grep -q "$check" "$W/ours.log"
+  [ $r -eq 0 ] && [ $o -eq 0 ] && grep -Eq "$check" "$W/ours.log" && clean_ours
 }
 RP="-v -V -C 10"
-cm_ours_server "ping data: rdma-ping-9" "-s $RP -a 192.168.77.1" "-c $RP -a 192.168.77.1"
+cm_ours_server "ping data: rdma-ping-9" "rping -s $RP -a 192.168.77.1" "rping -c $RP -a 192.168.77.1"
 record "rping client (kernel rdma_cm) -> our rping server (capi, interop)" $?
-cm_theirs_server "ping data: rdma-ping-9" "-s $RP -a 192.168.77.2" "-c $RP -a 192.168.77.2"
+cm_theirs_server "ping data: rdma-ping-9" "rping -s $RP -a 192.168.77.2" "rping -c $RP -a 192.168.77.2"
 record "our rping client (capi, interop) -> rping server (kernel rdma_cm)" $?
-cm_ours_server "test complete" "-b 192.168.77.1" "-s 192.168.77.1" udaddy
+cm_ours_server "test complete" "udaddy -b 192.168.77.1" "udaddy -s 192.168.77.1"
 record "udaddy client (kernel rdma_cm) -> our udaddy server (capi, interop)" $?
-cm_theirs_server "test complete" "-b 192.168.77.2" "-s 192.168.77.2" udaddy
+cm_theirs_server "test complete" "udaddy -b 192.168.77.2" "udaddy -s 192.168.77.2"
 record "our udaddy client (capi, interop) -> udaddy server (kernel rdma_cm)" $?
+# Synchronous ids (no event channel), rdma_getaddrinfo, rdma_create_ep, rdma_get_request
+# and the convenience verbs (rdma_post_send/recv, rdma_get_send/recv_comp).
+cm_ours_server "rdma_client: end 0" "rdma_server -s 192.168.77.1" "rdma_client -s 192.168.77.1"
+record "rdma_client (kernel rdma_cm) -> our rdma_server (capi, interop)" $?
+cm_theirs_server "rdma_client: end 0" "rdma_server -s 192.168.77.2" "rdma_client -s 192.168.77.2"
+record "our rdma_client (capi, interop) -> rdma_server (kernel rdma_cm)" $?
+# Multicast: the receiver joins 239.255.7.1 and waits for 10 datagrams (QPN 0xFFFFFF,
+# sent to the IPv4 group over the tap); the sender joins, pauses 3 s and sends them.
+# Only the other side sends to the group, so the receiver's "data transfers complete"
+# means the datagrams crossed.
+cm_theirs_server "data transfers complete" "mckey -m 239.255.7.1 -b 192.168.77.2 -C 10" "mckey -s -m 239.255.7.1 -b 192.168.77.1 -C 10"
+[ $? -eq 0 ] && grep -q "data transfers complete" "$W/theirs.log"
+record "our mckey sender (capi, interop) -> mckey receiver (kernel rdma_cm), 239.255.7.1" $?
+cm_ours_server "data transfers complete" "mckey -m 239.255.7.2 -b 192.168.77.1 -C 10" "mckey -s -m 239.255.7.2 -b 192.168.77.2 -C 10"
+[ $? -eq 0 ] && grep -q "data transfers complete" "$W/ours.log"
+record "mckey sender (kernel rdma_cm) -> our mckey receiver (capi, interop), 239.255.7.2" $?
+# perftest -R (rdma_cm sets up both of perftest's connections). perftest 4.5-0.17 has a
+# listen race of its own (capi/README.md): its client may send the data connection's
+# REQ before its server's second rdma_listen; the listener's CM (the kernel's or ours)
+# then answers REJ "invalid service ID" and perftest's retry of that cannot work. A run
+# that failed with exactly that REJ is run again (up to 3 times, each retry printed).
+pt_R() { # VERB OURS-ROLE(server|client)
+  local v=$1 role=$2 try port o r log
+  for try in 1 2 3; do
+    port=$((18600 + try))
+    if [ "$role" = server ]; then
+      env $CM_ENV timeout 60 ib_${v}_bw -R -p $port -n 200 -s 4096 > "$W/ours.log" 2>&1 & local p=$!
+      sleep 1
+      vmx "timeout 50 ib_${v}_bw -R -d rxe0 -p $port -n 200 -s 4096 192.168.77.1" > "$W/theirs.log" 2>&1; r=$?
+      log=$W/theirs.log
+      if [ $r -ne 0 ] && [ $try -lt 3 ] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$log"; then
+        kill $p 2>/dev/null; wait $p 2>/dev/null; echo "  RETRY: perftest's REQ came before its server's rdma_listen (REJ 8)"; continue
+      fi
+      wait $p; o=$?
+    else
+      vmx "sh -c 'echo \$\$ > /tmp/pt-server.pid; exec timeout 50 ib_${v}_bw -R -d rxe0 -p $port -n 200 -s 4096'" > "$W/theirs.log" 2>&1 & local p=$!
+      sleep 2
+      env $CM_ENV timeout 60 ib_${v}_bw -R -p $port -n 200 -s 4096 192.168.77.2 > "$W/ours.log" 2>&1; o=$?
+      log=$W/ours.log
+      if [ $o -ne 0 ] && [ $try -lt 3 ] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$log"; then
+        # Our perftest exited without a DREQ for its first (exchange) connection, which
+        # the kernel still holds. The next process's QP has the same QPN, so its REQ
+        # would get REJ "stale connection" (10). So: end the VM's server while a CM of
+        # ours runs to answer the kernel's DREQ for it, then try again on another port.
+        env $CM_ENV timeout 15 rping -s -a 192.168.77.1 -p 7999 > /dev/null 2>&1 & local h=$!
+        sleep 1
+        vmx 'kill $(cat /tmp/pt-server.pid)' > /dev/null; wait $p 2>/dev/null
+        sleep 3; kill $h 2>/dev/null; wait $h 2>/dev/null
+        echo "  RETRY: perftest's REQ came before its server's rdma_listen (REJ 8)"; continue
+      fi
+      wait $p; r=$?
+    fi
+    grep -E '^ *4096 +200 ' "$log" | sed 's/^/  /'
+    [ $r -eq 0 ] || sed 's/^/  rxe: /' "$W/theirs.log" | tail -8
+    [ $o -eq 0 ] || sed 's/^/  ours: /' "$W/ours.log" | tail -8
+    [ $r -eq 0 ] && [ $o -eq 0 ] && grep -Eq '^ *4096 +200 ' "$log" && clean_ours
+    return
+  done
+}
+for v in send write; do
+  pt_R $v server; record "ib_${v}_bw -R client (kernel rdma_cm) -> our ib_${v}_bw -R server (capi, interop)" $?
+  pt_R $v client; record "our ib_${v}_bw -R client (capi, interop) -> ib_${v}_bw -R server (kernel rdma_cm)" $?
+done
 # Nobody owns 192.168.77.3: the address probe goes unanswered, rping reports
 # RDMA_CM_EVENT_ADDR_ERROR and fails.
 env $CM_ENV timeout 30 rping -c -a 192.168.77.3 -C 1 > "$W/ours.log" 2>&1; o=$?
 sed 's/^/  ours: /' "$W/ours.log" | tail -3
 [ $o -ne 0 ] && grep -q "ADDR_ERROR" "$W/ours.log"; record "rping to an address nobody owns: ADDR_ERROR" $?
+# Nobody listens on port 9999: the kernel's CM answers our REQ with REJ "invalid service
+# ID" (IBTA 12.6.7 reason 8), rping reports RDMA_CM_EVENT_REJECTED with status 8.
+env $CM_ENV timeout 30 rping -c -v -C 1 -a 192.168.77.2 -p 9999 > "$W/ours.log" 2>&1; o=$?
+sed 's/^/  ours: /' "$W/ours.log" | tail -3
+[ $o -ne 0 ] && grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$W/ours.log" && clean_ours
+record "our rping client -> VM port nobody listens on: kernel REJ 8, REJECTED status 8" $?
+# And the other way: our CM (a process with a listener on 7174, so a CM runs) answers a
+# REQ for port 9999 with REJ 8, and the kernel's rping reports it.
+env $CM_ENV timeout 30 rping -s -v -C 1 -a 192.168.77.1 -p 7174 > "$W/ours.log" 2>&1 & p=$!
+sleep 1
+vmx "timeout 20 rping -c -v -C 1 -a 192.168.77.1 -p 9999" > "$W/theirs.log" 2>&1; r=$?
+kill $p 2>/dev/null; wait $p 2>/dev/null
+sed 's/^/  rxe: /' "$W/theirs.log" | tail -3
+[ $r -ne 0 ] && grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$W/theirs.log" && clean_ours
+record "kernel rping client -> our port nobody listens on: our REJ 8, REJECTED status 8" $?
+
+# MRA (IBTA 12.6.6) both ways. A server stopped (SIGSTOP) right after rdma_listen leaves
+# its CM with a REQ nobody has accepted; the client's CM resends the REQ after its
+# response timeout (about 4.3 s for rdma_cm's 20), the stopped side's CM answers the
+# duplicate with an MRA, and the server, continued, accepts. tshark shows the CM MADs
+# (attribute 0x0010 REQ, 0x0011 MRA).
+mads() { # FILE SECONDS: capture the CM MADs on the tap in the background ($tsp)
+  tshark -i rxetap0 -f "udp port 4791" -a duration:$2 -Y "infiniband.bth.destqp == 1" \
+    -T fields -e frame.time_relative -e ip.src -e infiniband.mad.attributeid > "$1" 2>"$1.err" & tsp=$!
+  for _ in $(seq 1 100); do grep -q "Capturing on" "$1.err" 2>/dev/null && break; sleep 0.2; done
+}
+count() { awk -v s="$2" -v a="$3" '$2==s && $3==a' "$1" | wc -l; }
+# The kernel's MRA: its rdma_cm arms a delayed MRA for every REQ its user has not yet
+# accepted (cma.c, CMA_CM_MRA_SETTING) and cm.c sends it for a duplicate REQ. Stopped
+# for 12.5 s; our REQ (t ~4 s) and its resend (~8.3 s) get the MRA (service timeout 24,
+# about 69 s); had we not honoured it, a third REQ would leave at ~12.6 s, before the
+# server continues (~15 s). So: exactly two REQs from us, one MRA from the kernel.
+mads "$W/mads1.txt" 40
+vmx 'timeout 40 sh -c "rping -s -v -V -C 3 -a 192.168.77.2 & p=\$!; sleep 2.5; kill -STOP \$p; sleep 12.5; kill -CONT \$p; wait \$p"' > "$W/theirs.log" 2>&1 & p=$!
+sleep 4
+env $CM_ENV timeout 45 rping -c -v -V -C 3 -a 192.168.77.2 > "$W/ours.log" 2>&1; o=$?
+wait $p; r=$?; sleep 1; kill -INT $tsp 2>/dev/null; wait $tsp
+sed 's/^/  mad: /' "$W/mads1.txt"
+reqs=$(count "$W/mads1.txt" 192.168.77.1 0x0010); mras=$(count "$W/mads1.txt" 192.168.77.2 0x0011)
+echo "  our REQs: $reqs, kernel MRAs: $mras"
+[ $o -eq 0 ] && [ $r -eq 0 ] && grep -q "ping data: rdma-ping-2" "$W/ours.log" && [ "$reqs" -eq 2 ] && [ "$mras" -ge 1 ] && clean_ours
+record "kernel MRA: our rping client waits for a stopped kernel rping server" $?
+# Our server stopped: the kernel's REQ and its resend (~6.3 s) wait in our sockets; once
+# continued, the connection must complete. Our CM answers the duplicate with an MRA when
+# it takes it before rping has accepted (most runs), else the REP answers both: a race
+# between our CM thread and rping, so the MRA count is printed, not required.
+mads "$W/mads2.txt" 30
+env $CM_ENV timeout 45 rping -s -v -C 3 -a 192.168.77.1 > "$W/ours.log" 2>&1 & p=$!
+sleep 1
+sp=$(pgrep -P $p rping); kill -STOP $sp
+vmx "timeout 40 rping -c -v -V -C 3 -a 192.168.77.1" > "$W/theirs.log" 2>&1 & q=$!
+sleep 9; kill -CONT $sp
+wait $q; r=$?; wait $p; o=$?; sleep 1; kill -INT $tsp 2>/dev/null; wait $tsp
+sed 's/^/  mad: /' "$W/mads2.txt"
+mras=$(count "$W/mads2.txt" 192.168.77.1 0x0011)
+echo "  our MRAs: $mras (0 if rping accepted before our CM took the duplicate REQ)"
+[ $o -eq 0 ] && [ $r -eq 0 ] && grep -q "ping data: rdma-ping-2" "$W/theirs.log" && clean_ours
+record "kernel rping client to our stopped rping server: connects after the REQ resend (MRA: $mras)" $?
 
 note "results: $pass passed, $fail failed"
 printf '| step | result |\n|---|---|\n%s' "$results" | tee "$W/results.md"

@@ -925,12 +925,19 @@ pub unsafe extern "C" fn rdma_create_ep(
     0
 }
 
-/// `rdma_destroy_ep`: the QP (and the CQs made for it), then the id.
+/// `rdma_destroy_ep`: the QP if the id has one (and the CQs made for it), then the
+/// id. A listening id has none (rdma_server's: `rdma_create_ep` keeps the QP
+/// attributes for the requests), and as in librdmacm that is no error.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_ep(id: *mut r::rdma_cm_id) {
+    let Ok(cm) = cm() else { return };
+    // SAFETY: read only once the id is known to be live.
+    let has_qp = !id.is_null() && cm.ids.lock().is_live(id) && unsafe { !(*id).qp.is_null() };
     // SAFETY: module safety argument.
     unsafe {
-        rdma_destroy_qp(id);
+        if has_qp {
+            rdma_destroy_qp(id);
+        }
         rdma_destroy_id(id);
     }
 }

@@ -185,8 +185,10 @@ fn v4(a: SocketAddr) -> Result<SocketAddrV4> {
 }
 
 impl State {
-    pub(crate) fn new(agents: Vec<Agent>, cfg: CmConfig) -> State {
-        let seed = agents.first().map_or(0, |a| u32::from(a.ip));
+    /// `instance` varies the first Local Communication ID between CMs on one address
+    /// (see `EmuCm::open`); 0 keeps it a function of the address alone.
+    pub(crate) fn new(agents: Vec<Agent>, cfg: CmConfig, instance: u32) -> State {
+        let seed = agents.first().map_or(0, |a| u32::from(a.ip)) ^ instance;
         State {
             agents,
             channels: BTreeMap::new(),
