@@ -217,17 +217,17 @@ record "mckey sender (kernel rdma_cm) -> our mckey receiver (capi, interop), 239
 # listen race of its own (capi/README.md): its client may send the data connection's
 # REQ before its server's second rdma_listen; the listener's CM (the kernel's or ours)
 # then answers REJ "invalid service ID" and perftest's retry of that cannot work. A run
-# that failed with exactly that REJ is run again (up to 3 times, each retry printed).
+# that failed with exactly that REJ is run again (up to 5 times, each retry printed).
 pt_R() { # VERB OURS-ROLE(server|client)
   local v=$1 role=$2 try port o r log
-  for try in 1 2 3; do
+  for try in 1 2 3 4 5; do
     port=$((18600 + try))
     if [ "$role" = server ]; then
       env $CM_ENV timeout 60 ib_${v}_bw -R -p $port -n 200 -s 4096 > "$W/ours.log" 2>&1 & local p=$!
       sleep 1
       vmx "timeout 50 ib_${v}_bw -R -d rxe0 -p $port -n 200 -s 4096 192.168.77.1" > "$W/theirs.log" 2>&1; r=$?
       log=$W/theirs.log
-      if [ $r -ne 0 ] && [ $try -lt 3 ] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$log"; then
+      if [ $r -ne 0 ] && [ $try -lt 5 ] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$log"; then
         kill $p 2>/dev/null; wait $p 2>/dev/null; echo "  RETRY: perftest's REQ came before its server's rdma_listen (REJ 8)"; continue
       fi
       wait $p; o=$?
@@ -236,7 +236,7 @@ pt_R() { # VERB OURS-ROLE(server|client)
       sleep 2
       env $CM_ENV timeout 60 ib_${v}_bw -R -p $port -n 200 -s 4096 192.168.77.2 > "$W/ours.log" 2>&1; o=$?
       log=$W/ours.log
-      if [ $o -ne 0 ] && [ $try -lt 3 ] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$log"; then
+      if [ $o -ne 0 ] && [ $try -lt 5 ] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$log"; then
         # Our perftest exited without a DREQ for its first (exchange) connection, which
         # the kernel still holds. The next process's QP has the same QPN, so its REQ
         # would get REJ "stale connection" (10). So: end the VM's server while a CM of
