@@ -1299,4 +1299,44 @@ mod tests {
         let (mut tx, mut acks) = (run(a, 20, 12), run(a, 20, 1));
         assert!(!tx.absorb(&mut acks, 64));
     }
+
+    /// An application that polls while a CQ is armed (it will wait on the channel
+    /// after its next empty poll) must not keep the device thread napping: the thread
+    /// goes back to the socket, so the event's datagram is received without a nap.
+    #[test]
+    fn an_armed_cq_keeps_the_device_thread_on_the_socket() {
+        // Busy-poll mode: without an armed CQ the thread naps on while polls come
+        // less than ten naps (2 ms) apart.
+        let dev = EmuDevice::open(EmuConfig {
+            ip: Ipv4Addr::LOCALHOST,
+            port: 0,
+            busy_poll: true,
+            ..EmuConfig::default()
+        })
+        .expect("open a device on loopback");
+        let cq = dev.create_cq(16, None).unwrap();
+        let mut out = Vec::new();
+        // Polls until the thread's napping flag is `want` (5 s at most).
+        let reaches = |want: bool, out: &mut Vec<WorkCompletion>| {
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(5) {
+                dev.poll_cq(cq, 1, out).unwrap();
+                if dev.inner.napping.load(Ordering::Acquire) == want {
+                    return true;
+                }
+            }
+            false
+        };
+        // Polling alone puts the thread into its naps.
+        assert!(
+            reaches(true, &mut out),
+            "polling never put the thread to nap"
+        );
+        // Armed, the thread leaves its nap though the polling goes on.
+        dev.req_notify_cq(cq, false).unwrap();
+        assert!(
+            reaches(false, &mut out),
+            "the device thread kept napping with a CQ armed"
+        );
+    }
 }
