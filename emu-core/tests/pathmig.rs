@@ -11,18 +11,8 @@ use util::*;
 use verbs_api::QpAttrMask as M;
 use verbs_api::{
     AhAttr, AsyncEvent, AsyncEventType, EventElement, Gid, GlobalRoute, MigState, QpAttr, QpState,
-    SendFlags, SendWr, Sge, WcStatus, WrOperation,
+    WcStatus,
 };
-
-fn send(wr_id: u64, sge: Sge) -> SendWr {
-    SendWr {
-        wr_id,
-        sg_list: vec![sge],
-        op: WrOperation::Send,
-        send_flags: SendFlags::SIGNALED,
-        ud: None,
-    }
-}
 
 fn av(dgid: Gid, sgid_index: u8) -> AhAttr {
     AhAttr {

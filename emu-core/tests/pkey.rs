@@ -9,17 +9,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use util::*;
-use verbs_api::{SendFlags, SendWr, Sge, WcStatus, WrOperation};
-
-fn send(wr_id: u64, sge: Sge) -> SendWr {
-    SendWr {
-        wr_id,
-        sg_list: vec![sge],
-        op: WrOperation::Send,
-        send_flags: SendFlags::SIGNALED,
-        ud: None,
-    }
-}
+use verbs_api::WcStatus;
 
 /// One SEND from A to B with the given P_Key table entry 0 on each side: the status of
 /// A's completion, whether B received it, B's bad P_Key count and the P_Keys seen on

@@ -11,19 +11,8 @@ use emu_core::engine::{Engine, EIO};
 use emu_wire::Opcode;
 use util::*;
 use verbs_api::{
-    AsyncEvent, AsyncEventType, EventElement, Gid, PortState, QpState, SendFlags, SendWr, Sge,
-    WcOpcode, WcStatus, WrOperation,
+    AsyncEvent, AsyncEventType, EventElement, Gid, PortState, QpState, WcOpcode, WcStatus,
 };
-
-fn send(wr_id: u64, sge: Sge) -> SendWr {
-    SendWr {
-        wr_id,
-        sg_list: vec![sge],
-        op: WrOperation::Send,
-        send_flags: SendFlags::SIGNALED,
-        ud: None,
-    }
-}
 
 fn ev(event_type: AsyncEventType, element: EventElement) -> AsyncEvent {
     AsyncEvent {

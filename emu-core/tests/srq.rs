@@ -17,16 +17,6 @@ const EINVAL: i32 = 22;
 const ENOMEM: i32 = 12;
 const EBUSY: i32 = 16;
 
-fn send(wr_id: u64, sge: Sge) -> SendWr {
-    SendWr {
-        wr_id,
-        sg_list: vec![sge],
-        op: WrOperation::Send,
-        send_flags: SendFlags::SIGNALED,
-        ud: None,
-    }
-}
-
 fn recv(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
     RecvWr { wr_id, sg_list }
 }

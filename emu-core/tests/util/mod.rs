@@ -597,6 +597,11 @@ pub fn ud_send(
         })
 }
 
+/// A signaled SEND of one SGE.
+pub fn send(wr_id: u64, sge: Sge) -> SendWr {
+    SendWr::send(wr_id, vec![sge]).signaled()
+}
+
 /// A signaled send WR (the common case of the scenario tests).
 pub fn signaled(wr_id: u64, op: verbs_api::WrOperation, sges: Vec<Sge>) -> SendWr {
     SendWr::new(wr_id, sges, op).signaled()
