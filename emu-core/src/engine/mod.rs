@@ -894,8 +894,7 @@ impl Engine {
             (qp.init.qp_type, repr.bth.opcode.transport()),
             (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
         );
-        // IBTA 9.6.1.1, 10.9.3: the P_Key must match the QP's own (module `port`).
-        if !port::pkey_match(repr.bth.pkey, self.port.pkey_at(qp.attr.pkey_index)) {
+        if !self.port.admits(qpn, qp.attr.pkey_index, repr.bth.pkey) {
             self.counters.bad_pkey += 1;
             return;
         }
@@ -950,15 +949,7 @@ impl Engine {
             match self.qps.get(&qpn) {
                 None => self.counters.rx_unknown_qp += 1,
                 Some(qp) if qp.init.qp_type != QpType::Ud => self.counters.rx_dropped += 1,
-                // IBTA 9.6.1.1, 10.9.3: the QP's P_Key must match; QP1 takes any P_Key
-                // of the port's table.
-                Some(qp)
-                    if !(if qpn == GSI_QPN {
-                        self.port.accepts_pkey(repr.bth.pkey)
-                    } else {
-                        port::pkey_match(repr.bth.pkey, self.port.pkey_at(qp.attr.pkey_index))
-                    }) =>
-                {
+                Some(qp) if !self.port.admits(qpn, qp.attr.pkey_index, repr.bth.pkey) => {
                     self.counters.bad_pkey += 1
                 }
                 Some(_) => {

@@ -95,6 +95,17 @@ impl Port {
         self.pkeys.iter().any(|&k| pkey_match(k, pkey))
     }
 
+    /// Whether QP `qpn`, with P_Key index `pkey_index`, takes a packet with `pkey`
+    /// (IBTA 9.6.1.1, 10.9.3): it must match the QP's own key; QP1 takes any key of
+    /// the table.
+    pub(crate) fn admits(&self, qpn: u32, pkey_index: u16, pkey: u16) -> bool {
+        if qpn == super::GSI_QPN {
+            self.accepts_pkey(pkey)
+        } else {
+            pkey_match(pkey, self.pkey_at(pkey_index))
+        }
+    }
+
     /// Changes the logical state. Leaving ACTIVE raises `PORT_ERR` (manual 6.1.11),
     /// entering it `PORT_ACTIVE` (manual 6.1.10). `Nop` is EINVAL.
     pub(crate) fn set_state(
