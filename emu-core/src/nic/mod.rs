@@ -246,8 +246,6 @@ struct Inner {
     /// application; false while it blocks on the socket. Posts defer only while it
     /// naps (see `Inner::may_defer`).
     napping: AtomicBool,
-    /// The device thread, unparked from its nap when a CQ is armed.
-    thread: std::sync::OnceLock<std::thread::Thread>,
 }
 
 /// An emulated RDMA device on UDP.
@@ -291,10 +289,7 @@ impl EmuDevice {
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{}-nic", inner.cfg.name))
-            .spawn(move || {
-                let _ = worker.thread.set(std::thread::current());
-                worker.run(&udp)
-            })
+            .spawn(move || worker.run(&udp))
             .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
         Ok(EmuDevice {
             inner,
@@ -548,7 +543,6 @@ impl Inner {
             rx: Mutex::new(rx),
             polls: AtomicU64::new(0),
             napping: AtomicBool::new(false),
-            thread: std::sync::OnceLock::new(),
         }))
     }
 }
@@ -1033,8 +1027,8 @@ impl Device for EmuDevice {
         // The application will wait for the event, not poll: a napping device thread
         // must go back to the socket now (see `Inner::run`). Unparked even when it is
         // not napping yet: it may be about to, having looked before the arming.
-        if let Some(t) = self.inner.thread.get() {
-            t.unpark();
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
         }
         Ok(())
     }
