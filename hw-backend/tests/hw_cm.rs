@@ -17,19 +17,9 @@ use verbs_api::*;
 
 const T: Option<Duration> = Some(Duration::from_secs(10));
 
-fn ipv4(dev: &HwDevice) -> Option<Ipv4Addr> {
-    let n = dev.query_port(1).ok()?.gid_tbl_len;
-    (0..n).find_map(|i| {
-        dev.query_gid(1, i)
-            .ok()?
-            .to_ipv4()
-            .filter(|a| !a.is_unspecified())
-    })
-}
-
 fn setup() -> Option<(Arc<HwDevice>, HwCm, Ipv4Addr)> {
     let dev = Arc::new(common::device()?);
-    let Some(ip) = ipv4(&dev) else {
+    let Some(ip) = common::ipv4(&*dev) else {
         eprintln!("SKIP: {} has no IPv4 RoCE GID", dev.name());
         return None;
     };

@@ -22,10 +22,7 @@ fn removed_device_is_device_removal_on_every_id() {
         return;
     };
     let dev = Arc::new(HwDevice::open(Some(&link)).expect("open the device to remove"));
-    let ip = (0..dev.query_port(1).unwrap().gid_tbl_len)
-        .find_map(|i| dev.query_gid(1, i).ok()?.to_ipv4())
-        .filter(|a| !a.is_unspecified())
-        .expect("an IPv4 RoCE GID");
+    let ip = common::ipv4(&*dev).expect("an IPv4 RoCE GID");
     let cm = HwCm::new(dev.clone());
     let (sch, cch) = (
         cm.create_event_channel().unwrap(),

@@ -276,3 +276,14 @@ impl Pair {
         dev.dealloc_pd(self.pd).expect("dealloc_pd");
     }
 }
+
+/// The device's first IPv4 RoCE GID, as an address.
+pub(crate) fn ipv4(dev: &dyn Device) -> Option<std::net::Ipv4Addr> {
+    let n = dev.query_port(1).ok()?.gid_tbl_len;
+    (0..n).find_map(|i| {
+        dev.query_gid(1, i)
+            .ok()?
+            .to_ipv4()
+            .filter(|a| !a.is_unspecified())
+    })
+}
