@@ -309,7 +309,7 @@ impl State {
                 let msg = self.dreq_of(id.0);
                 self.send_id(id.0, &msg, now);
             }
-            St::ReqRcvd if i.ps == PortSpace::Tcp => {
+            St::ReqRcvd if ps == PortSpace::Tcp => {
                 let _ = self.reject(id, &[], reason::CONSUMER, now);
             }
             St::ReqSent | St::MraRcvd => self.send_rej(id.0, reason::TIMEOUT),

@@ -52,12 +52,12 @@ pub(crate) fn check_ah_attr(attr: &AhAttr, limits: &Limits) -> Result<()> {
 }
 
 impl AhTable {
-    /// `ibv_create_ah`: EINVAL for an unknown PD or a bad address vector.
     /// Address handles alive.
     pub(crate) fn len(&self) -> usize {
         self.ahs.len()
     }
 
+    /// `ibv_create_ah`: EINVAL for an unknown PD or a bad address vector.
     pub(crate) fn create(
         &mut self,
         mrs: &mut MrTable,
