@@ -14,3 +14,4 @@ pub mod cm;
 pub mod engine;
 pub mod nic;
 mod notify;
+mod seed;

@@ -409,3 +409,23 @@ fn posts_to_many_qps_between_polls_all_arrive() {
     }
     assert_eq!(db.link_counters().icrc_errors.load(Ordering::Relaxed), 0);
 }
+
+/// A device reopened on the same address (the next process of a test run) hands out
+/// other QP numbers than the last one, so that a peer's CM still holding the old
+/// connection does not answer the new REQ with REJ "stale connection" (IBTA
+/// 12.9.8.3.1); kernel rxe's cyclic allocation has the same effect.
+#[test]
+fn a_reopened_device_starts_at_another_qpn() {
+    let first = |d: &EmuDevice| {
+        let e = end(d, 64, None);
+        let n = e.qpn;
+        // Numbers stay within the 24 bits of a QPN, above the special QPs 0 and 1.
+        assert!((2..0x0100_0000).contains(&n), "{n:#x}");
+        d.destroy_qp(n).unwrap();
+        n
+    };
+    let a = first(&open(9, 1));
+    std::thread::sleep(Duration::from_millis(2));
+    let b = first(&open(9, 1));
+    assert_ne!(a, b);
+}

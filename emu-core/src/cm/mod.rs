@@ -235,23 +235,6 @@ impl std::fmt::Debug for EmuCm {
     }
 }
 
-/// A value that differs between CMs opened one after the other on one address (the
-/// processes of a test run): it varies their first Local Communication ID (IBTA
-/// 12.6.5). A peer that still holds a connection of an earlier process (one that
-/// ended without a DREQ) takes a REQ with the same communication ID from the same CA
-/// for a duplicate of that connection's REQ and drops it: the kernel's cm.c matches
-/// REQs on the remote communication ID and CA GUID, and starts its own IDs at a
-/// random value. Measured against kernel rxe: with the IDs a function of the address
-/// alone, the next process's REQs went unanswered until the kernel let the old
-/// connection go. The virtual-time CM keeps 0, so fabric runs stay reproducible.
-fn instance_seed() -> u32 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mixed = (nanos ^ (u64::from(std::process::id()) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (mixed >> 32) as u32
-}
-
 fn agents(devices: Vec<Arc<dyn Device>>) -> Result<Vec<Agent>> {
     if devices.is_empty() {
         return Err(Error::NoDevice("a CM needs a device".into()));
@@ -276,7 +259,12 @@ impl EmuCm {
     /// device gets its QP1 (EBUSY if another CM serves it already).
     pub fn open(devices: Vec<Arc<dyn Device>>, cfg: CmConfig) -> Result<EmuCm> {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(agents(devices)?, cfg, instance_seed())),
+            // The first Local Communication ID differs per CM (see `crate::seed`).
+            state: Mutex::new(State::new(
+                agents(devices)?,
+                cfg,
+                crate::seed::instance_seed(),
+            )),
             clock: Clock::Real,
             stop: AtomicBool::new(false),
         });

@@ -228,6 +228,16 @@ impl Engine {
         &self.limits
     }
 
+    /// Makes `qpn` the next QP number handed out (folded into the 24-bit range above
+    /// the special QPs), as a driver whose QPNs must differ from an earlier
+    /// process's does: a peer CM that still holds that process's connection would
+    /// take a new REQ from the same QPN and GID for a stale one (IBTA 12.9.8.3.1, REJ
+    /// reason 10). Kernel rxe allocates QPNs cyclically, so a new process rarely gets
+    /// the last one's numbers.
+    pub fn set_next_qpn(&mut self, qpn: u32) {
+        self.next_qpn = FIRST_QPN + qpn % (0x0100_0000 - FIRST_QPN);
+    }
+
     /// Sets the GID of the device's port (GID index 0; the driver's address). UD
     /// receive buffers report it as the destination in their GRH.
     /// Raises no event: this is the driver saying where the device lives, not a

@@ -525,6 +525,11 @@ impl Inner {
                 engine: {
                     let mut e = Engine::new(cfg.limits);
                     e.set_gid(Gid::from_ipv4(cfg.ip));
+                    // Over UDP, each device's QPNs start elsewhere (see `crate::seed`);
+                    // a fabric device keeps the engine's fixed start (reproducible).
+                    if udp.is_some() {
+                        e.set_next_qpn(crate::seed::instance_seed());
+                    }
                     e
                 },
                 tx: TxBatch::new(GSO_MAX_BYTES),
