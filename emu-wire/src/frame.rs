@@ -27,30 +27,16 @@ pub struct FrameParts<'a> {
 /// length, so frames shorter than the Ethernet minimum (captured before padding) and
 /// padded ones both work. Errors: [`Error::Truncated`] when a header does not fit,
 /// [`Error::BadVersion`] for an IP version that disagrees with the EtherType, and
-/// [`Error::BadLength`] for another EtherType or protocol, options, or lengths larger
-/// than the frame.
+/// [`Error::BadLength`] for another EtherType or protocol, options, a fragment, or
+/// lengths larger than the frame.
 pub fn split_frame(frame: &[u8]) -> Result<FrameParts<'_>> {
     if frame.len() < 14 {
         return Err(Error::Truncated);
     }
     let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
     let ip = &frame[14..];
-    let (ip_header, l4, ipv6) = match ethertype {
-        0x0800 => {
-            if ip.len() < 20 {
-                return Err(Error::Truncated);
-            }
-            if ip[0] >> 4 != 4 {
-                return Err(Error::BadVersion(ip[0] >> 4));
-            }
-            // RoCEv2 senders use no IPv4 options; the ICRC covers exactly 20 bytes.
-            let ihl = usize::from(ip[0] & 0xF) * 4;
-            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-            if ihl != 20 || ip[9] != 17 || total < ihl || total > ip.len() {
-                return Err(Error::BadLength);
-            }
-            (&ip[..20], &ip[20..total], false)
-        }
+    match ethertype {
+        0x0800 => split_ipv4(ip),
         0x86DD => {
             if ip.len() < 40 {
                 return Err(Error::Truncated);
@@ -63,10 +49,36 @@ pub fn split_frame(frame: &[u8]) -> Result<FrameParts<'_>> {
             if ip[6] != 17 || 40 + plen > ip.len() {
                 return Err(Error::BadLength);
             }
-            (&ip[..40], &ip[40..40 + plen], true)
+            split_udp(&ip[..40], &ip[40..40 + plen], true)
         }
-        _ => return Err(Error::BadLength),
-    };
+        _ => Err(Error::BadLength),
+    }
+}
+
+/// Splits an IPv4 datagram (IP header first, as a raw IP socket returns it) carrying
+/// UDP: the IPv4 arm of [`split_frame`], with the same errors. RoCEv2 senders use no
+/// IPv4 options (the ICRC covers exactly 20 bytes of IP header, Annex A17.4), and a
+/// fragment is not a whole UDP datagram.
+pub fn split_ipv4(ip: &[u8]) -> Result<FrameParts<'_>> {
+    if ip.len() < 20 {
+        return Err(Error::Truncated);
+    }
+    if ip[0] >> 4 != 4 {
+        return Err(Error::BadVersion(ip[0] >> 4));
+    }
+    let ihl = usize::from(ip[0] & 0xF) * 4;
+    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    // More-fragments set or a non-zero fragment offset.
+    let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3FFF != 0;
+    if ihl != 20 || ip[9] != 17 || fragment || total < ihl || total > ip.len() {
+        return Err(Error::BadLength);
+    }
+    split_udp(&ip[..20], &ip[20..total], false)
+}
+
+/// The UDP header and payload of `l4` (the IP payload), the payload's length taken
+/// from the UDP header.
+fn split_udp<'a>(ip_header: &'a [u8], l4: &'a [u8], ipv6: bool) -> Result<FrameParts<'a>> {
     if l4.len() < 8 {
         return Err(Error::Truncated);
     }
@@ -195,8 +207,24 @@ mod tests {
         let mut g = f.clone();
         g[14 + 9] = 6; // TCP
         assert_eq!(split_frame(&g).unwrap_err(), Error::BadLength);
-        let mut g = f;
+        let mut g = f.clone();
         g[14 + 20 + 5] = 7; // UDP length below its header
         assert_eq!(split_frame(&g).unwrap_err(), Error::BadLength);
+        for frag in [[0x20, 0x00], [0x40, 0x01]] {
+            // more fragments, or a later fragment: not a whole datagram
+            let mut g = f.clone();
+            g[14 + 6..14 + 8].copy_from_slice(&frag);
+            assert_eq!(split_frame(&g).unwrap_err(), Error::BadLength);
+        }
+    }
+
+    #[test]
+    fn an_ipv4_datagram_splits_as_its_frame_does() {
+        let f = build_frame(&ep(), &[5u8; 12]);
+        let (a, b) = (split_frame(&f).unwrap(), split_ipv4(&f[14..]).unwrap());
+        assert_eq!(
+            (a.ip_header, a.udp_header, a.udp_payload, a.ipv6),
+            (b.ip_header, b.udp_header, b.udp_payload, b.ipv6)
+        );
     }
 }

@@ -62,7 +62,7 @@ pub use atomic::{AtomicAckEthPacket, AtomicAckEthRepr, AtomicEthPacket, AtomicEt
 pub use bth::{pad_count, BthPacket, BthRepr};
 pub use deth::{DethPacket, DethRepr};
 pub use error::{Error, Result};
-pub use frame::{build_frame, split_frame, FrameParts, ROCEV2_PORT};
+pub use frame::{build_frame, split_frame, split_ipv4, FrameParts, ROCEV2_PORT};
 pub use grh::{GrhPacket, GrhRepr};
 pub use icrc::{
     check_icrc, check_icrc_frame, icrc_for, icrc_ipv4, icrc_ipv6, write_icrc, Ipv4Endpoints,

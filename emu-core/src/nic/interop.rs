@@ -106,30 +106,25 @@ pub(crate) struct RawUdp {
     pub(crate) payload: std::ops::Range<usize>,
 }
 
-/// Parses an IPv4 datagram carrying UDP as a raw socket returns it (IP header first).
-/// None for anything else: not IPv4, not UDP, a fragment, or truncated.
+/// Parses an IPv4 datagram carrying UDP as a raw socket returns it (IP header first),
+/// with [`emu_wire::split_ipv4`]. None for anything else: not IPv4, not UDP, IP
+/// options (RoCEv2 senders use none; the ICRC covers 20 bytes of header), a fragment,
+/// or truncated.
 pub(crate) fn parse_raw_udp(b: &[u8]) -> Option<RawUdp> {
-    if b.len() < 20 || b[0] >> 4 != 4 || b[9] != 17 {
-        return None;
-    }
-    let ihl = usize::from(b[0] & 0x0F) * 4;
-    let total = usize::from(u16::from_be_bytes([b[2], b[3]]));
-    let frag = u16::from_be_bytes([b[6], b[7]]);
-    // More-fragments set or a non-zero offset: not a whole datagram.
-    if ihl < 20 || frag & 0x3FFF != 0 || total < ihl + 8 || b.len() < total {
-        return None;
-    }
-    let u = &b[ihl..];
-    let udp_len = usize::from(u16::from_be_bytes([u[4], u[5]]));
-    if udp_len < 8 || ihl + udp_len > total {
-        return None;
-    }
-    let ip = |o: usize| Ipv4Addr::new(b[o], b[o + 1], b[o + 2], b[o + 3]);
+    let p = emu_wire::split_ipv4(b).ok()?;
+    let (ip, udp) = (p.ip_header, p.udp_header);
+    let at = |a: usize, port: usize| {
+        SocketAddrV4::new(
+            Ipv4Addr::new(ip[a], ip[a + 1], ip[a + 2], ip[a + 3]),
+            u16::from_be_bytes([udp[port], udp[port + 1]]),
+        )
+    };
+    // The header is 20 bytes (no options), then 8 of UDP.
     Some(RawUdp {
-        src: SocketAddrV4::new(ip(12), u16::from_be_bytes([u[0], u[1]])),
-        dst: SocketAddrV4::new(ip(16), u16::from_be_bytes([u[2], u[3]])),
-        ip_id: u16::from_be_bytes([b[4], b[5]]),
-        payload: ihl + 8..ihl + udp_len,
+        src: at(12, 0),
+        dst: at(16, 2),
+        ip_id: u16::from_be_bytes([ip[4], ip[5]]),
+        payload: 28..28 + p.udp_payload.len(),
     })
 }
 
@@ -171,9 +166,14 @@ mod tests {
         let mut t = b.clone();
         t[9] = 6;
         assert!(parse_raw_udp(&t).is_none());
-        let mut v6 = b;
+        let mut v6 = b.clone();
         v6[0] = 0x65;
         assert!(parse_raw_udp(&v6).is_none());
+        // IP options (IHL 6): no RoCEv2 sender uses them.
+        let mut opts = b;
+        opts[0] = 0x46;
+        opts.splice(20..20, [1u8, 1, 1, 0]);
+        assert!(parse_raw_udp(&opts).is_none());
         assert!(parse_raw_udp(&[]).is_none());
     }
 }
