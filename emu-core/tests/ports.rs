@@ -246,3 +246,31 @@ fn srq_failure_takes_its_qps_to_err_with_qp_fatal() {
         22
     );
 }
+
+#[test]
+fn an_adapter_qp_error_completes_the_wqe_under_way_with_its_status() {
+    let (mut p, a, b) = message_in_progress(Config::default());
+    let now = p.now;
+    for bad in [WcStatus::Success, WcStatus::WrFlushErr] {
+        assert_eq!(p.a.fail_qp(now, a.qpn, bad).unwrap_err().errno(), 22);
+    }
+    assert_eq!(
+        p.a.fail_qp(now, 0x00AB_CDEF, WcStatus::GeneralErr)
+            .unwrap_err()
+            .errno(),
+        22
+    );
+    p.a.fail_qp(now, a.qpn, WcStatus::GeneralErr).unwrap();
+    // A completion error, not a catastrophe: no async event (IBTA 10.8.3).
+    assert!(drain_events(&mut p.a).is_empty());
+    assert_eq!(a.state(&mut p), QpState::Err);
+    let got: Vec<_> = a.poll(&mut p).iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        got,
+        [(10, WcStatus::GeneralErr), (11, WcStatus::WrFlushErr)]
+    );
+    // On a QP already in ERR it does nothing; the peer is untouched.
+    p.a.fail_qp(now, a.qpn, WcStatus::RespTimeoutErr).unwrap();
+    assert!(a.poll(&mut p).is_empty());
+    assert_eq!(b.state(&mut p), QpState::Rts);
+}

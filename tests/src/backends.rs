@@ -155,6 +155,10 @@ impl Faults for FabricFaults {
     fn fail_srq(&self, srq: verbs_api::SrqId) {
         self.manage("fail_srq", self.1.fail_srq(srq));
     }
+
+    fn fail_qp(&self, qpn: u32, status: verbs_api::WcStatus) {
+        self.manage("fail_qp", self.1.fail_qp(qpn, status));
+    }
 }
 
 impl Backend for EmuFabric {

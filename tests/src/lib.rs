@@ -159,6 +159,9 @@ pub trait Faults: Send + Sync {
     fn fail_device(&self);
     /// SRQ `srq` has a catastrophic error.
     fn fail_srq(&self, srq: verbs_api::SrqId);
+    /// The adapter fails QP `qpn`: its oldest send WR completes with `status` (an
+    /// adapter-only status such as `GENERAL_ERR`), the QP goes to ERR.
+    fn fail_qp(&self, qpn: u32, status: verbs_api::WcStatus);
 }
 
 /// What a backend opens for one case.

@@ -38,18 +38,6 @@ pub fn uncovered_status(s: S) -> Option<Uncovered> {
         S::TmErr | S::TmRndvIncomplete => NotApplicable(
             "tag matching (IBV_SRQT_TM SRQs): an mlx5 offload outside IBTA transports",
         ),
-        S::RespTimeoutErr => NotApplicable(
-            "IBTA has no response-timeout completion error for RC/UC/UD: a requester whose \
-             local ACK timer expires with its retry count spent completes with \
-             RETRY_EXC_ERR (IBTA 9.7.6.1.3), a responder that is not ready answers RNR and \
-             ends in RNR_RETRY_EXC_ERR (9.7.5.2.8), as kernel rxe and mlx5 do; the status \
-             comes from adapters outside IBTA (ocrdma, iWARP)",
-        ),
-        S::GeneralErr => NotApplicable(
-            "manual 6.2.22: a transport error no other status describes; every error the \
-             RC/UC/UD transport can meet has its own status in IBTA 10.8.3?, so only vendor \
-             syndromes without one (e.g. mlx5's unknown CQE syndromes) map to it",
-        ),
         _ => return None,
     })
 }

@@ -157,6 +157,27 @@ impl Engine {
         self.ready.clear();
     }
 
+    /// An adapter error on QP `qpn` that completes its oldest send WQE with `status`
+    /// (fault injection for a program's error paths). Any error status is accepted,
+    /// including the two no IBTA RC/UC/UD rule produces and only adapters report:
+    /// `RESP_TIMEOUT_ERR` (manual 6.2.21; e.g. ocrdma's response timeout) and
+    /// `GENERAL_ERR` (manual 6.2.22; e.g. a CQE syndrome the driver cannot map). As
+    /// after any completion error (IBTA 10.3.1, manual 3.5 "Error" state) the QP goes
+    /// to ERR with no async event: the WQE completes with `status` (whether or not its
+    /// packets had left), a message being received completes with `REM_ABORT_ERR`, and
+    /// the other WQEs are flushed. A QP in RESET or ERR is left alone. EINVAL for an
+    /// unknown QP or for `SUCCESS`/`WR_FLUSH_ERR`, which are not adapter errors.
+    pub fn fail_qp(&mut self, now: Instant, qpn: u32, status: WcStatus) -> Result<()> {
+        self.check_alive()?;
+        if matches!(status, WcStatus::Success | WcStatus::WrFlushErr) {
+            return Err(Error::InvalidArgument(
+                "an injected QP error needs an error status other than WR_FLUSH_ERR",
+            ));
+        }
+        self.with_qp(now, qpn, |qp, ctx| qp.fail(ctx, status))
+            .ok_or(Error::InvalidArgument("no such QP"))
+    }
+
     /// A catastrophic error of SRQ `srq` (manual 6.1.15): `SRQ_ERR` (affiliated with
     /// the SRQ), then every QP on it goes to ERR with `QP_FATAL` (a message being
     /// received into one of its WQEs completes with `REM_ABORT_ERR`; the QP then

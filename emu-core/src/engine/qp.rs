@@ -409,6 +409,19 @@ impl QueuePair {
         }
     }
 
+    /// An adapter error ([`Engine::fail_qp`](super::Engine::fail_qp)): the oldest send
+    /// WQE not yet completed completes with `status`, even before its first packet
+    /// left (the adapter was working on it), then as [`QueuePair::abort`].
+    pub(crate) fn fail(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+        if matches!(self.state(), QpState::Reset | QpState::Err) {
+            return;
+        }
+        if let Some(w) = self.sq.front_mut() {
+            w.started = true;
+        }
+        self.abort(ctx, Some(status));
+    }
+
     /// A fault (not the user) moves the QP to the error state: the device failed
     /// (`send_status` `FATAL_ERR`, manual 6.2.20) or the QP is affected by a
     /// catastrophic error of its SRQ (manual 6.1.15). The send WQE being transmitted

@@ -6,7 +6,7 @@
 
 use std::sync::Weak;
 
-use verbs_api::{Error, Gid, PortState, Result, SrqId};
+use verbs_api::{Error, Gid, PortState, Result, SrqId, WcStatus};
 
 use super::Inner;
 use crate::engine::SrqHandle;
@@ -80,5 +80,11 @@ impl Management {
     /// A catastrophic error of an SRQ: `SRQ_ERR`, its QPs to ERR with `QP_FATAL`.
     pub fn fail_srq(&self, srq: SrqId) -> Result<()> {
         self.run(|e, now| e.fail_srq(now, SrqHandle(srq.0)))
+    }
+
+    /// An adapter error on a QP: its oldest send WQE completes with `status`, the QP
+    /// goes to ERR (`engine::Engine::fail_qp`).
+    pub fn fail_qp(&self, qpn: u32, status: WcStatus) -> Result<()> {
+        self.run(|e, now| e.fail_qp(now, qpn, status))
     }
 }

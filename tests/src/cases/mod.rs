@@ -3,6 +3,7 @@
 
 use crate::Case;
 
+mod adapter;
 mod cm;
 mod cq;
 mod data;
@@ -23,6 +24,7 @@ pub fn register(v: &mut Vec<Case>) {
     qp_state::register(v);
     data::register(v);
     errors::register(v);
+    adapter::register(v);
     mw::register(v);
     srq::register(v);
     ud::register(v);
