@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::io::{PipeReader, PipeWriter, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -27,6 +27,15 @@ impl<T> Notifier<T> {
             errno: e.raw_os_error().unwrap_or(24),
             context: "pipe",
         })?;
+        // Both ends non-blocking: a full pipe (64 KiB of unread items) must not block
+        // `push` under the queue lock, and `take` must not wait for a byte that a
+        // full pipe never got.
+        for end in [reader.as_fd(), writer.as_fd()] {
+            rustix::io::ioctl_fionbio(end, true).map_err(|e| Error::Os {
+                errno: e.raw_os_error(),
+                context: "pipe",
+            })?;
+        }
         let fd = reader.as_raw_fd();
         Ok(Notifier {
             queue: Mutex::new(VecDeque::new()),
@@ -91,5 +100,56 @@ impl<T> Notifier<T> {
     /// The read end of the pipe.
     pub(crate) fn fd(&self) -> i32 {
         self.fd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the pipe's read end is readable now.
+    fn readable(n: &Notifier<u32>) -> bool {
+        let r = n.reader.lock();
+        let mut fds = [rustix::event::PollFd::new(
+            &*r,
+            rustix::event::PollFlags::IN,
+        )];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut fds, Some(&zero)).unwrap() > 0
+    }
+
+    #[test]
+    fn the_fd_is_readable_exactly_while_items_wait() {
+        let n = Notifier::new().unwrap();
+        assert!(!readable(&n));
+        n.push(1);
+        n.push(2);
+        assert!(readable(&n));
+        assert_eq!(n.try_pop_where(&|&i| i == 2), Some(2));
+        assert!(readable(&n));
+        assert_eq!(n.pop(Some(Duration::ZERO)).unwrap(), 1);
+        assert!(!readable(&n));
+        assert!(matches!(
+            n.pop(Some(Duration::from_millis(1))),
+            Err(Error::TimedOut)
+        ));
+    }
+
+    /// More items than the pipe holds bytes (64 KiB): pushing never blocks and every
+    /// item comes out.
+    #[test]
+    fn more_items_than_the_pipe_holds() {
+        let n = Notifier::new().unwrap();
+        let count = 70_000u32;
+        for i in 0..count {
+            n.push(i);
+        }
+        for i in 0..count {
+            assert_eq!(n.pop(Some(Duration::ZERO)).unwrap(), i);
+        }
+        assert!(!readable(&n));
     }
 }

@@ -429,3 +429,53 @@ fn a_reopened_device_starts_at_another_qpn() {
     let b = first(&open(9, 1));
     assert_ne!(a, b);
 }
+
+/// Whether the file descriptor `fd` of this process is readable within `wait`, polled
+/// through a second open of it (`/proc/self/fd`), as another program's poll/epoll sees
+/// it, without `unsafe`.
+fn fd_readable(fd: i32, wait: Duration) -> bool {
+    let f = std::fs::File::open(format!("/proc/self/fd/{fd}")).expect("open the fd again");
+    let mut fds = [rustix::event::PollFd::new(&f, rustix::event::PollFlags::IN)];
+    let ts = rustix::event::Timespec::try_from(wait).unwrap();
+    rustix::event::poll(&mut fds, Some(&ts)).unwrap() > 0
+}
+
+/// The completion channel's fd and the async fd are real descriptors that poll(2)
+/// sees readable exactly while an event waits (`ibv_comp_channel.fd`,
+/// `ibv_context.async_fd`).
+#[test]
+fn event_fds_are_readable_while_an_event_waits() {
+    let (da, db) = (open(2, 3), open(2, 4));
+    let async_fd = db.async_fd().unwrap();
+    assert!(!fd_readable(async_fd, Duration::ZERO));
+    db.management().port_down().unwrap();
+    assert!(fd_readable(async_fd, Duration::from_secs(5)));
+    assert_eq!(
+        db.get_async_event(Some(Duration::ZERO)).unwrap().event_type,
+        AsyncEventType::PortErr
+    );
+    assert!(!fd_readable(async_fd, Duration::ZERO));
+    db.management().port_up().unwrap();
+    db.get_async_event(Some(Duration::from_secs(5))).unwrap();
+
+    let ch = db.create_comp_channel().unwrap();
+    let ch_fd = db.comp_channel_fd(ch).unwrap();
+    let a = end(&da, 4096, None);
+    let b = end(&db, 4096, Some(ch));
+    connect(&da, &a, b.qpn, db.gid());
+    connect(&db, &b, a.qpn, da.gid());
+    let sge = |e: &End| Sge {
+        addr: e.mr.addr,
+        length: 4,
+        lkey: e.mr.lkey,
+    };
+    db.post_recv(b.qpn, &[RecvWr::new(9, vec![sge(&b)])])
+        .unwrap();
+    db.req_notify_cq(b.cq, false).unwrap();
+    assert!(!fd_readable(ch_fd, Duration::from_millis(20)));
+    let wr = SendWr::new(1, vec![sge(&a)], WrOperation::Send).signaled();
+    da.post_send(a.qpn, &[wr]).unwrap();
+    assert!(fd_readable(ch_fd, Duration::from_secs(10)));
+    assert_eq!(db.get_cq_event(ch, Some(Duration::ZERO)).unwrap(), b.cq);
+    assert!(!fd_readable(ch_fd, Duration::ZERO));
+}
