@@ -46,3 +46,60 @@ fn scenarios_are_deterministic() {
         scenario::run(lossy, 8).trace.lines()
     );
 }
+
+/// Every scenario's SVG ladder is well-formed XML with one arrow per packet that
+/// crosses between devices, a cross on each lost one, and each arrow's label.
+#[test]
+fn every_scenario_draws_a_well_formed_svg() {
+    for s in scenario::all() {
+        let out = scenario::run(s, 1);
+        let svg = sims::svg::render(&out.trace);
+        let doc = roxmltree::Document::parse(&svg)
+            .unwrap_or_else(|e| panic!("{}: not well-formed XML: {e}", s.name));
+        assert_eq!(doc.root_element().tag_name().name(), "svg", "{}", s.name);
+        let arrows = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("line") && n.attribute("stroke-width") == Some("1.5"))
+            .count();
+        let crossing: Vec<_> = out
+            .trace
+            .packets
+            .iter()
+            .filter(|p| p.dst.is_some_and(|d| d != p.src))
+            .collect();
+        assert_eq!(arrows, crossing.len(), "{}", s.name);
+        let crosses = doc.descendants().filter(|n| n.has_tag_name("path")).count();
+        let lost = crossing
+            .iter()
+            .filter(|p| matches!(p.fate, sims::trace::Fate::Dropped(_)))
+            .count();
+        // The arrowhead's marker is a path too.
+        assert_eq!(crosses, lost + 1, "{}", s.name);
+        let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
+        for p in &crossing {
+            let label = out.trace.arrow_label(p);
+            assert!(
+                texts.contains(&label.as_str()),
+                "{}: no label {label}",
+                s.name
+            );
+        }
+    }
+}
+
+/// `rdma-emu scenario list` prints one scenario per line, its name first.
+#[test]
+fn the_scenario_list_names_one_scenario_per_line() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+        .args(["scenario", "list"])
+        .output()
+        .expect("run rdma-emu");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let all = scenario::all();
+    assert_eq!(lines.len(), all.len(), "{text}");
+    for (line, s) in lines.iter().zip(all) {
+        assert_eq!(line.split_whitespace().next(), Some(s.name), "{line}");
+    }
+}
