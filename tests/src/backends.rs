@@ -212,6 +212,7 @@ impl Backend for Hw {
                 Ok(g) if !g.is_zero() => 1,
                 _ => 0,
             });
+        let faults = LinkFaults::open(dev.name()).map(|f| Arc::new(f) as Arc<dyn Faults>);
         let dev = Arc::new(dev);
         let for_cm = dev.clone();
         let cm: CmOpener = Arc::new(move || {
@@ -219,7 +220,7 @@ impl Backend for Hw {
         });
         Opened {
             dev,
-            faults: None,
+            faults,
             virtual_time: false,
             gid_index,
             cm: Some(cm),
@@ -228,5 +229,111 @@ impl Backend for Hw {
 
     fn is_emulator(&self) -> bool {
         false
+    }
+}
+
+/// Hardware's one natural fault: the port's network interface taken down and up with
+/// `ip link` (root), which the driver reports as PORT_ERR and PORT_ACTIVE. Only with
+/// `RDMA_TEST_LINK_FAULTS=1` (the rxe VM job sets it): on a machine in use it would
+/// cut the link. The link comes back up when the case ends, whatever happened.
+#[cfg(feature = "hw")]
+#[derive(Debug)]
+struct LinkFaults {
+    netdev: String,
+    down: std::sync::atomic::AtomicBool,
+}
+
+#[cfg(feature = "hw")]
+impl LinkFaults {
+    fn open(device: &str) -> Option<LinkFaults> {
+        if std::env::var("RDMA_TEST_LINK_FAULTS").ok().as_deref() != Some("1") {
+            return None;
+        }
+        // The network interface of GID entry 0 of port 1 (RoCE: the port's netdev).
+        let path = format!("/sys/class/infiniband/{device}/ports/1/gid_attrs/ndevs/0");
+        let netdev = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("RDMA_TEST_LINK_FAULTS=1 but {path}: {e}"));
+        Some(LinkFaults {
+            netdev: netdev.trim().to_string(),
+            down: Default::default(),
+        })
+    }
+
+    fn ip_link(&self, state: &str) {
+        let st = std::process::Command::new("ip")
+            .args(["link", "set", "dev", &self.netdev, state])
+            .status()
+            .expect("run ip");
+        assert!(
+            st.success(),
+            "ip link set dev {} {state} failed (needs root)",
+            self.netdev
+        );
+        self.down
+            .store(state == "down", std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn unsupported(&self, what: &str) -> ! {
+        panic!("{what}: hardware link faults only take the link down and up")
+    }
+}
+
+#[cfg(feature = "hw")]
+impl Drop for LinkFaults {
+    fn drop(&mut self) {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = std::process::Command::new("ip")
+                .args(["link", "set", "dev", &self.netdev, "up"])
+                .status();
+        }
+    }
+}
+
+#[cfg(feature = "hw")]
+impl Faults for LinkFaults {
+    fn link_only(&self) -> bool {
+        true
+    }
+    fn port_down(&self) {
+        self.ip_link("down");
+    }
+    fn port_up(&self) {
+        self.ip_link("up");
+    }
+    fn drop_all_acks(&self) {
+        self.unsupported("drop_all_acks")
+    }
+    fn truncate_next_read_response(&self, _: usize) {
+        self.unsupported("truncate_next_read_response")
+    }
+    fn drop_send_tails(&self) {
+        self.unsupported("drop_send_tails")
+    }
+    fn set_gid(&self, _: u32, _: verbs_api::Gid) {
+        self.unsupported("set_gid")
+    }
+    fn set_pkey(&self, _: u32, _: u16) {
+        self.unsupported("set_pkey")
+    }
+    fn set_lid(&self, _: u16) {
+        self.unsupported("set_lid")
+    }
+    fn change_sm(&self, _: u16) {
+        self.unsupported("change_sm")
+    }
+    fn client_reregister(&self) {
+        self.unsupported("client_reregister")
+    }
+    fn drop_cm_mads(&self) {
+        self.unsupported("drop_cm_mads")
+    }
+    fn fail_device(&self) {
+        self.unsupported("fail_device")
+    }
+    fn fail_srq(&self, _: verbs_api::SrqId) {
+        self.unsupported("fail_srq")
+    }
+    fn fail_qp(&self, _: u32, _: verbs_api::WcStatus) {
+        self.unsupported("fail_qp")
     }
 }

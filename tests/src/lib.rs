@@ -47,9 +47,21 @@ pub struct Case {
     pub produces: Vec<Produces>,
     /// Runs the case.
     pub run: Runner,
-    /// The case needs the fault-injection capability ([`Faults`]); backends without it
-    /// skip it.
-    pub needs_faults: bool,
+    /// What the case needs of the fault-injection capability ([`Faults`]); backends
+    /// without it skip the case.
+    pub needs: FaultNeed,
+}
+
+/// What a case needs of a backend's fault injection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultNeed {
+    /// Nothing: a healthy device shows the condition.
+    Nothing,
+    /// Only the link going down and up ([`Faults::port_down`], [`Faults::port_up`]),
+    /// which hardware can do by taking the port's network interface down.
+    Link,
+    /// Any fault.
+    Any,
 }
 
 /// How a case runs: a plain function, or one with a parameter (for generated families
@@ -79,7 +91,7 @@ impl Case {
             rule,
             produces: Vec::new(),
             run: Runner::Plain(f),
-            needs_faults: false,
+            needs: FaultNeed::Nothing,
         }
     }
 
@@ -95,7 +107,7 @@ impl Case {
             rule,
             produces: Vec::new(),
             run: Runner::Param(f, param),
-            needs_faults: false,
+            needs: FaultNeed::Nothing,
         }
     }
 
@@ -107,7 +119,13 @@ impl Case {
 
     /// Declares that the case needs the fault-injection capability.
     pub fn faulty(mut self) -> Case {
-        self.needs_faults = true;
+        self.needs = FaultNeed::Any;
+        self
+    }
+
+    /// Declares that the case needs no fault but the link going down and up.
+    pub fn link_faulty(mut self) -> Case {
+        self.needs = FaultNeed::Link;
         self
     }
 
@@ -159,6 +177,11 @@ pub trait Faults: Send + Sync {
     fn fail_device(&self);
     /// SRQ `srq` has a catastrophic error.
     fn fail_srq(&self, srq: verbs_api::SrqId);
+    /// Whether only [`Faults::port_down`] and [`Faults::port_up`] work (hardware, where
+    /// they take the port's network interface down and up); the other calls panic.
+    fn link_only(&self) -> bool {
+        false
+    }
     /// The adapter fails QP `qpn`: its oldest send WR completes with `status` (an
     /// adapter-only status such as `GENERAL_ERR`), the QP goes to ERR.
     fn fail_qp(&self, qpn: u32, status: verbs_api::WcStatus);
@@ -199,11 +222,22 @@ pub trait Backend: Send + Sync {
 pub fn run_case(case: &Case, backend: &dyn Backend) -> matrix::Verdict {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let opened = backend.open();
-        if case.needs_faults && opened.faults.is_none() {
-            return Outcome::Skip(format!(
-                "needs fault injection, which the {} backend does not have",
-                backend.name()
-            ));
+        match (case.needs, &opened.faults) {
+            (FaultNeed::Nothing, _) => {}
+            (_, None) => {
+                return Outcome::Skip(format!(
+                    "needs fault injection, which the {} backend does not have",
+                    backend.name()
+                ))
+            }
+            (FaultNeed::Any, Some(f)) if f.link_only() => {
+                return Outcome::Skip(format!(
+                    "needs fault injection beyond taking the link down, which the {} \
+                     backend does not have",
+                    backend.name()
+                ))
+            }
+            _ => {}
         }
         let env = Env {
             dev: opened.dev,
