@@ -242,7 +242,7 @@ fn packets_from_strangers_are_dropped() {
 }
 
 /// Until memory windows exist nothing can be invalidated (a reg_mr region cannot be,
-/// IBTA 10.6.?, as in kernel rxe): SEND with invalidate is refused, never reported
+/// IBTA 10.6, as in kernel rxe): SEND with invalidate is refused, never reported
 /// as done.
 #[test]
 fn send_with_invalidate_of_a_region_is_refused() {

@@ -168,7 +168,7 @@ fn duplicate_atomic_is_answered_from_saved_result() {
     assert_eq!(a.poll(&mut p)[0].status, WcStatus::Success);
 }
 
-/// IBTA 9.7.5.1.?: the responder acknowledges only when asked, and ACKs not yet sent
+/// IBTA 9.7.5.1: the responder acknowledges only when asked, and ACKs not yet sent
 /// coalesce: one ACK covers many messages.
 #[test]
 fn acks_coalesce() {
@@ -284,7 +284,7 @@ fn retry_exhausted_when_the_peer_is_gone() {
 }
 
 /// A packet that both acknowledges a SEND and fails the QP reports the SEND as a
-/// success and the failure on the WR that failed (IBTA 10.8.3.?: in order).
+/// success and the failure on the WR that failed (IBTA 10.8: in order).
 #[test]
 fn errors_land_on_the_failing_wr_not_an_acked_one() {
     let (mut p, a, b) = connected(Config {

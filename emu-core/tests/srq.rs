@@ -195,7 +195,7 @@ fn empty_srq_gives_rnr_nak_then_success_after_post_srq_recv() {
 }
 
 /// UC over an SRQ (manual 3.4.5 puts no transport restriction on SRQ users; UC has
-/// no RNR: a SEND with the SRQ empty is dropped, IBTA 9.8.3?).
+/// no RNR: a SEND with the SRQ empty is dropped, IBTA 9.8).
 #[test]
 fn uc_receives_from_an_srq() {
     let (mut p, a, b) = connected(Config {
@@ -558,7 +558,7 @@ fn qp_to_err_mid_message_flushes_only_its_wqe() {
 }
 
 /// Manual 6.1.17: the event also follows an error the responder detects itself (here
-/// a WRITE beyond the R_Key's region: IBTA 9.7.4.1.?, remote access error), after the
+/// a WRITE beyond the R_Key's region: IBTA 9.7.4.1, remote access error), after the
 /// QP's own access error event.
 #[test]
 fn responder_error_on_an_srq_qp_raises_last_wqe_reached() {

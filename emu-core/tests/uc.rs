@@ -190,7 +190,7 @@ fn uc_send_without_receive_is_dropped() {
 }
 
 /// A local error on a UC send queue moves the QP to SQE, not ERR: the receive side keeps
-/// working, and SQE -> RTS resumes sending (IBTA 10.3.1?).
+/// working, and SQE -> RTS resumes sending (IBTA 10.3).
 #[test]
 fn uc_local_error_goes_to_sqe_and_back() {
     let (mut p, a, b) = connected(uc());

@@ -1,4 +1,4 @@
-//! UD (IBTA 9.8.?, 10.2.5): one-packet SENDs with a DETH, Q_Key checks, the GRH in the
+//! UD (IBTA 9.8, 10.2.5): one-packet SENDs with a DETH, Q_Key checks, the GRH in the
 //! receive buffer, address handles and multicast, on the two-engine harness.
 
 mod util;

@@ -50,7 +50,7 @@ pub enum Action {
     /// The packet arrives without the last `n` bytes of its payload (all of it if it
     /// is shorter) and with a correct ICRC: a well-formed packet that breaks the
     /// protocol, e.g. a READ response shorter than its position requires, which the
-    /// requester must complete with BAD_RESP_ERR (IBTA 9.9.2.?).
+    /// requester must complete with BAD_RESP_ERR (IBTA 9.9).
     Truncate(usize),
 }
 

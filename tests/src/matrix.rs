@@ -25,14 +25,14 @@ pub fn uncovered_status(s: S) -> Option<Uncovered> {
     use Uncovered::*;
     Some(match s {
         S::LocEecOpErr | S::InvEecnErr | S::InvEecStateErr => NotApplicable(
-            "EE context errors exist only for the Reliable Datagram transport (IBTA 10.2.?), \
+            "EE context errors exist only for the Reliable Datagram transport (IBTA 10.2), \
              which RoCE NICs and libibverbs do not offer",
         ),
         S::LocRddViolErr => {
-            NotApplicable("RD domain violation: Reliable Datagram only (IBTA 10.2.?)")
+            NotApplicable("RD domain violation: Reliable Datagram only (IBTA 10.2)")
         }
         S::RemInvRdReqErr => NotApplicable(
-            "the Invalid RD Request NAK (IBTA 9.7.5.2.?) is sent only to RD requests; RC, UC \
+            "the Invalid RD Request NAK (IBTA 9.7.5.2) is sent only to RD requests; RC, UC \
              and UD responders never send it",
         ),
         S::TmErr | S::TmRndvIncomplete => NotApplicable(
@@ -212,6 +212,12 @@ mod tests {
             assert!(
                 c.rule.contains("manual") || c.rule.contains("IBTA") || c.rule.contains("man page"),
                 "{} cites no rule: {}",
+                c.name,
+                c.rule
+            );
+            assert!(
+                !c.rule.contains('?'),
+                "{} cites an unfinished section number: {}",
                 c.name,
                 c.rule
             );

@@ -22,7 +22,7 @@ pub struct PdId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CqId(pub u32);
 
-/// A completion channel (`struct ibv_comp_channel`, manual 3.5.?).
+/// A completion channel (`struct ibv_comp_channel`, manual 3.3.10).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ChannelId(pub u32);
 
@@ -74,7 +74,7 @@ pub struct MrInfo {
     pub rkey: u32,
 }
 
-/// What `ibv_create_qp` takes (`struct ibv_qp_init_attr`, manual 3.5.?).
+/// What `ibv_create_qp` takes (`struct ibv_qp_init_attr`, manual 3.4.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpInitAttr {
     /// The protection domain.
@@ -100,7 +100,7 @@ pub trait Device: Send + Sync {
     /// The device name (`ibv_get_device_name`), e.g. `emu0` or `rxe0`.
     fn name(&self) -> &str;
 
-    /// `ibv_query_device` (manual 3.2.?).
+    /// `ibv_query_device` (manual 3.3.1).
     fn query_device(&self) -> Result<DeviceAttr>;
     /// `ibv_query_port`; ports are numbered from 1 (EINVAL otherwise).
     fn query_port(&self, port: u8) -> Result<PortAttr>;

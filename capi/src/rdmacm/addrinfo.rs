@@ -1,4 +1,4 @@
-//! `rdma_getaddrinfo` and `rdma_freeaddrinfo` (manual 4.2.?; librdmacm's
+//! `rdma_getaddrinfo` and `rdma_freeaddrinfo` (manual 4.2.23, 4.2.24; librdmacm's
 //! `rdma_getaddrinfo(3)`): the host name and service through the system resolver,
 //! IPv4 only. (Safety argument: the parent module's.)
 

@@ -34,7 +34,7 @@ pub mod method {
     pub const GET_RESP: u8 = 0x81;
 }
 
-/// CM attribute IDs (IBTA 12.6.? table 105).
+/// CM attribute IDs (IBTA 12.6).
 pub mod attr {
     /// `ClassPortInfo` (13.4.8.1): the emulator's address probe.
     pub const CLASS_PORT_INFO: u16 = 0x0001;

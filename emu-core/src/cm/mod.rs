@@ -44,7 +44,7 @@ type EventQueue = Notifier<CmEvent>;
 use proto::State;
 pub use proto::{cm_time, RDMA_UDP_QKEY};
 
-/// The CM's timing choices (IBTA 12.7.?, with rdma_cm's defaults).
+/// The CM's timing choices (IBTA 12, with rdma_cm's defaults).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CmConfig {
     /// How long to wait for an answer, as IBTA's time code (4.096 us * 2^t); also the

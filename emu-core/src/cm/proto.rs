@@ -5,16 +5,16 @@
 //! - Active side: REQ (12.6.5), then REP (12.6.8) -> the QP to RTR and RTS, RTU
 //!   (12.6.9), `ESTABLISHED`; REJ (12.6.7) -> `REJECTED` with the reason as status. A
 //!   REQ unanswered for the response timeout is sent again, up to the max CM retries
-//!   (12.7.?); then the peer gets a REJ "timeout" and the id `UNREACHABLE` (-ETIMEDOUT).
+//!   (IBTA 12); then the peer gets a REJ "timeout" and the id `UNREACHABLE` (-ETIMEDOUT).
 //!   An MRA (12.6.6) extends the wait by its service timeout.
 //! - Passive side: a REQ for a listening service ID becomes a new id and
 //!   `CONNECT_REQUEST`; a REQ for nobody is answered with REJ "invalid service ID". A
 //!   duplicate REQ while the consumer has not decided is answered with an MRA, a
-//!   duplicate after the REP with the REP again (12.6.5.?). The REP is repeated until
+//!   duplicate after the REP with the REP again (IBTA 12). The REP is repeated until
 //!   the RTU comes; a duplicate REP at the active side is answered with the RTU again.
 //! - Disconnect: DREQ (12.6.10) -> the QP to ERROR and `DISCONNECTED` at the peer,
 //!   whose `disconnect` in answer sends the DREP (12.6.11; rdma_cm's order) that gives
-//!   the first side its `DISCONNECTED`; after the time-wait (12.9.?) each side gets
+//!   the first side its `DISCONNECTED`; after the time-wait (IBTA 12) each side gets
 //!   `TIMEWAIT_EXIT`. A DREQ for an unknown connection is still answered. An unanswered
 //!   DREQ is repeated, then the side disconnects anyway.
 //! - UD (`RDMA_PS_UDP`): SIDR_REQ / SIDR_REP (12.11) carry the QPN and Q_Key.
@@ -449,7 +449,7 @@ impl State {
         let port = self.agents[dev].dev.query_port(1);
         match port {
             Ok(p) if p.state == PortState::Active => {
-                // RoCEv2: the destination's GID is its IPv4-mapped address (Annex A17.?).
+                // RoCEv2: the destination's GID is its IPv4-mapped address (Annex A17).
                 self.id(id)?.st = St::RouteResolved;
                 self.emit(id.0, CmEventType::RouteResolved, 0, CmEventParam::None);
             }

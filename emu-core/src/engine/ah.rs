@@ -1,5 +1,5 @@
 //! Address handles (manual 3.4.15-3.4.17, `ibv_create_ah`, `ibv_destroy_ah`,
-//! `ibv_init_ah_from_wc`; IBTA 10.2.2? address vectors) and the multicast test on GIDs.
+//! `ibv_init_ah_from_wc`; IBTA 10.2 address vectors) and the multicast test on GIDs.
 //!
 //! An address handle names a UD destination: on RoCE a GID, so `is_global` is required
 //! (kernel rxe refuses an AH without a GRH on RoCE with EINVAL). A send WQE copies the

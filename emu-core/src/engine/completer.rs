@@ -23,7 +23,7 @@ use super::rnr::RnrAction;
 use super::timers::Timer;
 use super::wqe::ReqKind;
 
-/// The status a NAK code completes the WQE with (IBTA 9.9.2.?, manual 4.?).
+/// The status a NAK code completes the WQE with (IBTA 9.7.6, manual 6.2).
 fn nak_status(code: NakCode) -> WcStatus {
     match code {
         NakCode::PsnSequenceError => WcStatus::RetryExcErr,
@@ -43,7 +43,7 @@ impl QueuePair {
         }
         let psn = repr.bth.psn;
         // Only PSNs in [oldest unacknowledged, next to send) mean anything; the rest
-        // are stale duplicates or ghosts (IBTA 9.7.5.1.? C9-?).
+        // are stale duplicates or ghosts (IBTA 9.7.6).
         if psn.distance(self.comp.psn) < 0 || psn.distance(self.req.sent_end) >= 0 {
             ctx.counters.rx_dropped += 1;
             return;
@@ -144,7 +144,7 @@ impl QueuePair {
                 self.implied_nak(ctx);
             } else {
                 // A READ response where a SEND or WRITE is pending: an unexpected
-                // opcode, a bad response (IBTA 9.9.2.?; kernel rxe says FATAL_ERR).
+                // opcode, a bad response (IBTA 9.9; kernel rxe says FATAL_ERR).
                 self.fail_head(ctx, WcStatus::BadRespErr);
             }
             return;
@@ -165,7 +165,7 @@ impl QueuePair {
             Opcode::RcRdmaReadResponseLast | Opcode::RcRdmaReadResponseOnly
         );
         if payload.len() != expected || is_last != tail_opcode {
-            // IBTA 9.9.2.?: a response of the wrong length or position is a bad response.
+            // IBTA 9.9: a response of the wrong length or position is a bad response.
             self.fail_head(ctx, WcStatus::BadRespErr);
             return;
         }
@@ -203,7 +203,7 @@ impl QueuePair {
     }
 
     fn on_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
-        // IBTA 9.7.5.1.?: a NAK acknowledges every request before its PSN.
+        // IBTA 9.7.5.1.2: a NAK acknowledges every request before its PSN.
         let implied = self.ack_through(ctx, psn.sub(1));
         self.complete_ready(ctx);
         if self.state() == QpState::Err {
@@ -302,7 +302,7 @@ impl QueuePair {
     }
 
     /// Completes finished WQEs at the head of the send queue, in posting order
-    /// (IBTA 10.8.3.?: completions are returned in the order WRs were posted).
+    /// (IBTA 10.8: completions are returned in the order WRs were posted).
     pub(crate) fn complete_ready(&mut self, ctx: &mut Ctx<'_>) {
         while let Some(status) = self.sq.front().and_then(|w| w.done) {
             let wqe = self.sq.pop_front().expect("front exists");
@@ -330,7 +330,7 @@ impl QueuePair {
     }
 
     /// SQD: once no started WQE is left, the send queue is drained; raise
-    /// `SQ_DRAINED` if it was asked for (IBTA 10.3.1.?, manual 3.5 ibv_modify_qp).
+    /// `SQ_DRAINED` if it was asked for (IBTA 10.3, manual 3.5 ibv_modify_qp, 6.1.6).
     pub(crate) fn check_drained(&mut self, ctx: &mut Ctx<'_>) {
         if self.state() != QpState::Sqd || !self.attr.sq_draining {
             return;

@@ -20,7 +20,7 @@ pub struct Counters {
     /// Out-of-sequence requests seen by the responder (IBTA 9.7.5.1.1).
     pub out_of_sequence: u64,
     /// UC messages dropped by the responder: a PSN gap, a missing receive WQE, a bad
-    /// R_Key or length (IBTA 9.8.3?).
+    /// R_Key or length (IBTA 9.8).
     pub uc_dropped_messages: u64,
     /// PSN sequence error NAKs sent.
     pub seq_naks_sent: u64,

@@ -1,7 +1,7 @@
 //! The General Services Interface QP, QP1 (IBTA 13.5.1: "QP1 ... is used for all
-//! General Services management datagrams"; 3.5.?: every port has one).
+//! General Services management datagrams"; every port has one).
 //!
-//! QP1 is a UD QP with QP number 1 whose Q_Key is fixed at 0x8001_0000 (IBTA 13.5.3.?,
+//! QP1 is a UD QP with QP number 1 whose Q_Key is fixed at 0x8001_0000 (IBTA 13.5,
 //! "the well-known GSI Q_Key"). The connection manager sends and receives its MADs on
 //! it; RoCEv2 carries them as UD SENDs to destination QP 1, as kernel rxe does.
 //!
@@ -15,5 +15,5 @@
 /// The GSI QP's number (IBTA 13.5.1).
 pub const GSI_QPN: u32 = 1;
 
-/// The well-known Q_Key of QP1 (IBTA 13.5.3.?: 0x8001_0000).
+/// The well-known Q_Key of QP1 (IBTA 13.5: 0x8001_0000).
 pub const GSI_QKEY: u32 = 0x8001_0000;

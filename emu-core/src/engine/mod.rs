@@ -330,7 +330,7 @@ impl Engine {
         self.prune_timers();
     }
 
-    /// IBTA 11.6.2 (C11-33?): a CQ overrun puts every QP on the CQ into the error
+    /// IBTA 11.6.2: a CQ overrun puts every QP on the CQ into the error
     /// state with `QP_FATAL`.
     fn cq_overrun(&mut self, now: Instant, cq: CqHandle) {
         let mut victims: Vec<u32> = self
@@ -699,7 +699,7 @@ impl Engine {
         }
         let mut qp = QueuePair::new(qpn, init);
         if init.qp_type == QpType::Ud {
-            // A UD QP sends with the port's active MTU (IBTA 9.8.?; no path attributes).
+            // A UD QP sends with the port's active MTU (IBTA 9.8; no path attributes).
             qp.attr.path_mtu = self.limits.active_mtu;
         }
         if gsi {
@@ -748,7 +748,7 @@ impl Engine {
     ) -> Result<()> {
         let r = self.with_qp(now, qpn, |qp, ctx| qp.modify(ctx, attr, mask));
         if qpn == GSI_QPN {
-            // IBTA 13.5.3.?: QP1's Q_Key is the well-known one, whatever is asked.
+            // IBTA 13.5: QP1's Q_Key is the well-known one, whatever is asked.
             if let Some(qp) = self.qps.get_mut(&qpn) {
                 qp.attr.qkey = GSI_QKEY;
             }

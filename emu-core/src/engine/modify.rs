@@ -1,4 +1,4 @@
-//! QP state transitions (`ibv_modify_qp`, manual 3.5; IBTA 10.3 and table 10.3.1?).
+//! QP state transitions (`ibv_modify_qp`, manual 3.5; IBTA 10.3).
 //!
 //! Each legal transition names, per QP type, the attributes it requires and the ones it
 //! allows. A call with a required attribute missing, a forbidden one present, an illegal
@@ -72,7 +72,7 @@ pub(crate) fn transition_rules(qp_type: QpType, cur: QpState, next: QpState) -> 
                 | M::MIN_RNR_TIMER;
             Some((none, per(rc, uc, M::PKEY_INDEX | M::QKEY)?))
         }
-        // SQE exists only for UC and UD (IBTA 10.3.1.?).
+        // SQE exists only for UC and UD (IBTA 10.3).
         (Sqe, Rts) => match qp_type {
             Uc => Some((none, M::CUR_STATE | M::ACCESS_FLAGS)),
             Ud => Some((none, M::CUR_STATE | M::QKEY)),

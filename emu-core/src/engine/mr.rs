@@ -48,7 +48,7 @@ pub(crate) struct Segment {
     pub(crate) len: usize,
 }
 
-/// Why a remote access was refused (IBTA 9.7.4.1.? R_Key checks; the responder NAKs
+/// Why a remote access was refused (IBTA 9.7.4.1 R_Key checks; the responder NAKs
 /// with "remote access error" for each of these).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AccessError {
@@ -165,7 +165,7 @@ impl MrTable {
 
     /// A fresh key: a 24-bit index no region or window uses, and a low byte that
     /// changes with every allocation, so a stale key that names a reused index is still
-    /// refused (IBTA 10.6.3.?: keys are opaque).
+    /// refused (IBTA 10.6: keys are opaque).
     pub(crate) fn alloc_key(&mut self) -> u32 {
         self.next_index = (self.next_index + 1) & 0x00FF_FFFF;
         if self.next_index == 0 {
@@ -179,7 +179,7 @@ impl MrTable {
     }
 
     /// `ibv_dereg_mr`: EBUSY while memory windows are bound to the region (manual
-    /// 3.4.?, IBTA 10.6.7.?; kernel rxe counts them in `num_mw`).
+    /// 3.4.2, IBTA 10.6.7; kernel rxe counts them in `num_mw`).
     pub(crate) fn dereg_mr(&mut self, lkey: u32) -> Result<()> {
         let index = lkey >> 8;
         if self.by_key(lkey).is_some() && self.windows_bound_to(lkey) {
@@ -196,7 +196,7 @@ impl MrTable {
         }
     }
 
-    /// `ibv_rereg_mr` (man page `ibv_rereg_mr(3)`; IBTA 10.6.3.? Reregister): changes
+    /// `ibv_rereg_mr` (man page `ibv_rereg_mr(3)`; IBTA 10.6 Reregister): changes
     /// the PD (`CHANGE_PD`), the memory (`CHANGE_TRANSLATION`: `range` is the buffer,
     /// offset and length) and/or the access (`CHANGE_ACCESS`) of the region with key
     /// `lkey`, and gives it new keys (the old ones stop working, as after a deregister

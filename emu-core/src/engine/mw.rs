@@ -6,15 +6,15 @@
 //!   (`ibv_bind_mw`), which posts a bind WQE on a QP's send queue and returns the new
 //!   R_Key at once (the index stays, the low byte moves on). A bind of length 0 unbinds.
 //!   Type 1 windows cannot be invalidated (IBTA o10-37.2.26) and may not be zero-based
-//!   (C10-72?).
+//!   (IBTA 10.6.7).
 //! - **Type 2** windows are bound with a BIND_MW work request whose new R_Key keeps the
 //!   window's index (the consumer chooses the low byte), only while unbound, never with
 //!   length 0; the window then belongs to the QP it was bound through: only that QP's
 //!   peer may use it. LOCAL_INV or a remote SEND with Invalidate unbinds it.
-//! - A bind fails with `MW_BIND_ERR` (IBTA 10.6.7.2?, as kernel rxe's `rxe_check_bind_mw`)
+//! - A bind fails with `MW_BIND_ERR` (IBTA 10.6.7, as kernel rxe's `rxe_check_bind_mw`)
 //!   when: the window or the region is unknown; a PD differs (window, region, QP); the
 //!   region lacks `MW_BIND`; the window asks for REMOTE_WRITE or REMOTE_ATOMIC on a
-//!   region without LOCAL_WRITE (C10-74?); the range is not inside the region; a type 1
+//!   region without LOCAL_WRITE (IBTA 10.6); the range is not inside the region; a type 1
 //!   window is zero-based; a type 2 window is bound already or given a key of another
 //!   index; the window's type does not match how it is bound.
 //! - Remote access through a window is checked against the window's range and rights,
@@ -23,7 +23,7 @@
 //! - Bind and LOCAL_INV WQEs run in the requester when every earlier WQE of the send
 //!   queue has completed, and complete with `IBV_WC_BIND_MW` / `IBV_WC_LOCAL_INV`. A
 //!   failed LOCAL_INV completes with `MW_BIND_ERR` ("memory management operation
-//!   error", IBTA 10.6.?; kernel rxe reports `LOC_QP_OP_ERR`).
+//!   error", IBTA 10.6; kernel rxe reports `LOC_QP_OP_ERR`).
 
 use verbs_api::{AccessFlags, Error, MwBindInfo, MwType, Result, WcStatus, WrOperation};
 
@@ -134,7 +134,7 @@ impl MrTable {
             .any(|w| w.binding.is_some_and(|b| b.mr_key == mr_key))
     }
 
-    /// Executes a bind for QP `qpn` of `qp_pd` (the checks of IBTA 10.6.7.2?, in kernel
+    /// Executes a bind for QP `qpn` of `qp_pd` (the checks of IBTA 10.6.7, in kernel
     /// rxe's order). Nothing changes unless every check passes.
     pub(crate) fn bind(
         &mut self,
@@ -208,7 +208,7 @@ impl MrTable {
         Ok(())
     }
 
-    /// A remote access through a window (IBTA 10.6.7.?, C9-?): the window must be bound,
+    /// A remote access through a window (IBTA 10.6.7, 9.7.4.1): the window must be bound,
     /// of the QP's PD, a type 2 window bound through this QP; its rights and range
     /// decide, and the bytes are those of the region underneath.
     pub(crate) fn resolve_window(

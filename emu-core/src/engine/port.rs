@@ -4,7 +4,7 @@
 //! change raises the port's asynchronous event (manual 6.1.10-6.1.14, 6.1.18, 6.1.19).
 //!
 //! On RoCEv2 the GID table holds IPv4-mapped addresses (`::ffff:a.b.c.d`, IBTA Annex
-//! A17.?); entry 0 is the device's own address, the others start empty (all zero) and
+//! A17); entry 0 is the device's own address, the others start empty (all zero) and
 //! are added or removed through management. LIDs mean nothing on Ethernet, but the
 //! fields and their events exist so software written for InfiniBand can be tested.
 
@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use verbs_api::{AsyncEvent, AsyncEventType, Error, EventElement, Gid, PortState, Result};
 
-/// The full-member default P_Key (IBTA 10.9.1.?), entry 0 of every P_Key table.
+/// The full-member default P_Key (IBTA 10.9), entry 0 of every P_Key table.
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
 
 /// Whether two P_Keys match (IBTA 10.9.3 P_Key matching): the same partition (the

@@ -186,9 +186,9 @@ impl QueuePair {
         }
         match (&wr.op, self.init.qp_type) {
             (_, QpType::Rc) => Ok(()),
-            // IBTA 10.6.7.?: windows are bound and invalidated through connected QPs.
+            // IBTA 10.6.7: windows are bound and invalidated through connected QPs.
             (WrOperation::LocalInv { .. } | WrOperation::BindMw { .. }, QpType::Uc) => Ok(()),
-            // IBTA 9.8.? (table 38): UD carries SEND only, with or without immediate.
+            // IBTA 9.8: UD carries SEND only, with or without immediate.
             (WrOperation::Send | WrOperation::SendWithImm { .. }, QpType::Ud) => Ok(()),
             // IBTA 9.8 (table 38): UC carries SEND and RDMA WRITE, with or without
             // immediate; no READ, no atomics, no SEND with invalidate.
@@ -376,7 +376,7 @@ impl QueuePair {
         ctx.complete(self.init.recv_cq, wc, true);
     }
 
-    /// Moves the QP to the error state (IBTA 10.3.1, 11.4.2.?): every outstanding WR
+    /// Moves the QP to the error state (IBTA 10.3.1): every outstanding WR
     /// completes with `WR_FLUSH_ERR`, in posting order, send queue then receive queue.
     pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
         if self.state() == QpState::Err {
@@ -477,7 +477,7 @@ impl QueuePair {
         Some(wqe)
     }
 
-    /// UC/UD send queue error (IBTA 10.3.1?, SQE): the send queue is flushed and stops;
+    /// UC/UD send queue error (IBTA 10.3, SQE): the send queue is flushed and stops;
     /// the receive side keeps working; SQE->RTS resumes.
     pub(crate) fn enter_sq_error(&mut self, ctx: &mut Ctx<'_>) {
         self.attr.qp_state = QpState::Sqe;

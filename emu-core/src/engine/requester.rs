@@ -4,7 +4,7 @@
 //! (a READ request takes as many PSNs as its response has packets, IBTA 9.7.1.1), the
 //! AckReq bit on the last packet of every message and at least every
 //! [`ACK_REQ_EVERY`] packets, a window of [`MAX_UNACKED_PSNS`] unacknowledged PSNs,
-//! `max_rd_atomic` outstanding READ/ATOMIC requests (IBTA 9.7.7? C9-?), and FENCE
+//! `max_rd_atomic` outstanding READ/ATOMIC requests (IBTA 9.7), and FENCE
 //! (a fenced WQE waits for every earlier READ/ATOMIC to complete, manual 3.6).
 
 use emu_wire::{pad_count, Opcode, PacketRepr, Position, Transport, ICRC_LEN};
@@ -19,7 +19,7 @@ use super::wqe::{ReqKind, Segments};
 use super::{Limits, Transmit};
 
 /// The requester asks for an ACK at least this often (kernel rxe uses the same
-/// spacing; IBTA 9.7.5.1.? lets the requester choose).
+/// spacing; IBTA 9.7 lets the requester choose).
 pub(crate) const ACK_REQ_EVERY: u32 = 64;
 
 /// The requester stops when this many PSNs are unacknowledged (as kernel rxe does).
@@ -221,7 +221,7 @@ impl QueuePair {
             }
         } else {
             // IBTA 9.8: UC and UD have no acknowledgements; the twin opcode, never
-            // AckReq. UD adds the DETH (IBTA 9.3.?): the Q_Key and our QP number.
+            // AckReq. UD adds the DETH (IBTA 9.3): the Q_Key and our QP number.
             let ud = self.sq[idx].ud;
             let transport = if ud.is_some() {
                 Transport::Ud
@@ -250,7 +250,7 @@ impl QueuePair {
         if wqe.fully_sent() {
             self.req.idx += 1;
             if !reliable {
-                // UC: the WQE is done when its last packet is on the wire (IBTA 9.8.?).
+                // UC: the WQE is done when its last packet is on the wire (IBTA 9.8).
                 wqe.done = Some(WcStatus::Success);
             }
         }
@@ -274,7 +274,7 @@ impl QueuePair {
     }
 
     /// Resolves the WQE's local memory and assigns its PSNs. A local error marks the
-    /// WQE done with that status; the completer reports it in order (IBTA 10.8.3.?).
+    /// WQE done with that status; the completer reports it in order (IBTA 10.8).
     fn start_wqe(&mut self, ctx: &mut Ctx<'_>, idx: usize) -> bool {
         let mtu = self.path_mtu();
         let pd = self.init.pd;
@@ -292,7 +292,7 @@ impl QueuePair {
                 return Err(WcStatus::LocLenErr);
             }
             if let Some(ud) = &wqe.ud {
-                // IBTA 9.8.?, C9-?: a UD message is one packet; a longer one is a local
+                // IBTA 9.8: a UD message is one packet; a longer one is a local
                 // length error (kernel rxe completes it successfully and sends nothing).
                 if wqe.length > mtu {
                     return Err(WcStatus::LocLenErr);
@@ -304,7 +304,7 @@ impl QueuePair {
                 }
             }
             if wqe.is_rd_atomic() && max_rd_atomic == 0 {
-                // IBTA 9.4.? max_rd_atomic 0: the QP may not initiate READ/ATOMIC.
+                // IBTA 9.7, max_rd_atomic 0: the QP may not initiate READ/ATOMIC.
                 return Err(WcStatus::LocQpOpErr);
             }
             if let Some(data) = &wqe.inline {

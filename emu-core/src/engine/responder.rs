@@ -83,13 +83,13 @@ enum Response {
 pub(crate) struct ResponderState {
     /// The expected PSN.
     pub(crate) epsn: Psn,
-    /// The message sequence number: messages completed (24 bits, IBTA 9.7.5.1.?).
+    /// The message sequence number: messages completed (24 bits, IBTA 9.7.5.1).
     pub(crate) msn: u32,
     /// A sequence-error or RNR NAK was sent for `epsn`; later out-of-sequence packets
-    /// are dropped silently until `epsn` arrives (IBTA 9.7.5.1.1, C9-?).
+    /// are dropped silently until `epsn` arrives (IBTA 9.7.5).
     nak_outstanding: bool,
     /// UC: the message in progress was damaged; drop packets until the next FIRST or
-    /// ONLY (IBTA 9.8.3?).
+    /// ONLY (IBTA 9.8).
     drop_msg: bool,
     cur: Option<InProgress>,
     resources: VecDeque<RdAtomicResource>,
@@ -107,7 +107,7 @@ impl ResponderState {
     }
 
     /// UC: abandons the message in progress; its receive WQE goes back to the head
-    /// of the receive queue for the next message (IBTA 9.8.3?). On a QP with an SRQ the
+    /// of the receive queue for the next message (IBTA 9.8). On a QP with an SRQ the
     /// WQE stays with the QP (at the head of its otherwise empty `rq`), as kernel rxe
     /// keeps `resp.wqe`.
     fn abort_message(&mut self, rq: &mut VecDeque<RecvWqe>) {
@@ -133,7 +133,7 @@ impl ResponderState {
     }
 
     fn push(&mut self, r: Response) {
-        // Coalesce: a newer positive ACK supersedes one not yet sent (IBTA 9.7.5.1.?).
+        // Coalesce: a newer positive ACK supersedes one not yet sent (IBTA 9.7.5.1.2).
         if let (
             Response::Ack {
                 syndrome: Syndrome::Ack { .. },
@@ -170,7 +170,7 @@ impl ResponderState {
 /// What a request error does (IBTA 9.9.3.1). On RC every one is fatal: a NAK, the
 /// receive WQE in progress completes in error, an event, the QP to error. On UC only
 /// class A errors (the responder's own receive WQE is bad) are; the others drop the
-/// message silently (IBTA 9.9.3.2?, "class D").
+/// message silently (IBTA 9.9, "class D").
 struct Fatal {
     nak: NakCode,
     /// The status of the receive WQE in progress, if one is.
@@ -316,7 +316,7 @@ impl QueuePair {
         }
         self.enter_error(ctx);
         if self.init.qp_type == QpType::Rc {
-            // The NAK still goes out from the error state (IBTA 9.9.3.1.?).
+            // The NAK still goes out from the error state (IBTA 9.9).
             self.resp.ack(psn, Syndrome::Nak(fatal.nak));
         }
     }
@@ -333,7 +333,7 @@ impl QueuePair {
         let position = opcode.position();
         let mtu = self.path_mtu() as usize;
 
-        // Opcode sequence (IBTA 9.7.4.1.? C9-?): MIDDLE/LAST continue the message in
+        // Opcode sequence (IBTA 9.7.4.1): MIDDLE/LAST continue the message in
         // progress; FIRST/ONLY may not interrupt one.
         let continuing = matches!(position, Position::Middle | Position::Last);
         match (&self.resp.cur, continuing) {
@@ -342,7 +342,7 @@ impl QueuePair {
             (Some(InProgress::Write { .. }), true) if opcode.is_write() => {}
             _ => return Err(INVALID_REQUEST.into()),
         }
-        // The QP's own remote access rights (IBTA 9.7.4.1.? and 10.2.?: qp_access_flags).
+        // The QP's own remote access rights (IBTA 9.7.4.1: qp_access_flags).
         let need = if opcode.is_write() {
             Some(AccessFlags::REMOTE_WRITE)
         } else if opcode.is_read_request() {
@@ -358,7 +358,7 @@ impl QueuePair {
             }
         }
         // Packet lengths: FIRST and MIDDLE carry exactly one MTU, LAST and ONLY at most
-        // one (IBTA 9.7.4.1.? C9-?).
+        // one (IBTA 9.7.4.1).
         let len_ok = match position {
             Position::First | Position::Middle => payload.len() == mtu,
             Position::Last => !payload.is_empty() && payload.len() <= mtu,
@@ -382,7 +382,7 @@ impl QueuePair {
         } else if opcode.is_atomic() {
             self.execute_atomic(ctx, repr)
         } else {
-            // IBTA 9.7.4.1.?: an opcode the responder does not implement.
+            // IBTA 9.7.4.1: an opcode the responder does not implement.
             Err(INVALID_REQUEST)
         };
         Ok(done?)
@@ -406,7 +406,7 @@ impl QueuePair {
                     Ok(seg) => segs.push(seg),
                     Err(status) => {
                         // Our own receive buffer is bad: a local protection error here and
-                        // a remote operational error for the requester (IBTA 9.9.3.1.?).
+                        // a remote operational error for the requester (IBTA 9.9).
                         self.resp.cur = Some(InProgress::Send {
                             wqe,
                             segs: Segments::new(),
@@ -436,7 +436,7 @@ impl QueuePair {
             unreachable!("sequence checked")
         };
         if *received + payload.len() as u64 > wqe.length {
-            // IBTA 9.9.3.1.?: the message does not fit the receive buffer.
+            // IBTA 9.9: the message does not fit the receive buffer.
             return Err(Fatal {
                 nak: NakCode::InvalidRequest,
                 recv_status: Some(WcStatus::LocLenErr),
@@ -445,7 +445,7 @@ impl QueuePair {
             });
         }
         if let Some(rkey) = repr.ieth {
-            // IBTA 10.6.7.?, 9.4.?: SEND with Invalidate unbinds a type 2 memory window
+            // IBTA 10.6.7, 9.4: SEND with Invalidate unbinds a type 2 memory window
             // of our PD. Anything else (a region from reg_mr, a type 1 window, an
             // unknown or unbound key) is an invalid request, found before the last
             // bytes land.
@@ -496,7 +496,7 @@ impl QueuePair {
                 return Err(LENGTH_ERROR);
             }
             let length = u64::from(reth.dma_len);
-            // IBTA 9.7.4.1.? (C9-?): a zero-length WRITE accesses no memory and its
+            // IBTA 9.7.4.1 (C9-88 in release 1.5): a zero-length WRITE accesses no memory and its
             // R_Key is not checked.
             let seg = if length == 0 {
                 None
@@ -504,7 +504,7 @@ impl QueuePair {
                 match self.remote(ctx, reth.rkey, reth.va, length, AccessFlags::REMOTE_WRITE) {
                     Ok(seg) => Some(seg),
                     Err(fatal) => {
-                        // IBTA 10.8.3.? (Local Access Error): an RDMA WRITE with
+                        // IBTA 10.8 (Local Access Error): an RDMA WRITE with
                         // immediate that fails its access check consumes the receive WQE
                         // it would have completed, which completes with LOC_ACCESS_ERR.
                         // (A multi-packet one is refused at its FIRST packet, before its
@@ -576,7 +576,7 @@ impl QueuePair {
 
     fn execute_read(&mut self, ctx: &mut Ctx<'_>, repr: &PacketRepr) -> Result<(), Fatal> {
         if self.attr.max_dest_rd_atomic == 0 {
-            // IBTA 9.7.4.1.?: no responder resources, no READ.
+            // IBTA 9.7.4.1: no responder resources, no READ.
             return Err(LENGTH_ERROR);
         }
         let reth = repr.reth.ok_or(INVALID_REQUEST)?;
@@ -656,7 +656,7 @@ impl QueuePair {
         Ok(())
     }
 
-    /// R_Key checks (IBTA 9.7.4.1.3?, C9-?); any failure is a remote access error.
+    /// R_Key checks (IBTA 9.7.4.1); any failure is a remote access error.
     fn remote(
         &self,
         ctx: &Ctx<'_>,
@@ -690,7 +690,7 @@ impl QueuePair {
             };
             // The retried READ must ask for the rest of the original from the PSN it
             // carries: same R_Key, the same end, and a start that matches its PSN
-            // (IBTA 9.7.5.1.2?; kernel rxe checks the same).
+            // (IBTA 9.7; kernel rxe checks the same).
             let skip = u64::from(psn.distance(first_psn) as u32) * u64::from(self.path_mtu());
             let expect_va = va.wrapping_add(skip.min(length));
             if reth.rkey != rkey

@@ -9,7 +9,7 @@
 //! the other QPs. (A UC message dropped part-way keeps its WQE with the QP for the next
 //! message, as kernel rxe keeps `resp.wqe`; it does not go back to the SRQ.)
 //!
-//! The SRQ limit ("low watermark", manual 3.4.6 and 6.1.16, IBTA 10.2.9.?): setting
+//! The SRQ limit ("low watermark", manual 3.4.6 and 6.1.16, IBTA 10.2): setting
 //! `srq_limit` > 0 with `ibv_modify_srq` arms the SRQ; when the number of WQEs in the
 //! SRQ drops below the limit, `IBV_EVENT_SRQ_LIMIT_REACHED` is raised once and the SRQ
 //! disarms itself (`srq_limit` reads 0 again, manual 3.6.2), so each event needs a new

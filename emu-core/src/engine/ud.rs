@@ -1,4 +1,4 @@
-//! Unreliable datagram (IBTA 9.8.?, 10.2.5, 11.4.?; manual 2.3.6, 3.6.13-3.6.14): the UD
+//! Unreliable datagram (IBTA 9.8, 10.2.5, 11.4; manual 2.3.6, 3.6.13-3.6.14): the UD
 //! receive path, the destination a UD send WQE carries, and multicast groups.
 //!
 //! - A UD message is one packet: SEND_ONLY or SEND_ONLY_WITH_IMMEDIATE with a DETH
@@ -8,14 +8,14 @@
 //!   with RC and UC; a local send error moves the QP to SQE, as for UC.
 //! - The Q_Key of a send comes from the WR, or from the QP when the WR's Q_Key has its
 //!   high bit set (IBTA 10.2.5). A packet whose Q_Key is not the receiving QP's is
-//!   dropped silently and counted (IBTA 9.6.?: "Q_Key violation").
+//!   dropped silently and counted (IBTA 10.9: "Q_Key violation").
 //! - No ACKs, no RNR: a packet that finds no receive WQE is dropped and counted.
 //! - The receive buffer gets the 40-byte GRH first (for IPv4 the IPv4 header in its
 //!   last 20 bytes, as kernel rxe writes it; see [`ah`](super::ah)), then the payload;
 //!   it must hold both, else the WQE completes with `LOC_LEN_ERR` and the QP goes to the
 //!   error state. The completion has `IBV_WC_GRH`, the byte count including the 40
 //!   bytes, and `src_qp` from the DETH.
-//! - Multicast (IBTA 10.5.?): a UD QP attached to a multicast GID receives every packet
+//! - Multicast (manual 3.6.13): a UD QP attached to a multicast GID receives every packet
 //!   sent to that GID with destination QP 0xFFFFFF; each attached QP of the device gets
 //!   its own copy. Attaching needs a UD QP and a multicast GID (EINVAL otherwise);
 //!   attaching twice is no error; detaching a QP that is not attached is EINVAL; a QP
@@ -31,10 +31,10 @@ use super::ctx::Ctx;
 use super::mr::PdHandle;
 use super::qp::QueuePair;
 
-/// The destination QP number of a multicast packet (IBTA 10.5.?, 9.2: "QP 0xFFFFFF").
+/// The destination QP number of a multicast packet (IBTA 9.2: "QP 0xFFFFFF").
 pub const MULTICAST_QPN: u32 = 0x00FF_FFFF;
 
-/// The GRH at the start of every UD receive buffer (IBTA 11.4.1.?).
+/// The GRH at the start of every UD receive buffer (IBTA 11.4, manual 2.3.7).
 pub const GRH_LEN: usize = 40;
 
 /// The destination a UD send WQE copied from its WR and address handle at post time.
@@ -160,17 +160,17 @@ impl QueuePair {
             ctx.counters.rx_malformed += 1;
             return;
         };
-        // IBTA 10.2.5, C10-?: a Q_Key that is not the QP's drops the packet silently.
+        // IBTA 10.2.5: a Q_Key that is not the QP's drops the packet silently.
         if deth.qkey != self.attr.qkey {
             ctx.counters.qkey_violations += 1;
             return;
         }
-        // IBTA 9.6.?: a UD packet longer than the port's MTU is malformed.
+        // IBTA 9.8: a UD packet longer than the port's MTU is malformed.
         if payload.len() > ctx.limits.active_mtu.bytes() as usize {
             ctx.counters.rx_dropped += 1;
             return;
         }
-        // No RNR on UD: without a receive WQE the message is lost (IBTA 9.8.?).
+        // No RNR on UD: without a receive WQE the message is lost (IBTA 9.8).
         if !self.recv_available(ctx) {
             ctx.counters.ud_no_recv_drops += 1;
             return;
@@ -196,7 +196,7 @@ impl QueuePair {
         }
         if let Some(status) = status {
             // The receive WQE completes in error and the QP enters the error state;
-            // not a byte is written (IBTA 10.8.3.?).
+            // not a byte is written (IBTA 10.8).
             let wc = WorkCompletion::new(wqe.wr_id, status, WcOpcode::Recv, self.qpn);
             ctx.complete(self.init.recv_cq, wc, true);
             self.enter_error(ctx);

@@ -179,7 +179,7 @@ impl TxBatch {
 }
 
 /// Whether `packet` (BTH first) is a positive RC ACKNOWLEDGE: its AETH syndrome's
-/// top three bits are 0 (IBTA 9.7.5.1.3? table 43). Such a packet may leave after
+/// top three bits are 0 (IBTA 9.7.5.1). Such a packet may leave after
 /// requests produced after it: requests belong to the requester's PSN space, the
 /// ACK to the responder's, and the peer orders each space on its own.
 fn is_positive_ack(packet: &[u8]) -> bool {

@@ -511,7 +511,7 @@ pub fn psn(v: u32) -> Psn {
 // ---- UD (tests/ud.rs and others) ----
 
 /// RESET -> INIT (P_Key index, port, Q_Key) -> RTR -> RTS (SQ_PSN): the UD path, no
-/// path attributes (IBTA 10.3.1?, table of required attributes).
+/// path attributes (IBTA 10.3, table of required attributes).
 pub fn ud_bring_up(e: &mut Engine, now: Instant, qpn: u32, qkey: u32, sq_psn: u32) {
     let mut attr = QpAttr {
         qp_state: QpState::Init,

@@ -50,7 +50,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
             for (si, (sn, _)) in SIZES.iter().enumerate() {
                 v.push(Case::param(
                     format!("data::{tn}_{on}_{sn}_bytes"),
-                    "manual 2.1 (transport operations), IBTA 9.4: the bytes arrive exactly, segmented by the path MTU (IBTA 9.7.3.?), and both ends' completions report the operation, length and immediate data (manual 3.6.10)",
+                    "manual 2.1 (transport operations), IBTA 9.4: the bytes arrive exactly, segmented by the path MTU (IBTA 9.7), and both ends' completions report the operation, length and immediate data (manual 3.6.10)",
                     one_op,
                     encode(t, oi, si),
                 ).wc(WcStatus::Success));
@@ -59,12 +59,12 @@ pub(super) fn register(v: &mut Vec<Case>) {
     }
     v.push(Case::new(
         "data::rc_send_gathers_three_sges",
-        "IBTA 10.7.?: a send WR's gather list is sent as one message, in order",
+        "IBTA 10.7, manual 2.3.10: a send WR's gather list is sent as one message, in order",
         gather,
     ));
     v.push(Case::new(
         "data::rc_recv_scatters_over_three_sges",
-        "IBTA 10.7.?: a receive WR's scatter list is filled in order",
+        "IBTA 10.7, manual 2.3.10: a receive WR's scatter list is filled in order",
         scatter,
     ));
     v.push(Case::new("data::rc_send_inline", "manual 3.6.5 IBV_SEND_INLINE: the data is copied at post time; the buffer may be reused at once", inline));

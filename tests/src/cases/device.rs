@@ -26,7 +26,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
         "manual 3.3.2: port_num must be a port of the device (phys_port_cnt)",
         query_port_beyond,
     ));
-    v.push(Case::new("device::gid_0_is_the_roce_v2_gid", "manual 3.3.3 ibv_query_gid; IBTA Annex A17.?: a RoCEv2 GID of an IPv4 address is ::ffff:a.b.c.d", gid_zero));
+    v.push(Case::new("device::gid_0_is_the_roce_v2_gid", "manual 3.3.3 ibv_query_gid; IBTA Annex A17: a RoCEv2 GID of an IPv4 address is ::ffff:a.b.c.d", gid_zero));
     v.push(Case::new(
         "device::gid_index_beyond_table_is_einval",
         "manual 3.3.3: index must be below gid_tbl_len",

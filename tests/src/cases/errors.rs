@@ -14,20 +14,20 @@ use crate::env::{default_cap, Pair};
 use crate::{Case, Env, Outcome};
 
 pub(super) fn register(v: &mut Vec<Case>) {
-    v.push(Case::new("errors::rc_write_bad_rkey", "IBTA 9.7.5.1.? C9-?: an invalid R_Key is a remote access error (NAK), manual 3.6.10 IBV_WC_REM_ACCESS_ERR; not one byte is written", write_bad_rkey).wc(S::RemAccessErr));
+    v.push(Case::new("errors::rc_write_bad_rkey", "IBTA 9.7.4.1, 9.7.5.2: an invalid R_Key is a remote access error (NAK), manual 3.6.10 IBV_WC_REM_ACCESS_ERR; not one byte is written", write_bad_rkey).wc(S::RemAccessErr));
     v.push(
         Case::new(
             "errors::rc_read_bad_rkey",
-            "IBTA 9.7.5.1.?: READ with an invalid R_Key completes with REM_ACCESS_ERR",
+            "IBTA 9.7.4.1, manual 6.2.11: READ with an invalid R_Key completes with REM_ACCESS_ERR",
             read_bad_rkey,
         )
         .wc(S::RemAccessErr),
     );
-    v.push(Case::new("errors::rc_atomic_bad_rkey", "IBTA 9.7.5.1.?: an atomic with an invalid R_Key completes with REM_ACCESS_ERR and the word is unchanged", atomic_bad_rkey).wc(S::RemAccessErr));
+    v.push(Case::new("errors::rc_atomic_bad_rkey", "IBTA 9.7.4.1, manual 6.2.11: an atomic with an invalid R_Key completes with REM_ACCESS_ERR and the word is unchanged", atomic_bad_rkey).wc(S::RemAccessErr));
     v.push(
         Case::new(
             "errors::rc_write_beyond_region",
-            "IBTA 10.6.3.? C10-?: an access outside the region's bounds is a remote access error",
+            "IBTA 9.7.4.1, 10.6: an access outside the region's bounds is a remote access error",
             write_beyond,
         )
         .wc(S::RemAccessErr),
@@ -56,16 +56,16 @@ pub(super) fn register(v: &mut Vec<Case>) {
         )
         .wc(S::RemAccessErr),
     );
-    v.push(Case::new("errors::responder_gets_qp_access_err", "manual 6.1.? IBV_EVENT_QP_ACCESS_ERR (IBTA 11.6.3.?): the responder's QP reports a remote access violation and goes to ERR", responder_access_event).event(E::QpAccessErr));
-    v.push(Case::new("errors::rc_atomic_misaligned", "IBTA 9.4.5 C9-?: an atomic's address must be 8-byte aligned; the responder answers a misaligned one with an Invalid Request NAK (REM_INV_REQ_ERR); a device may refuse it at post time (EINVAL) instead", atomic_misaligned));
-    v.push(Case::new("errors::rc_write_to_qp_without_remote_write", "IBTA 10.2.?/9.7.4.1.?: the responder QP's access flags must allow RDMA WRITE; else Invalid Request, and the responder QP reports IBV_EVENT_QP_REQ_ERR", qp_no_write).wc(S::RemInvReqErr).event(E::QpReqErr));
-    v.push(Case::new("errors::rc_send_longer_than_recv", "IBTA 9.7.5.1.?: a SEND longer than the receive buffer: LOC_LEN_ERR at the responder, REM_INV_REQ_ERR at the requester", send_too_long).wc(S::LocLenErr).wc(S::RemInvReqErr));
-    v.push(Case::new("errors::rc_recv_with_bad_lkey", "IBTA 9.7.5.1.?: a receive WR with an invalid L_Key: LOC_PROT_ERR at the responder, remote operational error (REM_OP_ERR) at the requester", recv_bad_lkey).wc(S::LocProtErr).wc(S::RemOpErr));
+    v.push(Case::new("errors::responder_gets_qp_access_err", "manual 6.1.4 IBV_EVENT_QP_ACCESS_ERR (IBTA 11.6): the responder's QP reports a remote access violation and goes to ERR", responder_access_event).event(E::QpAccessErr));
+    v.push(Case::new("errors::rc_atomic_misaligned", "IBTA 9.4.5, manual 6.2.10: an atomic's address must be 8-byte aligned; the responder answers a misaligned one with an Invalid Request NAK (REM_INV_REQ_ERR); a device may refuse it at post time (EINVAL) instead", atomic_misaligned));
+    v.push(Case::new("errors::rc_write_to_qp_without_remote_write", "IBTA 9.7.4.1, manual 6.1.3: the responder QP's access flags must allow RDMA WRITE; else Invalid Request, and the responder QP reports IBV_EVENT_QP_REQ_ERR", qp_no_write).wc(S::RemInvReqErr).event(E::QpReqErr));
+    v.push(Case::new("errors::rc_send_longer_than_recv", "IBTA 9.7.5.2, manual 6.2.2: a SEND longer than the receive buffer: LOC_LEN_ERR at the responder, REM_INV_REQ_ERR at the requester", send_too_long).wc(S::LocLenErr).wc(S::RemInvReqErr));
+    v.push(Case::new("errors::rc_recv_with_bad_lkey", "IBTA 9.7.5.2, manual 6.2.5, 6.2.12: a receive WR with an invalid L_Key: LOC_PROT_ERR at the responder, remote operational error (REM_OP_ERR) at the requester", recv_bad_lkey).wc(S::LocProtErr).wc(S::RemOpErr));
     v.push(Case::new("errors::rc_rnr_retry_exceeded", "IBTA 9.7.5.2.8, manual 3.5.4 rnr_retry: with no receive posted and rnr_retry 0 the SEND completes with RNR_RETRY_EXC_ERR", rnr_exceeded).wc(S::RnrRetryExcErr));
     v.push(Case::new("errors::rc_rnr_then_success", "IBTA 9.7.5.2.8: after an RNR NAK the requester retries; a receive posted meanwhile lets the SEND succeed", rnr_then_success));
-    v.push(Case::new("errors::rc_retry_exceeded_peer_in_reset", "IBTA 9.7.6.1.?, manual 3.5.4 retry_cnt: with the peer QP in RESET no ACK comes; after retry_cnt retries: RETRY_EXC_ERR", retry_exceeded).wc(S::RetryExcErr));
-    v.push(Case::new("errors::rc_read_with_max_rd_atomic_0", "IBTA 10.2.? (max_rd_atomic = 0: the QP may not initiate READ/atomics); the WR fails locally with LOC_QP_OP_ERR", read_no_credits).wc(S::LocQpOpErr));
-    v.push(Case::new("errors::error_flushes_the_rest", "IBTA 10.8.3.?, manual 3.6.10 IBV_WC_WR_FLUSH_ERR: after an error completion the WRs behind it are flushed", flush_rest).wc(S::WrFlushErr));
+    v.push(Case::new("errors::rc_retry_exceeded_peer_in_reset", "IBTA 9.7.6, manual 3.5.4 retry_cnt: with the peer QP in RESET no ACK comes; after retry_cnt retries: RETRY_EXC_ERR", retry_exceeded).wc(S::RetryExcErr));
+    v.push(Case::new("errors::rc_read_with_max_rd_atomic_0", "IBTA 9.7, manual 3.5.4 (max_rd_atomic = 0: the QP may not initiate READ/atomics); the WR fails locally with LOC_QP_OP_ERR", read_no_credits).wc(S::LocQpOpErr));
+    v.push(Case::new("errors::error_flushes_the_rest", "IBTA 10.8, manual 3.6.10 IBV_WC_WR_FLUSH_ERR: after an error completion the WRs behind it are flushed", flush_rest).wc(S::WrFlushErr));
     v.push(Case::new(
         "errors::post_more_sges_than_max_is_einval",
         "manual 3.6.5: num_sge may not exceed the QP's max_send_sge",
@@ -78,18 +78,18 @@ pub(super) fn register(v: &mut Vec<Case>) {
     ));
     v.push(Case::new(
         "errors::uc_read_is_einval",
-        "manual 2.1.? (table of operations per transport): UC has no RDMA READ",
+        "manual 2.2 (the table of operations per transport mode): UC has no RDMA READ",
         uc_read,
     ));
     v.push(Case::new(
         "errors::uc_atomic_is_einval",
-        "manual 2.1.?: UC has no atomics",
+        "manual 2.2: UC has no atomics",
         uc_atomic,
     ));
-    v.push(Case::new("errors::rc_short_read_response_is_bad_resp", "IBTA 9.9.2.?: a READ response whose length does not fit its position is a bad response: BAD_RESP_ERR (manual 3.6.10)", short_read_response).wc(S::BadRespErr).faulty());
-    v.push(Case::new("errors::rc_lost_acks_exhaust_retries", "IBTA 9.7.6.1.?: a requester that never sees an ACK retries retry_cnt times, then RETRY_EXC_ERR", lost_acks).wc(S::RetryExcErr).faulty());
-    v.push(Case::new("events::comm_est_on_first_packet_in_rtr", "manual 6.1.? IBV_EVENT_COMM_EST; IBTA 11.6.3: the first packet received by a QP in RTR", comm_est).event(E::CommEst));
-    v.push(Case::new("events::sq_drained_after_sqd", "manual 6.1.? IBV_EVENT_SQ_DRAINED; IBTA 11.6.3: RTS->SQD with en_sqd_async_notify raises it once the send queue is drained", sq_drained).event(E::SqDrained));
+    v.push(Case::new("errors::rc_short_read_response_is_bad_resp", "IBTA 9.9: a READ response whose length does not fit its position is a bad response: BAD_RESP_ERR (manual 3.6.10)", short_read_response).wc(S::BadRespErr).faulty());
+    v.push(Case::new("errors::rc_lost_acks_exhaust_retries", "IBTA 9.7.6: a requester that never sees an ACK retries retry_cnt times, then RETRY_EXC_ERR", lost_acks).wc(S::RetryExcErr).faulty());
+    v.push(Case::new("events::comm_est_on_first_packet_in_rtr", "manual 6.1.5 IBV_EVENT_COMM_EST; IBTA 11.6.3: the first packet received by a QP in RTR", comm_est).event(E::CommEst));
+    v.push(Case::new("events::sq_drained_after_sqd", "manual 6.1.6 IBV_EVENT_SQ_DRAINED; IBTA 11.6.3: RTS->SQD with en_sqd_async_notify raises it once the send queue is drained", sq_drained).event(E::SqDrained));
 }
 
 fn write_bad_rkey(env: &Env) -> Outcome {

@@ -13,13 +13,13 @@ use crate::{Case, Env, Outcome};
 
 pub(super) fn register(v: &mut Vec<Case>) {
     v.push(Case::new("mw::type1_bind_then_remote_write", "ibv_bind_mw(3); IBTA 10.6.7.2: a bound type 1 window grants its access over its range through its new R_Key", type1_write).wc(S::Success));
-    v.push(Case::new("mw::type1_access_outside_window", "IBTA 10.6.7.?: an access outside the window (though inside the MR) is a remote access error", type1_outside).wc(S::RemAccessErr));
-    v.push(Case::new("mw::type1_rights_are_the_windows", "IBTA 10.6.7.?: the window's access rights apply, not the MR's (a read-only window refuses a WRITE)", type1_rights).wc(S::RemAccessErr));
-    v.push(Case::new("mw::bind_on_mr_without_mw_bind_fails", "ibv_bind_mw(3); IBTA 10.6.7.2.?: binding to an MR registered without IBV_ACCESS_MW_BIND completes with MW_BIND_ERR", bind_no_mw_bind).wc(S::MwBindErr));
+    v.push(Case::new("mw::type1_access_outside_window", "IBTA 10.6.7: an access outside the window (though inside the MR) is a remote access error", type1_outside).wc(S::RemAccessErr));
+    v.push(Case::new("mw::type1_rights_are_the_windows", "IBTA 10.6.7: the window's access rights apply, not the MR's (a read-only window refuses a WRITE)", type1_rights).wc(S::RemAccessErr));
+    v.push(Case::new("mw::bind_on_mr_without_mw_bind_fails", "ibv_bind_mw(3); IBTA 10.6.7, manual 6.2.7: binding to an MR registered without IBV_ACCESS_MW_BIND completes with MW_BIND_ERR", bind_no_mw_bind).wc(S::MwBindErr));
     v.push(
         Case::new(
             "mw::bind_beyond_the_mr_fails",
-            "IBTA 10.6.7.2.?: a window must lie inside its MR, else MW_BIND_ERR",
+            "IBTA 10.6.7: a window must lie inside its MR, else MW_BIND_ERR",
             bind_beyond,
         )
         .wc(S::MwBindErr),
@@ -29,9 +29,9 @@ pub(super) fn register(v: &mut Vec<Case>) {
         "man page ibv_dereg_mr(3): EBUSY while memory windows are bound to the region",
         dereg_busy,
     ));
-    v.push(Case::new("mw::type2_bind_local_inv_then_access_fails", "ibv_post_send(3) IBV_WR_BIND_MW / IBV_WR_LOCAL_INV; IBTA 10.6.7.?: after invalidation the R_Key grants nothing and not a byte is written", type2_local_inv).wc(S::RemAccessErr));
-    v.push(Case::new("mw::send_with_invalidate_invalidates", "IBTA 9.4.? SEND with Invalidate, manual 3.6.10 IBV_WC_WITH_INV: the responder invalidates the R_Key, reports it, and later accesses fail", send_with_inv).wc(S::RemAccessErr));
-    v.push(Case::new("errors::rc_write_imm_bad_rkey_fails_the_receive", "IBTA 9.7.5.1.?: an RDMA WRITE with immediate that fails its R_Key check fails the receive WQE it would have consumed (LOC_ACCESS_ERR) and the requester gets REM_ACCESS_ERR", write_imm_bad_rkey).wc(S::LocAccessErr).wc(S::RemAccessErr));
+    v.push(Case::new("mw::type2_bind_local_inv_then_access_fails", "ibv_post_send(3) IBV_WR_BIND_MW / IBV_WR_LOCAL_INV; IBTA 10.6.7: after invalidation the R_Key grants nothing and not a byte is written", type2_local_inv).wc(S::RemAccessErr));
+    v.push(Case::new("mw::send_with_invalidate_invalidates", "IBTA 9.4, 10.6.7 SEND with Invalidate, manual 3.6.10 IBV_WC_WITH_INV: the responder invalidates the R_Key, reports it, and later accesses fail", send_with_inv).wc(S::RemAccessErr));
+    v.push(Case::new("errors::rc_write_imm_bad_rkey_fails_the_receive", "IBTA 9.7.4.1, manual 6.2.9, 6.2.11: an RDMA WRITE with immediate that fails its R_Key check fails the receive WQE it would have consumed (LOC_ACCESS_ERR) and the requester gets REM_ACCESS_ERR", write_imm_bad_rkey).wc(S::LocAccessErr).wc(S::RemAccessErr));
 }
 
 /// A pair, and on b a region that allows windows.

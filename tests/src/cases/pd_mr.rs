@@ -47,7 +47,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
     }
     v.push(Case::new(
         "mr::remote_write_without_local_write_is_einval",
-        "manual 3.4.1: IBV_ACCESS_REMOTE_WRITE requires IBV_ACCESS_LOCAL_WRITE (IBTA C10-?)",
+        "manual 3.4.1: IBV_ACCESS_REMOTE_WRITE requires IBV_ACCESS_LOCAL_WRITE (IBTA 10.6)",
         remote_write_needs_local,
     ));
     v.push(Case::new(
@@ -85,7 +85,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
     v.push(
         Case::new(
             "mr::deregistered_lkey_fails_locally",
-            "IBTA 10.6.3.? C10-?: an invalid L_Key in a work request completes with LOC_PROT_ERR",
+            "IBTA 10.6, manual 6.2.5: an invalid L_Key in a work request completes with LOC_PROT_ERR",
             deregistered_lkey,
         )
         .wc(WcStatus::LocProtErr),
@@ -93,7 +93,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
     v.push(
         Case::new(
             "mr::deregistered_rkey_fails_remotely",
-            "IBTA 9.7.5.1.?: an R_Key that no longer names a region is a remote access error",
+            "IBTA 9.7.4.1: an R_Key that no longer names a region is a remote access error",
             deregistered_rkey,
         )
         .wc(WcStatus::RemAccessErr),

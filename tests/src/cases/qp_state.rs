@@ -93,17 +93,17 @@ pub(super) fn register(v: &mut Vec<Case>) {
         ));
         v.push(Case::param(
             format!("qp::{}_post_send_in_reset_is_einval", type_name(t)),
-            "manual 3.6.5; IBTA 10.8.2.?: send WRs may be posted only in RTS (and SQD)",
+            "manual 3.6.5; IBTA 10.3: send WRs may be posted only in RTS (and SQD)",
             post_send_in_reset,
             u64::from(t.as_u32()),
         ));
         v.push(Case::param(
             format!("qp::{}_post_recv_in_reset_is_einval", type_name(t)),
-            "manual 3.6.4; IBTA 10.8.2.?: receive WRs may not be posted in RESET",
+            "manual 3.6.4; IBTA 10.3: receive WRs may not be posted in RESET",
             post_recv_in_reset,
             u64::from(t.as_u32()),
         ));
-        v.push(Case::param(format!("qp::{}_flush_on_error", type_name(t)), "IBTA 10.3.1.?/11.4.?: moving a QP to ERR completes its outstanding receive WRs with WR_FLUSH_ERR", flush_on_error, u64::from(t.as_u32())).wc(WcStatus::WrFlushErr));
+        v.push(Case::param(format!("qp::{}_flush_on_error", type_name(t)), "IBTA 10.3, manual 6.2.6: moving a QP to ERR completes its outstanding receive WRs with WR_FLUSH_ERR", flush_on_error, u64::from(t.as_u32())).wc(WcStatus::WrFlushErr));
     }
     v.push(Case::param(
         "qp::max_send_wr_beyond_device_is_einval",

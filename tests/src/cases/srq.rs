@@ -29,13 +29,13 @@ pub(super) fn register(v: &mut Vec<Case>) {
         "IBTA 10.2.9: QPs on one SRQ take their receive WRs from it, in order",
         two_qps,
     ));
-    v.push(Case::new("srq::limit_reached_fires_once_per_arming", "manual 3.4.6, 6.1.? IBV_EVENT_SRQ_LIMIT_REACHED: once the SRQ holds fewer WRs than srq_limit, one event, and the SRQ disarms (srq_limit reads 0)", limit_event).event(E::SrqLimitReached));
+    v.push(Case::new("srq::limit_reached_fires_once_per_arming", "manual 3.4.6, 6.1.16 IBV_EVENT_SRQ_LIMIT_REACHED: once the SRQ holds fewer WRs than srq_limit, one event, and the SRQ disarms (srq_limit reads 0)", limit_event).event(E::SrqLimitReached));
     v.push(Case::new(
         "srq::limit_above_max_wr_is_einval",
         "manual 3.4.6: srq_limit may not exceed max_wr",
         limit_too_big,
     ));
-    v.push(Case::new("srq::last_wqe_reached_on_error", "manual 6.1.? IBV_EVENT_QP_LAST_WQE_REACHED (IBTA 11.6.3.?): a QP on an SRQ that goes to ERR reports its last WQE", last_wqe).event(E::QpLastWqeReached));
+    v.push(Case::new("srq::last_wqe_reached_on_error", "manual 6.1.17 IBV_EVENT_QP_LAST_WQE_REACHED (IBTA 11.6): a QP on an SRQ that goes to ERR reports its last WQE", last_wqe).event(E::QpLastWqeReached));
     v.push(Case::new("srq::rnr_when_empty", "IBTA 9.7.5.2.8: a SEND to a QP whose SRQ is empty is RNR NAKed; rnr_retry 0 ends in RNR_RETRY_EXC_ERR", rnr_empty).wc(WcStatus::RnrRetryExcErr));
 }
 

@@ -1,5 +1,5 @@
-//! Unreliable Datagram (manual 2.1, 3.4.15-3.4.16, 3.6.11-3.6.14; IBTA 9.8.?, 10.2.5,
-//! 11.4.1.?): one-packet messages, Q_Keys, the GRH in the receive buffer, address
+//! Unreliable Datagram (manual 2.1, 3.4.15-3.4.16, 3.6.11-3.6.14; IBTA 9.8, 10.2.5,
+//! 11.4): one-packet messages, Q_Keys, the GRH in the receive buffer, address
 //! handles and multicast.
 
 use std::time::Duration;
@@ -13,20 +13,24 @@ use super::{
 use crate::env::Pair;
 use crate::{Case, Env, Outcome};
 
-/// Bytes of GRH that precede a UD payload in the receive buffer (IBTA 11.4.1.?).
+/// Bytes of GRH that precede a UD payload in the receive buffer (IBTA 11.4, manual 2.3.7).
 const GRH: u64 = 40;
 
 pub(super) fn register(v: &mut Vec<Case>) {
     for (name, size) in [("0", 0u64), ("1", 1), ("256", 256), ("mtu", u64::MAX)] {
-        v.push(Case::param(format!("ud::send_{name}_bytes"), "IBTA 9.8.? (UD: one packet per message), 11.4.1.?: the receive buffer holds the 40-byte GRH then the payload; the WC has IBV_WC_GRH, src_qp and byte_len = payload + 40 (manual 3.6.10)", send_size, size).wc(WcStatus::Success));
+        v.push(Case::param(format!("ud::send_{name}_bytes"), "IBTA 9.8 (UD: one packet per message), 11.4: the receive buffer holds the 40-byte GRH then the payload; the WC has IBV_WC_GRH, src_qp and byte_len = payload + 40 (manual 3.6.10)", send_size, size).wc(WcStatus::Success));
     }
     v.push(Case::new(
         "ud::send_with_imm",
-        "IBTA 9.8.?: UD SEND with immediate delivers imm_data (IBV_WC_WITH_IMM)",
+        "IBTA 9.8: UD SEND with immediate delivers imm_data (IBV_WC_WITH_IMM)",
         send_imm,
     ));
-    v.push(Case::new("ud::larger_than_mtu_is_loc_len_err", "IBTA 10.7.?/C10-?: a UD message longer than the path MTU completes with LOC_LEN_ERR and is not sent (kernel rxe deviates)", oversize).wc(WcStatus::LocLenErr));
-    v.push(Case::new("ud::qkey_mismatch_is_dropped", "IBTA 10.2.5 C10-?: a datagram whose Q_Key differs from the receiving QP's is silently dropped", qkey_mismatch));
+    v.push(Case::new("ud::larger_than_mtu_is_loc_len_err", "IBTA 9.8, 10.7, manual 6.2.2: a UD message longer than the path MTU completes with LOC_LEN_ERR and is not sent (kernel rxe deviates)", oversize).wc(WcStatus::LocLenErr));
+    v.push(Case::new(
+        "ud::qkey_mismatch_is_dropped",
+        "IBTA 10.2.5: a datagram whose Q_Key differs from the receiving QP's is silently dropped",
+        qkey_mismatch,
+    ));
     v.push(Case::new(
         "ud::qkey_high_bit_takes_the_qps",
         "IBTA 10.2.5: a WR Q_Key with the high bit set means: use the QP's own Q_Key",
@@ -35,7 +39,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
     v.push(
         Case::new(
             "ud::recv_without_room_for_grh_is_loc_len_err",
-            "IBTA 11.4.1.?: the receive WR must hold the GRH and the payload, else LOC_LEN_ERR",
+            "IBTA 11.4, manual 6.2.2: the receive WR must hold the GRH and the payload, else LOC_LEN_ERR",
             no_room_for_grh,
         )
         .wc(WcStatus::LocLenErr),
@@ -52,10 +56,10 @@ pub(super) fn register(v: &mut Vec<Case>) {
     ));
     v.push(Case::new(
         "ud::rdma_write_is_einval",
-        "manual 2.1.? (operations per transport): UD has SEND only",
+        "manual 2.2 (the table of operations per transport mode): UD has SEND only",
         ud_write,
     ));
-    v.push(Case::new("ud::multicast_reaches_every_attached_qp", "manual 3.6.13 ibv_attach_mcast; IBTA 10.5.?: a send to a multicast group is delivered to every attached UD QP", multicast));
+    v.push(Case::new("ud::multicast_reaches_every_attached_qp", "manual 3.6.13 ibv_attach_mcast: a send to a multicast group is delivered to every attached UD QP", multicast));
     v.push(Case::new(
         "ud::detached_qp_gets_nothing",
         "manual 3.6.14 ibv_detach_mcast: a detached QP no longer receives the group's datagrams",

@@ -13,7 +13,7 @@ use verbs_api::{CmEventParam, CmEventType, CmId, Error, Gid, QpParams, Result, U
 
 use super::{einval, v4, State, RDMA_UDP_QKEY};
 
-/// The destination QPN of every multicast datagram (IBTA 10.5.2.?: the multicast QPN).
+/// The destination QPN of every multicast datagram (IBTA 9.2: the multicast QPN, 0xFFFFFF).
 pub(crate) const MCAST_QPN: u32 = 0x00FF_FFFF;
 
 impl State {
