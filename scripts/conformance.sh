@@ -12,6 +12,21 @@ for f in "$@"; do extra+=(--results "$f"); done
 cargo run -q -p tests --bin conformance -- --backend emu-fabric --results "$out/emu-udp.tsv" \
   "${extra[@]}" --markdown docs/conformance.md | tail -2
 rm -rf "$out"
+# Every case that fails on rxe, with what rxe does and the citation that shows it
+# deviates (the list scripts/ci-hw.sh accepts).
+{
+  printf '\n## Where kernel rxe deviates\n\n'
+  printf 'The cases above that fail on rxe, each accepted by `scripts/ci-hw.sh` from '
+  printf '`scripts/rxe-vm/conformance-deviations.txt`; any other failure fails CI.\n\n'
+  printf '| case | what rxe does | what the standard says |\n|---|---|---|\n'
+  grep -v '^#' scripts/rxe-vm/conformance-deviations.txt | grep -v '^[[:space:]]*$' \
+    | awk -F' [|] ' '{ printf "| %s | %s | %s |\n", $1, $2, $3 }'
+  printf '\nhw-backend'"'"'s own tests (`hw-backend/tests/`) that fail on rxe, accepted from '
+  printf '`scripts/rxe-vm/rxe-deviations.txt`:\n\n'
+  printf '| test | what rxe does | what the standard says |\n|---|---|---|\n'
+  grep -v '^#' scripts/rxe-vm/rxe-deviations.txt | grep -v '^[[:space:]]*$' \
+    | awk -F' [|] ' '{ printf "| %s | %s | %s |\n", $1, $2, $3 }'
+} >> docs/conformance.md
 # What rxe did in the wire interop probes (measured by scripts/ci-interop.sh, recorded in
 # docs/interop.md), beside what the emulator did in the same probe.
 {

@@ -261,7 +261,7 @@ fn an_adapter_qp_error_completes_the_wqe_under_way_with_its_status() {
         22
     );
     p.a.fail_qp(now, a.qpn, WcStatus::GeneralErr).unwrap();
-    // A completion error, not a catastrophe: no async event (IBTA 10.8.3).
+    // A completion error, not a catastrophe: no async event (IBTA 10.8).
     assert!(drain_events(&mut p.a).is_empty());
     assert_eq!(a.state(&mut p), QpState::Err);
     let got: Vec<_> = a.poll(&mut p).iter().map(|w| (w.wr_id, w.status)).collect();

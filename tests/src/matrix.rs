@@ -192,6 +192,25 @@ pub fn render(cases: &[Case], results: &[(String, Vec<(String, Verdict)>)]) -> S
 mod tests {
     use super::*;
 
+    /// docs/conformance.md is current: it names every case (with its rule) and counts
+    /// them; `scripts/conformance.sh` regenerates it.
+    #[test]
+    fn the_generated_matrix_document_lists_every_case() {
+        let doc = include_str!("../../docs/conformance.md");
+        let cases = crate::all_cases();
+        assert!(
+            doc.contains(&format!(" {} cases.", cases.len())),
+            "docs/conformance.md counts another number of cases: run scripts/conformance.sh"
+        );
+        for c in &cases {
+            assert!(
+                doc.contains(&format!("| {} |", c.name)),
+                "{} is not in docs/conformance.md: run scripts/conformance.sh",
+                c.name
+            );
+        }
+    }
+
     /// Every WC status and every async event has a case or a stated reason (issue #7).
     #[test]
     fn every_variant_is_covered_or_explained() {

@@ -9,8 +9,8 @@ use verbs_api::{QpState, QpType, RecvWr, SendWr, WcStatus as S, WrOperation};
 use crate::{Case, Env, Outcome};
 
 pub(super) fn register(v: &mut Vec<Case>) {
-    v.push(Case::new("errors::adapter_resp_timeout_err", "manual 6.2.21 IBV_WC_RESP_TIMEOUT_ERR, IBTA 10.8.3 (a WQE completed in error moves the QP to ERR and flushes the rest): an adapter's response timeout completes the SEND under way with RESP_TIMEOUT_ERR, the QP goes to ERR, the WRs behind it are flushed", resp_timeout).wc(S::RespTimeoutErr).faulty());
-    v.push(Case::new("errors::adapter_general_err", "manual 6.2.22 IBV_WC_GENERAL_ERR, IBTA 10.8.3: an adapter error no other status describes completes the SEND under way with GENERAL_ERR, the QP goes to ERR, the WRs behind it are flushed", general).wc(S::GeneralErr).faulty());
+    v.push(Case::new("errors::adapter_resp_timeout_err", "manual 6.2.21 IBV_WC_RESP_TIMEOUT_ERR, IBTA 10.8 (a WQE completed in error moves the QP to ERR and flushes the rest): an adapter's response timeout completes the SEND under way with RESP_TIMEOUT_ERR, the QP goes to ERR, the WRs behind it are flushed", resp_timeout).wc(S::RespTimeoutErr).faulty());
+    v.push(Case::new("errors::adapter_general_err", "manual 6.2.22 IBV_WC_GENERAL_ERR, IBTA 10.8: an adapter error no other status describes completes the SEND under way with GENERAL_ERR, the QP goes to ERR, the WRs behind it are flushed", general).wc(S::GeneralErr).faulty());
 }
 
 fn resp_timeout(env: &Env) -> Outcome {
