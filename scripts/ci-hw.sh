@@ -55,7 +55,8 @@ cp "${CARGO_TARGET_DIR:-target}/release/conformance" "$W/share/conf/"
 note "run in the VM"
 vmrc=0
 # One VM at a time on the host (ci-interop.sh takes the same lock).
-flock /tmp/rxe-vm.lock "$REPO/scripts/rxe-vm/run-rxe-vm.sh" "$REPO/scripts/rxe-vm/hw-job.sh" > "$W/vm.log" 2>&1 || vmrc=$?
+# The issue allows the VM step 10 minutes; it takes about 4 here.
+TIMEOUT=600 flock /tmp/rxe-vm.lock "$REPO/scripts/rxe-vm/run-rxe-vm.sh" "$REPO/scripts/rxe-vm/hw-job.sh" > "$W/vm.log" 2>&1 || vmrc=$?
 # Through a file: `head` closing the pipe early must not fail the step (pipefail).
 sed -n '/RXEVM: rxe0 ready/,$p' "$W/vm.log" | grep -v '^\s*$' > "$W/vm-job.log" || true
 head -200 "$W/vm-job.log"

@@ -35,7 +35,7 @@ done
 # is not networked).
 if [ -x conf/conformance ]; then
   start=$(date +%s%N)
-  RDMA_TEST_LINK_FAULTS=1 timeout 900 conf/conformance --backend hw:rxe0 --save results/rxe.tsv > results/conformance.log 2>&1
+  RDMA_TEST_LINK_FAULTS=1 timeout 420 conf/conformance --backend hw:rxe0 --save results/rxe.tsv > results/conformance.log 2>&1
   crc=$?
   echo "conformance: exit $crc in $(( ($(date +%s%N) - start) / 1000000 )) ms"
   tail -1 results/conformance.log
