@@ -14,7 +14,8 @@ use verbs_api::{Error, Result};
 /// A notifying queue of `T`.
 #[derive(Debug)]
 pub(crate) struct Notifier<T> {
-    queue: Mutex<VecDeque<T>>,
+    /// The items, and how many bytes the pipe holds for them (see [`Notifier::take`]).
+    queue: Mutex<(VecDeque<T>, usize)>,
     cond: Condvar,
     reader: Mutex<PipeReader>,
     writer: Mutex<PipeWriter>,
@@ -27,18 +28,17 @@ impl<T> Notifier<T> {
             errno: e.raw_os_error().unwrap_or(24),
             context: "pipe",
         })?;
-        // Both ends non-blocking: a full pipe (64 KiB of unread items) must not block
-        // `push` under the queue lock, and `take` must not wait for a byte that a
-        // full pipe never got.
-        for end in [reader.as_fd(), writer.as_fd()] {
-            rustix::io::ioctl_fionbio(end, true).map_err(|e| Error::Os {
-                errno: e.raw_os_error(),
-                context: "pipe",
-            })?;
-        }
+        // The write end is non-blocking: a full pipe (64 KiB of unread items) must not
+        // block `push` under the queue lock. The read end keeps its blocking mode: it
+        // is the program's fd, whose O_NONBLOCK flag the program sets and the C ABI
+        // reads (a blocking `ibv_get_cq_event` unless the program asked otherwise).
+        rustix::io::ioctl_fionbio(writer.as_fd(), true).map_err(|e| Error::Os {
+            errno: e.raw_os_error(),
+            context: "pipe",
+        })?;
         let fd = reader.as_raw_fd();
         Ok(Notifier {
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new((VecDeque::new(), 0)),
             cond: Condvar::new(),
             reader: Mutex::new(reader),
             writer: Mutex::new(writer),
@@ -50,9 +50,11 @@ impl<T> Notifier<T> {
     /// whether the item is one it takes).
     pub(crate) fn push(&self, item: T) {
         let mut q = self.queue.lock();
-        q.push_back(item);
-        // A full pipe (64 KiB of unread events) only means the fd stays readable.
-        let _ = self.writer.lock().write(&[1]);
+        q.0.push_back(item);
+        // A full pipe (64 KiB of unread items) only means the fd stays readable.
+        if self.writer.lock().write(&[1]).is_ok() {
+            q.1 += 1;
+        }
         self.cond.notify_all();
     }
 
@@ -90,10 +92,17 @@ impl<T> Notifier<T> {
         }
     }
 
-    fn take(&self, q: &mut VecDeque<T>, want: &dyn Fn(&T) -> bool) -> Option<T> {
-        let item = q.remove(q.iter().position(want)?)?;
-        let mut byte = [0u8; 1];
-        let _ = self.reader.lock().read(&mut byte);
+    /// Removes the first item `want` takes. A byte leaves the pipe only while it
+    /// holds more bytes than items remain, so it never blocks (the byte is there)
+    /// and the fd stays readable while any item waits, even after the pipe filled.
+    fn take(&self, q: &mut (VecDeque<T>, usize), want: &dyn Fn(&T) -> bool) -> Option<T> {
+        let item = q.0.remove(q.0.iter().position(want)?)?;
+        if q.1 > q.0.len() {
+            let mut byte = [0u8; 1];
+            if matches!(self.reader.lock().read(&mut byte), Ok(1)) {
+                q.1 -= 1;
+            }
+        }
         Some(item)
     }
 
@@ -138,8 +147,8 @@ mod tests {
         ));
     }
 
-    /// More items than the pipe holds bytes (64 KiB): pushing never blocks and every
-    /// item comes out.
+    /// More items than the pipe holds bytes (64 KiB): pushing never blocks, every item
+    /// comes out, and the fd stays readable until the last one has.
     #[test]
     fn more_items_than_the_pipe_holds() {
         let n = Notifier::new().unwrap();
@@ -148,6 +157,9 @@ mod tests {
             n.push(i);
         }
         for i in 0..count {
+            if i % 10_000 == 0 || i == count - 1 {
+                assert!(readable(&n), "{} items wait", count - i);
+            }
             assert_eq!(n.pop(Some(Duration::ZERO)).unwrap(), i);
         }
         assert!(!readable(&n));
