@@ -129,6 +129,15 @@ if want verbs_c; then
   fi
 fi
 
+if want rdmacm_c; then
+  if cc -O1 -Wall -o "$work/rdmacm_c" "$root/capi/c/rdmacm_test.c" -lrdmacm -libverbs -L"$lib" 2>"$work/rdmacm_c.out"; then
+    RDMA_EMU_DEVICES="emu0=127.0.0.5,emu1=127.0.0.6" timeout "$T" "$work/rdmacm_c" >>"$work/rdmacm_c.out" 2>&1
+    record rdmacm_c $? "$work/rdmacm_c.out"
+  else
+    record rdmacm_c 1 "$work/rdmacm_c.out"
+  fi
+fi
+
 echo "passed (${#pass[@]}): ${pass[*]}"
 echo "failed (${#fail[@]}): ${fail[*]}"
 rm -rf "$work"

@@ -4,6 +4,9 @@
  * verbs_context exactly as in any program). Needs two emulated devices:
  *   RDMA_EMU_DEVICES="emu0=127.0.0.3,emu1=127.0.0.4" ./verbs_test
  * Every check prints what failed and the program exits 1; exit 0 means all passed.
+ * Extended verbs: every ibv_wr_* operation and setter the library implements
+ * (test_wr_rc, test_wr_ud), every ibv_wc_read_* of an extended CQ, and the clean
+ * EOPNOTSUPP of those it does not (test_ex_unsupported).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +39,7 @@ struct end {
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *ch;
 	struct ibv_cq *cq;
+	struct ibv_cq_ex *cqx; /* set by open_ext_end: cq is ibv_cq_ex_to_cq(cqx) */
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
 	char *buf;
@@ -67,6 +71,7 @@ static void open_end(struct ibv_device *dev, struct end *e, enum ibv_qp_type typ
 {
 	e->ctx = ibv_open_device(dev);
 	CHECK(e->ctx, "open %s", ibv_get_device_name(dev));
+	e->cqx = NULL;
 	e->pd = ibv_alloc_pd(e->ctx);
 	CHECK(e->pd, "alloc_pd");
 	e->ch = ibv_create_comp_channel(e->ctx);
@@ -431,6 +436,458 @@ static void test_extended_rc(struct ibv_device **list)
 	CHECK(strcmp(b.buf + 512, "via wr api") == 0 && strcmp(b.buf, "via wr api") == 0, "bytes");
 }
 
+/* An end whose CQ is an extended CQ reporting every field the library has
+ * (IBV_WC_STANDARD_FLAGS) and whose QP comes from ibv_create_qp_ex with every
+ * ibv_wr_* operation it implements. */
+static void open_ext_end(struct ibv_device *dev, struct end *e, enum ibv_qp_type type)
+{
+	open_end(dev, e, type);
+	CHECK(ibv_destroy_qp(e->qp) == 0 && ibv_destroy_cq(e->cq) == 0, "drop the plain QP and CQ");
+	struct ibv_cq_init_attr_ex ca = { .cqe = 64, .wc_flags = IBV_WC_STANDARD_FLAGS };
+	e->cqx = ibv_create_cq_ex(e->ctx, &ca);
+	CHECK(e->cqx, "create_cq_ex with IBV_WC_STANDARD_FLAGS");
+	e->cq = ibv_cq_ex_to_cq(e->cqx);
+	uint64_t ops = type == IBV_QPT_UD ? IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM :
+		IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+		IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+		IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+		IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV;
+	struct ibv_qp_init_attr_ex xa = {
+		.send_cq = e->cq, .recv_cq = e->cq, .qp_type = type,
+		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 2,
+			 .max_recv_sge = 2, .max_inline_data = 64 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = e->pd,
+		.send_ops_flags = ops,
+	};
+	e->qp = ibv_create_qp_ex(e->ctx, &xa);
+	CHECK(e->qp, "create_qp_ex");
+	CHECK(ibv_qp_to_qp_ex(e->qp) == (struct ibv_qp_ex *)e->qp, "qp_to_qp_ex");
+}
+
+/* One completion of an extended CQ, every field read through its accessor. */
+struct wcx {
+	uint64_t wr_id;
+	enum ibv_wc_status status;
+	enum ibv_wc_opcode opcode;
+	uint32_t vendor_err, byte_len, imm_or_inv, qp_num, src_qp, slid;
+	unsigned int wc_flags;
+	uint8_t sl, dlid_path_bits;
+};
+
+static struct wcx read_wcx(struct ibv_cq_ex *cq)
+{
+	struct wcx w = {
+		.wr_id = cq->wr_id, .status = cq->status,
+		.opcode = ibv_wc_read_opcode(cq), .vendor_err = ibv_wc_read_vendor_err(cq),
+		.byte_len = ibv_wc_read_byte_len(cq), .qp_num = ibv_wc_read_qp_num(cq),
+		.src_qp = ibv_wc_read_src_qp(cq), .wc_flags = ibv_wc_read_wc_flags(cq),
+		.slid = ibv_wc_read_slid(cq), .sl = ibv_wc_read_sl(cq),
+		.dlid_path_bits = ibv_wc_read_dlid_path_bits(cq),
+	};
+	/* One union in the completion: imm_data (network order) or, with
+	 * IBV_WC_WITH_INV, the invalidated rkey (host order). */
+	if (w.wc_flags & IBV_WC_WITH_INV)
+		w.imm_or_inv = ibv_wc_read_invalidated_rkey(cq);
+	else
+		w.imm_or_inv = ntohl(ibv_wc_read_imm_data(cq));
+	return w;
+}
+
+/* start_poll .. end_poll around one completion. */
+static struct wcx poll_ex(struct ibv_cq_ex *cq)
+{
+	struct ibv_poll_cq_attr pa = { 0 };
+	for (int i = 0; i < 5000000; i++) {
+		int ret = ibv_start_poll(cq, &pa);
+		if (ret == 0) {
+			struct wcx w = read_wcx(cq);
+			ibv_end_poll(cq);
+			return w;
+		}
+		if (ret != ENOENT)
+			CHECK(0, "start_poll: %d", ret);
+	}
+	CHECK(0, "no extended completion");
+	return (struct wcx){ 0 };
+}
+
+/* A successful completion, checked field by field. */
+static struct wcx expect_ex(struct end *e, uint64_t wr_id, enum ibv_wc_opcode op, uint32_t byte_len)
+{
+	struct wcx w = poll_ex(e->cqx);
+	CHECK(w.status == IBV_WC_SUCCESS, "status %s (wr_id %" PRIu64 ")",
+	      ibv_wc_status_str(w.status), w.wr_id);
+	CHECK(w.wr_id == wr_id, "wr_id %" PRIu64 ", want %" PRIu64, w.wr_id, wr_id);
+	CHECK(w.opcode == op, "opcode %d, want %d (wr_id %" PRIu64 ")", w.opcode, op, wr_id);
+	CHECK(w.byte_len == byte_len, "byte_len %u, want %u (wr_id %" PRIu64 ")", w.byte_len,
+	      byte_len, wr_id);
+	CHECK(w.vendor_err == 0, "vendor_err %u", w.vendor_err);
+	CHECK(w.qp_num == e->qp->qp_num, "qp_num %u, want %u", w.qp_num, e->qp->qp_num);
+	CHECK(w.slid == 0 && w.sl == 0 && w.dlid_path_bits == 0,
+	      "slid %u sl %u dlid_path_bits %u on RoCE", w.slid, w.sl, w.dlid_path_bits);
+	return w;
+}
+
+/* Nothing arrives on this CQ (after a pause long enough for loopback delivery). */
+static void expect_none(struct ibv_cq_ex *cq, const char *what)
+{
+	usleep(200000);
+	struct ibv_poll_cq_attr pa = { 0 };
+	int ret = ibv_start_poll(cq, &pa);
+	if (ret == 0) {
+		fprintf(stderr, "unexpected completion wr_id %" PRIu64 " opcode %d\n", cq->wr_id,
+			ibv_wc_read_opcode(cq));
+		ibv_end_poll(cq);
+	}
+	CHECK(ret == ENOENT, "%s: start_poll %d", what, ret);
+}
+
+static uint64_t u64_at(struct end *e, size_t off)
+{
+	uint64_t v;
+	memcpy(&v, e->buf + off, 8);
+	return v;
+}
+
+/* Every ibv_wr_* operation and setter on RC, each completion read with the
+ * ibv_wc_read_* accessors, each result checked in the target buffers. */
+static void test_wr_rc(struct ibv_device **list)
+{
+	struct end a, b;
+	open_ext_end(list[0], &a, IBV_QPT_RC);
+	open_ext_end(list[1], &b, IBV_QPT_RC);
+	connect_rc(&a, &b);
+	connect_rc(&b, &a);
+	struct ibv_qp_ex *qa = ibv_qp_to_qp_ex(a.qp), *qb = ibv_qp_to_qp_ex(b.qp);
+	uint32_t sender = a.qp->qp_num;
+
+	/* ibv_wr_abort: a SEND and a WRITE built, then dropped: nothing is posted. */
+	post_recv(b.qp, &b, 0, 64);
+	strcpy(a.buf + 50, "aborted!");
+	ibv_wr_start(qa);
+	qa->wr_id = 900;
+	qa->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(qa);
+	ibv_wr_set_sge(qa, a.mr->lkey, (uintptr_t)a.buf + 50, 9);
+	qa->wr_id = 901;
+	ibv_wr_rdma_write(qa, b.mr->rkey, (uintptr_t)b.buf + 1500);
+	ibv_wr_set_sge(qa, a.mr->lkey, (uintptr_t)a.buf + 50, 9);
+	ibv_wr_abort(qa);
+	expect_none(a.cqx, "after wr_abort, no send completion");
+	expect_none(b.cqx, "after wr_abort, no receive completion");
+	CHECK(b.buf[0] == 0 && b.buf[1500] == 0, "after wr_abort, no byte moved");
+	/* An empty batch posts nothing and succeeds. */
+	ibv_wr_start(qa);
+	CHECK(ibv_wr_complete(qa) == 0, "empty wr batch");
+
+	/* ibv_wr_send + ibv_wr_set_sge_list: two pieces gathered into one message,
+	 * landing in the receive that the aborted SEND did not take. */
+	strcpy(a.buf + 100, "abc");
+	strcpy(a.buf + 200, "defg");
+	struct ibv_sge two[2] = { { (uintptr_t)a.buf + 100, 3, a.mr->lkey },
+				  { (uintptr_t)a.buf + 200, 4, a.mr->lkey } };
+	ibv_wr_start(qa);
+	qa->wr_id = 1;
+	qa->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(qa);
+	ibv_wr_set_sge_list(qa, 2, two);
+	CHECK(ibv_wr_complete(qa) == 0, "wr_send");
+	expect_ex(&a, 1, IBV_WC_SEND, 7);
+	struct wcx w = expect_ex(&b, 0, IBV_WC_RECV, 7);
+	CHECK((w.wc_flags & (IBV_WC_WITH_IMM | IBV_WC_WITH_INV)) == 0, "plain SEND flags %x",
+	      w.wc_flags);
+	CHECK(w.src_qp == sender, "src_qp %u, want %u", w.src_qp, sender);
+	CHECK(memcmp(b.buf, "abcdefg", 7) == 0 && b.buf[7] == 0, "sge_list bytes: %.8s", b.buf);
+
+	/* ibv_wr_send_imm + ibv_wr_set_inline_data from the stack (reused at once). */
+	post_recv(b.qp, &b, 100, 64);
+	{
+		char stack[6] = "inlin";
+		ibv_wr_start(qa);
+		qa->wr_id = 2;
+		qa->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send_imm(qa, htonl(0x01020304));
+		ibv_wr_set_inline_data(qa, stack, sizeof(stack));
+		CHECK(ibv_wr_complete(qa) == 0, "wr_send_imm inline");
+		memset(stack, 'X', sizeof(stack));
+	}
+	expect_ex(&a, 2, IBV_WC_SEND, 6);
+	w = expect_ex(&b, 100, IBV_WC_RECV, 6);
+	CHECK((w.wc_flags & IBV_WC_WITH_IMM) && !(w.wc_flags & IBV_WC_WITH_INV) &&
+	      w.imm_or_inv == 0x01020304, "imm flags %x imm %x", w.wc_flags, w.imm_or_inv);
+	CHECK(memcmp(b.buf + 100, "inlin", 6) == 0, "inline bytes");
+
+	/* ibv_wr_set_inline_data_list: three buffers, one of them empty. */
+	post_recv(b.qp, &b, 200, 64);
+	{
+		char p1[] = "inline", p2[] = "-list";
+		struct ibv_data_buf bufs[3] = { { p1, 6 }, { p2, 0 }, { p2, 6 } };
+		ibv_wr_start(qa);
+		qa->wr_id = 3;
+		qa->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
+		ibv_wr_send(qa);
+		ibv_wr_set_inline_data_list(qa, 3, bufs);
+		CHECK(ibv_wr_complete(qa) == 0, "inline list");
+		memset(p1, 0, sizeof(p1));
+		memset(p2, 0, sizeof(p2));
+	}
+	expect_ex(&a, 3, IBV_WC_SEND, 12);
+	expect_ex(&b, 200, IBV_WC_RECV, 12);
+	CHECK(memcmp(b.buf + 200, "inline-list", 12) == 0, "inline list bytes: %s", b.buf + 200);
+
+	/* ibv_wr_rdma_write_imm: bytes at the target address, the immediate in a
+	 * receive completion whose buffer stays untouched. */
+	memset(b.buf + 300, 'z', 16);
+	post_recv(b.qp, &b, 300, 16);
+	strcpy(a.buf + 300, "write-imm");
+	ibv_wr_start(qa);
+	qa->wr_id = 4;
+	qa->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write_imm(qa, b.mr->rkey, (uintptr_t)b.buf + 1000, htonl(0xfeedbeef));
+	ibv_wr_set_sge(qa, a.mr->lkey, (uintptr_t)a.buf + 300, 10);
+	CHECK(ibv_wr_complete(qa) == 0, "wr_rdma_write_imm");
+	expect_ex(&a, 4, IBV_WC_RDMA_WRITE, 10);
+	w = expect_ex(&b, 300, IBV_WC_RECV_RDMA_WITH_IMM, 10);
+	CHECK((w.wc_flags & IBV_WC_WITH_IMM) && w.imm_or_inv == 0xfeedbeef, "write imm %x flags %x",
+	      w.imm_or_inv, w.wc_flags);
+	CHECK(strcmp(b.buf + 1000, "write-imm") == 0, "write_imm bytes");
+	for (int i = 0; i < 16; i++)
+		CHECK(b.buf[300 + i] == 'z', "receive buffer of a WRITE with imm untouched");
+
+	/* ibv_wr_rdma_read. */
+	strcpy(b.buf + 1200, "read me back");
+	ibv_wr_start(qa);
+	qa->wr_id = 5;
+	qa->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_read(qa, b.mr->rkey, (uintptr_t)b.buf + 1200);
+	ibv_wr_set_sge(qa, a.mr->lkey, (uintptr_t)a.buf + 1200, 13);
+	CHECK(ibv_wr_complete(qa) == 0, "wr_rdma_read");
+	expect_ex(&a, 5, IBV_WC_RDMA_READ, 13);
+	CHECK(memcmp(a.buf + 1200, "read me back", 13) == 0, "read bytes");
+
+	/* Atomics: compare-and-swap that swaps, one that does not, then two
+	 * fetch-and-adds in one batch; each returns the original value. */
+	uint64_t ten = 10;
+	memcpy(b.buf + 2048, &ten, 8);
+	ibv_wr_start(qa);
+	qa->wr_id = 6;
+	qa->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_cmp_swp(qa, b.mr->rkey, (uintptr_t)b.buf + 2048, 10, 99);
+	ibv_wr_set_sge(qa, a.mr->lkey, (uintptr_t)a.buf + 2048, 8);
+	qa->wr_id = 7;
+	ibv_wr_atomic_cmp_swp(qa, b.mr->rkey, (uintptr_t)b.buf + 2048, 5, 1234);
+	ibv_wr_set_sge(qa, a.mr->lkey, (uintptr_t)a.buf + 2056, 8);
+	CHECK(ibv_wr_complete(qa) == 0, "wr_atomic_cmp_swp");
+	expect_ex(&a, 6, IBV_WC_COMP_SWAP, 8);
+	expect_ex(&a, 7, IBV_WC_COMP_SWAP, 8);
+	CHECK(u64_at(&a, 2048) == 10 && u64_at(&a, 2056) == 99 && u64_at(&b, 2048) == 99,
+	      "cmp_swp: originals %" PRIu64 " %" PRIu64 ", remote %" PRIu64, u64_at(&a, 2048),
+	      u64_at(&a, 2056), u64_at(&b, 2048));
+	ibv_wr_start(qa);
+	qa->wr_id = 8;
+	qa->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_fetch_add(qa, b.mr->rkey, (uintptr_t)b.buf + 2048, 1);
+	ibv_wr_set_sge(qa, a.mr->lkey, (uintptr_t)a.buf + 2064, 8);
+	qa->wr_id = 9;
+	ibv_wr_atomic_fetch_add(qa, b.mr->rkey, (uintptr_t)b.buf + 2048, 1ULL << 32);
+	ibv_wr_set_sge(qa, a.mr->lkey, (uintptr_t)a.buf + 2072, 8);
+	CHECK(ibv_wr_complete(qa) == 0, "wr_atomic_fetch_add");
+	expect_ex(&a, 8, IBV_WC_FETCH_ADD, 8);
+	expect_ex(&a, 9, IBV_WC_FETCH_ADD, 8);
+	CHECK(u64_at(&a, 2064) == 99 && u64_at(&a, 2072) == 100 &&
+	      u64_at(&b, 2048) == 100 + (1ULL << 32), "fetch_add: originals %" PRIu64 " %" PRIu64
+	      ", remote %" PRIx64, u64_at(&a, 2064), u64_at(&a, 2072), u64_at(&b, 2048));
+
+	/* ibv_wr_bind_mw (type 2 window on b's buffer), a WRITE through it;
+	 * ibv_wr_local_inv; a bind again (a type 2 window binds only while unbound, so
+	 * this shows the invalidation took), a SEND with invalidate (ibv_wr_send_inv,
+	 * the rkey read back with ibv_wc_read_invalidated_rkey); then the window's rkey
+	 * no longer works. */
+	struct ibv_mr *mr = ibv_reg_mr(b.pd, b.buf, SZ, IBV_ACCESS_LOCAL_WRITE |
+				       IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
+	CHECK(mr, "MR with MW_BIND");
+	struct ibv_mw *mw = ibv_alloc_mw(b.pd, IBV_MW_TYPE_2);
+	CHECK(mw, "alloc_mw type 2");
+	struct ibv_mw_bind_info bi = { .mr = mr, .addr = (uintptr_t)b.buf + 3500, .length = 64,
+				       .mw_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	uint32_t rkey2 = ibv_inc_rkey(mw->rkey);
+	ibv_wr_start(qb);
+	qb->wr_id = 20;
+	qb->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_bind_mw(qb, mw, rkey2, &bi);
+	CHECK(ibv_wr_complete(qb) == 0, "wr_bind_mw");
+	expect_ex(&b, 20, IBV_WC_BIND_MW, 0);
+	strcpy(a.buf + 400, "via wr_bind_mw");
+	ibv_wr_start(qa);
+	qa->wr_id = 10;
+	qa->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(qa, rkey2, (uintptr_t)b.buf + 3500);
+	ibv_wr_set_sge(qa, a.mr->lkey, (uintptr_t)a.buf + 400, 15);
+	CHECK(ibv_wr_complete(qa) == 0, "write through the window");
+	expect_ex(&a, 10, IBV_WC_RDMA_WRITE, 15);
+	CHECK(strcmp(b.buf + 3500, "via wr_bind_mw") == 0, "bytes through the window");
+
+	ibv_wr_start(qb);
+	qb->wr_id = 21;
+	qb->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_local_inv(qb, rkey2);
+	CHECK(ibv_wr_complete(qb) == 0, "wr_local_inv");
+	expect_ex(&b, 21, IBV_WC_LOCAL_INV, 0);
+	uint32_t rkey3 = ibv_inc_rkey(rkey2);
+	ibv_wr_start(qb);
+	qb->wr_id = 22;
+	qb->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_bind_mw(qb, mw, rkey3, &bi);
+	CHECK(ibv_wr_complete(qb) == 0, "wr_bind_mw after local_inv");
+	expect_ex(&b, 22, IBV_WC_BIND_MW, 0);
+
+	post_recv(b.qp, &b, 400, 64);
+	strcpy(a.buf + 500, "inv");
+	ibv_wr_start(qa);
+	qa->wr_id = 11;
+	qa->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send_inv(qa, rkey3);
+	ibv_wr_set_sge(qa, a.mr->lkey, (uintptr_t)a.buf + 500, 4);
+	CHECK(ibv_wr_complete(qa) == 0, "wr_send_inv");
+	expect_ex(&a, 11, IBV_WC_SEND, 4);
+	w = expect_ex(&b, 400, IBV_WC_RECV, 4);
+	CHECK((w.wc_flags & IBV_WC_WITH_INV) && !(w.wc_flags & IBV_WC_WITH_IMM) &&
+	      w.imm_or_inv == rkey3, "invalidated rkey %x, want %x (flags %x)", w.imm_or_inv, rkey3,
+	      w.wc_flags);
+	CHECK(strcmp(b.buf + 400, "inv") == 0, "send_inv bytes");
+
+	/* What the library does not do fails the batch at ibv_wr_complete, posting none
+	 * of it (checked by the WRITE that follows being the next completion). */
+	{
+		uint64_t v = 1;
+		ibv_wr_start(qa);
+		qa->wr_id = 12;
+		qa->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send(qa);
+		ibv_wr_set_sge(qa, a.mr->lkey, (uintptr_t)a.buf + 500, 4);
+		ibv_wr_atomic_write(qa, b.mr->rkey, (uintptr_t)b.buf + 2048, &v);
+		CHECK(ibv_wr_complete(qa) == EOPNOTSUPP, "wr_atomic_write");
+		ibv_wr_start(qa);
+		qa->wr_id = 13;
+		ibv_wr_bind_mw(qa, NULL, 0, &bi);
+		CHECK(ibv_wr_complete(qa) == EINVAL, "wr_bind_mw without a window");
+	}
+
+	/* The invalidated window: the access fails, as a remote access error. */
+	ibv_wr_start(qa);
+	qa->wr_id = 14;
+	qa->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(qa, rkey3, (uintptr_t)b.buf + 3500);
+	ibv_wr_set_sge(qa, a.mr->lkey, (uintptr_t)a.buf + 400, 15);
+	CHECK(ibv_wr_complete(qa) == 0, "write through the invalidated window");
+	w = poll_ex(a.cqx);
+	CHECK(w.wr_id == 14 && w.status == IBV_WC_REM_ACCESS_ERR, "wr_id %" PRIu64 " status %s",
+	      w.wr_id, ibv_wc_status_str(w.status));
+	CHECK(ibv_destroy_qp(b.qp) == 0 && ibv_dealloc_mw(mw) == 0 && ibv_dereg_mr(mr) == 0,
+	      "teardown of the window");
+}
+
+/* UD through ibv_wr_*: ibv_wr_set_ud_addr with inline data and with an SGE, both
+ * in one batch, read with ibv_start_poll + ibv_next_poll; the receiver's
+ * completion fields (src_qp, GRH flag, imm) read with the accessors. */
+static void test_wr_ud(struct ibv_device **list)
+{
+	struct end u[2];
+	for (int i = 0; i < 2; i++) {
+		open_ext_end(list[i], &u[i], IBV_QPT_UD);
+		struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x2222 };
+		CHECK(ibv_modify_qp(u[i].qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				    IBV_QP_QKEY) == 0, "UD INIT");
+		at.qp_state = IBV_QPS_RTR;
+		CHECK(ibv_modify_qp(u[i].qp, &at, IBV_QP_STATE) == 0, "UD RTR");
+		at.qp_state = IBV_QPS_RTS;
+		at.sq_psn = 1;
+		CHECK(ibv_modify_qp(u[i].qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "UD RTS");
+	}
+	post_recv(u[1].qp, &u[1], 0, 40 + 64);
+	post_recv(u[1].qp, &u[1], 200, 40 + 64);
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
+				  .grh = { .dgid = u[1].gid, .hop_limit = 64 } };
+	struct ibv_ah *ah = ibv_create_ah(u[0].pd, &aa);
+	CHECK(ah, "create_ah");
+	struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(u[0].qp);
+	strcpy(u[0].buf + 500, "ud with sge");
+	{
+		char stack[] = "ud inline";
+		ibv_wr_start(qx);
+		qx->wr_id = 30;
+		qx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send_imm(qx, htonl(0x55aa));
+		ibv_wr_set_ud_addr(qx, ah, u[1].qp->qp_num, 0x2222);
+		ibv_wr_set_inline_data(qx, stack, sizeof(stack));
+		qx->wr_id = 31;
+		ibv_wr_send(qx);
+		ibv_wr_set_ud_addr(qx, ah, u[1].qp->qp_num, 0x2222);
+		ibv_wr_set_sge(qx, u[0].mr->lkey, (uintptr_t)u[0].buf + 500, 12);
+		CHECK(ibv_wr_complete(qx) == 0, "UD wr batch");
+		memset(stack, 0, sizeof(stack));
+	}
+	/* Both send completions in one start_poll .. end_poll. */
+	struct ibv_poll_cq_attr pa = { 0 };
+	int ret;
+	while ((ret = ibv_start_poll(u[0].cqx, &pa)) == ENOENT)
+		;
+	CHECK(ret == 0, "start_poll %d", ret);
+	struct wcx s1 = read_wcx(u[0].cqx);
+	while ((ret = ibv_next_poll(u[0].cqx)) == ENOENT)
+		;
+	CHECK(ret == 0, "next_poll %d", ret);
+	struct wcx s2 = read_wcx(u[0].cqx);
+	ibv_end_poll(u[0].cqx);
+	CHECK(s1.wr_id == 30 && s1.status == IBV_WC_SUCCESS && s1.opcode == IBV_WC_SEND &&
+	      s1.qp_num == u[0].qp->qp_num, "first UD send completion");
+	CHECK(s2.wr_id == 31 && s2.status == IBV_WC_SUCCESS && s2.opcode == IBV_WC_SEND &&
+	      s2.qp_num == u[0].qp->qp_num, "second UD send completion");
+
+	struct wcx r = expect_ex(&u[1], 0, IBV_WC_RECV, 40 + 10);
+	CHECK((r.wc_flags & IBV_WC_GRH) && (r.wc_flags & IBV_WC_WITH_IMM) && r.imm_or_inv == 0x55aa,
+	      "UD imm: flags %x imm %x", r.wc_flags, r.imm_or_inv);
+	CHECK(r.src_qp == u[0].qp->qp_num, "UD src_qp %u, want %u", r.src_qp, u[0].qp->qp_num);
+	CHECK(memcmp(u[1].buf + 40, "ud inline", 10) == 0, "UD inline payload after the GRH");
+	r = expect_ex(&u[1], 200, IBV_WC_RECV, 40 + 12);
+	CHECK((r.wc_flags & IBV_WC_GRH) && !(r.wc_flags & IBV_WC_WITH_IMM) &&
+	      r.src_qp == u[0].qp->qp_num, "second UD recv: flags %x src_qp %u", r.wc_flags, r.src_qp);
+	CHECK(memcmp(u[1].buf + 240, "ud with sge", 12) == 0, "UD sge payload after the GRH");
+
+	/* A UD batch with a NULL address handle fails whole. */
+	ibv_wr_start(qx);
+	qx->wr_id = 32;
+	ibv_wr_send(qx);
+	ibv_wr_set_ud_addr(qx, NULL, u[1].qp->qp_num, 0x2222);
+	ibv_wr_set_sge(qx, u[0].mr->lkey, (uintptr_t)u[0].buf + 500, 12);
+	CHECK(ibv_wr_complete(qx) == EINVAL, "UD without an AH");
+	expect_none(u[0].cqx, "nothing posted from the failed batch");
+	CHECK(ibv_destroy_ah(ah) == 0, "destroy_ah");
+}
+
+/* Extended objects the library cannot make fail with EOPNOTSUPP. */
+static void test_ex_unsupported(struct end *a)
+{
+	struct ibv_cq_init_attr_ex ca = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN |
+					  IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	errno = 0;
+	CHECK(ibv_create_cq_ex(a->ctx, &ca) == NULL && errno == EOPNOTSUPP,
+	      "create_cq_ex with completion timestamps");
+	struct ibv_qp_init_attr_ex xa = {
+		.send_cq = a->cq, .recv_cq = a->cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = a->pd,
+		.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_ATOMIC_WRITE,
+	};
+	errno = 0;
+	CHECK(ibv_create_qp_ex(a->ctx, &xa) == NULL && errno == EOPNOTSUPP,
+	      "create_qp_ex with IBV_QP_EX_WITH_ATOMIC_WRITE");
+	xa.send_ops_flags = IBV_QP_EX_WITH_TSO;
+	errno = 0;
+	CHECK(ibv_create_qp_ex(a->ctx, &xa) == NULL && errno == EOPNOTSUPP,
+	      "create_qp_ex with IBV_QP_EX_WITH_TSO");
+}
+
 static void test_misc(struct end *a)
 {
 	CHECK(ibv_fork_init() == 0, "fork_init");
@@ -473,6 +930,9 @@ int main(void)
 	test_srq_and_events(&a);
 	test_ud(list);
 	test_extended_rc(list);
+	test_wr_rc(list);
+	test_wr_ud(list);
+	test_ex_unsupported(&a);
 	test_misc(&a);
 
 	CHECK(ibv_destroy_qp(a.qp) == 0, "destroy qp");

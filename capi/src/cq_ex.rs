@@ -13,7 +13,7 @@
 
 use std::ffi::c_int;
 
-use verbs_api::{Device, WorkCompletion};
+use verbs_api::{Device, WcFlags, WorkCompletion};
 
 use crate::objects::{from_ptr, Context, Cq};
 use crate::sys;
@@ -147,8 +147,16 @@ unsafe extern "C" fn read_vendor_err(cq: *mut sys::ibv_cq_ex) -> u32 {
 unsafe extern "C" fn read_byte_len(cq: *mut sys::ibv_cq_ex) -> u32 {
     current(cq, |w| w.byte_len)
 }
+/// Also `ibv_wc_read_invalidated_rkey` (the same function, its result in host
+/// order): the union of `ibv_wc`, as `convert::wc_to_c` fills it.
 unsafe extern "C" fn read_imm_data(cq: *mut sys::ibv_cq_ex) -> u32 {
-    current(cq, |w| w.imm_data.to_be())
+    current(cq, |w| {
+        if w.wc_flags.contains(WcFlags::WITH_INV) {
+            w.invalidated_rkey
+        } else {
+            w.imm_data.to_be()
+        }
+    })
 }
 unsafe extern "C" fn read_qp_num(cq: *mut sys::ibv_cq_ex) -> u32 {
     current(cq, |w| w.qp_num)

@@ -14,7 +14,7 @@ use std::ffi::{c_int, c_void};
 
 use verbs_api::{SendFlags, SendWr, Sge, UdDest, WrOperation};
 
-use crate::objects::{from_ptr, Ah, Context, Qp};
+use crate::objects::{from_ptr, Ah, Context, Mr, Mw, Qp};
 use crate::sys;
 
 /// The work requests of one `ibv_wr_start` .. `ibv_wr_complete` batch.
@@ -39,6 +39,10 @@ pub(crate) fn install(r: &mut sys::ibv_qp_ex) {
     r.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
     r.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
     r.wr_local_inv = Some(wr_local_inv);
+    r.wr_bind_mw = Some(wr_bind_mw);
+    r.wr_send_tso = Some(wr_send_tso);
+    r.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
+    r.wr_atomic_write = Some(wr_atomic_write);
     r.wr_set_sge = Some(wr_set_sge);
     r.wr_set_sge_list = Some(wr_set_sge_list);
     r.wr_set_ud_addr = Some(wr_set_ud_addr);
@@ -62,6 +66,12 @@ fn start_wr(qp: *mut sys::ibv_qp_ex, op: WrOperation) {
             send_flags: SendFlags::from_bits_retain(raw.wr_flags),
             ud: None,
         });
+    });
+}
+
+fn fail_batch(qp: *mut sys::ibv_qp_ex, errno: c_int) {
+    with_batch(qp, |b, _| {
+        b.error.get_or_insert(errno);
     });
 }
 
@@ -182,6 +192,53 @@ unsafe extern "C" fn wr_local_inv(qp: *mut sys::ibv_qp_ex, rkey: u32) {
     );
 }
 
+/// `ibv_wr_bind_mw`: a type 2 window bound by a work request, as `IBV_WR_BIND_MW`
+/// through `ibv_post_send` (the window is named by its current rkey, the MR by its
+/// lkey; a zero-length bind needs no MR).
+unsafe extern "C" fn wr_bind_mw(
+    qp: *mut sys::ibv_qp_ex,
+    mw: *mut sys::ibv_mw,
+    rkey: u32,
+    bind_info: *const sys::ibv_mw_bind_info,
+) {
+    // SAFETY: module safety argument (the caller's MW and bind info).
+    let (Some(m), Some(b)) = (unsafe { from_ptr::<_, Mw>(mw) }, unsafe {
+        bind_info.as_ref()
+    }) else {
+        return fail_batch(qp, libc::EINVAL);
+    };
+    let lkey = if b.length == 0 {
+        0
+    } else {
+        // SAFETY: as above.
+        match unsafe { from_ptr::<_, Mr>(b.mr) } {
+            Some(mr) => mr.raw.lkey,
+            None => return fail_batch(qp, libc::EINVAL),
+        }
+    };
+    start_wr(
+        qp,
+        WrOperation::BindMw {
+            mw_rkey: m.raw.rkey,
+            new_rkey: rkey,
+            bind_info: crate::convert::bind_info_from_c(b, lkey),
+        },
+    );
+}
+
+unsafe extern "C" fn wr_send_tso(qp: *mut sys::ibv_qp_ex, _: *mut c_void, _: u16, _: u16) {
+    crate::verbs::unsupported("ibv_wr_send_tso");
+    fail_batch(qp, libc::EOPNOTSUPP);
+}
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut sys::ibv_qp_ex, _: u32) {
+    crate::verbs::unsupported("ibv_wr_set_xrc_srqn");
+    fail_batch(qp, libc::EOPNOTSUPP);
+}
+unsafe extern "C" fn wr_atomic_write(qp: *mut sys::ibv_qp_ex, _: u32, _: u64, _: *const c_void) {
+    crate::verbs::unsupported("ibv_wr_atomic_write");
+    fail_batch(qp, libc::EOPNOTSUPP);
+}
+
 unsafe extern "C" fn wr_set_sge(qp: *mut sys::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     on_last(qp, |w| w.sg_list = vec![Sge::new(addr, length, lkey)]);
 }
@@ -214,9 +271,7 @@ unsafe extern "C" fn wr_set_ud_addr(
                 remote_qkey,
             });
         }),
-        None => with_batch(qp, |b, _| {
-            b.error.get_or_insert(libc::EINVAL);
-        }),
+        None => fail_batch(qp, libc::EINVAL),
     }
 }
 
@@ -224,10 +279,7 @@ unsafe extern "C" fn wr_set_ud_addr(
 /// `post_send_staged` copies at post time.
 unsafe extern "C" fn wr_set_inline_data(qp: *mut sys::ibv_qp_ex, addr: *mut c_void, length: usize) {
     let Ok(len) = u32::try_from(length) else {
-        with_batch(qp, |b, _| {
-            b.error.get_or_insert(libc::EINVAL);
-        });
-        return;
+        return fail_batch(qp, libc::EINVAL);
     };
     on_last(qp, |w| {
         w.sg_list = vec![Sge::new(addr as u64, len, 0)];

@@ -1,8 +1,8 @@
 //! Runs unmodified C programs on the emulator through this crate's libibverbs.so.1:
 //! `ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` (server and client as two
-//! processes), `c/verbs_test.c` compiled against the installed headers, and through
-//! librdmacm.so.1 `rping` (rdmacm-utils in PATH, or the directory `RDMACM_UTILS`). Skips,
-//! saying so, when cc, ibverbs-utils or libibverbs-dev are missing
+//! processes), `c/verbs_test.c` and `c/rdmacm_test.c` compiled against the installed
+//! headers, and through librdmacm.so.1 `rping` (rdmacm-utils in PATH, or the directory
+//! `RDMACM_UTILS`). Skips, saying so, when cc, ibverbs-utils or libibverbs-dev are missing
 //! (`scripts/ci-capi.sh` runs the full tool list and makes them mandatory).
 
 use std::path::{Path, PathBuf};
@@ -63,6 +63,7 @@ fn build_library(dir: &Path) -> PathBuf {
     std::os::unix::fs::symlink("libibverbs.so.1", dir.join("libibverbs.so")).unwrap();
     // librdmacm.so.1 is the same file (see build-so.sh).
     std::os::unix::fs::symlink("libibverbs.so.1", dir.join("librdmacm.so.1")).unwrap();
+    std::os::unix::fs::symlink("libibverbs.so.1", dir.join("librdmacm.so")).unwrap();
     out
 }
 
@@ -170,7 +171,40 @@ fn stock_binaries_run_on_the_emulator() {
         ),
         "verbs_test",
     );
-    assert!(out.contains("checks passed"), "{out}");
+    assert!(
+        out.contains("verbs_test: ") && out.contains("checks passed"),
+        "{out}"
+    );
+
+    // The same for librdmacm: c/rdmacm_test.c, a server and a client in one process.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/rdmacm_test.c");
+    let exe = tmp.join("rdmacm_test");
+    if Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        let status = Command::new("cc")
+            .args(["-O1", "-Wall", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .arg(format!("-L{}", tmp.display()))
+            .args(["-lrdmacm", "-libverbs"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "compiling rdmacm_test.c failed");
+        let out = finish(
+            run(
+                &tmp,
+                &[("RDMA_EMU_DEVICES", "emu0=127.0.0.17,emu1=127.0.0.18")],
+                exe.to_str().unwrap(),
+                &["127.0.0.17", "127.0.0.18"],
+            ),
+            "rdmacm_test",
+        );
+        assert!(
+            out.contains("rdmacm_test: ") && out.contains("checks passed"),
+            "{out}"
+        );
+    } else {
+        eprintln!("SKIPPED rdmacm_test.c: needs librdmacm-dev");
+    }
     std::fs::remove_dir_all(&tmp).unwrap();
 }
 

@@ -133,6 +133,24 @@ pub(super) unsafe extern "C" fn vctx_create_qp_ex(
     if a.comp_mask & sys::IBV_QP_INIT_ATTR_PD == 0 {
         return null(EINVAL);
     }
+    // The ibv_wr_* operations the emulator has (TSO and ATOMIC_WRITE are not).
+    let ops = sys::IBV_QP_EX_WITH_RDMA_WRITE
+        | sys::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+        | sys::IBV_QP_EX_WITH_SEND
+        | sys::IBV_QP_EX_WITH_SEND_WITH_IMM
+        | sys::IBV_QP_EX_WITH_RDMA_READ
+        | sys::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+        | sys::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+        | sys::IBV_QP_EX_WITH_LOCAL_INV
+        | sys::IBV_QP_EX_WITH_BIND_MW
+        | sys::IBV_QP_EX_WITH_SEND_WITH_INV;
+    if a.comp_mask & sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
+        && a.send_ops_flags & !u64::from(ops) != 0
+    {
+        return null(unsupported(
+            "ibv_create_qp_ex with send_ops_flags TSO, ATOMIC_WRITE or other unknown operations",
+        ));
+    }
     let mut basic = sys::ibv_qp_init_attr {
         qp_context: a.qp_context,
         send_cq: a.send_cq,
