@@ -11,8 +11,8 @@ use super::*;
 use crate::convert;
 use crate::objects::{free, into_ptr, Wraps};
 use crate::verbs::{
-    ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq,
-    make_blocking, nonblocking, qp_init_of, unwrap_qp, wrap_qp,
+    ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq, nonblocking,
+    qp_init_of, unwrap_qp, wrap_qp,
 };
 
 // SAFETY: each is #[repr(C)] with the named struct first (parent module).
@@ -260,7 +260,7 @@ pub unsafe extern "C" fn rdma_create_event_channel() -> *mut r::rdma_event_chann
     let made = cm
         .cm
         .create_event_channel()
-        .and_then(|ch| Ok((ch, make_blocking(cm.cm.event_channel_fd(ch)?))));
+        .and_then(|ch| Ok((ch, cm.cm.event_channel_fd(ch)?)));
     match made {
         Ok((id, fd)) => into_ptr(ChannelObj {
             raw: r::rdma_event_channel { fd },

@@ -12,7 +12,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     let made = ctx
         .dev
         .create_comp_channel()
-        .and_then(|id| Ok((id, make_blocking(ctx.dev.comp_channel_fd(id)?))));
+        .and_then(|id| Ok((id, ctx.dev.comp_channel_fd(id)?)));
     match made {
         Ok((id, fd)) => into_ptr(Channel {
             raw: sys::ibv_comp_channel {

@@ -151,7 +151,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut s
             },
         }
     };
-    let async_fd = dev.async_fd().map_or(-1, make_blocking);
+    let async_fd = dev.async_fd().unwrap_or(-1);
     let mut vctx = sys::verbs_context {
         query_port: Some(vctx_query_port),
         query_device_ex: Some(vctx_query_device_ex),

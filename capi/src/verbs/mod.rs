@@ -131,22 +131,6 @@ pub(crate) fn nonblocking(fd: c_int) -> bool {
     flags >= 0 && flags & libc::O_NONBLOCK != 0
 }
 
-/// Clears `O_NONBLOCK` on an event fd before the program gets it: in rdma-core the
-/// fds of completion channels, `async_fd` and CM event channels start blocking, and
-/// [`nonblocking`] must see only what the program itself set. (emu-core makes its
-/// notifier pipes non-blocking, which would otherwise make every
-/// `ibv_get_cq_event`, `ibv_get_async_event` and `rdma_get_cm_event` EAGAIN at once.)
-pub(crate) fn make_blocking(fd: c_int) -> c_int {
-    // SAFETY: F_GETFL/F_SETFL on a descriptor of ours change only its flags.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
-            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
-        }
-    }
-    fd
-}
-
 mod ah;
 mod cq;
 mod device;
