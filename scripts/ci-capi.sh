@@ -36,6 +36,17 @@ single() { # name cmd...
   record "$name" $? "$work/$name.out"
 }
 
+# The committed C struct bindings are what the installed headers give (their layout
+# tests then check the offsets stock binaries read).
+if want bindings; then
+  if command -v bindgen >/dev/null; then
+    "$root/capi/gen-bindings.sh" --check >"$work/bindings.out" 2>&1
+    record bindings $? "$work/bindings.out"
+  else
+    echo "SKIPPED bindings: bindgen is not installed"
+  fi
+fi
+
 pair() { # name port "server args" "client args" [check]
   local name=$1 port=$2 s=$3 c=$4
   want "$name" || return 0
