@@ -201,6 +201,60 @@ pub(crate) fn wc_from_c(
     }
 }
 
+/// `struct ibv_wc` from a [`WorkCompletion`], for the verbs that take one back
+/// (`ibv_init_ah_from_wc` reads `wc_flags`, `slid`, `sl` and `dlid_path_bits`). The
+/// union word is `imm_data` (network order) when `WITH_IMM` is set, else
+/// `invalidated_rkey`, as [`wc_from_c`] reads it.
+pub(crate) fn wc_to_c(wc: &WorkCompletion) -> ffi::ibv_wc {
+    let imm_or_inv = if wc.wc_flags.contains(WcFlags::WITH_IMM) {
+        wc.imm_data.to_be()
+    } else {
+        wc.invalidated_rkey
+    };
+    ffi::ibv_wc {
+        wr_id: wc.wr_id,
+        status: wc.status.as_u32(),
+        opcode: wc.opcode.as_u32(),
+        vendor_err: wc.vendor_err,
+        byte_len: wc.byte_len,
+        imm_data_invalidated_rkey_union: ffi::imm_data_invalidated_rkey_union_t {
+            invalidated_rkey: imm_or_inv,
+        },
+        qp_num: wc.qp_num,
+        src_qp: wc.src_qp,
+        wc_flags: wc.wc_flags.bits(),
+        pkey_index: wc.pkey_index,
+        slid: wc.slid,
+        sl: wc.sl,
+        dlid_path_bits: wc.dlid_path_bits,
+    }
+}
+
+/// `struct ibv_grh` from the first 40 bytes of a UD receive buffer (fewer are padded
+/// with zeros). The fields keep the wire's byte order (`version_tclass_flow` and
+/// `paylen` are `__be32`/`__be16` in C), so the struct is the bytes as they were.
+pub(crate) fn grh_to_c(bytes: &[u8]) -> ffi::ibv_grh {
+    let mut b = [0u8; GRH_LEN];
+    let n = bytes.len().min(GRH_LEN);
+    b[..n].copy_from_slice(&bytes[..n]);
+    let gid = |at: usize| {
+        let mut raw = [0u8; 16];
+        raw.copy_from_slice(&b[at..at + 16]);
+        ffi::ibv_gid { raw }
+    };
+    ffi::ibv_grh {
+        version_tclass_flow: u32::from_ne_bytes([b[0], b[1], b[2], b[3]]),
+        paylen: u16::from_ne_bytes([b[4], b[5]]),
+        next_hdr: b[6],
+        hop_limit: b[7],
+        sgid: gid(8),
+        dgid: gid(24),
+    }
+}
+
+/// Bytes of `struct ibv_grh` (IBTA 8.3: the GRH a UD receive buffer begins with).
+pub(crate) const GRH_LEN: usize = 40;
+
 /// `int` counts of `struct ibv_device_attr`, never negative in practice.
 fn count(v: i32) -> u32 {
     u32::try_from(v).unwrap_or(0)
@@ -672,6 +726,32 @@ mod tests {
         let wc = wc_from_c(1, 5, 0xdead, 0x99, 0, 0, 3, 0, 0, 0, 0, 0, 0);
         assert_eq!(wc.status, WcStatus::WrFlushErr);
         assert_eq!(wc.vendor_err, 0x99);
+    }
+
+    #[test]
+    fn wc_round_trips_through_c() {
+        let mut wc = WorkCompletion::new(3, WcStatus::Success, WcOpcode::Recv, 0x12);
+        wc.wc_flags = WcFlags::GRH | WcFlags::WITH_IMM;
+        (wc.imm_data, wc.src_qp, wc.byte_len) = (0xdead_beef, 0x34, 56);
+        (wc.slid, wc.sl, wc.dlid_path_bits, wc.pkey_index) = (0x0102, 3, 4, 5);
+        assert_eq!(sys::wc_from_raw(&wc_to_c(&wc)), wc);
+        wc.wc_flags = WcFlags::WITH_INV;
+        (wc.imm_data, wc.invalidated_rkey) = (0, 0x1357);
+        assert_eq!(sys::wc_from_raw(&wc_to_c(&wc)), wc);
+    }
+
+    #[test]
+    fn grh_keeps_the_wire_bytes() {
+        assert_eq!(std::mem::size_of::<ffi::ibv_grh>(), GRH_LEN);
+        let bytes: Vec<u8> = (0..GRH_LEN as u8).collect();
+        let g = grh_to_c(&bytes);
+        assert_eq!(g.version_tclass_flow.to_ne_bytes(), [0, 1, 2, 3]);
+        assert_eq!(g.paylen.to_ne_bytes(), [4, 5]);
+        assert_eq!((g.next_hdr, g.hop_limit), (6, 7));
+        assert_eq!(sys::gid_bytes(&g.sgid)[..], bytes[8..24]);
+        assert_eq!(sys::gid_bytes(&g.dgid)[..], bytes[24..40]);
+        // short buffers are padded with zeros
+        assert_eq!(sys::gid_bytes(&grh_to_c(&bytes[..30]).dgid)[6..], [0; 10]);
     }
 
     #[test]

@@ -429,6 +429,10 @@ impl Device for HwDevice {
         destroy(&mut self.t.write().ahs, ah.0, NO_AH, Ah::destroy)
     }
 
+    fn init_ah_from_wc(&self, port_num: u8, wc: &WorkCompletion, grh: &[u8]) -> Result<AhAttr> {
+        self.ctx.init_ah_from_wc(port_num, wc, grh)
+    }
+
     fn attach_mcast(&self, qpn: u32, gid: &Gid, lid: u16) -> Result<()> {
         get(&self.t.read().qps, qpn, NO_QP)?.mcast(gid, lid, true)
     }

@@ -195,6 +195,10 @@ impl Device for HwDevice {
         match self.never {}
     }
 
+    fn init_ah_from_wc(&self, _port_num: u8, _wc: &WorkCompletion, _grh: &[u8]) -> Result<AhAttr> {
+        match self.never {}
+    }
+
     fn attach_mcast(&self, _qpn: u32, _gid: &Gid, _lid: u16) -> Result<()> {
         match self.never {}
     }

@@ -97,6 +97,29 @@ fn check(ret: c_int, context: &'static str) -> Result<()> {
     }
 }
 
+/// A [`WorkCompletion`] from a `struct ibv_wc` (one `ibv_poll_cq` filled, or one
+/// [`convert::wc_to_c`] built).
+pub(crate) fn wc_from_raw(wc: &ffi::ibv_wc) -> WorkCompletion {
+    // SAFETY: both union members are u32; which one is meaningful is decided by
+    // wc_flags in `convert::wc_from_c`.
+    let imm_or_inv = unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey };
+    convert::wc_from_c(
+        wc.wr_id,
+        wc.status,
+        wc.opcode,
+        wc.vendor_err,
+        wc.byte_len,
+        imm_or_inv,
+        wc.qp_num,
+        wc.src_qp,
+        wc.wc_flags,
+        wc.pkey_index,
+        wc.slid,
+        wc.sl,
+        wc.dlid_path_bits,
+    )
+}
+
 /// The error for a NULL returned by a constructor verb (errno set by libibverbs).
 fn null_error(context: &'static str) -> Error {
     let e = last_errno();
@@ -349,6 +372,32 @@ impl Context {
             "ibv_query_pkey",
         )?;
         Ok(u16::from_be(pkey))
+    }
+
+    /// `ibv_init_ah_from_wc` (manual 3.6.11): the address vector answering the sender
+    /// of the UD receive `wc`, whose buffer began with `grh`. libibverbs reads the GRH
+    /// even without `IBV_WC_GRH` (for the flow label), so it always gets a full 40-byte
+    /// copy; a shorter `grh` is EINVAL when the WC says it has one.
+    pub(crate) fn init_ah_from_wc(
+        &self,
+        port: u8,
+        wc: &WorkCompletion,
+        grh: &[u8],
+    ) -> Result<AhAttr> {
+        if wc.wc_flags.contains(verbs_api::WcFlags::GRH) && grh.len() < convert::GRH_LEN {
+            return Err(Error::InvalidArgument("GRH shorter than 40 bytes"));
+        }
+        let mut c_wc = convert::wc_to_c(wc);
+        let mut c_grh = convert::grh_to_c(grh);
+        let mut attr = convert::ah_attr_to_c(&AhAttr::default());
+        // SAFETY: live context; the WC, the GRH (all 40 bytes of `struct ibv_grh`) and
+        // the attribute are fully initialized structs on this stack frame that
+        // libibverbs reads (wc, grh) and writes (attr) only during the call.
+        check(
+            unsafe { ffi::ibv_init_ah_from_wc(self.raw(), port, &mut c_wc, &mut c_grh, &mut attr) },
+            "ibv_init_ah_from_wc",
+        )?;
+        Ok(convert::ah_attr_from_c(&attr))
     }
 
     /// The async event fd (non-blocking).
@@ -841,26 +890,7 @@ impl Cq {
                 return Err(ret_error(n, "ibv_poll_cq"));
             }
             let n = n as usize;
-            for wc in &wcs[..n] {
-                // SAFETY: both union members are u32; which one is meaningful is decided
-                // by wc_flags in `convert::wc_from_c`.
-                let imm_or_inv = unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey };
-                out.push(convert::wc_from_c(
-                    wc.wr_id,
-                    wc.status,
-                    wc.opcode,
-                    wc.vendor_err,
-                    wc.byte_len,
-                    imm_or_inv,
-                    wc.qp_num,
-                    wc.src_qp,
-                    wc.wc_flags,
-                    wc.pkey_index,
-                    wc.slid,
-                    wc.sl,
-                    wc.dlid_path_bits,
-                ));
-            }
+            out.extend(wcs[..n].iter().map(wc_from_raw));
             total += n;
             if n < want {
                 break;

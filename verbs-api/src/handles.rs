@@ -261,6 +261,19 @@ impl Pd {
         })))
     }
 
+    /// `ibv_create_ah_from_wc` (manual 3.6.12) in this PD: an AH that answers the
+    /// sender of the UD receive `wc`, whose buffer began with `grh` (see
+    /// [`Device::init_ah_from_wc`]).
+    pub fn create_ah_from_wc(&self, wc: &WorkCompletion, grh: &[u8], port_num: u8) -> Result<Ah> {
+        let id = self.0.dev.create_ah_from_wc(self.0.id, wc, grh, port_num)?;
+        Ok(Ah(Arc::new(AhInner {
+            dev: self.0.dev.clone(),
+            id,
+            live: true,
+            _pd: self.0.clone(),
+        })))
+    }
+
     /// `ibv_alloc_mw` in this PD; returns the window and its first rkey.
     pub fn alloc_mw(&self, mw_type: crate::MwType) -> Result<(Mw, u32)> {
         let info = self.0.dev.alloc_mw(self.0.id, mw_type)?;

@@ -199,6 +199,36 @@ pub trait Device: Send + Sync {
     fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhId>;
     /// `ibv_destroy_ah` (manual 3.4.16).
     fn destroy_ah(&self, ah: AhId) -> Result<()>;
+    /// `ibv_init_ah_from_wc` (manual 3.6.11): the address vector that answers the
+    /// sender of the UD receive completion `wc` received on port `port_num`. `grh` is
+    /// the first 40 bytes of that receive's buffer (IBTA 11.4: the GRH, or on RoCEv2
+    /// over IPv4 20 bytes and then the IPv4 header).
+    ///
+    /// As libibverbs: `dlid`, `sl` and `src_path_bits` come from the WC's `slid`, `sl`
+    /// and `dlid_path_bits`. Without [`WcFlags::GRH`](crate::WcFlags::GRH) in
+    /// `wc.wc_flags` the vector is not global (RoCE needs a GRH, so `create_ah` refuses
+    /// it). With it, `is_global` is set, `grh.dgid` is the GRH's source GID and
+    /// `grh.sgid_index` the index in the port's GID table of the GRH's destination GID
+    /// (the GID the datagram was sent to), and the traffic class and flow label are
+    /// copied; the emulator sets the hop limit to 0xFF, rdma-core copies the received
+    /// hop limit (IPv4: TTL). An error (EINVAL on the emulator) when the GRH is
+    /// shorter than 40 bytes, is neither layout, or is addressed to a GID that is not
+    /// in the table (libibverbs then returns the errno of its GID-table read that ran
+    /// past the end).
+    fn init_ah_from_wc(&self, port_num: u8, wc: &WorkCompletion, grh: &[u8]) -> Result<AhAttr>;
+    /// `ibv_create_ah_from_wc` (manual 3.6.12): an AH in `pd` that answers the sender
+    /// of `wc`: [`Device::init_ah_from_wc`] and then [`Device::create_ah`], as
+    /// libibverbs composes them.
+    fn create_ah_from_wc(
+        &self,
+        pd: PdId,
+        wc: &WorkCompletion,
+        grh: &[u8],
+        port_num: u8,
+    ) -> Result<AhId> {
+        let attr = self.init_ah_from_wc(port_num, wc, grh)?;
+        self.create_ah(pd, &attr)
+    }
     /// `ibv_attach_mcast` (manual 3.6.13): the UD QP receives what is sent to `gid`.
     fn attach_mcast(&self, qpn: u32, gid: &Gid, lid: u16) -> Result<()>;
     /// `ibv_detach_mcast` (manual 3.6.14).

@@ -48,7 +48,7 @@ use verbs_api::{
     AccessFlags, AhAttr, AhId, AsyncEvent, AtomicCap, ChannelId, CqId, Device, DeviceAttr,
     DeviceCapFlags, Error, Gid, MemBuf, MrInfo, MwBind, MwId, MwInfo, MwType, PdId, PortAttr,
     PostError, QpAttr, QpAttrMask, QpInitAttr, RecvWr, ReregMrFlags, Result, SendWr, SrqAttr,
-    SrqAttrMask, SrqId, WorkCompletion,
+    SrqAttrMask, SrqId, WcFlags, WorkCompletion,
 };
 
 use crate::engine::{
@@ -1143,6 +1143,21 @@ impl Device for EmuDevice {
         self.with_engine(|e, _| e.destroy_ah(AhHandle(ah.0)))
     }
 
+    /// [`engine::init_ah_from_wc`] over the port's GID table (read only when the WC has
+    /// a GRH: without one libibverbs looks at no table, nor at the port).
+    fn init_ah_from_wc(&self, port_num: u8, wc: &WorkCompletion, grh: &[u8]) -> Result<AhAttr> {
+        let gids = if wc.wc_flags.contains(WcFlags::GRH) {
+            let core = self.inner.core.lock();
+            let len = core.engine.query_port(port_num)?.gid_tbl_len;
+            (0..len)
+                .map(|i| core.engine.query_gid(port_num, i))
+                .collect::<Result<Vec<Gid>>>()?
+        } else {
+            Vec::new()
+        };
+        engine::init_ah_from_wc(port_num, wc, grh, &gids)
+    }
+
     fn attach_mcast(&self, qpn: u32, gid: &Gid, lid: u16) -> Result<()> {
         let _serial = self.inner.mcast.lock();
         let fresh = self.live(|e, _| {
@@ -1297,6 +1312,67 @@ mod tests {
         // No room in the buffer.
         let (mut tx, mut acks) = (run(a, 20, 12), run(a, 20, 1));
         assert!(!tx.absorb(&mut acks, 64));
+    }
+
+    /// The 40 bytes a UD receive buffer starts with for a datagram from `src` to `dst`
+    /// (the IPv4 layout: 20 zero bytes, then the IPv4 header).
+    fn grh(src: Ipv4Addr, dst: Ipv4Addr) -> [u8; 40] {
+        let mut out = [0u8; 40];
+        emu_wire::GrhRepr::for_ipv4(src, dst, 20 + 8 + 12 + 8 + 4)
+            .emit(&mut emu_wire::GrhPacket::new_unchecked(&mut out[..]));
+        out
+    }
+
+    /// `Device::init_ah_from_wc` and `create_ah_from_wc` (manual 3.6.11, 3.6.12) read
+    /// the device's GID table: a GRH addressed to one of its GIDs answers the sender
+    /// from that GID's index; one addressed elsewhere, a short one, one on another
+    /// port, and a WC without IBV_WC_GRH (whose vector is not global, which RoCE
+    /// refuses) are EINVAL and create no AH.
+    #[test]
+    fn ah_from_wc_reads_the_device_gid_table() {
+        const EINVAL: i32 = 22;
+        let dev = EmuDevice::open(EmuConfig {
+            ip: Ipv4Addr::LOCALHOST,
+            port: 0,
+            ..EmuConfig::default()
+        })
+        .expect("open a device on loopback");
+        let pd = dev.alloc_pd().unwrap();
+        let peer = Ipv4Addr::new(10, 0, 0, 9);
+        let mut wc = WorkCompletion::new(
+            1,
+            verbs_api::WcStatus::Success,
+            verbs_api::WcOpcode::Recv,
+            5,
+        );
+        (wc.wc_flags, wc.src_qp, wc.sl) = (WcFlags::GRH, 0x77, 2);
+
+        let ours = grh(peer, Ipv4Addr::LOCALHOST);
+        let attr = dev.init_ah_from_wc(1, &wc, &ours).unwrap();
+        assert!(attr.is_global);
+        assert_eq!(
+            (attr.grh.dgid, attr.grh.sgid_index, attr.port_num, attr.sl),
+            (Gid::from_ipv4(peer), 0, 1, 2)
+        );
+        assert_eq!(dev.query_gid(1, 0).unwrap(), dev.gid());
+        let ah = dev.create_ah_from_wc(pd, &wc, &ours, 1).unwrap();
+        let errno = |r: Result<AhAttr>| r.expect_err("accepted").errno();
+        let ah_errno = |r: Result<AhId>| r.expect_err("created an AH").errno();
+        // Addressed to a GID the device does not have.
+        let theirs = grh(peer, Ipv4Addr::new(10, 0, 0, 7));
+        assert_eq!(errno(dev.init_ah_from_wc(1, &wc, &theirs)), EINVAL);
+        assert_eq!(ah_errno(dev.create_ah_from_wc(pd, &wc, &theirs, 1)), EINVAL);
+        // Shorter than a GRH, not a GRH at all, or another port.
+        assert_eq!(errno(dev.init_ah_from_wc(1, &wc, &ours[..39])), EINVAL);
+        assert_eq!(errno(dev.init_ah_from_wc(1, &wc, &[0; 40])), EINVAL);
+        assert_eq!(errno(dev.init_ah_from_wc(2, &wc, &ours)), EINVAL);
+        // No GRH in the WC: a local (non-global) vector, which a RoCE AH cannot use.
+        wc.wc_flags = WcFlags::empty();
+        assert!(!dev.init_ah_from_wc(1, &wc, &ours).unwrap().is_global);
+        assert_eq!(ah_errno(dev.create_ah_from_wc(pd, &wc, &ours, 1)), EINVAL);
+        // Only the first AH exists: the PD is busy until it goes.
+        dev.destroy_ah(ah).unwrap();
+        dev.dealloc_pd(pd).unwrap();
     }
 
     /// An application that polls while a CQ is armed (it will wait on the channel

@@ -49,6 +49,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
         "manual 3.4.15-3.4.16 ibv_create_ah/ibv_destroy_ah",
         ah_lifecycle,
     ));
+    v.push(Case::new("ud::reply_through_ah_from_wc", "manual 3.6.11 ibv_init_ah_from_wc, 3.6.12 ibv_create_ah_from_wc: the receiver of a UD SEND builds from its WC and the GRH in its buffer a global address vector back to the sender (dgid = the sender's GID, sgid_index = the index of the GID the datagram was sent to), and a reply through it reaches the sender; without IBV_WC_GRH the vector is not global", reply_through_ah_from_wc));
     v.push(Case::new(
         "ud::dealloc_pd_with_ah_is_ebusy",
         "manual 3.3.6: a PD used by an address handle cannot be freed",
@@ -208,6 +209,84 @@ fn ah_lifecycle(env: &Env) -> Outcome {
         .expect("create_ah");
     env.dev.destroy_ah(ah).expect("destroy_ah");
     assert_errno(env.dev.destroy_ah(ah), EINVAL);
+    Outcome::Pass
+}
+
+fn reply_through_ah_from_wc(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Ud);
+    let qkey = env.params().qkey;
+    p.a.buf.write(0, b"ping").unwrap();
+    p.b.buf.write(1024, b"pong").unwrap();
+    env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
+    env.post_recv(p.a.qpn, RecvWr::new(6, vec![p.a.sge(2048, 128)]));
+    let d = dest(env, &p, qkey, p.b.qpn, env.gid());
+    env.post_send(
+        p.a.qpn,
+        SendWr::send(1, vec![p.a.sge(0, 4)]).with_ud(d).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    let wc = env.poll_one(p.b.cq);
+    assert_eq!(
+        (wc.status, wc.src_qp),
+        (WcStatus::Success, p.a.qpn),
+        "{wc:?}"
+    );
+    assert!(wc.wc_flags.contains(WcFlags::GRH), "{wc:?}");
+    let mut grh = [0u8; GRH as usize];
+    p.b.buf.read(0, &mut grh).unwrap();
+
+    let attr = env
+        .dev
+        .init_ah_from_wc(1, &wc, &grh)
+        .expect("init_ah_from_wc");
+    assert!(attr.is_global, "{attr:?}");
+    assert_eq!(
+        (attr.grh.dgid, attr.grh.sgid_index, attr.port_num),
+        (env.gid(), env.gid_index, 1),
+        "{attr:?}"
+    );
+    let ah = env
+        .dev
+        .create_ah_from_wc(p.pd, &wc, &grh, 1)
+        .expect("create_ah_from_wc");
+    let back = UdDest {
+        ah,
+        remote_qpn: wc.src_qp,
+        remote_qkey: qkey,
+    };
+    env.post_send(
+        p.b.qpn,
+        SendWr::send(2, vec![p.b.sge(1024, 4)])
+            .with_ud(back)
+            .signaled(),
+    );
+    let sent = env.poll_one(p.b.cq);
+    assert_eq!(
+        (sent.wr_id, sent.status),
+        (2, WcStatus::Success),
+        "{sent:?}"
+    );
+    let got = env.poll_one(p.a.cq);
+    assert_eq!(
+        (got.wr_id, got.status, got.src_qp, got.byte_len),
+        (6, WcStatus::Success, p.b.qpn, GRH as u32 + 4),
+        "{got:?}"
+    );
+    let mut pong = [0u8; 4];
+    p.a.buf.read(2048 + GRH as usize, &mut pong).unwrap();
+    assert_eq!(&pong, b"pong");
+    env.dev.destroy_ah(ah).expect("destroy_ah");
+
+    // Without IBV_WC_GRH the same completion gives a local (non-global) vector.
+    let local = verbs_api::WorkCompletion {
+        wc_flags: wc.wc_flags - WcFlags::GRH,
+        ..wc
+    };
+    let attr = env
+        .dev
+        .init_ah_from_wc(1, &local, &grh)
+        .expect("init_ah_from_wc without a GRH");
+    assert!(!attr.is_global, "{attr:?}");
     Outcome::Pass
 }
 
