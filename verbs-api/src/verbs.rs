@@ -210,8 +210,8 @@ pub trait Device: Send + Sync {
     /// it). With it, `is_global` is set, `grh.dgid` is the GRH's source GID and
     /// `grh.sgid_index` the index in the port's GID table of the GRH's destination GID
     /// (the GID the datagram was sent to), and the traffic class and flow label are
-    /// copied; the emulator sets the hop limit to 0xFF, rdma-core copies the received
-    /// hop limit (IPv4: TTL). An error (EINVAL on the emulator) when the GRH is
+    /// copied, and so is the received hop limit (IPv4: TTL), as rdma-core does (old
+    /// libibverbs 1.x set 0xFF; rxe measured: 64, the sender's). An error (EINVAL on the emulator) when the GRH is
     /// shorter than 40 bytes, is neither layout, or is addressed to a GID that is not
     /// in the table (libibverbs then returns the errno of its GID-table read that ran
     /// past the end).

@@ -1,4 +1,4 @@
-//! Address handles (manual 3.4.15-3.4.17, `ibv_create_ah`, `ibv_destroy_ah`,
+//! Address handles (manual 3.4.15-3.4.16, 3.6.11-3.6.12, `ibv_create_ah`, `ibv_destroy_ah`,
 //! `ibv_init_ah_from_wc`; IBTA 10.2 address vectors) and the multicast test on GIDs.
 //!
 //! An address handle names a UD destination: on RoCE a GID, so `is_global` is required
@@ -128,14 +128,14 @@ pub(crate) fn grh_bytes(src: &Gid, dst: &Gid, udp_payload_len: usize) -> [u8; 40
     out
 }
 
-/// `ibv_init_ah_from_wc` (manual 3.4.16): the address vector that answers the sender of
+/// `ibv_init_ah_from_wc` (manual 3.6.11): the address vector that answers the sender of
 /// a UD receive completion. `grh` is the first 40 bytes of the receive buffer and
 /// `gid_table` the port's GID table (to find the source GID index: the GID the packet
 /// was addressed to). As libibverbs does it: without `IBV_WC_GRH` the vector is not
 /// global (and cannot make a RoCE AH); with it the GIDs are swapped from the GRH (for
 /// the IPv4 layout, the IPv4-mapped source and destination addresses), the traffic
-/// class and flow label are copied, and the hop limit is 0xFF. EINVAL when the GRH is
-/// neither layout or its destination is not in the GID table.
+/// class and flow label are copied, and so is the hop limit (IPv4: TTL). EINVAL when
+/// the GRH is neither layout or its destination is not in the GID table.
 pub fn init_ah_from_wc(
     port_num: u8,
     wc: &WorkCompletion,
@@ -168,7 +168,7 @@ pub fn init_ah_from_wc(
         dgid,
         flow_label: g.flow_label,
         sgid_index: sgid_index as u8,
-        hop_limit: 0xFF,
+        hop_limit: g.hop_limit,
         traffic_class: g.traffic_class,
     };
     Ok(attr)
@@ -207,7 +207,7 @@ mod tests {
         assert!(attr.is_global);
         assert_eq!(
             (attr.grh.dgid, attr.grh.sgid_index, attr.grh.hop_limit),
-            (a, 1, 0xFF)
+            (a, 1, 64)
         );
         // the destination must be one of ours
         assert!(init_ah_from_wc(1, &wc, &grh, &[a]).is_err());

@@ -796,7 +796,7 @@ impl Engine {
             })
     }
 
-    // ---- address handles and multicast (manual 3.4.15-3.4.17, 3.6.13-3.6.14) ----
+    // ---- address handles and multicast (manual 3.4.15-3.4.16, 3.6.11-3.6.14) ----
 
     /// `ibv_create_ah`: EINVAL for an unknown PD, an address vector without a GRH
     /// (RoCE needs one), a source GID index outside the table or a port other than 1.
@@ -821,7 +821,7 @@ impl Engine {
             .ok_or(Error::InvalidArgument("no such address handle"))
     }
 
-    /// `ibv_create_ah_from_wc` (manual 3.4.17): an AH that answers the sender of the UD
+    /// `ibv_create_ah_from_wc` (manual 3.6.12): an AH that answers the sender of the UD
     /// receive completion `wc`, whose buffer began with `grh`. See
     /// [`init_ah_from_wc`]; the GID table is the device's one GID.
     pub fn create_ah_from_wc(
