@@ -24,18 +24,7 @@
 #include <rdma/rdma_verbs.h>
 #include <rdma/rsocket.h>
 
-static int checks;
-#define CHECK(cond, ...)                                                        \
-	do {                                                                    \
-		checks++;                                                       \
-		if (!(cond)) {                                                  \
-			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__,  \
-				__LINE__, #cond);                               \
-			fprintf(stderr, __VA_ARGS__);                           \
-			fprintf(stderr, " (errno %d)\n", errno);                \
-			exit(1);                                                \
-		}                                                               \
-	} while (0)
+#include "check.h"
 
 static const char *SRV_IP = "127.0.0.5", *CLI_IP = "127.0.0.6";
 #define PORT 7391

@@ -19,18 +19,7 @@
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
-static int checks;
-#define CHECK(cond, ...)                                                        \
-	do {                                                                    \
-		checks++;                                                       \
-		if (!(cond)) {                                                  \
-			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__,  \
-				__LINE__, #cond);                               \
-			fprintf(stderr, __VA_ARGS__);                           \
-			fprintf(stderr, " (errno %d)\n", errno);                \
-			exit(1);                                                \
-		}                                                               \
-	} while (0)
+#include "check.h"
 
 #define SZ 4096
 
@@ -127,6 +116,19 @@ static void connect_rc(struct end *a, struct end *b)
 	CHECK(ibv_modify_qp(a->qp, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 			    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
 	      "RTS");
+}
+
+/* A UD QP through INIT (Q_Key `qkey`), RTR and RTS. */
+static void ud_up(struct end *e, uint32_t qkey)
+{
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = qkey };
+	CHECK(ibv_modify_qp(e->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			    IBV_QP_QKEY) == 0, "UD INIT");
+	at.qp_state = IBV_QPS_RTR;
+	CHECK(ibv_modify_qp(e->qp, &at, IBV_QP_STATE) == 0, "UD RTR");
+	at.qp_state = IBV_QPS_RTS;
+	at.sq_psn = 1;
+	CHECK(ibv_modify_qp(e->qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "UD RTS");
 }
 
 static void post_send(struct end *e, enum ibv_wr_opcode op, size_t off, uint32_t len,
@@ -342,14 +344,7 @@ static void test_ud(struct ibv_device **list)
 	struct end u[2];
 	for (int i = 0; i < 2; i++) {
 		open_end(list[i], &u[i], IBV_QPT_UD);
-		struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111 };
-		CHECK(ibv_modify_qp(u[i].qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				    IBV_QP_QKEY) == 0, "UD INIT");
-		at.qp_state = IBV_QPS_RTR;
-		CHECK(ibv_modify_qp(u[i].qp, &at, IBV_QP_STATE) == 0, "UD RTR");
-		at.qp_state = IBV_QPS_RTS;
-		at.sq_psn = 1;
-		CHECK(ibv_modify_qp(u[i].qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "UD RTS");
+		ud_up(&u[i], 0x11111111);
 	}
 	post_recv(u[1].qp, &u[1], 0, 40 + 64);
 	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
@@ -795,14 +790,7 @@ static void test_wr_ud(struct ibv_device **list)
 	struct end u[2];
 	for (int i = 0; i < 2; i++) {
 		open_ext_end(list[i], &u[i], IBV_QPT_UD);
-		struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x2222 };
-		CHECK(ibv_modify_qp(u[i].qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				    IBV_QP_QKEY) == 0, "UD INIT");
-		at.qp_state = IBV_QPS_RTR;
-		CHECK(ibv_modify_qp(u[i].qp, &at, IBV_QP_STATE) == 0, "UD RTR");
-		at.qp_state = IBV_QPS_RTS;
-		at.sq_psn = 1;
-		CHECK(ibv_modify_qp(u[i].qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "UD RTS");
+		ud_up(&u[i], 0x2222);
 	}
 	post_recv(u[1].qp, &u[1], 0, 40 + 64);
 	post_recv(u[1].qp, &u[1], 200, 40 + 64);

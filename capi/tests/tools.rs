@@ -151,61 +151,56 @@ fn stock_binaries_run_on_the_emulator() {
     );
 
     // The C program over every verb the library implements.
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/verbs_test.c");
-    let exe = tmp.join("verbs_test");
-    let status = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg(format!("-L{}", tmp.display()))
-        .arg("-libverbs")
-        .status()
-        .unwrap();
-    assert!(status.success(), "compiling verbs_test.c failed");
-    let out = finish(
-        run(
-            &tmp,
-            &[("RDMA_EMU_DEVICES", "emu0=127.0.0.13,emu1=127.0.0.14")],
-            exe.to_str().unwrap(),
-            &[],
-        ),
+    c_program(
+        &tmp,
         "verbs_test",
+        &["-libverbs"],
+        "emu0=127.0.0.13,emu1=127.0.0.14",
+        &[],
     );
-    assert!(
-        out.contains("verbs_test: ") && out.contains("checks passed"),
-        "{out}"
-    );
-
-    // The same for librdmacm: c/rdmacm_test.c, a server and a client in one process.
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/rdmacm_test.c");
-    let exe = tmp.join("rdmacm_test");
+    // The same for librdmacm: a server and a client in one process.
     if Path::new("/usr/include/rdma/rdma_cma.h").exists() {
-        let status = Command::new("cc")
-            .args(["-O1", "-Wall", "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .arg(format!("-L{}", tmp.display()))
-            .args(["-lrdmacm", "-libverbs"])
-            .status()
-            .unwrap();
-        assert!(status.success(), "compiling rdmacm_test.c failed");
-        let out = finish(
-            run(
-                &tmp,
-                &[("RDMA_EMU_DEVICES", "emu0=127.0.0.17,emu1=127.0.0.18")],
-                exe.to_str().unwrap(),
-                &["127.0.0.17", "127.0.0.18"],
-            ),
+        c_program(
+            &tmp,
             "rdmacm_test",
-        );
-        assert!(
-            out.contains("rdmacm_test: ") && out.contains("checks passed"),
-            "{out}"
+            &["-lrdmacm", "-libverbs"],
+            "emu0=127.0.0.17,emu1=127.0.0.18",
+            &["127.0.0.17", "127.0.0.18"],
         );
     } else {
         eprintln!("SKIPPED rdmacm_test.c: needs librdmacm-dev");
     }
     std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// Compiles `c/NAME.c` against the installed headers and our libraries in `tmp`
+/// (linking `libs`), runs it with the emulated devices `devices` and `args`, and
+/// checks that it reports its checks passed.
+fn c_program(tmp: &Path, name: &str, libs: &[&str], devices: &str, args: &[&str]) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("c/{name}.c"));
+    let exe = tmp.join(name);
+    let status = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg(format!("-L{}", tmp.display()))
+        .args(libs)
+        .status()
+        .unwrap();
+    assert!(status.success(), "compiling {name}.c failed");
+    let out = finish(
+        run(
+            tmp,
+            &[("RDMA_EMU_DEVICES", devices)],
+            exe.to_str().unwrap(),
+            args,
+        ),
+        name,
+    );
+    assert!(
+        out.contains(&format!("{name}: ")) && out.contains("checks passed"),
+        "{out}"
+    );
 }
 
 /// rping server and client over the emulator's connection manager.
