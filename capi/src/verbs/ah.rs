@@ -47,8 +47,8 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut sys::ibv_ah) -> c_int {
 /// `ibv_init_ah_from_wc`: the reply path of a received UD message (its GRH, which
 /// every RoCEv2 packet carries, gives the source GID). The GRH is read in either
 /// layout, as libibverbs does: the IPv4 one (20 zero bytes, then the IPv4 header: what
-/// the emulator and kernel rxe write for IPv4 RoCEv2) or an IPv6 header (emu-core's
-/// `engine::init_ah_from_wc`). EINVAL when the GRH is neither or is not addressed to
+/// the emulator and kernel rxe write for IPv4 RoCEv2) or an IPv6 header (the device's
+/// `Device::init_ah_from_wc`). EINVAL when the GRH is neither or is not addressed to
 /// one of the port's GIDs.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_init_ah_from_wc(
@@ -67,10 +67,6 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     if w.wc_flags & sys::IBV_WC_GRH == 0 {
         return unsupported("ibv_init_ah_from_wc without a GRH");
     }
-    let len = ctx.dev.query_port(port_num).map_or(0, |p| p.gid_tbl_len);
-    let gids: Vec<verbs_api::Gid> = (0..len)
-        .map_while(|i| ctx.dev.query_gid(port_num, i).ok())
-        .collect();
     let completion = verbs_api::WorkCompletion {
         slid: w.slid,
         sl: w.sl,
@@ -78,7 +74,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         wc_flags: verbs_api::WcFlags::GRH,
         ..verbs_api::WorkCompletion::default()
     };
-    match emu_core::engine::init_ah_from_wc(port_num, &completion, g, &gids) {
+    match ctx.dev.init_ah_from_wc(port_num, &completion, g) {
         Ok(attr) => {
             out!(ah_attr, convert::ah_attr_to_c(&attr));
             0
