@@ -13,19 +13,21 @@ cargo run -q -p tests --bin conformance -- --backend emu-fabric --results "$out/
   "${extra[@]}" --markdown docs/conformance.md | tail -2
 rm -rf "$out"
 # Every case that fails on rxe, with what rxe does and the citation that shows it
-# deviates (the list scripts/ci-hw.sh accepts).
+# deviates (the lists scripts/ci-hw.sh accepts). A list line is
+# "name | what rxe does | what the standard says"; comments and blank lines skipped.
+deviations() {
+  printf '| %s | what rxe does | what the standard says |\n|---|---|---|\n' "$1"
+  grep -v '^#' "$2" | grep -v '^[[:space:]]*$' \
+    | awk -F' [|] ' '{ printf "| %s | %s | %s |\n", $1, $2, $3 }'
+}
 {
   printf '\n## Where kernel rxe deviates\n\n'
   printf 'The cases above that fail on rxe, each accepted by `scripts/ci-hw.sh` from '
   printf '`scripts/rxe-vm/conformance-deviations.txt`; any other failure fails CI.\n\n'
-  printf '| case | what rxe does | what the standard says |\n|---|---|---|\n'
-  grep -v '^#' scripts/rxe-vm/conformance-deviations.txt | grep -v '^[[:space:]]*$' \
-    | awk -F' [|] ' '{ printf "| %s | %s | %s |\n", $1, $2, $3 }'
+  deviations case scripts/rxe-vm/conformance-deviations.txt
   printf '\nhw-backend'"'"'s own tests (`hw-backend/tests/`) that fail on rxe, accepted from '
   printf '`scripts/rxe-vm/rxe-deviations.txt`:\n\n'
-  printf '| test | what rxe does | what the standard says |\n|---|---|---|\n'
-  grep -v '^#' scripts/rxe-vm/rxe-deviations.txt | grep -v '^[[:space:]]*$' \
-    | awk -F' [|] ' '{ printf "| %s | %s | %s |\n", $1, $2, $3 }'
+  deviations test scripts/rxe-vm/rxe-deviations.txt
 } >> docs/conformance.md
 # What rxe did in the wire interop probes (measured by scripts/ci-interop.sh, recorded in
 # docs/interop.md), beside what the emulator did in the same probe.

@@ -259,11 +259,15 @@ impl LinkFaults {
         })
     }
 
-    fn ip_link(&self, state: &str) {
-        let st = std::process::Command::new("ip")
+    /// `ip link set dev NETDEV STATE`.
+    fn set_link(&self, state: &str) -> std::io::Result<std::process::ExitStatus> {
+        std::process::Command::new("ip")
             .args(["link", "set", "dev", &self.netdev, state])
             .status()
-            .expect("run ip");
+    }
+
+    fn ip_link(&self, state: &str) {
+        let st = self.set_link(state).expect("run ip");
         assert!(
             st.success(),
             "ip link set dev {} {state} failed (needs root)",
@@ -282,9 +286,7 @@ impl LinkFaults {
 impl Drop for LinkFaults {
     fn drop(&mut self) {
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            let _ = std::process::Command::new("ip")
-                .args(["link", "set", "dev", &self.netdev, "up"])
-                .status();
+            let _ = self.set_link("up");
         }
     }
 }
