@@ -14,7 +14,7 @@ use std::ffi::{c_int, c_void};
 
 use verbs_api::{SendFlags, SendWr, Sge, UdDest, WrOperation};
 
-use crate::objects::{from_ptr, Ah, Context, Mr, Mw, Qp};
+use crate::objects::{from_ptr, Ah, Context, Mw, Qp};
 use crate::sys;
 
 /// The work requests of one `ibv_wr_start` .. `ibv_wr_complete` batch.
@@ -207,14 +207,8 @@ unsafe extern "C" fn wr_bind_mw(
     }) else {
         return fail_batch(qp, libc::EINVAL);
     };
-    let lkey = if b.length == 0 {
-        0
-    } else {
-        // SAFETY: as above.
-        match unsafe { from_ptr::<_, Mr>(b.mr) } {
-            Some(mr) => mr.raw.lkey,
-            None => return fail_batch(qp, libc::EINVAL),
-        }
+    let Some(lkey) = crate::verbs::mw::bind_lkey(b) else {
+        return fail_batch(qp, libc::EINVAL);
     };
     start_wr(
         qp,

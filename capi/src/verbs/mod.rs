@@ -137,7 +137,7 @@ mod device;
 mod event;
 mod misc;
 mod mr;
-mod mw;
+pub(crate) mod mw;
 mod qp;
 mod srq;
 

@@ -53,10 +53,8 @@ pub(super) unsafe extern "C" fn op_bind_mw(
     }
     // SAFETY: the caller's bind request.
     let b = unsafe { &*bind };
-    let lkey = if b.bind_info.length == 0 {
-        0
-    } else {
-        obj_or!(Mr, b.bind_info.mr, EINVAL).raw.lkey
+    let Some(lkey) = bind_lkey(&b.bind_info) else {
+        return EINVAL;
     };
     let req = MwBind {
         wr_id: b.wr_id,
@@ -71,4 +69,15 @@ pub(super) unsafe extern "C" fn op_bind_mw(
         }
         Err(e) => fail(&e),
     }
+}
+
+/// The L_Key a window bind names: its MR's, or 0 for a zero-length bind, which needs
+/// no MR (`ibv_bind_mw` and `ibv_wr_bind_mw`). None for a bind with a length and no
+/// MR.
+pub(crate) fn bind_lkey(b: &sys::ibv_mw_bind_info) -> Option<u32> {
+    if b.length == 0 {
+        return Some(0);
+    }
+    // SAFETY: module safety argument (the program's MR pointer, or null).
+    unsafe { from_ptr::<_, Mr>(b.mr) }.map(|mr| mr.raw.lkey)
 }
