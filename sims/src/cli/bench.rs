@@ -443,6 +443,16 @@ struct BwResult {
     msgs: u64,
     secs: f64,
     peak_mbps: f64,
+    /// Packets both devices sent during the run (requests, responses and ACKs).
+    packets: u64,
+}
+
+impl BwResult {
+    /// Packets on the wire per message, both directions: one per MTU of payload,
+    /// plus the ACKs (IBTA 9.7.5.1: a responder coalesces them only within a QP).
+    fn packets_per_msg(&self) -> f64 {
+        self.packets as f64 / self.msgs.max(1) as f64
+    }
 }
 
 /// Runs the server's side of a bandwidth test until `stop`: reposts receives for
@@ -536,6 +546,8 @@ fn run_bw(
     let mut progress = Progress::new(total, o.json);
     let samples = 32u64;
     let mut marks: Vec<(Instant, u64)> = Vec::with_capacity(samples as usize + 2);
+    let sent = || c.dev.counters().tx_packets + s.dev.counters().tx_packets;
+    let packets_before = sent();
     let start = Instant::now();
     marks.push((start, 0));
     let result = (|| -> Result<(), String> {
@@ -625,6 +637,7 @@ fn run_bw(
         msgs: total,
         secs,
         peak_mbps,
+        packets: sent() - packets_before,
     })
 }
 
@@ -1035,12 +1048,17 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
             size, r.msgs, r.peak_mbps, avg, mpps
         );
+        println!(
+            " packets per message (both directions, ACKs included): {:.3}",
+            r.packets_per_msg()
+        );
         json += &format!(
-            ",\"bw_peak_mbps\":{},\"bw_avg_mbps\":{},\"msg_rate_mpps\":{},\"secs\":{}",
+            ",\"bw_peak_mbps\":{},\"bw_avg_mbps\":{},\"msg_rate_mpps\":{},\"secs\":{},\"packets_per_msg\":{}",
             json_num(r.peak_mbps),
             json_num(avg),
             json_num(mpps),
-            json_num(r.secs)
+            json_num(r.secs),
+            json_num(r.packets_per_msg())
         );
         if o.verify {
             verify_check(&o, &st, size, r.msgs)?;
@@ -1065,11 +1083,22 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             let r1 = run_bw(&o1, &one, size, r.msgs, post_list)?;
             drop(one);
             let mpps1 = r1.msgs as f64 / r1.secs / 1e6;
+            // The packet rates tell the device's cost per QP apart from the protocol's:
+            // with one message in flight per QP each message needs its own ACK.
+            let pps = r.packets as f64 / r.secs / 1e6;
+            let pps1 = r1.packets as f64 / r1.secs / 1e6;
             println!("{}", line());
             println!(
                 " one QP, same messages: {mpps1:.6} Mpps; {} QPs / one QP: {:.2}x",
                 o.qps,
                 mpps / mpps1
+            );
+            println!(
+                " packets per message: {:.3} with {} QPs, {:.3} with one; packet rate {pps:.3} against {pps1:.3} M/s: {:.2}x",
+                r.packets_per_msg(),
+                o.qps,
+                r1.packets_per_msg(),
+                pps / pps1
             );
             if let Some(p) = peak {
                 println!(" peak RSS: {:.1} MiB", p as f64 / 1024.0);
@@ -1080,9 +1109,11 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
                 );
             }
             json += &format!(
-                ",\"one_qp_mpps\":{},\"ratio_one_qp\":{},\"peak_rss_kib\":{},\"kib_per_qp\":{}",
+                ",\"one_qp_mpps\":{},\"ratio_one_qp\":{},\"one_qp_packets_per_msg\":{},\"ratio_one_qp_packets\":{},\"peak_rss_kib\":{},\"kib_per_qp\":{}",
                 json_num(mpps1),
                 json_num(mpps / mpps1),
+                json_num(r1.packets_per_msg()),
+                json_num(pps / pps1),
                 peak.map_or("null".into(), |p| p.to_string()),
                 per_qp_kib.map_or("null".into(), json_num)
             );

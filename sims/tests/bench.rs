@@ -1,0 +1,57 @@
+//! `rdma-emu bench` on the deterministic fabric: the packet counts it reports follow
+//! the protocol (IBTA 9.7.5.1: a responder may coalesce ACKs only within a QP).
+
+/// Runs `rdma-emu bench ARGS --fabric --no-baseline --json` and returns the JSON line.
+fn bench_json(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+        .arg("bench")
+        .args(args)
+        .args(["--fabric", "--no-baseline", "--json"])
+        .output()
+        .expect("run rdma-emu");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    text.lines().last().expect("a JSON line").to_owned()
+}
+
+/// The number after `"key":` in a flat JSON object.
+fn field(json: &str, key: &str) -> f64 {
+    let at = json
+        .find(&format!("\"{key}\":"))
+        .unwrap_or_else(|| panic!("{key} missing from {json}"));
+    let rest = &json[at + key.len() + 3..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end]
+        .parse()
+        .unwrap_or_else(|e| panic!("{key}: {e} in {json}"))
+}
+
+/// With one message in flight per QP every message is a request and its own ACK;
+/// one QP with the same messages in flight acknowledges a batch with one ACK.
+#[test]
+fn many_qps_with_one_message_each_need_an_ack_per_message() {
+    let json = bench_json(&[
+        "write_bw",
+        "--qps",
+        "8",
+        "--tx-depth",
+        "8",
+        "--size",
+        "64",
+        "-n",
+        "20",
+    ]);
+    assert_eq!(field(&json, "packets_per_msg"), 2.0, "{json}");
+    let one = field(&json, "one_qp_packets_per_msg");
+    assert!((1.0..1.5).contains(&one), "{json}");
+    assert!(field(&json, "ratio_one_qp_packets") > 0.0, "{json}");
+}
+
+/// A 64 KiB WRITE at MTU 1024 is 64 request packets; the ACKs add less than one per
+/// message while several messages are in flight.
+#[test]
+fn a_message_takes_one_packet_per_mtu() {
+    let json = bench_json(&["write_bw", "--size", "65536", "--mtu", "1024", "-n", "50"]);
+    let p = field(&json, "packets_per_msg");
+    assert!((64.0..65.0).contains(&p), "{json}");
+}
