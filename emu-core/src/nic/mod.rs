@@ -82,7 +82,10 @@ pub struct EmuConfig {
     /// Busy-poll mode (UDP only): the device thread stays off the socket for 2 ms
     /// after the last `poll_cq` (instead of 200 us), leaving the datagrams to the
     /// application's empty polls, which receive and process them inline (as in the
-    /// default mode). For applications that spin on `poll_cq` with pauses.
+    /// default mode). For applications that spin on `poll_cq` with pauses. While
+    /// the device thread holds the socket (the application does not poll: the
+    /// passive side of RDMA WRITE or READ), it spins for 50 us after each datagram
+    /// instead of sleeping, so a streaming peer's sends do not pay its wake-up.
     pub busy_poll: bool,
     /// How the UDP link works: the default loopback mode, or the interop mode for a
     /// real RoCE peer, with an optional fault hook ([`interop`]).
@@ -272,6 +275,10 @@ const NAP: Duration = Duration::from_micros(200);
 /// the default mode, ten (2 ms) in busy-poll mode.
 const IDLE_NAPS: u32 = 1;
 const IDLE_NAPS_BUSY: u32 = 10;
+/// In busy-poll mode, how long the device thread, while it holds the socket, keeps
+/// looking for datagrams after the last one before it sleeps (unless a CQ is armed:
+/// then the application waits for an event and needs the core).
+const SPIN: Duration = Duration::from_micros(50);
 
 impl EmuDevice {
     /// Opens a device on UDP: binds its socket and starts its thread. EADDRINUSE and
@@ -776,7 +783,9 @@ impl Inner {
     /// back after [`IDLE_NAPS`] naps without a poll ([`IDLE_NAPS_BUSY`] in busy-poll
     /// mode), and at once while a CQ is armed: an application that waits on a
     /// completion channel polls only after its event, so the thread must receive
-    /// what makes it (`req_notify_cq` wakes it from a nap).
+    /// what makes it (`req_notify_cq` wakes it from a nap). Holding the socket in
+    /// busy-poll mode, it looks again for [`SPIN`] after each datagram before it
+    /// sleeps.
     fn run(&self, udp: &UdpLink) {
         let idle_limit = if self.cfg.busy_poll {
             IDLE_NAPS_BUSY
@@ -785,6 +794,12 @@ impl Inner {
         };
         let mut seen = self.polls.load(Ordering::Relaxed);
         let mut idle_naps = idle_limit;
+        let spin = if self.cfg.busy_poll {
+            SPIN
+        } else {
+            Duration::ZERO
+        };
+        let mut last_rx: Option<Instant> = None;
         while !self.stop.load(Ordering::Relaxed) {
             let (sleep, armed) = {
                 let core = self.core.lock();
@@ -810,11 +825,21 @@ impl Inner {
                 // just before is sent here first.
                 self.napping.store(false, Ordering::Release);
                 self.flush_pending();
-                if !self.rx.lock().as_ref().is_some_and(RxBufs::has_left) {
+                let spinning = !armed && last_rx.is_some_and(|t| t.elapsed() < spin);
+                if spinning {
+                    // Busy-poll mode, traffic within SPIN: look again instead of
+                    // sleeping, so the sender does not pay this thread's wake-up
+                    // (yielding to any thread that waits for this core).
+                    std::thread::yield_now();
+                } else if !self.rx.lock().as_ref().is_some_and(RxBufs::has_left) {
                     udp.wait_readable(sleep);
                 }
             }
-            if self.receive(udp, true, false, false) == 0 {
+            let got = self.receive(udp, true, false, false);
+            if got > 0 {
+                last_rx = Some(Instant::now());
+            }
+            if got == 0 {
                 let mut core = self.core.lock();
                 let now = Instant::now();
                 core.engine.handle_timeout(now);
