@@ -1034,6 +1034,26 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
                 json_num(raw),
                 json_num(ratio)
             );
+            if wait == baseline::Wait::Yield {
+                // The default mode also against a blocking raw ping-pong (what a plain
+                // socket program does; the target for this mode is stated
+                // against it). On a VM its wake-up latency moves from run to run.
+                let mut block = baseline::udp_pingpong(d, n, baseline::Wait::Block)
+                    .map_err(|e| format!("baseline: {e}"))?;
+                let mut block = LatStats::of(&mut block).typical;
+                if o.test == Test::ReadLat {
+                    block *= 2.0;
+                }
+                println!(
+                    " baseline: raw UDP ping-pong, {d}-byte datagrams, blocking: {block:.2} usec typical; ratio {:.2}x",
+                    s.typical / block
+                );
+                json += &format!(
+                    ",\"baseline_blocking_us\":{},\"ratio_blocking\":{}",
+                    json_num(block),
+                    json_num(s.typical / block)
+                );
+            }
         }
     } else {
         // A QP never has more than its share of the depth to post at once.
