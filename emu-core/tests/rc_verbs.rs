@@ -650,3 +650,25 @@ fn destroy_order_is_enforced() {
         "raw packet QPs are not emulated"
     );
 }
+
+/// `cq_armed` (what keeps the device thread on the socket) follows the notification
+/// requests: set by `req_notify_cq` however often it is called, cleared by the
+/// completion that fires the event, and by destroying an armed CQ.
+#[test]
+fn cq_armed_follows_requests_events_and_destruction() {
+    let (mut p, a, b) = connected(Config::default());
+    assert!(!p.b.cq_armed());
+    p.b.req_notify_cq(b.cq, false).unwrap();
+    p.b.req_notify_cq(b.cq, true).unwrap();
+    assert!(p.b.cq_armed());
+    b.post_recv(&mut p, 1, 0, 64);
+    a.post_send(&mut p, send(7, a.sge(0, 8)));
+    p.drive();
+    assert_eq!(p.b.poll_cq_event(), Some(b.cq));
+    assert!(!p.b.cq_armed());
+    let spare = p.b.create_cq(4).unwrap();
+    p.b.req_notify_cq(spare, false).unwrap();
+    assert!(p.b.cq_armed());
+    p.b.destroy_cq(spare).unwrap();
+    assert!(!p.b.cq_armed());
+}

@@ -188,6 +188,8 @@ pub struct Engine {
     next_qpn: u32,
     events: VecDeque<AsyncEvent>,
     cq_events: VecDeque<CqHandle>,
+    /// CQs with a notification request pending (kept so `cq_armed` scans nothing).
+    armed_cqs: usize,
     ready: VecDeque<u32>,
     timers: TimerIndex,
     counters: Counters,
@@ -217,6 +219,7 @@ impl Engine {
             next_qpn: FIRST_QPN,
             events: VecDeque::new(),
             cq_events: VecDeque::new(),
+            armed_cqs: 0,
             ready: VecDeque::new(),
             timers: TimerIndex::default(),
             counters: Counters::default(),
@@ -276,6 +279,7 @@ impl Engine {
             srqs: &mut self.srqs,
             events: &mut self.events,
             cq_events: &mut self.cq_events,
+            armed_cqs: &mut self.armed_cqs,
             overrun: &mut overrun,
             counters: &mut self.counters,
             limits: &self.limits,
@@ -466,7 +470,10 @@ impl Engine {
         match self.cqs.get(&cq.0) {
             None => Err(Error::InvalidArgument("no such CQ")),
             Some(q) if q.users > 0 => Err(Error::Busy("CQ is used by a QP")),
-            Some(_) => {
+            Some(q) => {
+                if q.is_armed() {
+                    self.armed_cqs -= 1;
+                }
                 self.cqs.remove(&cq.0);
                 self.cq_events.retain(|c| *c != cq);
                 Ok(())
@@ -525,6 +532,9 @@ impl Engine {
             .cqs
             .get_mut(&cq.0)
             .ok_or(Error::InvalidArgument("no such CQ"))?;
+        if !q.is_armed() {
+            self.armed_cqs += 1;
+        }
         q.req_notify(solicited_only);
         Ok(())
     }
@@ -532,7 +542,11 @@ impl Engine {
     /// Whether some CQ has a notification request pending: an application waits (or
     /// will) on a completion channel rather than polling.
     pub fn cq_armed(&self) -> bool {
-        self.cqs.values().any(cq::CompletionQueue::is_armed)
+        debug_assert_eq!(
+            self.armed_cqs,
+            self.cqs.values().filter(|q| q.is_armed()).count()
+        );
+        self.armed_cqs > 0
     }
 
     /// The next CQ whose completion channel must be woken (one per arming).
