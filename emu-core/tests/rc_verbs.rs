@@ -672,3 +672,38 @@ fn cq_armed_follows_requests_events_and_destruction() {
     p.b.destroy_cq(spare).unwrap();
     assert!(!p.b.cq_armed());
 }
+
+/// QP1's CQ, which the CM agent keeps armed, does not keep the device on the socket:
+/// an application polling its own CQs still receives inline (an armed QP1 CQ tripled
+/// `ib_send_lat -R`'s latency). Arming it before or after QP1 exists is the same.
+#[test]
+fn an_armed_qp1_cq_does_not_count_as_armed() {
+    let mut e = Engine::new(Default::default());
+    let pd = e.alloc_pd().unwrap();
+    let early = e.create_cq(16).unwrap();
+    let late = e.create_cq(16).unwrap();
+    e.req_notify_cq(early, false).unwrap();
+    assert!(e.cq_armed());
+    e.create_qp(QpInitAttr {
+        pd,
+        send_cq: early,
+        recv_cq: late,
+        qp_type: QpType::Driver,
+        cap: QpCap {
+            max_send_wr: 2,
+            max_recv_wr: 2,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: true,
+        srq: None,
+    })
+    .unwrap();
+    assert!(!e.cq_armed());
+    e.req_notify_cq(late, false).unwrap();
+    assert!(!e.cq_armed());
+    let other = e.create_cq(16).unwrap();
+    e.req_notify_cq(other, true).unwrap();
+    assert!(e.cq_armed());
+}

@@ -30,6 +30,9 @@ pub(crate) struct CompletionQueue {
     overrun: bool,
     /// How many QPs use this CQ (send or receive side): a CQ in use cannot be destroyed.
     pub(crate) users: u32,
+    /// QP1 uses it: its notification requests are the CM agent's (see
+    /// [`CompletionQueue::wakes_device`]).
+    pub(crate) gsi: bool,
 }
 
 /// The result of pushing a completion.
@@ -49,6 +52,7 @@ impl CompletionQueue {
             arm: None,
             overrun: false,
             users: 0,
+            gsi: false,
         }
     }
 
@@ -95,6 +99,14 @@ impl CompletionQueue {
     /// Whether a notification request is pending (someone waits for this CQ's event).
     pub(crate) fn is_armed(&self) -> bool {
         self.arm.is_some()
+    }
+
+    /// Whether the request pending here asks the device to receive at once
+    /// ([`super::Engine::cq_armed`]): an application waits on this CQ's channel
+    /// instead of polling. QP1's CQ is armed for good by the CM agent, which needs
+    /// no more than the device thread's usual pace.
+    pub(crate) fn wakes_device(&self) -> bool {
+        self.is_armed() && !self.gsi
     }
 
     /// `ibv_req_notify_cq`: the next (solicited) completion wakes the channel once.

@@ -25,7 +25,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) srqs: &'a mut IdMap<SharedReceiveQueue>,
     pub(crate) events: &'a mut VecDeque<AsyncEvent>,
     pub(crate) cq_events: &'a mut VecDeque<CqHandle>,
-    /// How many CQs are armed (a completion that fires the event disarms its CQ).
+    /// How many CQs wake the device (a completion that fires the event disarms its
+    /// CQ; see `CompletionQueue::wakes_device`).
     pub(crate) armed_cqs: &'a mut usize,
     /// CQs that overran during this input; the engine moves their QPs to error after.
     pub(crate) overrun: &'a mut Vec<CqHandle>,
@@ -44,7 +45,9 @@ impl Ctx<'_> {
         match queue.push(wc, solicited) {
             Pushed::Queued { notify } => {
                 if notify {
-                    *self.armed_cqs -= 1;
+                    if !queue.gsi {
+                        *self.armed_cqs -= 1;
+                    }
                     self.cq_events.push_back(cq);
                 }
             }

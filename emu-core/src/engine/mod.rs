@@ -188,7 +188,8 @@ pub struct Engine {
     next_qpn: u32,
     events: VecDeque<AsyncEvent>,
     cq_events: VecDeque<CqHandle>,
-    /// CQs with a notification request pending (kept so `cq_armed` scans nothing).
+    /// CQs whose notification request wakes the device (kept so `cq_armed` scans
+    /// nothing).
     armed_cqs: usize,
     ready: VecDeque<u32>,
     timers: TimerIndex,
@@ -471,7 +472,7 @@ impl Engine {
             None => Err(Error::InvalidArgument("no such CQ")),
             Some(q) if q.users > 0 => Err(Error::Busy("CQ is used by a QP")),
             Some(q) => {
-                if q.is_armed() {
+                if q.wakes_device() {
                     self.armed_cqs -= 1;
                 }
                 self.cqs.remove(&cq.0);
@@ -532,7 +533,7 @@ impl Engine {
             .cqs
             .get_mut(&cq.0)
             .ok_or(Error::InvalidArgument("no such CQ"))?;
-        if !q.is_armed() {
+        if !q.is_armed() && !q.gsi {
             self.armed_cqs += 1;
         }
         q.req_notify(solicited_only);
@@ -540,11 +541,13 @@ impl Engine {
     }
 
     /// Whether some CQ has a notification request pending: an application waits (or
-    /// will) on a completion channel rather than polling.
+    /// will) on a completion channel rather than polling. QP1's CQ does not count:
+    /// the CM agent keeps it armed, and its MADs are received as fast by whoever
+    /// receives (the application's polls, or the device thread within a nap).
     pub fn cq_armed(&self) -> bool {
         debug_assert_eq!(
             self.armed_cqs,
-            self.cqs.values().filter(|q| q.is_armed()).count()
+            self.cqs.values().filter(|q| q.wakes_device()).count()
         );
         self.armed_cqs > 0
     }
@@ -706,6 +709,12 @@ impl Engine {
         for cq in [init.send_cq, init.recv_cq] {
             if let Some(q) = self.cqs.get_mut(&cq.0) {
                 q.users += 1;
+                if gsi && !q.gsi {
+                    if q.wakes_device() {
+                        self.armed_cqs -= 1;
+                    }
+                    q.gsi = true;
+                }
             }
         }
         if let Some(q) = init.srq.and_then(|s| self.srqs.get_mut(&s.0)) {

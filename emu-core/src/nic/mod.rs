@@ -783,7 +783,8 @@ impl Inner {
     /// back after [`IDLE_NAPS`] naps without a poll ([`IDLE_NAPS_BUSY`] in busy-poll
     /// mode), and at once while a CQ is armed: an application that waits on a
     /// completion channel polls only after its event, so the thread must receive
-    /// what makes it (`req_notify_cq` wakes it from a nap). Holding the socket in
+    /// what makes it (`req_notify_cq` wakes it from a nap); QP1's CQ, which the CM
+    /// agent keeps armed, does not count (`Engine::cq_armed`). Holding the socket in
     /// busy-poll mode, it looks again for [`SPIN`] after each datagram before it
     /// sleeps.
     fn run(&self, udp: &UdpLink) {
