@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::io::{PipeReader, PipeWriter, Read, Write};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -18,6 +18,8 @@ pub(crate) struct Notifier<T> {
     queue: Mutex<(VecDeque<T>, usize)>,
     cond: Condvar,
     reader: Mutex<PipeReader>,
+    /// The read end again (a second descriptor), to poll without the lock.
+    watch: PipeReader,
     writer: Mutex<PipeWriter>,
     fd: i32,
 }
@@ -37,10 +39,15 @@ impl<T> Notifier<T> {
             context: "pipe",
         })?;
         let fd = reader.as_raw_fd();
+        let watch = reader.try_clone().map_err(|e| Error::Os {
+            errno: e.raw_os_error().unwrap_or(24),
+            context: "dup",
+        })?;
         Ok(Notifier {
             queue: Mutex::new((VecDeque::new(), 0)),
             cond: Condvar::new(),
             reader: Mutex::new(reader),
+            watch,
             writer: Mutex::new(writer),
             fd,
         })
@@ -109,6 +116,11 @@ impl<T> Notifier<T> {
     /// The read end of the pipe.
     pub(crate) fn fd(&self) -> i32 {
         self.fd
+    }
+
+    /// A descriptor readable exactly while items wait, to poll along with others.
+    pub(crate) fn watch_fd(&self) -> BorrowedFd<'_> {
+        self.watch.as_fd()
     }
 }
 

@@ -552,6 +552,11 @@ impl Engine {
         self.armed_cqs > 0
     }
 
+    /// Whether QP1 uses this CQ (the CM agent's; see [`Engine::cq_armed`]).
+    pub fn cq_is_gsi(&self, cq: CqHandle) -> bool {
+        self.cqs.get(&cq.0).is_some_and(|q| q.gsi)
+    }
+
     /// The next CQ whose completion channel must be woken (one per arming).
     pub fn poll_cq_event(&mut self) -> Option<CqHandle> {
         self.cq_events.pop_front()

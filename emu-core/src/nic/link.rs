@@ -23,6 +23,7 @@
 
 use std::io::{self, IoSliceMut, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -285,21 +286,29 @@ impl UdpLink {
 
     /// Waits up to `timeout` for the socket to become readable; true if it is.
     pub(crate) fn wait_readable(&self, timeout: Duration) -> bool {
-        let ts = rustix::event::Timespec::try_from(timeout).ok();
-        match &self.raw {
-            None => {
-                let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
-                matches!(rustix::event::poll(&mut fds, ts.as_ref()), Ok(n) if n > 0)
-            }
-            // The UDP socket gets a copy of what the raw one shows: it is drained too.
-            Some(raw) => {
-                let mut fds = [
-                    PollFd::new(raw, PollFlags::IN),
-                    PollFd::new(&self.socket, PollFlags::IN),
-                ];
-                matches!(rustix::event::poll(&mut fds, ts.as_ref()), Ok(n) if n > 0)
-            }
+        self.wait_readable_or(None, Some(timeout))
+    }
+
+    /// Waits up to `timeout` (forever for `None`) for the socket or `other` to become
+    /// readable; true if one is.
+    pub(crate) fn wait_readable_or(
+        &self,
+        other: Option<BorrowedFd<'_>>,
+        timeout: Option<Duration>,
+    ) -> bool {
+        let ts = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
+        // The UDP socket gets a copy of what the raw one shows: it is drained too.
+        let socket = PollFd::new(&self.socket, PollFlags::IN);
+        let mut fds = [socket.clone(), socket.clone(), socket];
+        let mut n = 1;
+        for fd in [self.raw.as_ref().map(AsFd::as_fd), other]
+            .into_iter()
+            .flatten()
+        {
+            fds[n] = PollFd::from_borrowed_fd(fd, PollFlags::IN);
+            n += 1;
         }
+        matches!(rustix::event::poll(&mut fds[..n], ts.as_ref()), Ok(k) if k > 0)
     }
 
     /// Interop mode's receive: drains the UDP socket and the group sockets (their

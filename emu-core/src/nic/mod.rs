@@ -38,7 +38,7 @@ mod manage;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -249,6 +249,15 @@ struct Inner {
     /// application; false while it blocks on the socket. Posts defer only while it
     /// naps (see `Inner::may_defer`).
     napping: AtomicBool,
+    /// Threads in `get_cq_event` that receive while they wait (see
+    /// `EmuDevice::wait_receiving`): the device thread naps meanwhile.
+    waiters: AtomicUsize,
+    /// Such waits so far: the device thread compares it between its wake-ups, as
+    /// `polls`, to tell whether the application waits for its events that way.
+    waits: AtomicU64,
+    /// Set by the device thread while the application waits for events receiving
+    /// (`waits` moved within its last nap): arming a CQ then leaves it napping.
+    waiter_mode: AtomicBool,
 }
 
 /// An emulated RDMA device on UDP.
@@ -405,6 +414,41 @@ impl EmuDevice {
             })
     }
 
+    /// Takes the next event of completion channel `ch`, receiving in the caller's
+    /// thread while it waits: it sleeps on the socket and the channel together, and
+    /// a datagram wakes it alone, which receives it, runs it through the engine and
+    /// finds its own event, without the device thread in between (one wake-up per
+    /// message, as a blocking socket program has). The device thread naps meanwhile
+    /// and keeps the timers; an event another thread makes (a timer, another
+    /// receiver) wakes the waiter through the channel's descriptor.
+    fn wait_receiving(
+        &self,
+        udp: &UdpLink,
+        ch: &Notifier<CqId>,
+        timeout: Option<Duration>,
+    ) -> Result<CqId> {
+        let inner = &self.inner;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        inner.flush_pending();
+        inner.waits.fetch_add(1, Ordering::Relaxed);
+        inner.waiters.fetch_add(1, Ordering::AcqRel);
+        let r = loop {
+            if let Ok(item) = ch.pop(Some(Duration::ZERO)) {
+                break Ok(item);
+            }
+            if inner.receive(udp, true, false, false) > 0 {
+                continue;
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                break ch.pop(Some(Duration::ZERO));
+            }
+            udp.wait_readable_or(Some(ch.watch_fd()), left);
+        };
+        inner.waiters.fetch_sub(1, Ordering::AcqRel);
+        r
+    }
+
     /// Takes the next item of `n`; on a link with virtual time, moves the network on
     /// while nothing is queued.
     fn wait<T>(&self, n: &Notifier<T>, timeout: Option<Duration>) -> Result<T> {
@@ -555,6 +599,9 @@ impl Inner {
             rx: Mutex::new(rx),
             polls: AtomicU64::new(0),
             napping: AtomicBool::new(false),
+            waiters: AtomicUsize::new(0),
+            waits: AtomicU64::new(0),
+            waiter_mode: AtomicBool::new(false),
         }))
     }
 }
@@ -586,7 +633,12 @@ impl Inner {
     fn may_defer(&self) -> bool {
         // Not on a fabric (no thread would send it), nor where every packet is its
         // own send anyway (interop mode, a hook).
-        self.udp.is_some() && self.link.max_batch() > 1 && self.napping.load(Ordering::Acquire)
+        // Nor while a thread waits for an event receiving (`wait_receiving`): it does
+        // not poll, so nothing would send the rest before the device thread's nap ends.
+        self.udp.is_some()
+            && self.link.max_batch() > 1
+            && self.napping.load(Ordering::Acquire)
+            && self.waiters.load(Ordering::Acquire) == 0
     }
 
     /// Sends what a deferred post left in the batch buffer.
@@ -794,6 +846,7 @@ impl Inner {
             IDLE_NAPS
         };
         let mut seen = self.polls.load(Ordering::Relaxed);
+        let mut seen_waits = self.waits.load(Ordering::Relaxed);
         let mut idle_naps = idle_limit;
         let spin = if self.cfg.busy_poll {
             SPIN
@@ -817,7 +870,13 @@ impl Inner {
             } else {
                 idle_naps = idle_naps.saturating_add(1);
             }
-            if idle_naps < idle_limit && !armed {
+            // A thread waits for its event receiving, or did within the last nap (it
+            // arms, polls once and waits again for each message).
+            let waits = self.waits.load(Ordering::Relaxed);
+            let waiting = self.waiters.load(Ordering::Acquire) > 0 || waits != seen_waits;
+            seen_waits = waits;
+            self.waiter_mode.store(waiting, Ordering::Release);
+            if (idle_naps < idle_limit && !armed) || waiting {
                 // The application takes the datagrams; only keep time.
                 self.napping.store(true, Ordering::Release);
                 std::thread::park_timeout(sleep.min(NAP));
@@ -988,6 +1047,26 @@ impl Device for EmuDevice {
             .get(&channel.0)
             .cloned()
             .ok_or(Error::InvalidArgument("no such channel"))?;
+        // A call that does not wait (a program that learns of events from the fd, with
+        // O_NONBLOCK) only takes what is there.
+        let udp = self
+            .inner
+            .udp
+            .as_ref()
+            .filter(|_| timeout != Some(Duration::ZERO));
+        if let Some(udp) = udp {
+            // The CM agent waits on QP1's channel all the time: it leaves the socket
+            // to the device thread and the application (see `Engine::cq_armed`).
+            let gsi = {
+                let core = self.inner.core.lock();
+                let map = self.inner.cq_channel.lock();
+                map.iter()
+                    .any(|(&c, &chan)| chan == channel.0 && core.engine.cq_is_gsi(cq(CqId(c))))
+            };
+            if !gsi {
+                return self.wait_receiving(udp, &ch, timeout);
+            }
+        }
         self.wait(&ch, timeout)
     }
 
@@ -1057,9 +1136,12 @@ impl Device for EmuDevice {
         self.live(|e, _| e.req_notify_cq(cq(c), solicited_only))?;
         // The application will wait for the event, not poll: a napping device thread
         // must go back to the socket now (see `Inner::run`). Unparked even when it is
-        // not napping yet: it may be about to, having looked before the arming.
+        // not napping yet: it may be about to, having looked before the arming. Not
+        // when the application waits in `get_cq_event`, which receives itself.
         if let Some(t) = &self.thread {
-            t.thread().unpark();
+            if !self.inner.waiter_mode.load(Ordering::Acquire) {
+                t.thread().unpark();
+            }
         }
         Ok(())
     }
@@ -1439,5 +1521,88 @@ mod tests {
             reaches(false, &mut out),
             "the device thread kept napping with a CQ armed"
         );
+    }
+
+    /// A thread waiting in `get_cq_event` receives for itself: with its CQ armed the
+    /// device thread naps instead of taking the socket (which would put a second
+    /// wake-up between the datagram and the waiter), and the event still comes.
+    #[test]
+    fn a_thread_waiting_for_its_event_receives_while_the_device_thread_naps() {
+        use verbs_api::{
+            connect_qp, Endpoint, QpCap, QpInitAttr, QpParams, QpType, RecvWr, SendWr, Sge,
+            WcStatus, WrOperation,
+        };
+        let dev = Arc::new(
+            EmuDevice::open(EmuConfig {
+                ip: Ipv4Addr::LOCALHOST,
+                port: 0,
+                ..EmuConfig::default()
+            })
+            .expect("open a device on loopback"),
+        );
+        let pd = dev.alloc_pd().unwrap();
+        let ch = dev.create_comp_channel().unwrap();
+        let send_cq = dev.create_cq(16, None).unwrap();
+        let recv_cq = dev.create_cq(16, Some(ch)).unwrap();
+        let qp = |cq: CqId| {
+            dev.create_qp(&QpInitAttr {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                qp_type: QpType::Rc,
+                cap: QpCap {
+                    max_send_wr: 4,
+                    max_recv_wr: 4,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+                srq: None,
+            })
+            .unwrap()
+        };
+        let (a, b) = (qp(send_cq), qp(recv_cq));
+        let params = QpParams::default();
+        let end = |qpn, psn| Endpoint {
+            qpn,
+            psn,
+            gid: dev.gid(),
+            ..Endpoint::default()
+        };
+        connect_qp(&*dev, a, QpType::Rc, &params, 1, &end(b, 2)).unwrap();
+        connect_qp(&*dev, b, QpType::Rc, &params, 2, &end(a, 1)).unwrap();
+        let buf = MemBuf::new(64);
+        let mr = dev
+            .reg_mr(pd, &buf, 0, 64, AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let sge = Sge {
+            addr: mr.addr,
+            length: 8,
+            lkey: mr.lkey,
+        };
+        dev.post_recv(b, &[RecvWr::new(5, vec![sge])]).unwrap();
+        dev.req_notify_cq(recv_cq, false).unwrap();
+        let waiter = {
+            let dev = dev.clone();
+            std::thread::spawn(move || dev.get_cq_event(ch, Some(Duration::from_secs(10))))
+        };
+        // The waiter is in, and the device thread naps though a CQ is armed.
+        let t0 = Instant::now();
+        while !(dev.inner.waiters.load(Ordering::Acquire) == 1
+            && dev.inner.napping.load(Ordering::Acquire))
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the device thread did not nap while a thread waited for its event"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        dev.post_send(a, &[SendWr::new(6, vec![sge], WrOperation::Send)])
+            .unwrap();
+        assert_eq!(waiter.join().unwrap().unwrap(), recv_cq);
+        let mut wcs = Vec::new();
+        assert_eq!(dev.poll_cq(recv_cq, 4, &mut wcs).unwrap(), 1);
+        assert_eq!((wcs[0].wr_id, wcs[0].status), (5, WcStatus::Success));
     }
 }
