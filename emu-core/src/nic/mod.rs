@@ -432,18 +432,24 @@ impl EmuDevice {
         inner.flush_pending();
         inner.waits.fetch_add(1, Ordering::Relaxed);
         inner.waiters.fetch_add(1, Ordering::AcqRel);
+        // Receive only when poll(2) said so, or when an earlier receive left datagrams
+        // (poll cannot see those): an empty receive before each sleep would cost a
+        // system call per message.
+        let mut readable = false;
         let r = loop {
             if let Ok(item) = ch.pop(Some(Duration::ZERO)) {
                 break Ok(item);
             }
-            if inner.receive(udp, true, false, false) > 0 {
+            let left_over = || inner.rx.lock().as_ref().is_some_and(RxBufs::has_left);
+            if (readable || left_over()) && inner.receive(udp, true, false, false) > 0 {
+                readable = false;
                 continue;
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
                 break ch.pop(Some(Duration::ZERO));
             }
-            udp.wait_readable_or(Some(ch.watch_fd()), left);
+            readable = udp.wait_readable_or(Some(ch.watch_fd()), left);
         };
         inner.waiters.fetch_sub(1, Ordering::AcqRel);
         r
