@@ -1610,5 +1610,16 @@ mod tests {
         let mut wcs = Vec::new();
         assert_eq!(dev.poll_cq(recv_cq, 4, &mut wcs).unwrap(), 1);
         assert_eq!((wcs[0].wr_id, wcs[0].status), (5, WcStatus::Success));
+        // Armed again with nobody waiting that way (a program that watches the fd):
+        // the device thread goes back to the socket within a nap or two.
+        dev.req_notify_cq(recv_cq, false).unwrap();
+        let t0 = Instant::now();
+        while dev.inner.napping.load(Ordering::Acquire) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the device thread kept napping after the waits stopped"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
