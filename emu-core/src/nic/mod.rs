@@ -85,7 +85,8 @@ pub struct EmuConfig {
     /// default mode). For applications that spin on `poll_cq` with pauses. While
     /// the device thread holds the socket (the application does not poll: the
     /// passive side of RDMA WRITE or READ), it spins for 50 us after each datagram
-    /// instead of sleeping, so a streaming peer's sends do not pay its wake-up.
+    /// instead of sleeping (20 us in the default mode), so a streaming peer's sends
+    /// do not pay its wake-up.
     pub busy_poll: bool,
     /// How the UDP link works: the default loopback mode, or the interop mode for a
     /// real RoCE peer, with an optional fault hook ([`interop`]).
@@ -284,10 +285,13 @@ const NAP: Duration = Duration::from_micros(200);
 /// the default mode, ten (2 ms) in busy-poll mode.
 const IDLE_NAPS: u32 = 1;
 const IDLE_NAPS_BUSY: u32 = 10;
-/// In busy-poll mode, how long the device thread, while it holds the socket, keeps
-/// looking for datagrams after the last one before it sleeps (unless a CQ is armed:
-/// then the application waits for an event and needs the core).
-const SPIN: Duration = Duration::from_micros(50);
+/// How long the device thread, while it holds the socket, keeps looking for datagrams
+/// after the last one before it sleeps (unless a CQ is armed: then the application
+/// waits for an event and needs the core). A streaming peer's sends then do not pay
+/// this thread's wake-up (a third of a WRITE sender's time when it did).
+const SPIN: Duration = Duration::from_micros(20);
+/// [`SPIN`] in busy-poll mode.
+const SPIN_BUSY: Duration = Duration::from_micros(50);
 
 impl EmuDevice {
     /// Opens a device on UDP: binds its socket and starts its thread. EADDRINUSE and
@@ -842,9 +846,9 @@ impl Inner {
     /// mode), and at once while a CQ is armed: an application that waits on a
     /// completion channel polls only after its event, so the thread must receive
     /// what makes it (`req_notify_cq` wakes it from a nap); QP1's CQ, which the CM
-    /// agent keeps armed, does not count (`Engine::cq_armed`). Holding the socket in
-    /// busy-poll mode, it looks again for [`SPIN`] after each datagram before it
-    /// sleeps.
+    /// agent keeps armed, does not count (`Engine::cq_armed`). Holding the socket, it
+    /// looks again for [`SPIN`] ([`SPIN_BUSY`] in busy-poll mode) after each datagram
+    /// before it sleeps.
     fn run(&self, udp: &UdpLink) {
         let idle_limit = if self.cfg.busy_poll {
             IDLE_NAPS_BUSY
@@ -854,11 +858,7 @@ impl Inner {
         let mut seen = self.polls.load(Ordering::Relaxed);
         let mut seen_waits = self.waits.load(Ordering::Relaxed);
         let mut idle_naps = idle_limit;
-        let spin = if self.cfg.busy_poll {
-            SPIN
-        } else {
-            Duration::ZERO
-        };
+        let spin = if self.cfg.busy_poll { SPIN_BUSY } else { SPIN };
         let mut last_rx: Option<Instant> = None;
         while !self.stop.load(Ordering::Relaxed) {
             let (sleep, armed) = {
@@ -893,9 +893,9 @@ impl Inner {
                 self.flush_pending();
                 let spinning = !armed && last_rx.is_some_and(|t| t.elapsed() < spin);
                 if spinning {
-                    // Busy-poll mode, traffic within SPIN: look again instead of
-                    // sleeping, so the sender does not pay this thread's wake-up
-                    // (yielding to any thread that waits for this core).
+                    // Traffic within SPIN: look again instead of sleeping, so the
+                    // sender does not pay this thread's wake-up (yielding to any
+                    // thread that waits for this core).
                     std::thread::yield_now();
                 } else if !self.rx.lock().as_ref().is_some_and(RxBufs::has_left) {
                     udp.wait_readable(sleep);
