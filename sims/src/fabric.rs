@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use emu_core::engine::MAX_PACKET;
 use emu_core::nic::{DeviceDriver, EmuConfig, EmuDevice, Link, ROCE_PORT};
 use emu_wire::{write_icrc, AethRepr, Ipv4Endpoints, Opcode, PacketRepr, Syndrome};
 use parking_lot::{Mutex, RecursiveRwLock};
@@ -128,7 +129,7 @@ struct Event {
     src: usize,
     dst: usize,
     record: Option<usize>,
-    bytes: Vec<u8>,
+    pkt: Pkt,
     /// The multicast group it was sent to, if it was.
     group: Option<Ipv4Addr>,
 }
@@ -139,13 +140,61 @@ impl Keyed for Event {
     }
 }
 
-/// Packet buffers kept for reuse: a step returns the one it delivered, a send takes
-/// one. Per thread, so returning a buffer takes no lock; a few hundred cover the
-/// packets in flight of any scenario or benchmark.
-const POOL_MAX: usize = 256;
+/// Packet buffers kept for reuse: a step returns the one it delivered, a send (or a
+/// device writing a packet, [`Link::lend`]) takes one. Per thread, so returning a
+/// buffer takes no lock. Enough for the packets in flight of a 64 KiB WRITE bench
+/// (128 messages of 16 packets); each is [`MAX_PACKET`] long, so a small packet
+/// written into a reused buffer zeroes nothing.
+const POOL_MAX: usize = 4096;
 
 thread_local! {
     static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A packet in the fabric: its bytes at the start of a pooled buffer the fabric owns.
+/// A device lends nothing back: it writes into a pool buffer and gives it to the
+/// fabric ([`Link::send_owned`]), so the only copies the fabric makes are the
+/// duplicates it creates (a duplicated packet, a multicast group's other members).
+struct Pkt {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl Pkt {
+    /// A pool buffer at least [`MAX_PACKET`] long (zeroed only when new).
+    fn buffer() -> Vec<u8> {
+        let mut b = POOL.with_borrow_mut(Vec::pop).unwrap_or_default();
+        if b.len() < MAX_PACKET {
+            b.resize(MAX_PACKET, 0);
+        }
+        b
+    }
+
+    /// A copy of `bytes` in a pool buffer.
+    fn copy_of(bytes: &[u8]) -> Pkt {
+        let mut buf = Pkt::buffer();
+        if buf.len() < bytes.len() {
+            buf.resize(bytes.len(), 0);
+        }
+        buf[..bytes.len()].copy_from_slice(bytes);
+        Pkt {
+            buf,
+            len: bytes.len(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    /// Gives the buffer back to this thread's pool.
+    fn recycle(self) {
+        POOL.with_borrow_mut(|p| {
+            if p.len() < POOL_MAX {
+                p.push(self.buf);
+            }
+        });
+    }
 }
 
 struct Node {
@@ -234,7 +283,35 @@ impl Link for FabricLink {
         };
         write_icrc(&ep, packet);
         let now = self.shared.now();
-        self.shared.state.lock().send(now, self.node, dst, packet);
+        let pkt = Pkt::copy_of(packet);
+        self.shared.state.lock().send(now, self.node, dst, pkt);
+        Ok(())
+    }
+
+    fn lend(&self) -> Option<Vec<u8>> {
+        Some(Pkt::buffer())
+    }
+
+    fn send_owned(
+        &self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        mut buf: Vec<u8>,
+        len: usize,
+    ) -> io::Result<()> {
+        let ep = Ipv4Endpoints {
+            src,
+            dst,
+            ip_id: 0,
+            src_port: self.shared.port,
+            dst_port: self.shared.port,
+        };
+        write_icrc(&ep, &mut buf[..len]);
+        let now = self.shared.now();
+        self.shared
+            .state
+            .lock()
+            .send(now, self.node, dst, Pkt { buf, len });
         Ok(())
     }
 
@@ -338,23 +415,17 @@ impl Shared {
             let dst = batch[0].dst;
             drop(st);
             if let [ev] = batch.as_slice() {
-                eps[dst].deliver(addrs[0].0, addrs[0].1, &ev.bytes);
+                eps[dst].deliver(addrs[0].0, addrs[0].1, ev.pkt.bytes());
             } else {
                 let list: Vec<(Ipv4Addr, Ipv4Addr, &[u8])> = batch
                     .iter()
                     .zip(&addrs)
-                    .map(|(ev, &(s, d))| (s, d, ev.bytes.as_slice()))
+                    .map(|(ev, &(s, d))| (s, d, ev.pkt.bytes()))
                     .collect();
                 eps[dst].deliver_batch(&list);
             }
             for ev in batch {
-                let mut bytes = ev.bytes;
-                bytes.clear();
-                POOL.with_borrow_mut(|p| {
-                    if p.len() < POOL_MAX {
-                        p.push(bytes);
-                    }
-                });
+                ev.pkt.recycle();
             }
         } else if let Some((_, i)) = timer {
             drop(st);
@@ -420,25 +491,28 @@ impl State {
     /// A device sent `bytes` (ICRC filled in) to `dst_ip`.
     /// A packet to a multicast group goes, as one traced packet each, to every device
     /// that joined the group (the sender too, as IP multicast loops back).
-    fn send(&mut self, now: Duration, src: usize, dst_ip: Ipv4Addr, bytes: &[u8]) {
-        if dst_ip.is_multicast() {
+    fn send(&mut self, now: Duration, src: usize, dst_ip: Ipv4Addr, pkt: Pkt) {
+        let dst = if dst_ip.is_multicast() {
             let members: Vec<usize> = (0..self.nodes.len())
                 .filter(|&i| self.nodes[i].groups.contains(&dst_ip))
                 .collect();
-            if members.is_empty() {
-                let rec = self.record(now, src, None, dst_ip, bytes, Fate::Delivered);
-                self.set_fate(rec, Fate::Dropped(Cause::NoRoute));
+            if let Some((&last, others)) = members.split_last() {
+                for &m in others {
+                    let copy = Pkt::copy_of(pkt.bytes());
+                    self.send_one(now, src, m, dst_ip, Some(dst_ip), copy);
+                }
+                return self.send_one(now, src, last, dst_ip, Some(dst_ip), pkt);
             }
-            for m in members {
-                self.send_one(now, src, m, dst_ip, Some(dst_ip), bytes);
-            }
-            return;
-        }
-        match self.nodes.iter().position(|n| n.ip == dst_ip) {
-            Some(dst) => self.send_one(now, src, dst, dst_ip, None, bytes),
+            None
+        } else {
+            self.nodes.iter().position(|n| n.ip == dst_ip)
+        };
+        match dst {
+            Some(dst) => self.send_one(now, src, dst, dst_ip, None, pkt),
             None => {
-                let rec = self.record(now, src, None, dst_ip, bytes, Fate::Delivered);
+                let rec = self.record(now, src, None, dst_ip, pkt.bytes(), Fate::Delivered);
                 self.set_fate(rec, Fate::Dropped(Cause::NoRoute));
+                pkt.recycle();
             }
         }
     }
@@ -451,21 +525,21 @@ impl State {
         dst: usize,
         dst_ip: Ipv4Addr,
         group: Option<Ipv4Addr>,
-        bytes: &[u8],
+        pkt: Pkt,
     ) {
-        let rec = self.record(now, src, Some(dst), dst_ip, bytes, Fate::Delivered);
+        let rec = self.record(now, src, Some(dst), dst_ip, pkt.bytes(), Fate::Delivered);
         let index = self.packets - 1;
         let dir = self.dir(src, dst);
         if dir.partitioned {
             self.set_fate(rec, Fate::Dropped(Cause::Partition));
-            return;
+            return pkt.recycle();
         }
         if let Some(held) = &mut dir.held {
-            held.push((bytes.to_vec(), rec, index, group));
+            held.push((pkt.bytes().to_vec(), rec, index, group));
             self.set_fate(rec, Fate::Held);
-            return;
+            return pkt.recycle();
         }
-        self.route(now, (src, dst), bytes, rec, index, group);
+        self.route(now, (src, dst), pkt, rec, index, group);
     }
 
     /// The rule stage, then transit, for packet number `index`.
@@ -473,11 +547,12 @@ impl State {
         &mut self,
         now: Duration,
         (src, dst): (usize, usize),
-        bytes: &[u8],
+        pkt: Pkt,
         rec: Option<usize>,
         index: u64,
         group: Option<Ipv4Addr>,
     ) {
+        let bytes = pkt.bytes();
         let mut decided = None;
         if !self.rules.is_empty() {
             if let Ok((repr, payload)) = PacketRepr::parse(bytes) {
@@ -501,7 +576,7 @@ impl State {
             let draw = self.dir(src, dst).draw(bytes.len());
             if draw.lost {
                 self.set_fate(rec, Fate::Dropped(Cause::Random));
-                return;
+                return pkt.recycle();
             }
             if draw.corrupt_bit.is_some() {
                 self.set_fate(rec, Fate::Corrupted(Cause::Random));
@@ -514,7 +589,7 @@ impl State {
                 corrupt_bit: draw.corrupt_bit,
                 group,
             };
-            self.transit(now, src, dst, bytes, rec, t);
+            self.transit(now, src, dst, pkt, rec, t);
             return;
         };
         let cause = Cause::Rule(name.clone());
@@ -525,7 +600,10 @@ impl State {
             group,
         };
         match action {
-            Action::Drop => return self.set_fate(rec, Fate::Dropped(cause)),
+            Action::Drop => {
+                self.set_fate(rec, Fate::Dropped(cause));
+                return pkt.recycle();
+            }
             Action::Duplicate => {
                 t.copies = 2;
                 self.set_fate(rec, Fate::Duplicated(cause));
@@ -542,7 +620,7 @@ impl State {
             Action::Truncate(n) => {
                 self.set_fate(rec, Fate::Dropped(cause));
                 let Ok((_, payload)) = PacketRepr::parse(bytes) else {
-                    return;
+                    return pkt.recycle();
                 };
                 let keep = payload.len().saturating_sub(n);
                 let mut buf = vec![0u8; bytes.len()];
@@ -564,7 +642,8 @@ impl State {
                     &buf[..len],
                     Fate::Injected(name),
                 );
-                self.transit(now, src, dst, &buf[..len], r, t);
+                pkt.recycle();
+                self.transit(now, src, dst, Pkt::copy_of(&buf[..len]), r, t);
                 return;
             }
             Action::RnrNak {
@@ -572,6 +651,7 @@ impl State {
                 timer,
             } => {
                 self.set_fate(rec, Fate::Dropped(cause));
+                pkt.recycle();
                 // IBTA 9.7.5.2.8: an RNR NAK is an ACKNOWLEDGE with the PSN of the
                 // request and an AETH of type RNR NAK carrying the timer code.
                 let mut nak = PacketRepr::new(Opcode::RcAcknowledge, requester_qpn, repr.bth.psn);
@@ -592,11 +672,11 @@ impl State {
                 let src_ip = self.nodes[src].ip;
                 let r = self.record(now, dst, Some(src), src_ip, &buf[..n], Fate::Injected(name));
                 t.group = None;
-                self.transit(now, dst, src, &buf[..n], r, t);
+                self.transit(now, dst, src, Pkt::copy_of(&buf[..n]), r, t);
                 return;
             }
         }
-        self.transit(now, src, dst, bytes, rec, t);
+        self.transit(now, src, dst, pkt, rec, t);
     }
 
     /// MTU, the transmit queue, then latency and jitter per copy.
@@ -605,16 +685,18 @@ impl State {
         now: Duration,
         src: usize,
         dst: usize,
-        bytes: &[u8],
+        pkt: Pkt,
         rec: Option<usize>,
         t: Transit,
     ) {
         let dir = self.dir(src, dst);
-        if !dir.fits_mtu(bytes.len()) {
-            return self.set_fate(rec, Fate::Dropped(Cause::Mtu));
+        if !dir.fits_mtu(pkt.len) {
+            self.set_fate(rec, Fate::Dropped(Cause::Mtu));
+            return pkt.recycle();
         }
-        let Some(done) = dir.transmit(now, bytes.len()) else {
-            return self.set_fate(rec, Fate::Dropped(Cause::QueueFull));
+        let Some(done) = dir.transmit(now, pkt.len) else {
+            self.set_fate(rec, Fate::Dropped(Cause::QueueFull));
+            return pkt.recycle();
         };
         let mut delays = [Duration::ZERO; 2];
         for d in delays.iter_mut().take(t.copies) {
@@ -624,11 +706,11 @@ impl State {
             self.stats.corrupted += 1;
         }
         self.stats.duplicated += t.copies as u64 - 1;
-        for &d in delays.iter().take(t.copies) {
-            let mut b = POOL.with_borrow_mut(Vec::pop).unwrap_or_default();
-            b.extend_from_slice(bytes);
+        // The extra copies first; the last one travels in the packet's own buffer.
+        let extra: Vec<Pkt> = (1..t.copies).map(|_| Pkt::copy_of(pkt.bytes())).collect();
+        for (mut p, &d) in extra.into_iter().chain([pkt]).zip(&delays) {
             if let Some(bit) = t.corrupt_bit {
-                b[bit / 8] ^= 1 << (bit % 8);
+                p.buf[bit / 8] ^= 1 << (bit % 8);
             }
             self.seq += 1;
             self.queue.push(Event {
@@ -637,7 +719,7 @@ impl State {
                 src,
                 dst,
                 record: rec,
-                bytes: b,
+                pkt: p,
                 group: t.group,
             });
         }
@@ -798,7 +880,7 @@ impl Fabric {
         let held = st.dir(a, b).held.take().unwrap_or_default();
         let now = self.now();
         for (bytes, rec, index, group) in held {
-            st.route(now, (a, b), &bytes, rec, index, group);
+            st.route(now, (a, b), Pkt::copy_of(&bytes), rec, index, group);
         }
         Ok(())
     }

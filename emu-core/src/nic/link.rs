@@ -69,6 +69,28 @@ pub trait Link: Send + Sync + std::fmt::Debug {
         r
     }
 
+    /// A buffer at least [`MAX_PACKET`](crate::engine::MAX_PACKET) bytes long for the
+    /// device to write its next packet into, if the link keeps the packets it is given
+    /// (a simulated fabric queues them): the device then hands the buffer over with
+    /// [`Link::send_owned`] and the link stores it instead of copying the packet.
+    /// `None` (the default): packets go through [`Link::send`] and
+    /// [`Link::send_batch`].
+    fn lend(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Fills in the ICRC of the packet in `buf[..len]` (as [`Link::send`]) and sends
+    /// it, keeping `buf`, which [`Link::lend`] gave.
+    fn send_owned(
+        &self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        mut buf: Vec<u8>,
+        len: usize,
+    ) -> io::Result<()> {
+        self.send(src, dst, &mut buf[..len])
+    }
+
     /// How many packets [`Link::send_batch`] takes at once (1: no batching).
     fn max_batch(&self) -> usize {
         1

@@ -124,6 +124,9 @@ struct Core {
     /// Positive ACKs held back so that requests gathered in the same flush leave
     /// first (UDP only; see `Inner::flush`).
     acks: TxBatch,
+    /// On a link that lends packet buffers ([`Link::lend`]), the one the next packet
+    /// is written into.
+    lent: Option<Vec<u8>>,
 }
 
 impl TxBatch {
@@ -595,6 +598,7 @@ impl Inner {
                 },
                 tx: TxBatch::new(GSO_MAX_BYTES),
                 acks: TxBatch::new(if udp.is_some() { 4096 } else { 0 }),
+                lent: None,
             }),
             cfg,
             link,
@@ -671,7 +675,17 @@ impl Inner {
     /// Any other response (a READ response, an atomic ACK, a NAK) sends the held ACKs
     /// first, so the responder's packets keep their order.
     fn flush(&self, core: &mut Core, now: Instant, defer: bool) {
-        let Core { engine, tx, acks } = core;
+        let Core {
+            engine,
+            tx,
+            acks,
+            lent,
+        } = core;
+        if let Some(buf) = lent.take().or_else(|| self.link.lend()) {
+            self.send_lent(engine, now, buf, lent);
+            self.notify(engine);
+            return;
+        }
         let max_batch = self.link.max_batch().max(1);
         let hold_acks = !acks.buf.is_empty() && max_batch > 1;
         loop {
@@ -729,6 +743,11 @@ impl Inner {
                 self.send_run(acks);
             }
         }
+        self.notify(engine);
+    }
+
+    /// Hands out the engine's completion-channel wake-ups and async events.
+    fn notify(&self, engine: &mut Engine) {
         while let Some(cq) = engine.poll_cq_event() {
             let channel = self.cq_channel.lock().get(&cq.0).copied();
             if let Some(ch) = channel.and_then(|c| self.channels.lock().get(&c).cloned()) {
@@ -738,6 +757,39 @@ impl Inner {
         while let Some(ev) = engine.poll_event() {
             self.events.push(ev);
         }
+    }
+
+    /// Sends what the engine wants sent on a link that lends buffers ([`Link::lend`]):
+    /// each packet is written straight into a lent buffer, which the link keeps (no
+    /// copy). The buffer left over waits in `spare` for the next flush.
+    fn send_lent(
+        &self,
+        engine: &mut Engine,
+        now: Instant,
+        mut buf: Vec<u8>,
+        spare: &mut Option<Vec<u8>>,
+    ) {
+        loop {
+            if buf.len() < MAX_PACKET {
+                buf.resize(MAX_PACKET, 0);
+            }
+            let Some(t) = engine.poll_transmit(now, &mut buf[..MAX_PACKET]) else {
+                break;
+            };
+            let Some(dst) = t.dest.to_ipv4() else {
+                continue;
+            };
+            if self.link.send_owned(self.cfg.ip, dst, buf, t.size).is_err() {
+                self.link_counters
+                    .send_errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            match self.link.lend() {
+                Some(b) => buf = b,
+                None => return,
+            }
+        }
+        *spare = Some(buf);
     }
 
     /// Hands the gathered run to the link and empties it.
