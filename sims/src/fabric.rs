@@ -161,13 +161,11 @@ struct Pkt {
 }
 
 impl Pkt {
-    /// A pool buffer at least [`MAX_PACKET`] long (zeroed only when new).
+    /// A pool buffer at least [`MAX_PACKET`] long (a new one comes zeroed from the
+    /// allocator, which need not write fresh pages).
     fn buffer() -> Vec<u8> {
-        let mut b = POOL.with_borrow_mut(Vec::pop).unwrap_or_default();
-        if b.len() < MAX_PACKET {
-            b.resize(MAX_PACKET, 0);
-        }
-        b
+        POOL.with_borrow_mut(Vec::pop)
+            .unwrap_or_else(|| vec![0; MAX_PACKET])
     }
 
     /// A copy of `bytes` in a pool buffer.
