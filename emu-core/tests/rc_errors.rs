@@ -61,7 +61,7 @@ fn forbidden_write(remote_addr: u64, rkey: u32, len: u32, cfg: Config) {
     );
 }
 
-/// IBTA 9.7.4.1.3?: bad R_Key -> NAK remote access error; requester REM_ACCESS_ERR,
+/// IBTA 9.7.4.1, 9.7.5.2: bad R_Key -> NAK remote access error; requester REM_ACCESS_ERR,
 /// responder QP_ACCESS_ERR; zero bytes written.
 #[test]
 fn bad_rkey_writes_nothing() {

@@ -242,4 +242,52 @@ mod tests {
             );
         }
     }
+
+    /// No source file of the workspace cites a section number left unfinished (a
+    /// question mark in place of its last part): a rule cited beside the code that
+    /// implements it is one a reader can look up.
+    #[test]
+    fn source_comments_cite_no_unfinished_sections() {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                let name = e.file_name();
+                if path.is_dir() {
+                    if name != "target" && !name.to_string_lossy().starts_with('.') {
+                        walk(&path, out);
+                    }
+                } else if path
+                    .extension()
+                    .is_some_and(|x| x == "rs" || x == "c" || x == "sh")
+                {
+                    out.push(path);
+                }
+            }
+        }
+        // An unfinished number: a digit, '.' or '-' right before the '?'.
+        fn unfinished(line: &str) -> bool {
+            let cites = ["IBTA", "manual", "C9-", "o9-", "C10-", "o10-"];
+            cites.iter().any(|c| line.contains(c))
+                && line.as_bytes().windows(2).any(|w| {
+                    w[1] == b'?' && (w[0].is_ascii_digit() || w[0] == b'.' || w[0] == b'-')
+                })
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = Vec::new();
+        walk(&root, &mut files);
+        assert!(files.len() > 50, "the workspace's sources were not found");
+        let mut bad = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            for (i, line) in text.lines().enumerate() {
+                if unfinished(line) {
+                    bad.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                }
+            }
+        }
+        assert!(bad.is_empty(), "unfinished citations:\n{}", bad.join("\n"));
+    }
 }

@@ -170,7 +170,8 @@ impl QueuePair {
                 bind_origin: matches!(wr.op, WrOperation::BindMw { .. })
                     .then_some(BindOrigin::WorkRequest),
             };
-            // IBTA 10.3.1?: WRs posted in ERR (and, for UC/UD, SQE) are flushed.
+            // IBTA 10.3 (QP states), manual 6.2.6: WRs posted in ERR (and, for UC/UD, SQE)
+            // are flushed.
             if matches!(self.state(), QpState::Err | QpState::Sqe) {
                 self.flush_send(ctx, &wqe);
             } else {

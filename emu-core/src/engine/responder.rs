@@ -208,7 +208,8 @@ const LENGTH_ERROR: Fatal = Fatal {
     class_a: false,
 };
 
-/// The largest RDMA length a RETH may ask for (IBTA C9-94?: 2^31, as kernel rxe).
+/// The largest RDMA length a RETH may ask for: 2^31, the largest message IBTA allows
+/// (ch. 9), as kernel rxe.
 const MAX_DMA_LEN: u32 = 1 << 31;
 
 const ACCESS_ERROR: Fatal = Fatal {
