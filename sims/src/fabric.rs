@@ -704,22 +704,27 @@ impl State {
             self.stats.corrupted += 1;
         }
         self.stats.duplicated += t.copies as u64 - 1;
-        // The extra copies first; the last one travels in the packet's own buffer.
-        let extra: Vec<Pkt> = (1..t.copies).map(|_| Pkt::copy_of(pkt.bytes())).collect();
-        for (mut p, &d) in extra.into_iter().chain([pkt]).zip(&delays) {
+        // A duplicate goes first, in a copy; the packet itself travels in its own buffer.
+        let enqueue = |st: &mut State, mut p: Pkt, delay: Duration| {
             if let Some(bit) = t.corrupt_bit {
                 p.buf[bit / 8] ^= 1 << (bit % 8);
             }
-            self.seq += 1;
-            self.queue.push(Event {
-                at: done + d + t.extra,
-                seq: self.seq,
+            st.seq += 1;
+            st.queue.push(Event {
+                at: done + delay + t.extra,
+                seq: st.seq,
                 src,
                 dst,
                 record: rec,
                 pkt: p,
                 group: t.group,
             });
+        };
+        if t.copies > 1 {
+            enqueue(self, Pkt::copy_of(pkt.bytes()), delays[0]);
+            enqueue(self, pkt, delays[1]);
+        } else {
+            enqueue(self, pkt, delays[0]);
         }
     }
 }
