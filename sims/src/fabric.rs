@@ -272,17 +272,8 @@ impl Link for FabricLink {
     }
 
     fn send(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
-        let ep = Ipv4Endpoints {
-            src,
-            dst,
-            ip_id: 0,
-            src_port: self.shared.port,
-            dst_port: self.shared.port,
-        };
-        write_icrc(&ep, packet);
-        let now = self.shared.now();
-        let pkt = Pkt::copy_of(packet);
-        self.shared.state.lock().send(now, self.node, dst, pkt);
+        write_icrc(&self.endpoints(src, dst), packet);
+        self.enqueue(dst, Pkt::copy_of(packet));
         Ok(())
     }
 
@@ -297,19 +288,8 @@ impl Link for FabricLink {
         mut buf: Vec<u8>,
         len: usize,
     ) -> io::Result<()> {
-        let ep = Ipv4Endpoints {
-            src,
-            dst,
-            ip_id: 0,
-            src_port: self.shared.port,
-            dst_port: self.shared.port,
-        };
-        write_icrc(&ep, &mut buf[..len]);
-        let now = self.shared.now();
-        self.shared
-            .state
-            .lock()
-            .send(now, self.node, dst, Pkt { buf, len });
+        write_icrc(&self.endpoints(src, dst), &mut buf[..len]);
+        self.enqueue(dst, Pkt { buf, len });
         Ok(())
     }
 
@@ -323,6 +303,26 @@ impl Link for FabricLink {
             n.groups = groups.to_vec();
         }
         Ok(())
+    }
+}
+
+impl FabricLink {
+    /// The addresses and ports the ICRC of a packet from `src` to `dst` covers (no IP
+    /// header crosses the fabric: its ID is 0, as between emulated devices on UDP).
+    fn endpoints(&self, src: Ipv4Addr, dst: Ipv4Addr) -> Ipv4Endpoints {
+        Ipv4Endpoints {
+            src,
+            dst,
+            ip_id: 0,
+            src_port: self.shared.port,
+            dst_port: self.shared.port,
+        }
+    }
+
+    /// Hands a packet (ICRC filled in) to the fabric, at the fabric's time now.
+    fn enqueue(&self, dst: Ipv4Addr, pkt: Pkt) {
+        let now = self.shared.now();
+        self.shared.state.lock().send(now, self.node, dst, pkt);
     }
 }
 

@@ -1560,13 +1560,8 @@ mod tests {
         dev.dealloc_pd(pd).unwrap();
     }
 
-    /// An application that polls while a CQ is armed (it will wait on the channel
-    /// after its next empty poll) must not keep the device thread napping: the thread
-    /// goes back to the socket, so the event's datagram is received without a nap.
-    #[test]
-    fn an_armed_cq_keeps_the_device_thread_on_the_socket() {
-        // Busy-poll mode: without an armed CQ the thread naps on while polls come
-        // less than ten naps (2 ms) apart.
+    /// A busy-poll device on a free loopback port, with a CQ.
+    fn busy_poll_device() -> (EmuDevice, CqId) {
         let dev = EmuDevice::open(EmuConfig {
             ip: Ipv4Addr::LOCALHOST,
             port: 0,
@@ -1575,6 +1570,17 @@ mod tests {
         })
         .expect("open a device on loopback");
         let cq = dev.create_cq(16, None).unwrap();
+        (dev, cq)
+    }
+
+    /// An application that polls while a CQ is armed (it will wait on the channel
+    /// after its next empty poll) must not keep the device thread napping: the thread
+    /// goes back to the socket, so the event's datagram is received without a nap.
+    #[test]
+    fn an_armed_cq_keeps_the_device_thread_on_the_socket() {
+        // Busy-poll mode: without an armed CQ the thread naps on while polls come
+        // less than ten naps (2 ms) apart.
+        let (dev, cq) = busy_poll_device();
         let mut out = Vec::new();
         // Polls until the thread's napping flag is `want` (5 s at most).
         let reaches = |want: bool, out: &mut Vec<WorkCompletion>| {
@@ -1605,14 +1611,7 @@ mod tests {
     /// application polls with pauses here, so some always do).
     #[test]
     fn a_polling_application_receives_every_datagram_itself() {
-        let dev = EmuDevice::open(EmuConfig {
-            ip: Ipv4Addr::LOCALHOST,
-            port: 0,
-            busy_poll: true,
-            ..EmuConfig::default()
-        })
-        .expect("open a device on loopback");
-        let cq = dev.create_cq(16, None).unwrap();
+        let (dev, cq) = busy_poll_device();
         let peer = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let to = (Ipv4Addr::LOCALHOST, dev.port());
         let counters = dev.link_counters();
