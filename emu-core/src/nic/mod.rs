@@ -949,10 +949,7 @@ impl Inner {
                 // receive for the socket and, preempted with the receive lock held,
                 // stall a spinning poller for a time slice. The top of the loop takes
                 // the socket back once the naps go on without polls.
-                let mut core = self.core.lock();
-                let now = Instant::now();
-                core.engine.handle_timeout(now);
-                self.flush(&mut core, now, false);
+                self.keep_time();
                 continue;
             } else {
                 // Posts stop deferring before this thread blocks; one that deferred
@@ -977,12 +974,17 @@ impl Inner {
                     .fetch_add(got as u64, Ordering::Relaxed);
             }
             if got == 0 {
-                let mut core = self.core.lock();
-                let now = Instant::now();
-                core.engine.handle_timeout(now);
-                self.flush(&mut core, now, false);
+                self.keep_time();
             }
         }
+    }
+
+    /// Fires the engine's due timers and sends what they (or a deferred post) left.
+    fn keep_time(&self) {
+        let mut core = self.core.lock();
+        let now = Instant::now();
+        core.engine.handle_timeout(now);
+        self.flush(&mut core, now, false);
     }
 }
 
