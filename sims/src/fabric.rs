@@ -155,9 +155,15 @@ thread_local! {
 /// A device lends nothing back: it writes into a pool buffer and gives it to the
 /// fabric ([`Link::send_owned`]), so the only copies the fabric makes are the
 /// duplicates it creates (a duplicated packet, a multicast group's other members).
-struct Pkt {
+pub(crate) struct Pkt {
     buf: Vec<u8>,
     len: usize,
+}
+
+impl fmt::Debug for Pkt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Pkt").field(&self.bytes()).finish()
+    }
 }
 
 impl Pkt {
@@ -533,9 +539,9 @@ impl State {
             return pkt.recycle();
         }
         if let Some(held) = &mut dir.held {
-            held.push((pkt.bytes().to_vec(), rec, index, group));
+            held.push((pkt, rec, index, group));
             self.set_fate(rec, Fate::Held);
-            return pkt.recycle();
+            return;
         }
         self.route(now, (src, dst), pkt, rec, index, group);
     }
@@ -882,8 +888,8 @@ impl Fabric {
         let (a, b) = (self.node(&st, from)?, self.node(&st, to)?);
         let held = st.dir(a, b).held.take().unwrap_or_default();
         let now = self.now();
-        for (bytes, rec, index, group) in held {
-            st.route(now, (a, b), Pkt::copy_of(&bytes), rec, index, group);
+        for (pkt, rec, index, group) in held {
+            st.route(now, (a, b), pkt, rec, index, group);
         }
         Ok(())
     }

@@ -60,8 +60,14 @@ pub(crate) struct Draw {
     pub(crate) duplicate: bool,
 }
 
-/// A held packet: its bytes, its trace record, its packet number.
-pub(crate) type Held = (Vec<u8>, Option<usize>, u64, Option<std::net::Ipv4Addr>);
+/// A held packet: the packet, its trace record, its packet number, the multicast
+/// group it was sent to.
+pub(crate) type Held = (
+    crate::fabric::Pkt,
+    Option<usize>,
+    u64,
+    Option<std::net::Ipv4Addr>,
+);
 
 /// One direction's state.
 #[derive(Debug)]
