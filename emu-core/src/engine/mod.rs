@@ -38,7 +38,7 @@ mod wqe;
 
 use std::collections::VecDeque;
 
-use idmap::IdMap;
+use idmap::{IdMap, QpMap};
 use std::time::Instant;
 
 use emu_wire::{PacketRepr, Transport};
@@ -184,7 +184,7 @@ pub struct Engine {
     next_cq: u32,
     srqs: IdMap<srq::SharedReceiveQueue>,
     next_srq: u32,
-    qps: IdMap<QueuePair>,
+    qps: QpMap<QueuePair>,
     next_qpn: u32,
     events: VecDeque<AsyncEvent>,
     cq_events: VecDeque<CqHandle>,
@@ -216,7 +216,7 @@ impl Engine {
             next_cq: 0,
             srqs: IdMap::default(),
             next_srq: 0,
-            qps: IdMap::default(),
+            qps: QpMap::default(),
             next_qpn: FIRST_QPN,
             events: VecDeque::new(),
             cq_events: VecDeque::new(),
