@@ -304,27 +304,34 @@ impl QueuePair {
     /// Completes finished WQEs at the head of the send queue, in posting order
     /// (IBTA 10.8: completions are returned in the order WRs were posted).
     pub(crate) fn complete_ready(&mut self, ctx: &mut Ctx<'_>) {
-        while let Some(status) = self.sq.front().and_then(|w| w.done) {
-            let wqe = self.sq.pop_front().expect("front exists");
-            self.req.idx = self.req.idx.saturating_sub(1);
+        // The finished WQEs are read where they lie and dropped there in one go:
+        // moving each out of the queue copied 240 bytes per message.
+        let (mut n, mut rd_atomics, mut failed) = (0, 0, false);
+        for wqe in &self.sq {
+            let Some(status) = wqe.done else { break };
+            n += 1;
             if wqe.started && wqe.is_rd_atomic() {
-                self.req.rd_atomic_outstanding -= 1;
+                rd_atomics += 1;
             }
-            if status == WcStatus::Success {
-                if wqe.signaled {
-                    let wc = self.send_wc(&wqe, status);
-                    ctx.complete(self.init.send_cq, wc, false);
-                }
+            if status != WcStatus::Success {
+                ctx.complete(self.init.send_cq, self.send_wc(wqe, status), true);
+                failed = true;
+                break;
+            }
+            if wqe.signaled {
+                ctx.complete(self.init.send_cq, self.send_wc(wqe, status), false);
+            }
+        }
+        self.sq.drain(..n);
+        self.req.idx = self.req.idx.saturating_sub(n);
+        self.req.rd_atomic_outstanding -= rd_atomics;
+        if failed {
+            if self.init.qp_type == QpType::Rc {
+                self.enter_error(ctx);
             } else {
-                let wc = self.send_wc(&wqe, status);
-                ctx.complete(self.init.send_cq, wc, true);
-                if self.init.qp_type == QpType::Rc {
-                    self.enter_error(ctx);
-                } else {
-                    self.enter_sq_error(ctx);
-                }
-                return;
+                self.enter_sq_error(ctx);
             }
+            return;
         }
         self.check_drained(ctx);
     }
