@@ -169,7 +169,7 @@ impl QueuePair {
             self.fail_head(ctx, WcStatus::BadRespErr);
             return;
         }
-        super::mr::scatter(&wqe.local, offset, payload);
+        super::mr::scatter(wqe.local(), offset, payload);
         if is_last {
             wqe.done = Some(WcStatus::Success);
         }
@@ -196,7 +196,7 @@ impl QueuePair {
         }
         // The original remote value, in the byte order the responder holds it (IBTA
         // 9.4.5: atomics act on 64-bit words in the responder's memory).
-        super::mr::scatter(&wqe.local, 0, &orig.to_le_bytes());
+        super::mr::scatter(wqe.local(), 0, &orig.to_le_bytes());
         wqe.done = Some(WcStatus::Success);
         self.comp.psn = psn.add(1);
         self.on_progress(ctx);

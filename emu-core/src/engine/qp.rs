@@ -25,7 +25,7 @@ use super::rnr::RnrState;
 use super::srq::SrqHandle;
 use super::timers::TimerTable;
 use super::ud::UdDestination;
-use super::wqe::{RecvWqe, Segments, SendWqe, Sges};
+use super::wqe::{Payload, RecvWqe, Segments, SendWqe, Sges};
 use super::Limits;
 
 /// Attributes a QP is created with (`struct ibv_qp_init_attr`, manual 3.5).
@@ -147,20 +147,19 @@ impl QueuePair {
             let length = wr.sg_list.iter().map(|s| u64::from(s.length)).sum::<u64>();
             let length = u32::try_from(length)
                 .map_err(|_| fail(Error::InvalidArgument("message longer than 2^32-1")))?;
-            let inline = if wr.send_flags.contains(SendFlags::INLINE) {
-                Some(self.copy_inline(ctx, wr).map_err(fail)?)
+            let payload = if wr.send_flags.contains(SendFlags::INLINE) {
+                let data = self.copy_inline(ctx, wr).map_err(fail)?;
+                Payload::Resolved(Segments::from_buf([QueuePair::inline_segment(data)]))
             } else {
-                None
+                Payload::Posted(Sges::from_slice(&wr.sg_list))
             };
             let wqe = SendWqe {
                 wr_id: wr.wr_id,
                 op: wr.op.clone(),
                 flags: wr.send_flags,
                 signaled: self.init.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
-                sges: Sges::from_slice(&wr.sg_list),
-                inline,
+                payload,
                 length,
-                local: Segments::new(),
                 started: false,
                 first_psn: Psn::default(),
                 npsn: 0,
@@ -539,11 +538,11 @@ impl QueuePair {
     }
 
     /// Private registered copy of INLINE data, so it reads like any other segment.
-    pub(crate) fn inline_segment(data: &[u8]) -> Segment {
+    pub(crate) fn inline_segment(data: Vec<u8>) -> Segment {
         Segment {
-            buf: MemBuf::from_vec(data.to_vec()),
             offset: 0,
             len: data.len(),
+            buf: MemBuf::from_vec(data),
         }
     }
 }

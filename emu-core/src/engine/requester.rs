@@ -15,7 +15,7 @@ use super::ctx::Ctx;
 use super::qp::QueuePair;
 use super::retry::local_ack_timeout;
 use super::timers::Timer;
-use super::wqe::{ReqKind, Segments};
+use super::wqe::{Payload, ReqKind, Segments};
 use super::{Limits, Transmit};
 
 /// The requester asks for an ACK at least this often (kernel rxe uses the same
@@ -244,7 +244,7 @@ impl QueuePair {
         let wqe = &mut self.sq[idx];
         let pkey = ctx.port.pkey_at(self.attr.pkey_index);
         let size = emit(buf, &mut repr, pkey, payload_len, |dst| {
-            QueuePair::read_segments(&wqe.local, payload_off, dst)
+            QueuePair::read_segments(wqe.local(), payload_off, dst)
         });
         wqe.next_off += consumed;
         if wqe.fully_sent() {
@@ -307,19 +307,19 @@ impl QueuePair {
                 // IBTA 9.7, max_rd_atomic 0: the QP may not initiate READ/ATOMIC.
                 return Err(WcStatus::LocQpOpErr);
             }
-            if let Some(data) = &wqe.inline {
-                wqe.local = Segments::from_buf([QueuePair::inline_segment(data)]);
+            let Payload::Posted(sges) = &wqe.payload else {
+                // INLINE data, resolved at post time.
                 return Ok(());
-            }
+            };
             let write = matches!(kind, ReqKind::Read | ReqKind::Atomic);
-            let mut local = Segments::with_capacity(wqe.sges.len());
-            for sge in wqe.sges.iter().filter(|s| s.length > 0) {
+            let mut local = Segments::with_capacity(sges.len());
+            for sge in sges.iter().filter(|s| s.length > 0) {
                 local.push(
                     ctx.mrs
                         .resolve_local(pd, sge.lkey, sge.addr, sge.length, write)?,
                 );
             }
-            wqe.local = local;
+            wqe.payload = Payload::Resolved(local);
             Ok(())
         })();
         if let Err(status) = result {
