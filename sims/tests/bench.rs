@@ -55,3 +55,33 @@ fn a_message_takes_one_packet_per_mtu() {
     let p = field(&json, "packets_per_msg");
     assert!((64.0..65.0).contains(&p), "{json}");
 }
+
+/// `--rounds`: every round is listed, and the reported ratio is the median round's,
+/// each round's QPs fresh and verified byte for byte.
+#[test]
+fn rounds_report_the_median_round() {
+    let json = bench_json(&[
+        "write_bw",
+        "--qps",
+        "4",
+        "--tx-depth",
+        "16",
+        "--size",
+        "256",
+        "-n",
+        "30",
+        "--rounds",
+        "3",
+        "--verify",
+    ]);
+    assert_eq!(field(&json, "rounds"), 3.0, "{json}");
+    let at = json.find("\"round_values\":[").expect("round values") + 16;
+    let mut values: Vec<f64> = json[at..json[at..].find(']').unwrap() + at]
+        .split(',')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(values.len(), 3, "{json}");
+    values.sort_by(f64::total_cmp);
+    assert_eq!(field(&json, "ratio_one_qp"), values[1], "{json}");
+    assert!(values[0] > 0.0, "{json}");
+}

@@ -133,6 +133,12 @@ pub(crate) struct BenchOpts {
     /// Skip the baselines (no ratios).
     #[arg(long)]
     pub(crate) no_baseline: bool,
+    /// Bandwidth tests: run the test this many times (each with fresh QPs; with
+    /// `--qps` over 1, each round also runs one QP right after) and report the median
+    /// round, listing every round. A shared machine's load moves between two runs a
+    /// second apart; the median of pairs run back to back is the steadier ratio.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) rounds: u32,
     /// Print one JSON object with the results as the last line.
     #[arg(long)]
     pub(crate) json: bool,
@@ -437,6 +443,23 @@ impl Progress {
     }
 }
 
+/// One round of a bandwidth test: the run, and with several QPs the one-QP run made
+/// right after it.
+struct Round {
+    many: BwResult,
+    one: Option<BwResult>,
+}
+
+impl Round {
+    /// What orders rounds: the message-rate ratio to one QP, else the bandwidth.
+    fn key(&self) -> f64 {
+        match &self.one {
+            Some(one) => self.many.mpps() / one.mpps(),
+            None => self.many.mbps(),
+        }
+    }
+}
+
 /// What a bandwidth run measured.
 struct BwResult {
     bytes: u64,
@@ -448,6 +471,14 @@ struct BwResult {
 }
 
 impl BwResult {
+    fn mbps(&self) -> f64 {
+        self.bytes as f64 / self.secs / 1e6
+    }
+
+    fn mpps(&self) -> f64 {
+        self.msgs as f64 / self.secs / 1e6
+    }
+
     /// Packets on the wire per message, both directions: one per MTU of payload,
     /// plus the ACKs (IBTA 9.7.5.1: a responder coalesces them only within a QP).
     fn packets_per_msg(&self) -> f64 {
@@ -1058,9 +1089,81 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
     } else {
         // A QP never has more than its share of the depth to post at once.
         let post_list = (o.tx_depth as usize).div_ceil(o.qps as usize).max(1);
-        let r = run_bw(&o, &st, size, iters, post_list)?;
-        let avg = r.bytes as f64 / r.secs / 1e6;
-        let mpps = r.msgs as f64 / r.secs / 1e6;
+        let mut first = Some(st);
+        let mut rounds: Vec<Round> = Vec::new();
+        let mut peak = None;
+        for _ in 0..o.rounds.max(1) {
+            let st = match first.take() {
+                Some(st) => st,
+                None => {
+                    let st = setup(&o, size, o.qps, send_wr, recv_wr)?;
+                    if o.verify {
+                        verify_fill(&o, &st);
+                    }
+                    st
+                }
+            };
+            let many = run_bw(&o, &st, size, iters, post_list)?;
+            if o.verify {
+                verify_check(&o, &st, size, many.msgs)?;
+            }
+            peak = peak.max(peak_rss_kib());
+            drop(st);
+            let one = if o.qps > 1 {
+                // The same test on one QP, same total messages, for the message-rate
+                // ratio; and the same work per message: WRs posted in lists no longer
+                // than the many-QP run's (one WR per call when each QP has one in
+                // flight), or the single QP would pay one verb call for up to `depth`
+                // messages.
+                let depth = o.tx_depth.min(4096);
+                let st1 = setup(&o, size, 1, depth, depth * 2)?;
+                let mut o1 = o.clone();
+                o1.qps = 1;
+                o1.tx_depth = depth;
+                let r1 = run_bw(&o1, &st1, size, many.msgs, post_list)?;
+                Some(r1)
+            } else {
+                None
+            };
+            rounds.push(Round { many, one });
+        }
+        // The median round: by the ratio to one QP, or by bandwidth.
+        let mut order: Vec<usize> = (0..rounds.len()).collect();
+        order.sort_by(|&a, &b| rounds[a].key().total_cmp(&rounds[b].key()));
+        let median = order[order.len() / 2];
+        if rounds.len() > 1 {
+            for (i, r) in rounds.iter().enumerate() {
+                let mark = if i == median { " (median, below)" } else { "" };
+                match &r.one {
+                    Some(one) => println!(
+                        " round {}: {:.6} Mpps, one QP {:.6} Mpps: {:.2}x{mark}",
+                        i + 1,
+                        r.many.mpps(),
+                        one.mpps(),
+                        r.key()
+                    ),
+                    None => println!(
+                        " round {}: {:.2} MB/sec, {:.6} Mpps{mark}",
+                        i + 1,
+                        r.many.mbps(),
+                        r.many.mpps()
+                    ),
+                }
+            }
+            println!("{}", line());
+            json += &format!(
+                ",\"rounds\":{},\"round_values\":[{}]",
+                rounds.len(),
+                rounds
+                    .iter()
+                    .map(|r| json_num(r.key()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+        }
+        let Round { many: r, one } = &rounds[median];
+        let avg = r.mbps();
+        let mpps = r.mpps();
         println!(
             " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
         );
@@ -1081,28 +1184,14 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             json_num(r.packets_per_msg())
         );
         if o.verify {
-            verify_check(&o, &st, size, r.msgs)?;
             println!(" verify: the target matches the source byte for byte");
         }
-        if o.qps > 1 {
+        if let Some(r1) = one {
             let per_qp_kib = match (rss_before, rss_setup) {
                 (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / f64::from(o.qps) / 2.0),
                 _ => None,
             };
-            let peak = peak_rss_kib();
-            drop(st);
-            // The same test on one QP, same total messages, for the message-rate ratio;
-            // and the same work per message: WRs posted in lists no longer than the
-            // many-QP run's (one WR per call when each QP has one in flight), or the
-            // single QP would pay one verb call for up to `depth` messages.
-            let depth = o.tx_depth.min(4096);
-            let one = setup(&o, size, 1, depth, depth * 2)?;
-            let mut o1 = o.clone();
-            o1.qps = 1;
-            o1.tx_depth = depth;
-            let r1 = run_bw(&o1, &one, size, r.msgs, post_list)?;
-            drop(one);
-            let mpps1 = r1.msgs as f64 / r1.secs / 1e6;
+            let mpps1 = r1.mpps();
             // The packet rates tell the device's cost per QP apart from the protocol's:
             // with one message in flight per QP each message needs its own ACK.
             let pps = r.packets as f64 / r.secs / 1e6;
@@ -1137,8 +1226,6 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
                 peak.map_or("null".into(), |p| p.to_string()),
                 per_qp_kib.map_or("null".into(), json_num)
             );
-        } else {
-            drop(st);
         }
         if !o.no_baseline {
             println!("{}", line());
