@@ -253,8 +253,10 @@ pub(crate) fn udp_pingpong(datagram: usize, iters: usize, wait: Wait) -> std::io
     Ok(out)
 }
 
-/// memcpy of `size`-byte blocks through a working set of at least 64 MiB (as large
-/// as the bench's buffers, so caches help neither more nor less); MB/s.
+/// memcpy of `size`-byte blocks through a working set of at least 64 MiB: memory
+/// bandwidth (6.7 GB/s where the targets were set), not a cache's. The bench's own
+/// buffers hold one message per QP (perftest's layout), which for few QPs stays in
+/// cache. MB/s.
 pub(crate) fn memcpy(size: usize) -> f64 {
     let size = size.max(1);
     let blocks = (64usize << 20).div_ceil(size).max(1);
