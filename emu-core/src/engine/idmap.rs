@@ -84,13 +84,16 @@ mod tests {
         assert_eq!(m.get(&20_000), None);
     }
 
+    /// What a map with hasher `H` makes of key `n`.
+    fn hash<H: Hasher + Default>(n: u32) -> u64 {
+        let mut s = H::default();
+        s.write_u32(n);
+        s.finish()
+    }
+
     #[test]
     fn qpns_pick_buckets_in_order_and_tags_apart() {
-        let h = |n: u32| {
-            let mut s = QpnHasher::default();
-            s.write_u32(n);
-            s.finish()
-        };
+        let h = hash::<QpnHasher>;
         // hashbrown picks the bucket from the low bits and compares the top seven
         // first: the low bits are the QPN, the top seven differ between neighbours.
         let tags: Vec<u64> = (0x11..0x11 + 128u32).map(|n| h(n) >> 57).collect();
@@ -121,11 +124,7 @@ mod tests {
 
     #[test]
     fn distinct_small_keys_hash_apart() {
-        let h = |n: u32| {
-            let mut s = IdHasher::default();
-            s.write_u32(n);
-            s.finish()
-        };
+        let h = hash::<IdHasher>;
         let mut seen: Vec<u64> = (0..4096).map(h).collect();
         seen.sort_unstable();
         seen.dedup();
