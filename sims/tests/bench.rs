@@ -3,10 +3,15 @@
 
 /// Runs `rdma-emu bench ARGS --fabric --no-baseline --json` and returns the JSON line.
 fn bench_json(args: &[&str]) -> String {
+    bench_json_with(args, &["--fabric", "--no-baseline", "--json"])
+}
+
+/// Runs `rdma-emu bench ARGS MORE` and returns the JSON line (`MORE` has `--json`).
+fn bench_json_with(args: &[&str], more: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
         .arg("bench")
         .args(args)
-        .args(["--fabric", "--no-baseline", "--json"])
+        .args(more)
         .output()
         .expect("run rdma-emu");
     let text = String::from_utf8(out.stdout).unwrap();
@@ -75,13 +80,35 @@ fn rounds_report_the_median_round() {
         "--verify",
     ]);
     assert_eq!(field(&json, "rounds"), 3.0, "{json}");
-    let at = json.find("\"round_values\":[").expect("round values") + 16;
-    let mut values: Vec<f64> = json[at..json[at..].find(']').unwrap() + at]
-        .split(',')
-        .map(|v| v.parse().unwrap())
-        .collect();
+    let mut values = array(&json, "round_values");
     assert_eq!(values.len(), 3, "{json}");
     values.sort_by(f64::total_cmp);
     assert_eq!(field(&json, "ratio_one_qp"), values[1], "{json}");
     assert!(values[0] > 0.0, "{json}");
+}
+
+/// The numbers in the JSON array after `"key":[`.
+fn array(json: &str, key: &str) -> Vec<f64> {
+    let at = json.find(&format!("\"{key}\":[")).expect(key) + key.len() + 4;
+    let end = at + json[at..].find(']').expect("]");
+    json[at..end]
+        .split(',')
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
+/// With one QP and the baseline on, each round is measured against its own memcpy
+/// run, and the reported ratio is the median round's.
+#[test]
+fn rounds_measure_the_baseline_each() {
+    let json = bench_json_with(
+        &["write_bw", "--size", "4096", "-n", "20", "--rounds", "3"],
+        &["--fabric", "--json"],
+    );
+    let mut values = array(&json, "round_values");
+    assert_eq!(values.len(), 3, "{json}");
+    values.sort_by(f64::total_cmp);
+    assert_eq!(field(&json, "ratio"), values[1], "{json}");
+    let (bw, base) = (field(&json, "bw_avg_mbps"), field(&json, "baseline_mbps"));
+    assert!((bw / base - values[1]).abs() < 0.01, "{json}");
 }

@@ -134,9 +134,10 @@ pub(crate) struct BenchOpts {
     #[arg(long)]
     pub(crate) no_baseline: bool,
     /// Bandwidth tests: run the test this many times (each with fresh QPs; with
-    /// `--qps` over 1, each round also runs one QP right after) and report the median
-    /// round, listing every round. A shared machine's load moves between two runs a
-    /// second apart; the median of pairs run back to back is the steadier ratio.
+    /// `--qps` over 1, each round also runs one QP right after; the baselines after
+    /// each round) and report the median round, listing every round. A shared
+    /// machine's load moves between runs a second apart; the median of rounds whose
+    /// parts ran back to back is the steadier ratio.
     #[arg(long, default_value_t = 1)]
     pub(crate) rounds: u32,
     /// Print one JSON object with the results as the last line.
@@ -443,19 +444,40 @@ impl Progress {
     }
 }
 
-/// One round of a bandwidth test: the run, and with several QPs the one-QP run made
-/// right after it.
+/// One round of a bandwidth test: the run, with several QPs the one-QP run made
+/// right after it, and the baselines measured right after those.
 struct Round {
     many: BwResult,
     one: Option<BwResult>,
+    base: Option<Baselines>,
+}
+
+/// A round's baselines: memcpy for the fabric, raw UDP (plain, GSO+GRO) otherwise;
+/// MB/s.
+#[derive(Clone, Copy)]
+enum Baselines {
+    Memcpy(f64),
+    Udp { plain: f64, gso: f64 },
+}
+
+impl Baselines {
+    /// The baseline a round's ratio is against: memcpy, or plain UDP.
+    fn first(&self) -> f64 {
+        match *self {
+            Baselines::Memcpy(m) => m,
+            Baselines::Udp { plain, .. } => plain,
+        }
+    }
 }
 
 impl Round {
-    /// What orders rounds: the message-rate ratio to one QP, else the bandwidth.
+    /// What orders rounds: the message-rate ratio to one QP, else the ratio to the
+    /// baseline, else the bandwidth.
     fn key(&self) -> f64 {
-        match &self.one {
-            Some(one) => self.many.mpps() / one.mpps(),
-            None => self.many.mbps(),
+        match (&self.one, &self.base) {
+            (Some(one), _) => self.many.mpps() / one.mpps(),
+            (None, Some(b)) => self.many.mbps() / b.first(),
+            (None, None) => self.many.mbps(),
         }
     }
 }
@@ -1125,9 +1147,23 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             } else {
                 None
             };
-            rounds.push(Round { many, one });
+            // The baselines right after the round, so that a round's ratio compares
+            // runs a second apart, not minutes.
+            let base = if o.no_baseline {
+                None
+            } else if o.fabric {
+                Some(Baselines::Memcpy(baseline::memcpy(size as usize)))
+            } else {
+                let d = datagram(size, o.mtu);
+                Some(Baselines::Udp {
+                    plain: baseline::plain_udp(d).map_err(|e| format!("baseline: {e}"))?,
+                    gso: baseline::gso_gro_udp(d).map_err(|e| format!("baseline: {e}"))?,
+                })
+            };
+            rounds.push(Round { many, one, base });
         }
-        // The median round: by the ratio to one QP, or by bandwidth.
+        // The median round: by the ratio to one QP, else to the baseline, else by
+        // bandwidth.
         let mut order: Vec<usize> = (0..rounds.len()).collect();
         order.sort_by(|&a, &b| rounds[a].key().total_cmp(&rounds[b].key()));
         let median = order[order.len() / 2];
@@ -1142,12 +1178,21 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
                         one.mpps(),
                         r.key()
                     ),
-                    None => println!(
-                        " round {}: {:.2} MB/sec, {:.6} Mpps{mark}",
-                        i + 1,
-                        r.many.mbps(),
-                        r.many.mpps()
-                    ),
+                    None => match &r.base {
+                        Some(b) => println!(
+                            " round {}: {:.2} MB/sec, baseline {:.2} MB/sec: {:.2}x{mark}",
+                            i + 1,
+                            r.many.mbps(),
+                            b.first(),
+                            r.key()
+                        ),
+                        None => println!(
+                            " round {}: {:.2} MB/sec, {:.6} Mpps{mark}",
+                            i + 1,
+                            r.many.mbps(),
+                            r.many.mpps()
+                        ),
+                    },
                 }
             }
             println!("{}", line());
@@ -1161,7 +1206,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
                     .join(",")
             );
         }
-        let Round { many: r, one } = &rounds[median];
+        let Round { many: r, one, base } = &rounds[median];
         let avg = r.mbps();
         let mpps = r.mpps();
         println!(
@@ -1227,10 +1272,10 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
                 per_qp_kib.map_or("null".into(), json_num)
             );
         }
-        if !o.no_baseline {
-            println!("{}", line());
-            if o.fabric {
-                let m = baseline::memcpy(size as usize);
+        match *base {
+            None => {}
+            Some(Baselines::Memcpy(m)) => {
+                println!("{}", line());
                 println!(" baseline: memcpy of {size}-byte blocks: {m:.2} MB/sec");
                 println!(" ratio: {:.2}x", avg / m);
                 json += &format!(
@@ -1238,10 +1283,10 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
                     json_num(m),
                     json_num(avg / m)
                 );
-            } else {
+            }
+            Some(Baselines::Udp { plain, gso }) => {
                 let d = datagram(size, o.mtu);
-                let plain = baseline::plain_udp(d).map_err(|e| format!("baseline: {e}"))?;
-                let gso = baseline::gso_gro_udp(d).map_err(|e| format!("baseline: {e}"))?;
+                println!("{}", line());
                 println!(
                     " baseline: raw UDP, {d}-byte datagrams, one per syscall: {plain:.2} MB/sec"
                 );
