@@ -112,3 +112,29 @@ fn rounds_measure_the_baseline_each() {
     let (bw, base) = (field(&json, "bw_avg_mbps"), field(&json, "baseline_mbps"));
     assert!((bw / base - values[1]).abs() < 0.01, "{json}");
 }
+
+/// A latency test's rounds (UDP loopback): each round is measured against its own raw
+/// ping-pong, and the reported ratio is the median round's.
+#[test]
+fn latency_rounds_measure_the_baseline_each() {
+    let json = bench_json_with(&["send_lat", "-n", "200", "--rounds", "3"], &["--json"]);
+    assert_eq!(field(&json, "rounds"), 3.0, "{json}");
+    let mut values = array(&json, "round_values");
+    assert_eq!(values.len(), 3, "{json}");
+    values.sort_by(f64::total_cmp);
+    assert_eq!(field(&json, "ratio"), values[1], "{json}");
+    let (lat, base) = (field(&json, "lat_typical_us"), field(&json, "baseline_us"));
+    assert!((lat / base / values[1] - 1.0).abs() < 0.01, "{json}");
+}
+
+/// `--rounds 0` is refused, as `--qps 0` is.
+#[test]
+fn zero_rounds_is_an_error() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+        .args(["bench", "send_lat", "-n", "10", "--rounds", "0"])
+        .output()
+        .expect("run rdma-emu");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--rounds must be at least 1"), "{err}");
+}

@@ -133,11 +133,11 @@ pub(crate) struct BenchOpts {
     /// Skip the baselines (no ratios).
     #[arg(long)]
     pub(crate) no_baseline: bool,
-    /// Bandwidth tests: run the test this many times (each with fresh QPs; with
-    /// `--qps` over 1, each round also runs one QP right after; the baselines after
-    /// each round) and report the median round, listing every round. A shared
-    /// machine's load moves between runs a second apart; the median of rounds whose
-    /// parts ran back to back is the steadier ratio.
+    /// Run the test this many times (each with fresh devices and QPs; in a bandwidth
+    /// test with `--qps` over 1, each round also runs one QP right after; the
+    /// baselines after each round) and report the median round by its ratio, listing
+    /// every round. A shared machine's load moves between runs a second apart; the
+    /// median of rounds whose parts ran back to back is the steadier ratio.
     #[arg(long, default_value_t = 1)]
     pub(crate) rounds: u32,
     /// Print one JSON object with the results as the last line.
@@ -480,6 +480,63 @@ impl Round {
             (None, None) => self.many.mbps(),
         }
     }
+}
+
+/// One round of a latency test: the run's statistics and the raw ping-pongs measured
+/// right after it.
+struct LatRound {
+    stats: LatStats,
+    base: Option<LatBaselines>,
+}
+
+/// A latency round's baselines: the raw UDP ping-pong in the bench's polling mode and,
+/// in the default (yielding) mode, the blocking one the target names; typical
+/// half round trips (whole ones for read_lat) in microseconds.
+struct LatBaselines {
+    wait: baseline::Wait,
+    raw: f64,
+    blocking: Option<f64>,
+}
+
+impl LatRound {
+    /// What orders rounds: the ratio to the raw ping-pong, else the typical latency.
+    fn key(&self) -> f64 {
+        match &self.base {
+            Some(b) => self.stats.typical / b.raw,
+            None => self.stats.typical,
+        }
+    }
+}
+
+/// Measures a latency round's baselines (see [`LatBaselines`]).
+fn lat_baselines(o: &BenchOpts, size: u64, iters: u64) -> Result<LatBaselines, String> {
+    let d = datagram(size, o.mtu);
+    let n = iters.min(20_000) as usize;
+    // read_lat is a whole round trip.
+    let scale = if o.test == Test::ReadLat { 2.0 } else { 1.0 };
+    let typical = |wait| -> Result<f64, String> {
+        let mut raw = baseline::udp_pingpong(d, n, wait).map_err(|e| format!("baseline: {e}"))?;
+        Ok(LatStats::of(&mut raw).typical * scale)
+    };
+    let wait = if o.busy_poll {
+        baseline::Wait::Busy
+    } else if o.events {
+        baseline::Wait::Block
+    } else {
+        baseline::Wait::Yield
+    };
+    Ok(LatBaselines {
+        wait,
+        raw: typical(wait)?,
+        // The default mode also against a blocking raw ping-pong (what a plain socket
+        // program does; the target for this mode is stated against it). On a
+        // VM its wake-up latency moves from run to run.
+        blocking: if wait == baseline::Wait::Yield {
+            Some(typical(baseline::Wait::Block)?)
+        } else {
+            None
+        },
+    })
 }
 
 /// What a bandwidth run measured.
@@ -966,8 +1023,8 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         // An RDMA WRITE or READ completes nothing at the side that waits for it.
         return Err("--events is for send_lat (the answer is a receive completion)".into());
     }
-    if o.qps == 0 || o.tx_depth == 0 {
-        return Err("--qps and --tx-depth must be at least 1".into());
+    if o.qps == 0 || o.tx_depth == 0 || o.rounds == 0 {
+        return Err("--qps, --tx-depth and --rounds must be at least 1".into());
     }
     let iters = o.iters.unwrap_or(if lat {
         10_000
@@ -1030,8 +1087,66 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         o.events
     );
     if lat {
-        let mut samples = run_lat(&o, &st, size, iters)?;
-        let s = LatStats::of(&mut samples);
+        let mut first = Some(st);
+        let mut rounds: Vec<LatRound> = Vec::new();
+        for _ in 0..o.rounds {
+            let st = match first.take() {
+                Some(st) => st,
+                None => {
+                    let st = setup(&o, size, o.qps, send_wr, recv_wr)?;
+                    if o.verify {
+                        verify_fill(&o, &st);
+                    }
+                    st
+                }
+            };
+            let mut samples = run_lat(&o, &st, size, iters)?;
+            let stats = LatStats::of(&mut samples);
+            if o.verify {
+                verify_check(&o, &st, size, iters)?;
+            }
+            drop(st);
+            // The raw ping-pongs right after the run, as a bandwidth round's baselines.
+            let base = if o.no_baseline {
+                None
+            } else {
+                Some(lat_baselines(&o, size, iters)?)
+            };
+            rounds.push(LatRound { stats, base });
+        }
+        let mut order: Vec<usize> = (0..rounds.len()).collect();
+        order.sort_by(|&a, &b| rounds[a].key().total_cmp(&rounds[b].key()));
+        let median = order[order.len() / 2];
+        if rounds.len() > 1 {
+            for (i, r) in rounds.iter().enumerate() {
+                let mark = if i == median { " (median, below)" } else { "" };
+                match &r.base {
+                    Some(b) => println!(
+                        " round {}: {:.2} usec typical, baseline {:.2} usec: {:.2}x{mark}",
+                        i + 1,
+                        r.stats.typical,
+                        b.raw,
+                        r.key()
+                    ),
+                    None => println!(
+                        " round {}: {:.2} usec typical{mark}",
+                        i + 1,
+                        r.stats.typical
+                    ),
+                }
+            }
+            println!("{}", line());
+            json += &format!(
+                ",\"rounds\":{},\"round_values\":[{}]",
+                rounds.len(),
+                rounds
+                    .iter()
+                    .map(|r| json_num(r.key()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+        }
+        let LatRound { stats: s, base } = &rounds[median];
         println!(
             " #bytes #iterations  t_min[usec]  t_max[usec]  t_typical[usec]  t_avg[usec]  t_stdev[usec]  99% percentile[usec]  99.9% percentile[usec]"
         );
@@ -1048,28 +1163,12 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             json_num(s.stdev), json_num(s.p99), json_num(s.p999)
         );
         if o.verify {
-            verify_check(&o, &st, size, iters)?;
             println!(" verify: the target matches the source byte for byte");
         }
-        drop(st);
-        if !o.no_baseline {
+        if let Some(b) = base {
             let d = datagram(size, o.mtu);
-            let n = iters.min(20_000) as usize;
-            let wait = if o.busy_poll {
-                baseline::Wait::Busy
-            } else if o.events {
-                baseline::Wait::Block
-            } else {
-                baseline::Wait::Yield
-            };
-            let mode = wait.name();
-            let mut raw =
-                baseline::udp_pingpong(d, n, wait).map_err(|e| format!("baseline: {e}"))?;
-            let mut raw = LatStats::of(&mut raw).typical;
-            // read_lat is a whole round trip.
-            if o.test == Test::ReadLat {
-                raw *= 2.0;
-            }
+            let mode = b.wait.name();
+            let raw = b.raw;
             let ratio = s.typical / raw;
             println!("{}", line());
             println!(
@@ -1082,21 +1181,11 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             );
             println!(" ratio (lower is better): {ratio:.2}x");
             json += &format!(
-                ",\"baseline\":\"udp_pingpong_{}\",\"baseline_us\":{},\"ratio\":{}",
-                wait.name(),
+                ",\"baseline\":\"udp_pingpong_{mode}\",\"baseline_us\":{},\"ratio\":{}",
                 json_num(raw),
                 json_num(ratio)
             );
-            if wait == baseline::Wait::Yield {
-                // The default mode also against a blocking raw ping-pong (what a plain
-                // socket program does; the target for this mode is stated
-                // against it). On a VM its wake-up latency moves from run to run.
-                let mut block = baseline::udp_pingpong(d, n, baseline::Wait::Block)
-                    .map_err(|e| format!("baseline: {e}"))?;
-                let mut block = LatStats::of(&mut block).typical;
-                if o.test == Test::ReadLat {
-                    block *= 2.0;
-                }
+            if let Some(block) = b.blocking {
                 println!(
                     " baseline: raw UDP ping-pong, {d}-byte datagrams, blocking: {block:.2} usec typical; ratio {:.2}x",
                     s.typical / block
@@ -1114,7 +1203,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         let mut first = Some(st);
         let mut rounds: Vec<Round> = Vec::new();
         let mut peak = None;
-        for _ in 0..o.rounds.max(1) {
+        for _ in 0..o.rounds {
             let st = match first.take() {
                 Some(st) => st,
                 None => {
