@@ -9,8 +9,12 @@
 //! and the device thread receives with `recvmmsg` and `UDP_GRO`, up to 64 KiB of
 //! coalesced datagrams per slot, split again by the segment size the kernel reports.
 //! Kernels without GSO or GRO get one datagram per slot and per send (quinn-udp probes
-//! and falls back). The system calls and their control messages are quinn-udp's, so
-//! this crate keeps no `unsafe`.
+//! and falls back). The batched receive is quinn-udp's; sends, and the one-slot receive
+//! of a poll that found nothing last time, are nix's `sendto`, `sendmsg` and `recvmsg`
+//! with no control message but `UDP_SEGMENT`/`UDP_GRO` (quinn-udp adds the TOS byte on
+//! send and asks for the destination address on receive, which a ping-pong pays on
+//! every half round trip). Both wrap the system calls safely, so this crate keeps no
+//! `unsafe`.
 //!
 //! The ICRC covers the IPv4 header, identification field included (Annex A17.4), which
 //! a UDP socket does not choose. Measured on Linux (docs/roce-wire.md): an unconnected
@@ -21,14 +25,17 @@
 //! exactly in the interop mode of [`super::interop`] (a raw receive socket), which
 //! also turns GSO off and runs the fault hook.
 
-use std::io::{self, IoSliceMut, Read};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::io::{self, IoSlice, IoSliceMut, Read};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emu_wire::{check_icrc, write_icrc, Ipv4Endpoints};
-use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
+use nix::errno::Errno;
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, SockaddrIn};
+use quinn_udp::{RecvMeta, UdpSockRef, UdpSocketState};
 use rustix::event::{PollFd, PollFlags};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -146,6 +153,9 @@ pub(crate) struct UdpLink {
     /// Non-blocking; waits go through `poll(2)`.
     socket: UdpSocket,
     state: UdpSocketState,
+    /// A GSO send failed with EIO (the route's device cannot checksum the segments):
+    /// runs leave one datagram per send from then on, as quinn-udp does.
+    gso_failed: AtomicBool,
     ip: Ipv4Addr,
     port: u16,
     groups: parking_lot::Mutex<Vec<(Ipv4Addr, UdpSocket)>>,
@@ -186,6 +196,8 @@ pub(crate) struct RxBufs {
     /// whole GRO run), as a busy-polling caller mostly finds nothing and the kernel
     /// copies in every slot's header on each call.
     idle: bool,
+    /// Room for the `UDP_GRO` control message of a one-slot receive.
+    cmsg: Vec<u8>,
 }
 
 impl RxBufs {
@@ -235,10 +247,16 @@ impl UdpLink {
             &socket,
             rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
         )?;
-        // quinn-udp also asks for every datagram's TOS byte (for ECN), which nothing
-        // here reads: one control message less for the kernel to write per receive
-        // (about 60 ns of a 1 us receive on loopback).
+        // quinn-udp also asks for every datagram's TOS byte (for ECN) and destination
+        // address, which nothing here reads (a datagram on this socket is for our
+        // address; groups have their own sockets): two control messages less for the
+        // kernel to write per receive (about 60 ns each of a 1 us receive on loopback).
         let _ = rustix::net::sockopt::set_ip_recvtos(&socket, false);
+        let _ = nix::sys::socket::setsockopt(
+            &socket,
+            nix::sys::socket::sockopt::Ipv4PacketInfo,
+            &false,
+        );
         let port = socket.local_addr()?.port();
         let raw = if opts.raw_receive {
             let r = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::UDP)).map_err(|e| {
@@ -258,6 +276,7 @@ impl UdpLink {
         Ok(UdpLink {
             socket,
             state,
+            gso_failed: AtomicBool::new(false),
             ip,
             port,
             groups: parking_lot::Mutex::new(Vec::new()),
@@ -287,6 +306,7 @@ impl UdpLink {
             mcast: Vec::with_capacity(8),
             idle: false,
             next: 0,
+            cmsg: nix::cmsg_space!(i32),
         }
     }
 
@@ -418,15 +438,16 @@ impl UdpLink {
             mcast,
             idle,
             next: _,
+            cmsg,
         } = rx;
         got.clear();
         let n = slots.len();
         let ask = if *idle { 1 } else { n };
         let sock = UdpSockRef::from(&self.socket);
         let r = if ask == 1 {
-            // A busy poll mostly finds nothing: no slot table to build for it.
-            let mut one = [IoSliceMut::new(&mut slots[0])];
-            self.state.recv(sock, &mut one, &mut meta[..1])
+            // A busy poll mostly finds nothing: no slot table to build for it, and the
+            // one datagram (or GRO run) it may find is read with `recvmsg`.
+            recv_one(&self.socket, &mut slots[0], cmsg, &mut meta[0])
         } else {
             let mut iov: [IoSliceMut<'_>; RX_SLOTS] =
                 std::array::from_fn(|_| IoSliceMut::new(&mut []));
@@ -510,18 +531,36 @@ impl UdpLink {
     /// Hands `contents` to the kernel (as GSO segments of `segment` bytes when it holds
     /// more than one); waits for room in the socket buffer if it is full.
     fn transmit(&self, dst: Ipv4Addr, contents: &[u8], segment: usize) -> io::Result<()> {
-        let t = Transmit {
-            destination: SocketAddr::V4(SocketAddrV4::new(dst, self.port)),
-            ecn: None,
-            contents,
-            segment_size: (contents.len() > segment).then_some(segment),
-            src_ip: None::<IpAddr>,
-        };
+        let to = SockaddrIn::from(SocketAddrV4::new(dst, self.port));
+        if contents.len() > segment && self.gso_failed.load(Ordering::Relaxed) {
+            let mut r = Ok(());
+            for p in contents.chunks(segment) {
+                if let Err(e) = self.transmit(dst, p, p.len().max(1)) {
+                    r = Err(e);
+                }
+            }
+            return r;
+        }
         // A full send buffer: wait for room, a bounded number of times (the receiver
         // is on this host or the datagram can be dropped: RC retransmits).
         for _ in 0..1000 {
-            match self.state.try_send(UdpSockRef::from(&self.socket), &t) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            let r = if contents.len() > segment {
+                // GSO: one control message, UDP_SEGMENT (nix builds it in a small
+                // buffer per call: per run of packets, not per packet).
+                let gso = segment as u16;
+                nix::sys::socket::sendmsg(
+                    self.socket.as_raw_fd(),
+                    &[IoSlice::new(contents)],
+                    &[ControlMessage::UdpGsoSegments(&gso)],
+                    MsgFlags::empty(),
+                    Some(&to),
+                )
+            } else {
+                nix::sys::socket::sendto(self.socket.as_raw_fd(), contents, &to, MsgFlags::empty())
+            };
+            match r {
+                Ok(_) => return Ok(()),
+                Err(Errno::EAGAIN) => {
                     let mut fds = [PollFd::new(&self.socket, PollFlags::OUT)];
                     let ts = rustix::event::Timespec {
                         tv_sec: 0,
@@ -529,8 +568,14 @@ impl UdpLink {
                     };
                     let _ = rustix::event::poll(&mut fds, Some(&ts));
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                r => return r,
+                Err(Errno::EINTR) => {}
+                Err(Errno::EIO) if contents.len() > segment => {
+                    // The device under the route cannot segment: send this run and
+                    // every later one datagram by datagram.
+                    self.gso_failed.store(true, Ordering::Relaxed);
+                    return self.transmit(dst, contents, segment);
+                }
+                Err(e) => return Err(e.into()),
             }
         }
         Err(io::ErrorKind::WouldBlock.into())
@@ -585,6 +630,45 @@ impl UdpLink {
     }
 }
 
+/// One non-blocking `recvmsg` into `buf`, with room in `cmsg` for the `UDP_GRO`
+/// control message: fills `meta` as quinn-udp's receive would (length, sender, and
+/// the segment size of a coalesced run as its stride). Ok(0) when nothing waits.
+fn recv_one(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+    cmsg: &mut Vec<u8>,
+    meta: &mut RecvMeta,
+) -> io::Result<usize> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let r = match nix::sys::socket::recvmsg::<SockaddrIn>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(cmsg.as_mut_slice()),
+        MsgFlags::MSG_DONTWAIT,
+    ) {
+        Ok(r) => r,
+        Err(Errno::EAGAIN | Errno::EINTR) => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let mut stride = r.bytes;
+    // A truncated control message (MSG_CTRUNC) leaves the stride whole: the run then
+    // fails its ICRC check and is counted, as any malformed datagram.
+    if let Ok(cmsgs) = r.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::UdpGroSegments(s) = c {
+                stride = usize::try_from(s).unwrap_or(r.bytes);
+            }
+        }
+    }
+    let Some(from) = r.address else {
+        return Ok(0);
+    };
+    meta.len = r.bytes;
+    meta.stride = stride;
+    meta.addr = SocketAddr::V4(SocketAddrV4::from(from));
+    Ok(1)
+}
+
 impl Link for UdpLink {
     fn now(&self) -> Instant {
         Instant::now()
@@ -637,7 +721,7 @@ impl Link for UdpLink {
 
     fn max_batch(&self) -> usize {
         // GSO numbers the segments' IP IDs upward, which a real peer's ICRC check sees.
-        if self.interop() || self.hook.is_some() {
+        if self.interop() || self.hook.is_some() || self.gso_failed.load(Ordering::Relaxed) {
             1
         } else {
             self.state.max_gso_segments()
@@ -654,5 +738,96 @@ impl Link for UdpLink {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two links on one port, on 127.0.0.1 and 127.0.0.2.
+    fn pair() -> (UdpLink, UdpLink) {
+        let opts = LinkOptions::default();
+        let a = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &opts).unwrap();
+        let b = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 2), a.port(), &opts).unwrap();
+        (a, b)
+    }
+
+    /// Waits for `want` datagrams from 127.0.0.1 and receives them through `b`, with
+    /// the one-slot receive of an idle poll or the batched one: (length, ICRC right,
+    /// bytes) per datagram, and how many receives it took.
+    type Got = Vec<(usize, bool, Vec<u8>)>;
+    fn receive(b: &UdpLink, idle: bool, want: usize) -> (Got, usize) {
+        let mut rx = b.rx_bufs();
+        let mut out = Vec::new();
+        let mut calls = 0;
+        while out.len() < want {
+            calls += 1;
+            assert!(b.wait_readable(Duration::from_secs(2)), "nothing arrived");
+            rx.idle = idle;
+            b.recv_batch(&mut rx);
+            for d in &rx.got {
+                assert_eq!(*d.from.ip(), Ipv4Addr::new(127, 0, 0, 1));
+                assert_eq!(d.from.port(), b.port());
+                let bytes = rx.bytes(d);
+                out.push((bytes.len(), b.icrc_ok(d, bytes), bytes.to_vec()));
+            }
+        }
+        (out, calls)
+    }
+
+    /// A run of three packets leaves as one GSO send (the last shorter) and comes back
+    /// as three datagrams, whichever receive takes it, each with its ICRC right.
+    #[test]
+    fn a_gso_run_arrives_as_its_datagrams() {
+        for idle in [true, false] {
+            let (a, b) = pair();
+            // Three "packets": 100, 100 and 60 bytes, ICRC slots included.
+            let mut run: Vec<u8> = (0..260u32).map(|i| (i % 251) as u8).collect();
+            a.send_batch(a.ip, b.ip, &mut run, 100).unwrap();
+            let (got, calls) = receive(&b, idle, 3);
+            if a.max_batch() > 1 && b.state.gro_segments() > 1 {
+                // GSO and GRO on: one receive took the whole run and split it by the
+                // segment size the kernel reported.
+                assert_eq!(calls, 1, "idle {idle}");
+            }
+            let lens: Vec<usize> = got.iter().map(|g| g.0).collect();
+            assert_eq!(lens, [100, 100, 60], "idle {idle}");
+            assert!(got.iter().all(|g| g.1), "ICRC, idle {idle}");
+            let joined: Vec<u8> = got.iter().flat_map(|g| g.2.clone()).collect();
+            assert_eq!(joined, run, "idle {idle}");
+        }
+    }
+
+    /// A lone packet leaves with `sendto` and arrives whole, ICRC right; a corrupted
+    /// byte fails the check.
+    #[test]
+    fn a_single_datagram_arrives_with_its_icrc() {
+        let (a, b) = pair();
+        let mut p = vec![7u8; 40];
+        a.send(a.ip, b.ip, &mut p).unwrap();
+        let (got, _) = receive(&b, true, 1);
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].0, got[0].1), (40, true));
+        let mut rx = b.rx_bufs();
+        let mut q = vec![9u8; 40];
+        a.send(a.ip, b.ip, &mut q).unwrap();
+        assert!(b.wait_readable(Duration::from_secs(2)));
+        rx.idle = true;
+        assert_eq!(b.recv_batch(&mut rx), 1);
+        let d = rx.got[0];
+        let mut bytes = rx.bytes(&d).to_vec();
+        bytes[3] ^= 1;
+        assert!(!b.icrc_ok(&d, &bytes));
+    }
+
+    /// Nothing waiting: the one-slot receive returns nothing and does not block.
+    #[test]
+    fn an_idle_receive_finds_nothing() {
+        let (_a, b) = pair();
+        let mut rx = b.rx_bufs();
+        rx.idle = true;
+        assert_eq!(b.recv_batch(&mut rx), 0);
+        assert!(rx.idle);
     }
 }
