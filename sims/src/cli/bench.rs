@@ -1005,6 +1005,32 @@ fn json_num(x: f64) -> String {
     }
 }
 
+/// A round's devices and QPs: the ones set up before the first round, then fresh
+/// ones (source filled again for `--verify`).
+fn round_setup(
+    o: &BenchOpts,
+    size: u64,
+    send_wr: u32,
+    recv_wr: u32,
+    first: &mut Option<Setup>,
+) -> Result<Setup, String> {
+    if let Some(st) = first.take() {
+        return Ok(st);
+    }
+    let st = setup(o, size, o.qps, send_wr, recv_wr)?;
+    if o.verify {
+        verify_fill(o, &st);
+    }
+    Ok(st)
+}
+
+/// The index of the median of `keys` (the upper middle one of an even count).
+fn median_of(keys: &[f64]) -> usize {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by(|&a, &b| keys[a].total_cmp(&keys[b]));
+    order[order.len() / 2]
+}
+
 /// Runs `rdma-emu bench`.
 pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
     let lat = o.test.is_lat();
@@ -1090,16 +1116,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         let mut first = Some(st);
         let mut rounds: Vec<LatRound> = Vec::new();
         for _ in 0..o.rounds {
-            let st = match first.take() {
-                Some(st) => st,
-                None => {
-                    let st = setup(&o, size, o.qps, send_wr, recv_wr)?;
-                    if o.verify {
-                        verify_fill(&o, &st);
-                    }
-                    st
-                }
-            };
+            let st = round_setup(&o, size, send_wr, recv_wr, &mut first)?;
             let mut samples = run_lat(&o, &st, size, iters)?;
             let stats = LatStats::of(&mut samples);
             if o.verify {
@@ -1114,9 +1131,8 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             };
             rounds.push(LatRound { stats, base });
         }
-        let mut order: Vec<usize> = (0..rounds.len()).collect();
-        order.sort_by(|&a, &b| rounds[a].key().total_cmp(&rounds[b].key()));
-        let median = order[order.len() / 2];
+        let keys: Vec<f64> = rounds.iter().map(|r| r.key()).collect();
+        let median = median_of(&keys);
         if rounds.len() > 1 {
             for (i, r) in rounds.iter().enumerate() {
                 let mark = if i == median { " (median, below)" } else { "" };
@@ -1138,10 +1154,9 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             println!("{}", line());
             json += &format!(
                 ",\"rounds\":{},\"round_values\":[{}]",
-                rounds.len(),
-                rounds
-                    .iter()
-                    .map(|r| json_num(r.key()))
+                keys.len(),
+                keys.iter()
+                    .map(|&k| json_num(k))
                     .collect::<Vec<_>>()
                     .join(",")
             );
@@ -1204,16 +1219,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         let mut rounds: Vec<Round> = Vec::new();
         let mut peak = None;
         for _ in 0..o.rounds {
-            let st = match first.take() {
-                Some(st) => st,
-                None => {
-                    let st = setup(&o, size, o.qps, send_wr, recv_wr)?;
-                    if o.verify {
-                        verify_fill(&o, &st);
-                    }
-                    st
-                }
-            };
+            let st = round_setup(&o, size, send_wr, recv_wr, &mut first)?;
             let many = run_bw(&o, &st, size, iters, post_list)?;
             if o.verify {
                 verify_check(&o, &st, size, many.msgs)?;
@@ -1257,9 +1263,8 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         }
         // The median round: by the ratio to one QP, else to the baseline, else by
         // bandwidth.
-        let mut order: Vec<usize> = (0..rounds.len()).collect();
-        order.sort_by(|&a, &b| rounds[a].key().total_cmp(&rounds[b].key()));
-        let median = order[order.len() / 2];
+        let keys: Vec<f64> = rounds.iter().map(|r| r.key()).collect();
+        let median = median_of(&keys);
         if rounds.len() > 1 {
             for (i, r) in rounds.iter().enumerate() {
                 let mark = if i == median { " (median, below)" } else { "" };
@@ -1291,10 +1296,9 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             println!("{}", line());
             json += &format!(
                 ",\"rounds\":{},\"round_values\":[{}]",
-                rounds.len(),
-                rounds
-                    .iter()
-                    .map(|r| json_num(r.key()))
+                keys.len(),
+                keys.iter()
+                    .map(|&k| json_num(k))
                     .collect::<Vec<_>>()
                     .join(",")
             );
