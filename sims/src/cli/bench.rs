@@ -1024,6 +1024,16 @@ fn round_setup(
     Ok(st)
 }
 
+/// The JSON fields listing rounds: how many, and each one's ratio (or value).
+fn rounds_json(keys: &[f64]) -> String {
+    let values: Vec<String> = keys.iter().map(|&k| json_num(k)).collect();
+    format!(
+        ",\"rounds\":{},\"round_values\":[{}]",
+        keys.len(),
+        values.join(",")
+    )
+}
+
 /// The index of the median of `keys` (the upper middle one of an even count).
 fn median_of(keys: &[f64]) -> usize {
     let mut order: Vec<usize> = (0..keys.len()).collect();
@@ -1152,14 +1162,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
                 }
             }
             println!("{}", line());
-            json += &format!(
-                ",\"rounds\":{},\"round_values\":[{}]",
-                keys.len(),
-                keys.iter()
-                    .map(|&k| json_num(k))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            );
+            json += &rounds_json(&keys);
         }
         let LatRound { stats: s, base } = &rounds[median];
         println!(
@@ -1294,14 +1297,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
                 }
             }
             println!("{}", line());
-            json += &format!(
-                ",\"rounds\":{},\"round_values\":[{}]",
-                keys.len(),
-                keys.iter()
-                    .map(|&k| json_num(k))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            );
+            json += &rounds_json(&keys);
         }
         let Round { many: r, one, base } = &rounds[median];
         let avg = r.mbps();
