@@ -61,10 +61,11 @@ TIMEOUT=600 flock /tmp/rxe-vm.lock "$REPO/scripts/rxe-vm/run-rxe-vm.sh" "$REPO/s
 sed -n '/RXEVM: rxe0 ready/,$p' "$W/vm.log" | grep -v '^\s*$' > "$W/vm-job.log" || true
 known=$(grep -v '^\s*#' "$REPO/scripts/rxe-vm/rxe-deviations.txt" | cut -d'|' -f1 | tr -d ' ' | grep -v '^$' || true)
 # The guest's log, a known deviation's "... FAILED" shown as such: a reader (or a tool)
-# scanning the log for failures then finds only the unexpected ones.
+# scanning the log for failures then finds only the unexpected ones. (Lines from the
+# guest's serial console end in CR LF.)
 known_re=$(printf '%s\n' "$known" | paste -sd'|' -)
 head -200 "$W/vm-job.log" | if [ -n "$known_re" ]; then
-  sed -E "s/^test ($known_re) \.\.\. FAILED$/test \1 ... fails (known rxe deviation)/"
+  sed -E "s/^test ($known_re) \.\.\. FAILED\r?$/test \1 ... fails (known rxe deviation)/"
 else cat; fi
 if [ "$vmrc" -ne 0 ]; then echo "VM job failed (exit $vmrc)"; exit 1; fi
 
