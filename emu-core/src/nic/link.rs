@@ -532,15 +532,6 @@ impl UdpLink {
     /// more than one); waits for room in the socket buffer if it is full.
     fn transmit(&self, dst: Ipv4Addr, contents: &[u8], segment: usize) -> io::Result<()> {
         let to = SockaddrIn::from(SocketAddrV4::new(dst, self.port));
-        if contents.len() > segment && self.gso_failed.load(Ordering::Relaxed) {
-            let mut r = Ok(());
-            for p in contents.chunks(segment) {
-                if let Err(e) = self.transmit(dst, p, p.len().max(1)) {
-                    r = Err(e);
-                }
-            }
-            return r;
-        }
         // A full send buffer: wait for room, a bounded number of times (the receiver
         // is on this host or the datagram can be dropped: RC retransmits).
         for _ in 0..1000 {
@@ -573,12 +564,24 @@ impl UdpLink {
                     // The device under the route cannot segment: send this run and
                     // every later one datagram by datagram.
                     self.gso_failed.store(true, Ordering::Relaxed);
-                    return self.transmit(dst, contents, segment);
+                    return self.transmit_each(dst, contents, segment);
                 }
                 Err(e) => return Err(e.into()),
             }
         }
         Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Sends the `segment`-byte packets of `contents` (the last may be shorter) one
+    /// datagram each; the last error, if any.
+    fn transmit_each(&self, dst: Ipv4Addr, contents: &[u8], segment: usize) -> io::Result<()> {
+        let mut r = Ok(());
+        for p in contents.chunks(segment) {
+            if let Err(e) = self.transmit(dst, p, segment) {
+                r = Err(e);
+            }
+        }
+        r
     }
 
     /// Sends one packet through the hook's verdict.
@@ -708,13 +711,7 @@ impl Link for UdpLink {
         // every segment's ICRC is computed with ID 0 as a receiver that sees only the
         // UDP payload checks it (exact between emulated devices; see the module docs).
         if packets.len() <= segment || self.max_batch() == 1 {
-            let mut r = Ok(());
-            for p in packets.chunks(segment) {
-                if let Err(e) = self.transmit(dst, p, segment) {
-                    r = Err(e);
-                }
-            }
-            return r;
+            return self.transmit_each(dst, packets, segment);
         }
         self.transmit(dst, packets, segment)
     }
@@ -753,10 +750,12 @@ mod tests {
         (a, b)
     }
 
-    /// Waits for `want` datagrams from 127.0.0.1 and receives them through `b`, with
-    /// the one-slot receive of an idle poll or the batched one: (length, ICRC right,
-    /// bytes) per datagram, and how many receives it took.
+    /// What `receive` got: (length, ICRC right, bytes) per datagram.
     type Got = Vec<(usize, bool, Vec<u8>)>;
+
+    /// Waits for `want` datagrams from 127.0.0.1 and receives them through `b`, with
+    /// the one-slot receive of an idle poll or the batched one; also how many
+    /// receives it took.
     fn receive(b: &UdpLink, idle: bool, want: usize) -> (Got, usize) {
         let mut rx = b.rx_bufs();
         let mut out = Vec::new();
