@@ -679,7 +679,8 @@ impl Inner {
     /// responder that answers a message with a message (a ping-pong) sends its answer
     /// before the ACK of the question, which is off the round trip's critical path.
     /// Any other response (a READ response, an atomic ACK, a NAK) sends the held ACKs
-    /// first, so the responder's packets keep their order.
+    /// first, so the responder's packets keep their order. A deferred flush (`defer`)
+    /// still sends a run that can carry held ACKs to its peer: it answers that peer.
     fn flush(&self, core: &mut Core, now: Instant, defer: bool) {
         let Core {
             engine,
@@ -737,7 +738,11 @@ impl Inner {
             tx.fill += t.size;
             tx.count += 1;
         }
-        if !defer {
+        // A run to a peer whose requests wait for their ACK here answers that peer (a
+        // ping-pong's answer): it leaves now, with the ACKs, rather than at the next
+        // poll; batching it with later posts would only delay both.
+        let answers = tx.count > 0 && acks.count > 0 && acks.dst == tx.dst;
+        if !defer || answers {
             if tx.count > 0 {
                 // Held ACKs to the same peer ride at the end of the run: one send
                 // instead of two (e.g. a ping-pong's answer and the ACK of its
@@ -1682,6 +1687,112 @@ mod tests {
             return;
         }
         eprintln!("skipped: this thread was descheduled for over 1 ms in every round");
+    }
+
+    /// While the application polls, a post waits for the next poll to leave (posts to
+    /// many QPs go out as one send), except an answer to a peer whose ACK is held: it
+    /// leaves at once, with the ACK (a ping-pong's half round trip).
+    #[test]
+    fn an_answer_leaves_at_once_with_the_held_ack() {
+        use verbs_api::{
+            connect_qp, Endpoint, QpCap, QpInitAttr, QpParams, QpType, RecvWr, SendWr, Sge,
+            WrOperation,
+        };
+        let (dev, cq) = busy_poll_device();
+        let pd = dev.alloc_pd().unwrap();
+        let qp = || {
+            let cap = QpCap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            };
+            dev.create_qp(&QpInitAttr {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                qp_type: QpType::Rc,
+                cap,
+                sq_sig_all: true,
+                srq: None,
+            })
+            .unwrap()
+        };
+        let (a, b) = (qp(), qp());
+        let end = |qpn, psn| Endpoint {
+            qpn,
+            psn,
+            gid: dev.gid(),
+            ..Endpoint::default()
+        };
+        let params = QpParams::default();
+        connect_qp(&dev, a, QpType::Rc, &params, 1, &end(b, 2)).unwrap();
+        connect_qp(&dev, b, QpType::Rc, &params, 2, &end(a, 1)).unwrap();
+        let buf = MemBuf::new(64);
+        let mr = dev
+            .reg_mr(pd, &buf, 0, 64, AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let sge = |at: u64| Sge {
+            addr: mr.addr + at,
+            length: 8,
+            lkey: mr.lkey,
+        };
+        dev.post_recv(a, &[RecvWr::new(1, vec![sge(0)])]).unwrap();
+        dev.post_recv(b, &[RecvWr::new(2, vec![sge(8)])]).unwrap();
+        let held = || {
+            let core = dev.inner.core.lock();
+            (core.tx.count, core.acks.count)
+        };
+        let mut out = Vec::new();
+        // Each round: a's question is deferred to a poll, which sends it and receives
+        // it at b, holding b's ACK; b's answer then leaves with it from `post_send`.
+        // The device thread's nap also sends what waits: a round in which it woke
+        // between the two steps proves nothing, and the next one runs.
+        let mut checked = 0;
+        for round in 0..20 {
+            let t0 = Instant::now();
+            while !dev.inner.napping.load(Ordering::Acquire) {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(5),
+                    "the thread never napped"
+                );
+                dev.poll_cq(cq, 4, &mut out).unwrap();
+            }
+            let question = SendWr::new(round, vec![sge(16)], WrOperation::Send);
+            dev.post_send(a, &[question]).unwrap();
+            let t0 = Instant::now();
+            loop {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(5),
+                    "the question was lost"
+                );
+                out.clear();
+                dev.poll_cq(cq, 4, &mut out).unwrap();
+                if out.iter().any(|w| w.qp_num == b && w.opcode.is_recv()) {
+                    break;
+                }
+            }
+            dev.post_recv(b, &[RecvWr::new(2, vec![sge(8)])]).unwrap();
+            if held() != (0, 1) {
+                continue;
+            }
+            let answer = SendWr::new(round, vec![sge(24)], WrOperation::Send);
+            dev.post_send(b, &[answer]).unwrap();
+            assert_eq!(held(), (0, 0), "the answer and the ACK wait for a poll");
+            checked += 1;
+            // Drain: a's answer and both send completions.
+            let t0 = Instant::now();
+            let mut got = 0;
+            while got < 3 {
+                assert!(t0.elapsed() < Duration::from_secs(5), "the answer was lost");
+                out.clear();
+                dev.poll_cq(cq, 4, &mut out).unwrap();
+                got += out.len();
+            }
+            dev.post_recv(a, &[RecvWr::new(1, vec![sge(0)])]).unwrap();
+        }
+        assert!(checked > 0, "the ACK was never held");
     }
 
     /// A thread waiting in `get_cq_event` receives for itself: with its CQ armed the
