@@ -1584,6 +1584,41 @@ mod tests {
         dev.dealloc_pd(pd).unwrap();
     }
 
+    /// Two RC QPs of `dev` connected to each other (a's PSN 1, b's 2), a on `cqs[0]`
+    /// and b on `cqs[1]`; four WRs each way.
+    fn looped_rc_pair(dev: &EmuDevice, pd: PdId, cqs: [CqId; 2]) -> (u32, u32) {
+        use verbs_api::{connect_qp, Endpoint, QpCap, QpInitAttr, QpParams, QpType};
+        let qp = |cq: CqId| {
+            dev.create_qp(&QpInitAttr {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                qp_type: QpType::Rc,
+                cap: QpCap {
+                    max_send_wr: 4,
+                    max_recv_wr: 4,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+                srq: None,
+            })
+            .unwrap()
+        };
+        let (a, b) = (qp(cqs[0]), qp(cqs[1]));
+        let params = QpParams::default();
+        let end = |qpn, psn| Endpoint {
+            qpn,
+            psn,
+            gid: dev.gid(),
+            ..Endpoint::default()
+        };
+        connect_qp(dev, a, QpType::Rc, &params, 1, &end(b, 2)).unwrap();
+        connect_qp(dev, b, QpType::Rc, &params, 2, &end(a, 1)).unwrap();
+        (a, b)
+    }
+
     /// A busy-poll device on a free loopback port, with a CQ.
     fn busy_poll_device() -> (EmuDevice, CqId) {
         let dev = EmuDevice::open(EmuConfig {
@@ -1694,41 +1729,10 @@ mod tests {
     /// leaves at once, with the ACK (a ping-pong's half round trip).
     #[test]
     fn an_answer_leaves_at_once_with_the_held_ack() {
-        use verbs_api::{
-            connect_qp, Endpoint, QpCap, QpInitAttr, QpParams, QpType, RecvWr, SendWr, Sge,
-            WrOperation,
-        };
+        use verbs_api::{RecvWr, SendFlags, SendWr, Sge, WrOperation};
         let (dev, cq) = busy_poll_device();
         let pd = dev.alloc_pd().unwrap();
-        let qp = || {
-            let cap = QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            };
-            dev.create_qp(&QpInitAttr {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: QpType::Rc,
-                cap,
-                sq_sig_all: true,
-                srq: None,
-            })
-            .unwrap()
-        };
-        let (a, b) = (qp(), qp());
-        let end = |qpn, psn| Endpoint {
-            qpn,
-            psn,
-            gid: dev.gid(),
-            ..Endpoint::default()
-        };
-        let params = QpParams::default();
-        connect_qp(&dev, a, QpType::Rc, &params, 1, &end(b, 2)).unwrap();
-        connect_qp(&dev, b, QpType::Rc, &params, 2, &end(a, 1)).unwrap();
+        let (a, b) = looped_rc_pair(&dev, pd, [cq, cq]);
         let buf = MemBuf::new(64);
         let mr = dev
             .reg_mr(pd, &buf, 0, 64, AccessFlags::LOCAL_WRITE)
@@ -1759,7 +1763,8 @@ mod tests {
                 );
                 dev.poll_cq(cq, 4, &mut out).unwrap();
             }
-            let question = SendWr::new(round, vec![sge(16)], WrOperation::Send);
+            let mut question = SendWr::new(round, vec![sge(16)], WrOperation::Send);
+            question.send_flags = SendFlags::SIGNALED;
             dev.post_send(a, &[question]).unwrap();
             let t0 = Instant::now();
             loop {
@@ -1777,7 +1782,8 @@ mod tests {
             if held() != (0, 1) {
                 continue;
             }
-            let answer = SendWr::new(round, vec![sge(24)], WrOperation::Send);
+            let mut answer = SendWr::new(round, vec![sge(24)], WrOperation::Send);
+            answer.send_flags = SendFlags::SIGNALED;
             dev.post_send(b, &[answer]).unwrap();
             assert_eq!(held(), (0, 0), "the answer and the ACK wait for a poll");
             checked += 1;
@@ -1800,10 +1806,7 @@ mod tests {
     /// wake-up between the datagram and the waiter), and the event still comes.
     #[test]
     fn a_thread_waiting_for_its_event_receives_while_the_device_thread_naps() {
-        use verbs_api::{
-            connect_qp, Endpoint, QpCap, QpInitAttr, QpParams, QpType, RecvWr, SendWr, Sge,
-            WcStatus, WrOperation,
-        };
+        use verbs_api::{RecvWr, SendWr, Sge, WcStatus, WrOperation};
         let dev = Arc::new(
             EmuDevice::open(EmuConfig {
                 ip: Ipv4Addr::LOCALHOST,
@@ -1816,34 +1819,7 @@ mod tests {
         let ch = dev.create_comp_channel().unwrap();
         let send_cq = dev.create_cq(16, None).unwrap();
         let recv_cq = dev.create_cq(16, Some(ch)).unwrap();
-        let qp = |cq: CqId| {
-            dev.create_qp(&QpInitAttr {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: QpType::Rc,
-                cap: QpCap {
-                    max_send_wr: 4,
-                    max_recv_wr: 4,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: false,
-                srq: None,
-            })
-            .unwrap()
-        };
-        let (a, b) = (qp(send_cq), qp(recv_cq));
-        let params = QpParams::default();
-        let end = |qpn, psn| Endpoint {
-            qpn,
-            psn,
-            gid: dev.gid(),
-            ..Endpoint::default()
-        };
-        connect_qp(&*dev, a, QpType::Rc, &params, 1, &end(b, 2)).unwrap();
-        connect_qp(&*dev, b, QpType::Rc, &params, 2, &end(a, 1)).unwrap();
+        let (a, b) = looped_rc_pair(&dev, pd, [send_cq, recv_cq]);
         let buf = MemBuf::new(64);
         let mr = dev
             .reg_mr(pd, &buf, 0, 64, AccessFlags::LOCAL_WRITE)
