@@ -137,8 +137,9 @@ pub trait Link: Send + Sync + std::fmt::Debug {
 const SOCKET_BUFFER: usize = 8 << 20;
 
 /// How many peers get a connected send socket of their own (see the module docs); sends
-/// to any further peer leave from the bound socket.
-const MAX_PEER_SOCKETS: usize = 64;
+/// to any further peer leave from the bound socket. A file descriptor each: a process
+/// with many fully meshed devices must not run out of them.
+const MAX_PEER_SOCKETS: usize = 16;
 
 /// A send-only socket connected to one peer's `ip:port` (see the module docs), or
 /// `None` where making one failed (the bound socket sends then).
@@ -1009,5 +1010,20 @@ mod tests {
         let d = rx.got[0];
         assert_eq!(d.from.port(), sent_from(&a, gone));
         assert!(c.icrc_ok(&d, rx.bytes(&d)));
+    }
+
+    /// At most `MAX_PEER_SOCKETS` peers get a socket of their own; the rest are sent
+    /// to from the bound socket.
+    #[test]
+    fn peer_sockets_are_capped() {
+        let a = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &LinkOptions::default()).unwrap();
+        let n = MAX_PEER_SOCKETS as u8 + 4;
+        for i in 1..=n {
+            let mut p = vec![i; 40];
+            a.send(a.ip, Ipv4Addr::new(127, 0, 1, i), &mut p).unwrap();
+        }
+        assert_eq!(a.peers.lock().len(), MAX_PEER_SOCKETS);
+        assert_ne!(sent_from(&a, Ipv4Addr::new(127, 0, 1, 1)), a.port());
+        assert_eq!(sent_from(&a, Ipv4Addr::new(127, 0, 1, n)), a.port());
     }
 }
