@@ -740,7 +740,8 @@ impl Inner {
         }
         // A run to a peer whose requests wait for their ACK here answers that peer (a
         // ping-pong's answer): it leaves now, with the ACKs, rather than at the next
-        // poll; batching it with later posts would only delay both.
+        // poll; batching it with later posts would only delay both. The ACKs leave with
+        // it, so the rest of a burst of posts finds none and still waits for the poll.
         let answers = tx.count > 0 && acks.count > 0 && acks.dst == tx.dst;
         if !defer || answers {
             if tx.count > 0 {
