@@ -136,6 +136,21 @@ pub trait Link: Send + Sync + std::fmt::Debug {
 /// Socket buffer size asked for (the kernel may cap it at net.core.*mem_max).
 const SOCKET_BUFFER: usize = 8 << 20;
 
+/// Asks for a [`SOCKET_BUFFER`] receive buffer: forced past net.core.rmem_max when
+/// privileged, else what the cap allows.
+fn large_recv_buffer(s: &Socket) {
+    if rustix::net::sockopt::set_socket_recv_buffer_size_force(s, SOCKET_BUFFER).is_err() {
+        let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    }
+}
+
+/// Asks for a [`SOCKET_BUFFER`] send buffer, as [`large_recv_buffer`] does.
+fn large_send_buffer(s: &Socket) {
+    if rustix::net::sockopt::set_socket_send_buffer_size_force(s, SOCKET_BUFFER).is_err() {
+        let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    }
+}
+
 /// How many peers get a connected send socket of their own (see the module docs); sends
 /// to any further peer leave from the bound socket. A file descriptor each: a process
 /// with many fully meshed devices must not run out of them.
@@ -258,12 +273,8 @@ impl UdpLink {
         // Large buffers keep a briefly starved device thread from losing datagrams (which
         // costs RC a retransmission and UC a message). SO_*BUFFORCE passes the
         // net.core.*mem_max cap when privileged; otherwise the capped size is used.
-        if rustix::net::sockopt::set_socket_recv_buffer_size_force(&s, SOCKET_BUFFER).is_err() {
-            let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
-        }
-        if rustix::net::sockopt::set_socket_send_buffer_size_force(&s, SOCKET_BUFFER).is_err() {
-            let _ = s.set_send_buffer_size(SOCKET_BUFFER);
-        }
+        large_recv_buffer(&s);
+        large_send_buffer(&s);
         // Multicast sends leave through our own address's interface, TTL 1, and are
         // looped back to the host's other members.
         if !ip.is_unspecified() {
@@ -297,9 +308,7 @@ impl UdpLink {
                     format!("interop mode needs a raw socket (root or CAP_NET_RAW): {e}"),
                 )
             })?;
-            if rustix::net::sockopt::set_socket_recv_buffer_size_force(&r, SOCKET_BUFFER).is_err() {
-                let _ = r.set_recv_buffer_size(SOCKET_BUFFER);
-            }
+            large_recv_buffer(&r);
             r.set_nonblocking(true)?;
             Some(r)
         } else {
@@ -607,9 +616,7 @@ impl UdpLink {
     /// the device port, with the bound socket's DF and send buffer.
     fn connect_to(&self, dst: Ipv4Addr) -> io::Result<(UdpSocket, u16)> {
         let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-        if rustix::net::sockopt::set_socket_send_buffer_size_force(&s, SOCKET_BUFFER).is_err() {
-            let _ = s.set_send_buffer_size(SOCKET_BUFFER);
-        }
+        large_send_buffer(&s);
         // Nothing is sent to it: the smallest receive buffer the kernel allows.
         let _ = s.set_recv_buffer_size(1);
         s.bind(&SocketAddr::V4(SocketAddrV4::new(self.ip, 0)).into())?;
