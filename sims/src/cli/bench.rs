@@ -1133,7 +1133,8 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
                 verify_check(&o, &st, size, iters)?;
             }
             drop(st);
-            // The raw ping-pongs right after the run, as a bandwidth round's baselines.
+            // The raw ping-pongs right after the run, as a bandwidth round measures
+            // its baselines right after its run.
             let base = if o.no_baseline {
                 None
             } else {
