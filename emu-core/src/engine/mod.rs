@@ -292,9 +292,14 @@ impl Engine {
             qp.in_ready = true;
             self.ready.push_back(qpn);
         }
-        // Only this QP's entries can have gone stale: the front needs a look only if
-        // it is one of them.
-        if self.timers.first().is_some_and(|e| e.1 == qpn) {
+        // Only this QP's entries can have gone stale: the front needs pruning only if
+        // it is one of them and no longer exact (checked here, on the QP at hand,
+        // rather than by a second lookup in `prune_timers`).
+        if self
+            .timers
+            .first()
+            .is_some_and(|(at, q, timer)| q == qpn && !qp.timers.is_exact(timer, at))
+        {
             self.prune_timers();
         }
         if self.timers.wants_retain() {
