@@ -9,21 +9,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use emu_core::nic::{EmuConfig, EmuDevice, Link, ROCE_PORT};
-use emu_wire::{write_icrc, AethRepr, Ipv4Endpoints, NakCode, PacketRepr, Syndrome};
+use emu_wire::{write_icrc, AethRepr, Ipv4Endpoints, NakCode, Opcode, PacketRepr, Syndrome};
 use verbs_api::*;
 
-/// A link that keeps every packet sent (ICRC filled in) until the test takes it.
+/// A link that keeps every packet sent (ICRC filled in) until the test takes it, and
+/// how many packets each send call carried. With `max_batch` above 1 it takes runs
+/// whole, as a UDP link with GSO does.
 #[derive(Debug)]
 struct Recorder {
     epoch: Instant,
+    max_batch: usize,
     sent: Mutex<Vec<(Ipv4Addr, Ipv4Addr, Vec<u8>)>>,
+    calls: Mutex<Vec<usize>>,
 }
 
-impl Link for Recorder {
-    fn now(&self) -> Instant {
-        self.epoch
-    }
-    fn send(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
+impl Recorder {
+    fn keep(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) {
         let ep = Ipv4Endpoints {
             src,
             dst,
@@ -33,13 +34,52 @@ impl Link for Recorder {
         };
         write_icrc(&ep, packet);
         self.sent.lock().unwrap().push((src, dst, packet.to_vec()));
+    }
+}
+
+impl Link for Recorder {
+    fn now(&self) -> Instant {
+        self.epoch
+    }
+    fn send(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
+        self.keep(src, dst, packet);
+        self.calls.lock().unwrap().push(1);
         Ok(())
+    }
+    fn send_batch(
+        &self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        packets: &mut [u8],
+        segment: usize,
+    ) -> io::Result<()> {
+        let mut n = 0;
+        for p in packets.chunks_mut(segment) {
+            self.keep(src, dst, p);
+            n += 1;
+        }
+        self.calls.lock().unwrap().push(n);
+        Ok(())
+    }
+    fn max_batch(&self) -> usize {
+        self.max_batch
     }
 }
 
 impl Recorder {
     fn take(&self) -> Vec<(Ipv4Addr, Ipv4Addr, Vec<u8>)> {
+        self.calls.lock().unwrap().clear();
         std::mem::take(&mut *self.sent.lock().unwrap())
+    }
+
+    /// The packets sent since the last take, grouped by send call.
+    fn take_calls(&self) -> Vec<Vec<Vec<u8>>> {
+        let calls = std::mem::take(&mut *self.calls.lock().unwrap());
+        let mut sent = self.take().into_iter().map(|(_, _, p)| p);
+        calls
+            .iter()
+            .map(|&n| sent.by_ref().take(n).collect())
+            .collect()
     }
 }
 
@@ -52,10 +92,12 @@ struct Side {
     mr: MrInfo,
 }
 
-fn side(name: &str, ip: Ipv4Addr, epoch: Instant) -> Side {
+fn side(name: &str, ip: Ipv4Addr, epoch: Instant, max_batch: usize) -> Side {
     let link = Arc::new(Recorder {
         epoch,
+        max_batch,
         sent: Mutex::new(Vec::new()),
+        calls: Mutex::new(Vec::new()),
     });
     let cfg = EmuConfig {
         name: name.into(),
@@ -83,7 +125,7 @@ fn side(name: &str, ip: Ipv4Addr, epoch: Instant) -> Side {
         })
         .unwrap();
     let buf = MemBuf::new(4096);
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let mr = dev.reg_mr(pd, &buf, 0, 4096, access).unwrap();
     Side {
         dev,
@@ -96,11 +138,16 @@ fn side(name: &str, ip: Ipv4Addr, epoch: Instant) -> Side {
 }
 
 fn pair() -> (Side, Side) {
+    pair_batching(1)
+}
+
+/// [`pair`] on links that take runs of up to `max_batch` packets per send call.
+fn pair_batching(max_batch: usize) -> (Side, Side) {
     let epoch = Instant::now();
-    let a = side("a", Ipv4Addr::new(10, 0, 0, 1), epoch);
-    let b = side("b", Ipv4Addr::new(10, 0, 0, 2), epoch);
+    let a = side("a", Ipv4Addr::new(10, 0, 0, 1), epoch, max_batch);
+    let b = side("b", Ipv4Addr::new(10, 0, 0, 2), epoch, max_batch);
     let params = QpParams {
-        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
         ..QpParams::default()
     };
     let ea = Endpoint {
@@ -224,6 +271,86 @@ fn a_batch_of_good_requests_gets_one_ack_one_at_a_time_gets_one_each() {
     let out = b.link.take();
     assert_eq!(out.len(), 4);
     assert!(out.iter().all(|(_, _, p)| is_ack(p)));
+}
+
+fn opcode(p: &[u8]) -> Opcode {
+    PacketRepr::parse(p).unwrap().0.bth.opcode
+}
+
+/// On a link that sends runs, a flush that has requests and a held ACK for the same
+/// peer: a lone request (a ping-pong's answer) leaves first in a send of its own and
+/// the ACK after it, so the peer does not wait for the ACK's delivery; a longer run
+/// carries the ACK at its end, one send instead of two.
+#[test]
+fn a_lone_request_leaves_ahead_of_the_held_ack_and_a_run_carries_it() {
+    for fenced in [1u64, 2] {
+        let (a, b) = pair_batching(64);
+        let sge = |s: &Side, at: u64| Sge {
+            addr: s.mr.addr + at,
+            length: 8,
+            lkey: s.mr.lkey,
+        };
+        a.dev
+            .post_recv(a.qpn, &[RecvWr::new(0, vec![sge(&a, 1024)])])
+            .unwrap();
+        let recvs: Vec<RecvWr> = (0..fenced)
+            .map(|i| RecvWr::new(i, vec![sge(&b, 1024 + i * 8)]))
+            .collect();
+        b.dev.post_recv(b.qpn, &recvs).unwrap();
+        // a: a READ of b's buffer, then SENDs fenced behind it (IBV_SEND_FENCE): they
+        // wait for the READ's response.
+        let mut wrs = vec![SendWr::new(
+            0,
+            vec![sge(&a, 0)],
+            WrOperation::RdmaRead {
+                remote_addr: b.mr.addr,
+                rkey: b.mr.rkey,
+            },
+        )];
+        for i in 0..fenced {
+            let mut w = SendWr::new(1 + i, vec![sge(&a, 8 + i * 8)], WrOperation::Send);
+            w.send_flags = SendFlags::FENCE;
+            wrs.push(w);
+        }
+        a.dev.post_send(a.qpn, &wrs).unwrap();
+        let read = a.link.take();
+        assert_eq!(read.len(), 1);
+        assert_eq!(opcode(&read[0].2), Opcode::RcRdmaReadRequest);
+        // b: a SEND to a, and the READ's response.
+        b.dev
+            .post_send(
+                b.qpn,
+                &[SendWr::new(9, vec![sge(&b, 0)], WrOperation::Send)],
+            )
+            .unwrap();
+        let batch: Vec<(Ipv4Addr, Ipv4Addr, &[u8])> =
+            read.iter().map(|(s, d, p)| (*s, *d, &p[..])).collect();
+        assert!(b.driver_handle(&batch));
+        let from_b = b.link.take();
+        let ops: Vec<Opcode> = from_b.iter().map(|(_, _, p)| opcode(p)).collect();
+        assert_eq!(ops, [Opcode::RcSendOnly, Opcode::RcRdmaReadResponseOnly]);
+        // a gets both in one batch: one flush has the ACK of b's SEND and the fenced
+        // SENDs the response released.
+        let batch: Vec<(Ipv4Addr, Ipv4Addr, &[u8])> =
+            from_b.iter().map(|(s, d, p)| (*s, *d, &p[..])).collect();
+        assert!(a.driver_handle(&batch));
+        let calls: Vec<Vec<Opcode>> = a
+            .link
+            .take_calls()
+            .iter()
+            .map(|c| c.iter().map(|p| opcode(p)).collect())
+            .collect();
+        let want = if fenced == 1 {
+            vec![vec![Opcode::RcSendOnly], vec![Opcode::RcAcknowledge]]
+        } else {
+            vec![vec![
+                Opcode::RcSendOnly,
+                Opcode::RcSendOnly,
+                Opcode::RcAcknowledge,
+            ]]
+        };
+        assert_eq!(calls, want, "{fenced} fenced SEND(s)");
+    }
 }
 
 #[test]

@@ -128,7 +128,7 @@ struct Core {
     /// be shorter), at most [`GSO_MAX_BYTES`] and the link's `max_batch` packets.
     tx: TxBatch,
     /// Positive ACKs held back so that requests gathered in the same flush leave
-    /// first (UDP only; see `Inner::flush`).
+    /// first (on a link that sends runs: UDP with GSO; see `Inner::flush`).
     acks: TxBatch,
     /// On a link that lends packet buffers ([`Link::lend`]), the one the next packet
     /// is written into.
@@ -603,7 +603,7 @@ impl Inner {
                     e
                 },
                 tx: TxBatch::new(GSO_MAX_BYTES),
-                acks: TxBatch::new(if udp.is_some() { 4096 } else { 0 }),
+                acks: TxBatch::new(if link.max_batch() > 1 { 4096 } else { 0 }),
                 lent: None,
             }),
             cfg,
@@ -675,9 +675,10 @@ impl Inner {
     /// that cannot join the run (another peer, another size, or no room) sends the run
     /// and starts the next.
     ///
-    /// On UDP, positive ACKs go to a second run that leaves after the requests: a
-    /// responder that answers a message with a message (a ping-pong) sends its answer
-    /// before the ACK of the question, which is off the round trip's critical path.
+    /// On a link that sends runs (`max_batch` above 1: UDP with GSO), positive ACKs
+    /// go to a second run that leaves after the requests: a responder that answers a
+    /// message with a message (a ping-pong) sends its answer before the ACK of the
+    /// question, which is off the round trip's critical path.
     /// Any other response (a READ response, an atomic ACK, a NAK) sends the held ACKs
     /// first, so the responder's packets keep their order. A deferred flush (`defer`)
     /// still sends a run that can carry held ACKs to its peer: it answers that peer,
