@@ -24,6 +24,7 @@ struct Recorder {
 }
 
 impl Recorder {
+    /// Fills in the ICRC and keeps the packet.
     fn keep(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) {
         let ep = Ipv4Endpoints {
             src,
@@ -34,6 +35,22 @@ impl Recorder {
         };
         write_icrc(&ep, packet);
         self.sent.lock().unwrap().push((src, dst, packet.to_vec()));
+    }
+
+    /// The packets sent since the last take.
+    fn take(&self) -> Vec<(Ipv4Addr, Ipv4Addr, Vec<u8>)> {
+        self.calls.lock().unwrap().clear();
+        std::mem::take(&mut *self.sent.lock().unwrap())
+    }
+
+    /// The packets sent since the last take, grouped by send call.
+    fn take_calls(&self) -> Vec<Vec<Vec<u8>>> {
+        let calls = std::mem::take(&mut *self.calls.lock().unwrap());
+        let mut sent = self.take().into_iter().map(|(_, _, p)| p);
+        calls
+            .iter()
+            .map(|&n| sent.by_ref().take(n).collect())
+            .collect()
     }
 }
 
@@ -63,23 +80,6 @@ impl Link for Recorder {
     }
     fn max_batch(&self) -> usize {
         self.max_batch
-    }
-}
-
-impl Recorder {
-    fn take(&self) -> Vec<(Ipv4Addr, Ipv4Addr, Vec<u8>)> {
-        self.calls.lock().unwrap().clear();
-        std::mem::take(&mut *self.sent.lock().unwrap())
-    }
-
-    /// The packets sent since the last take, grouped by send call.
-    fn take_calls(&self) -> Vec<Vec<Vec<u8>>> {
-        let calls = std::mem::take(&mut *self.calls.lock().unwrap());
-        let mut sent = self.take().into_iter().map(|(_, _, p)| p);
-        calls
-            .iter()
-            .map(|&n| sent.by_ref().take(n).collect())
-            .collect()
     }
 }
 
