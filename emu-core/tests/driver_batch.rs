@@ -20,7 +20,8 @@ struct Recorder {
     epoch: Instant,
     max_batch: usize,
     sent: Mutex<Vec<(Ipv4Addr, Ipv4Addr, Vec<u8>)>>,
-    calls: Mutex<Vec<usize>>,
+    /// Per send call: which method, and how many packets it carried.
+    calls: Mutex<Vec<(&'static str, usize)>>,
 }
 
 impl Recorder {
@@ -43,13 +44,14 @@ impl Recorder {
         std::mem::take(&mut *self.sent.lock().unwrap())
     }
 
-    /// The packets sent since the last take, grouped by send call.
-    fn take_calls(&self) -> Vec<Vec<Vec<u8>>> {
+    /// The packets sent since the last take, grouped by send call, each with the
+    /// method that sent it.
+    fn take_calls(&self) -> Vec<(&'static str, Vec<Vec<u8>>)> {
         let calls = std::mem::take(&mut *self.calls.lock().unwrap());
         let mut sent = self.take().into_iter().map(|(_, _, p)| p);
         calls
             .iter()
-            .map(|&n| sent.by_ref().take(n).collect())
+            .map(|&(how, n)| (how, sent.by_ref().take(n).collect()))
             .collect()
     }
 }
@@ -60,7 +62,19 @@ impl Link for Recorder {
     }
     fn send(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
         self.keep(src, dst, packet);
-        self.calls.lock().unwrap().push(1);
+        self.calls.lock().unwrap().push(("send", 1));
+        Ok(())
+    }
+    fn send_two(
+        &self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        first: &mut [u8],
+        second: &mut [u8],
+    ) -> io::Result<()> {
+        self.keep(src, dst, first);
+        self.keep(src, dst, second);
+        self.calls.lock().unwrap().push(("send_two", 2));
         Ok(())
     }
     fn send_batch(
@@ -75,7 +89,7 @@ impl Link for Recorder {
             self.keep(src, dst, p);
             n += 1;
         }
-        self.calls.lock().unwrap().push(n);
+        self.calls.lock().unwrap().push(("send_batch", n));
         Ok(())
     }
     fn max_batch(&self) -> usize {
@@ -278,9 +292,9 @@ fn opcode(p: &[u8]) -> Opcode {
 }
 
 /// On a link that sends runs, a flush that has requests and a held ACK for the same
-/// peer: a lone request (a ping-pong's answer) leaves first in a send of its own and
-/// the ACK after it, so the peer does not wait for the ACK's delivery; a longer run
-/// carries the ACK at its end, one send instead of two.
+/// peer: a lone request (a ping-pong's answer) leaves as a datagram of its own ahead
+/// of the ACK, both in one `send_two` call, so the peer does not wait for the ACK's
+/// delivery; a longer run carries the ACK at its end, one GSO send.
 #[test]
 fn a_lone_request_leaves_ahead_of_the_held_ack_and_a_run_carries_it() {
     for fenced in [1u64, 2] {
@@ -334,20 +348,23 @@ fn a_lone_request_leaves_ahead_of_the_held_ack_and_a_run_carries_it() {
         let batch: Vec<(Ipv4Addr, Ipv4Addr, &[u8])> =
             from_b.iter().map(|(s, d, p)| (*s, *d, &p[..])).collect();
         assert!(a.driver_handle(&batch));
-        let calls: Vec<Vec<Opcode>> = a
+        let calls: Vec<(&str, Vec<Opcode>)> = a
             .link
             .take_calls()
             .iter()
-            .map(|c| c.iter().map(|p| opcode(p)).collect())
+            .map(|(how, c)| (*how, c.iter().map(|p| opcode(p)).collect()))
             .collect();
         let want = if fenced == 1 {
-            vec![vec![Opcode::RcSendOnly], vec![Opcode::RcAcknowledge]]
+            vec![("send_two", vec![Opcode::RcSendOnly, Opcode::RcAcknowledge])]
         } else {
-            vec![vec![
-                Opcode::RcSendOnly,
-                Opcode::RcSendOnly,
-                Opcode::RcAcknowledge,
-            ]]
+            vec![(
+                "send_batch",
+                vec![
+                    Opcode::RcSendOnly,
+                    Opcode::RcSendOnly,
+                    Opcode::RcAcknowledge,
+                ],
+            )]
         };
         assert_eq!(calls, want, "{fenced} fenced SEND(s)");
     }

@@ -6,15 +6,17 @@
 //! The UDP link batches: a run of equal-sized packets to one peer leaves in one
 //! `sendmsg` with `UDP_SEGMENT` (generic segmentation offload: the kernel cuts it into
 //! datagrams, or on loopback hands it whole to a receiver that asked for `UDP_GRO`),
-//! and the device thread receives with `recvmmsg` and `UDP_GRO`, up to 64 KiB of
-//! coalesced datagrams per slot, split again by the segment size the kernel reports.
-//! Kernels without GSO or GRO get one datagram per slot and per send (quinn-udp probes
-//! and falls back). The batched receive is quinn-udp's; sends, and the one-slot receive
-//! of a poll that found nothing last time, are nix's `sendto`, `sendmsg` and `recvmsg`
-//! with no control message but `UDP_SEGMENT`/`UDP_GRO` (quinn-udp adds the TOS byte on
-//! send and asks for the destination address on receive, which a ping-pong pays on
-//! every half round trip). Both wrap the system calls safely, so this crate keeps no
-//! `unsafe`.
+//! and receives take `UDP_GRO` runs, up to 64 KiB of coalesced datagrams per slot,
+//! split again by the segment size the kernel reports; once receives in a row keep
+//! finding datagrams, `recvmmsg` takes many runs per call. Kernels without GSO or GRO
+//! get one datagram per slot and per send (quinn-udp probes and falls back). Two
+//! single packets to one peer (an answer and the ACK held for that peer) leave in one
+//! `sendmmsg`, the answer first. The batched receive is quinn-udp's; sends and the
+//! one-slot receive are nix's `sendto`, `sendmsg` and `recvmsg` and rustix's
+//! `sendmmsg`, with no control message but `UDP_SEGMENT`/`UDP_GRO` (quinn-udp adds
+//! the TOS byte on send and asks for the destination address on receive, which a
+//! ping-pong pays on every half round trip). All wrap the system calls safely, so this
+//! crate keeps no `unsafe`.
 //!
 //! The ICRC covers the IPv4 header, identification field included (Annex A17.4), which
 //! a UDP socket does not choose. Measured on Linux (docs/roce-wire.md): an unconnected
@@ -46,6 +48,8 @@ use nix::errno::Errno;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, SockaddrIn};
 use quinn_udp::{RecvMeta, UdpSockRef, UdpSocketState};
 use rustix::event::{PollFd, PollFlags};
+use rustix::net::addr::SocketAddrArg;
+use rustix::net::{MMsgHdr, SendAncillaryBuffer};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::interop::{parse_raw_udp, LinkOptions, PacketHook, Verdict};
@@ -83,6 +87,21 @@ pub trait Link: Send + Sync + std::fmt::Debug {
             }
         }
         r
+    }
+
+    /// Sends `first` and then `second`, one packet each, both from `src` to `dst`, as
+    /// two datagrams in that order; fills in both ICRCs. A link that can hand the
+    /// kernel both in one call (`sendmmsg`) does; the default sends them one by one
+    /// through [`Link::send`].
+    fn send_two(
+        &self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        first: &mut [u8],
+        second: &mut [u8],
+    ) -> io::Result<()> {
+        let r = self.send(src, dst, first);
+        self.send(src, dst, second).and(r)
     }
 
     /// A buffer at least [`MAX_PACKET`](crate::engine::MAX_PACKET) bytes long for the
@@ -176,6 +195,10 @@ struct Out<'a> {
 /// bytes, less 20 of IP header and 8 of UDP header.
 pub(crate) const GSO_MAX_BYTES: usize = 65_535 - 28;
 
+/// Receives in a row that must find datagrams before the next one is batched (see
+/// `RxBufs::found`).
+const BATCH_AFTER: u8 = 3;
+
 /// Receive slots per `recvmmsg` call, each large enough for one GRO-coalesced run.
 const RX_SLOTS: usize = 16;
 /// Bytes per receive slot: a whole coalesced run (64 KiB) when GRO is on.
@@ -239,10 +262,14 @@ pub(crate) struct RxBufs {
     pub(crate) next: usize,
     mslots: Vec<Vec<u8>>,
     mcast: Vec<(usize, SocketAddrV4, Ipv4Addr)>,
-    /// The last receive found the socket empty: the next asks for one slot only (a
-    /// whole GRO run), as a busy-polling caller mostly finds nothing and the kernel
-    /// copies in every slot's header on each call.
-    idle: bool,
+    /// How many receives in a row found datagrams (at most [`BATCH_AFTER`]). Until
+    /// that many did, a receive asks for one slot only (a whole GRO run): a
+    /// busy-polling caller mostly finds nothing, a ping-pong one datagram at a time
+    /// (its answer, then the ACK behind it), and the batched receive builds and zeroes
+    /// a header table for every slot on each call (about 700 instructions per call,
+    /// callgrind). A stream of separate datagrams gets the batched one from the fourth
+    /// receive on.
+    found: u8,
     /// Room for the `UDP_GRO` control message of a one-slot receive.
     cmsg: Vec<u8>,
 }
@@ -346,7 +373,7 @@ impl UdpLink {
             got: Vec::with_capacity(n * 64 + 8),
             mslots: (0..8).map(|_| vec![0u8; RX_SLOT_PLAIN]).collect(),
             mcast: Vec::with_capacity(8),
-            idle: false,
+            found: BATCH_AFTER,
             next: 0,
             cmsg: nix::cmsg_space!(i32),
         }
@@ -478,13 +505,13 @@ impl UdpLink {
             got,
             mslots,
             mcast,
-            idle,
+            found,
             next: _,
             cmsg,
         } = rx;
         got.clear();
         let n = slots.len();
-        let ask = if *idle { 1 } else { n };
+        let ask = if *found < BATCH_AFTER { 1 } else { n };
         let sock = UdpSockRef::from(&self.socket);
         let r = if ask == 1 {
             // A busy poll mostly finds nothing: no slot table to build for it, and the
@@ -530,7 +557,11 @@ impl UdpLink {
                 }
             }
         }
-        *idle = got.is_empty();
+        *found = if got.is_empty() {
+            0
+        } else {
+            (*found + 1).min(BATCH_AFTER)
+        };
         // Multicast datagrams wait on the group sockets.
         mcast.clear();
         {
@@ -831,6 +862,57 @@ impl Link for UdpLink {
         self.transmit(&out, packets, segment)
     }
 
+    fn send_two(
+        &self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        first: &mut [u8],
+        second: &mut [u8],
+    ) -> io::Result<()> {
+        if self.hook.is_some() {
+            let r = self.send(src, dst, first);
+            return self.send(src, dst, second).and(r);
+        }
+        let mut peers = self.peers.lock();
+        let out = self.out(&mut peers, dst);
+        let ep = self.endpoints(dst, out.src_port);
+        write_icrc(&ep, first);
+        write_icrc(&ep, second);
+        // One system call for both (a ping-pong's answer and the ACK of the question:
+        // busy-poll send_lat, see the README). The kernel delivers the first on
+        // loopback before it takes the second, so the answer waits for nothing.
+        let sent = {
+            let iov = [[IoSlice::new(first)], [IoSlice::new(second)]];
+            let (mut c0, mut c1) = (
+                SendAncillaryBuffer::default(),
+                SendAncillaryBuffer::default(),
+            );
+            let to = out.to.map(|a| SocketAddrV4::from(a).as_any());
+            let mut msgs = match &to {
+                Some(to) => [
+                    MMsgHdr::new_with_addr(to, &iov[0], &mut c0),
+                    MMsgHdr::new_with_addr(to, &iov[1], &mut c1),
+                ],
+                None => [
+                    MMsgHdr::new(&iov[0], &mut c0),
+                    MMsgHdr::new(&iov[1], &mut c1),
+                ],
+            };
+            rustix::net::sendmmsg(out.socket, &mut msgs, rustix::net::SendFlags::empty())
+                .unwrap_or(0)
+        };
+        // What did not go (a full send buffer, an earlier datagram's ICMP error) goes
+        // the way a single send does, which waits for room and sends again.
+        let mut r = Ok(());
+        if sent < 1 {
+            r = self.transmit(&out, first, first.len().max(1));
+        }
+        if sent < 2 {
+            r = self.transmit(&out, second, second.len().max(1)).and(r);
+        }
+        r
+    }
+
     fn max_batch(&self) -> usize {
         // GSO numbers the segments' IP IDs upward, which a real peer's ICRC check sees.
         if self.interop() || self.hook.is_some() || self.gso_failed.load(Ordering::Relaxed) {
@@ -889,7 +971,7 @@ mod tests {
         while out.len() < want {
             calls += 1;
             assert!(b.wait_readable(Duration::from_secs(2)), "nothing arrived");
-            rx.idle = idle;
+            rx.found = if idle { 0 } else { BATCH_AFTER };
             b.recv_batch(&mut rx);
             for d in &rx.got {
                 assert_eq!(*d.from.ip(), Ipv4Addr::new(127, 0, 0, 1));
@@ -938,7 +1020,7 @@ mod tests {
         let mut q = vec![9u8; 40];
         a.send(a.ip, b.ip, &mut q).unwrap();
         assert!(b.wait_readable(Duration::from_secs(2)));
-        rx.idle = true;
+        rx.found = 0;
         assert_eq!(b.recv_batch(&mut rx), 1);
         let d = rx.got[0];
         let mut bytes = rx.bytes(&d).to_vec();
@@ -951,9 +1033,46 @@ mod tests {
     fn an_idle_receive_finds_nothing() {
         let (_a, b) = pair();
         let mut rx = b.rx_bufs();
-        rx.idle = true;
+        rx.found = 0;
         assert_eq!(b.recv_batch(&mut rx), 0);
-        assert!(rx.idle);
+        assert_eq!(rx.found, 0);
+    }
+
+    /// Datagrams sent one by one are read one slot at a time until three receives in
+    /// a row found one; the fourth takes all that wait in one batched call.
+    #[test]
+    fn receives_batch_only_once_datagrams_keep_coming() {
+        let (a, b) = pair();
+        for n in 0..5u8 {
+            let mut p = vec![n; 40];
+            a.send(a.ip, b.ip, &mut p).unwrap();
+        }
+        let mut rx = b.rx_bufs();
+        rx.found = 0;
+        let mut counts = Vec::new();
+        while counts.iter().sum::<usize>() < 5 {
+            assert!(b.wait_readable(Duration::from_secs(2)), "nothing arrived");
+            counts.push(b.recv_batch(&mut rx));
+        }
+        assert_eq!(counts, [1, 1, 1, 2]);
+        assert_eq!(b.recv_batch(&mut rx), 0);
+        assert_eq!(rx.found, 0, "an empty receive starts over");
+    }
+
+    /// `send_two` delivers two datagrams in order, each with its own ICRC, from the
+    /// peer's connected socket.
+    #[test]
+    fn send_two_sends_both_in_order() {
+        let (a, b) = pair();
+        let mut first = vec![1u8; 40];
+        let mut second = vec![2u8; 28];
+        a.send_two(a.ip, b.ip, &mut first, &mut second).unwrap();
+        let (got, _) = receive(&b, true, 2, sent_from(&a, b.ip));
+        let lens: Vec<usize> = got.iter().map(|g| g.0).collect();
+        assert_eq!(lens, [40, 28]);
+        assert!(got.iter().all(|g| g.1), "ICRC");
+        assert_eq!(got[0].2[..36], [1u8; 36]);
+        assert_eq!(got[1].2[..24], [2u8; 24]);
     }
 
     /// Sends to a peer leave from one connected socket of their own (an ephemeral
@@ -1012,7 +1131,7 @@ mod tests {
         a.send(a.ip, gone, &mut p).unwrap();
         let mut rx = c.rx_bufs();
         assert!(c.wait_readable(Duration::from_secs(2)), "nothing arrived");
-        rx.idle = true;
+        rx.found = 0;
         assert_eq!(c.recv_batch(&mut rx), 1);
         let d = rx.got[0];
         assert_eq!(d.from.port(), sent_from(&a, gone));

@@ -746,6 +746,12 @@ impl Inner {
         // it, so the rest of a burst of posts finds none and still waits for the poll.
         let answers = tx.count > 0 && acks.count > 0 && acks.dst == tx.dst;
         if !defer || answers {
+            if answers && tx.count == 1 && acks.count == 1 {
+                // A ping-pong's answer and the ACK of the question: the order below,
+                // in one system call (busy-poll send_lat, interleaved rounds: 1.58x
+                // against 1.62x for two sends; see the README).
+                self.send_pair(tx, acks);
+            }
             if tx.count > 0 {
                 // A lone answer leaves alone and its ACKs after it: on loopback a
                 // send delivers to the peer's socket before it returns, so the ACK
@@ -809,6 +815,26 @@ impl Inner {
             }
         }
         *spare = Some(buf);
+    }
+
+    /// Sends the one packet of `first` and then the one of `then`, to the same peer
+    /// ([`Link::send_two`]), and empties both.
+    fn send_pair(&self, first: &mut TxBatch, then: &mut TxBatch) {
+        let r = self.link.send_two(
+            self.cfg.ip,
+            first.dst,
+            &mut first.buf[..first.fill],
+            &mut then.buf[..then.fill],
+        );
+        if r.is_err() {
+            self.link_counters
+                .send_errors
+                .fetch_add(2, Ordering::Relaxed);
+        }
+        first.fill = 0;
+        first.count = 0;
+        then.fill = 0;
+        then.count = 0;
     }
 
     /// Hands the gathered run to the link and empties it.
