@@ -174,9 +174,14 @@ impl TxBatch {
         self.buf[self.fill..self.fill + other.fill].copy_from_slice(&other.buf[..other.fill]);
         self.fill += other.fill;
         self.count += other.count;
-        other.fill = 0;
-        other.count = 0;
+        other.clear();
         true
+    }
+
+    /// Empties the run (after it was sent or moved elsewhere).
+    fn clear(&mut self) {
+        self.fill = 0;
+        self.count = 0;
     }
 
     /// Appends a packet that [`TxBatch::fits`].
@@ -682,7 +687,8 @@ impl Inner {
     /// Any other response (a READ response, an atomic ACK, a NAK) sends the held ACKs
     /// first, so the responder's packets keep their order. A deferred flush (`defer`)
     /// still sends a run that can carry held ACKs to its peer: it answers that peer,
-    /// and a one-packet answer leaves ahead of those ACKs, in its own send.
+    /// and a one-packet answer leaves ahead of those ACKs as a datagram of its own
+    /// (with a single held ACK, both in one [`Link::send_two`] call).
     fn flush(&self, core: &mut Core, now: Instant, defer: bool) {
         let Core {
             engine,
@@ -831,10 +837,8 @@ impl Inner {
                 .send_errors
                 .fetch_add(2, Ordering::Relaxed);
         }
-        first.fill = 0;
-        first.count = 0;
-        then.fill = 0;
-        then.count = 0;
+        first.clear();
+        then.clear();
     }
 
     /// Hands the gathered run to the link and empties it.
@@ -850,8 +854,7 @@ impl Inner {
                 .send_errors
                 .fetch_add(tx.count as u64, Ordering::Relaxed);
         }
-        tx.fill = 0;
-        tx.count = 0;
+        tx.clear();
     }
 
     /// Takes what waits on the socket (if no other thread is receiving), checks each
