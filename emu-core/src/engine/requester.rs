@@ -368,8 +368,8 @@ fn request_opcode(op: &WrOperation, position: Position) -> Opcode {
 }
 
 /// Writes headers (the BTH with the QP's P_Key, IBTA 9.2), `payload_len` bytes from
-/// `fill`, zero pad and a zero ICRC slot
-/// into `buf`; returns the UDP payload length. The link fills in the ICRC, since it
+/// `fill`, zero pad and a zero ICRC slot into `buf` (and may zero up to 7 bytes past
+/// them, where `buf` has room); returns the UDP payload length. The link fills in the ICRC, since it
 /// covers the IP and UDP headers only the link knows (IBTA Annex A17.4).
 pub(crate) fn emit(
     buf: &mut [u8],
@@ -384,6 +384,12 @@ pub(crate) fn emit(
     fill(&mut buf[h..h + payload_len]);
     let end = h + payload_len;
     let total = end + usize::from(repr.bth.pad_count) + ICRC_LEN;
-    buf[end..total].fill(0);
+    // Pad and ICRC slot, at most 7 bytes: one 8-byte store where the buffer has room
+    // past the packet (scratch space), rather than a `fill` of run-time length, which
+    // is a call to memset per packet (1% of the fabric's WRITE bench).
+    match buf.get_mut(end..end + 8) {
+        Some(tail) => tail.copy_from_slice(&[0; 8]),
+        None => buf[end..total].fill(0),
+    }
     total
 }
