@@ -441,15 +441,24 @@ impl Shared {
 
 impl State {
     fn dir(&mut self, src: usize, dst: usize) -> &mut Direction {
-        let (seed, cfg) = (self.seed, self.default_cfg);
-        if self.dirs.len() <= src {
-            self.dirs.resize_with(src + 1, Vec::new);
+        // The default configuration is copied only for a new direction (it is large,
+        // and this runs three times per packet).
+        let State {
+            dirs,
+            seed,
+            default_cfg,
+            ..
+        } = self;
+        if dirs.len() <= src {
+            dirs.resize_with(src + 1, Vec::new);
         }
-        let row = &mut self.dirs[src];
+        let row = &mut dirs[src];
         if row.len() <= dst {
             row.resize_with(dst + 1, || None);
         }
-        row[dst].get_or_insert_with(|| Direction::new(cfg, seed, ((src as u64) << 32) | dst as u64))
+        row[dst].get_or_insert_with(|| {
+            Direction::new(*default_cfg, *seed, ((src as u64) << 32) | dst as u64)
+        })
     }
 
     fn set_fate(&mut self, rec: Option<usize>, fate: Fate) {
