@@ -107,8 +107,9 @@ pub fn icrc_ipv6(ip_header: &[u8], udp_header: &[u8], udp_payload: &[u8]) -> u32
 }
 
 /// The ICRC with the IPv4 and UDP headers a Linux DF sender would build for `ep`
-/// ([`ipv4_header`], [`udp_header`]). Every packet sent or received pays this, so
-/// the masked headers are laid out in place, without building the real ones first
+/// ([`ipv4_header`](crate::frame::ipv4_header),
+/// [`udp_header`](crate::frame::udp_header)). Every packet sent or received pays this,
+/// so the masked headers are laid out in place, without building the real ones first
 /// (the IP checksum that [`icrc_ipv4`] would mask anyway costs as much as the CRC of
 /// a small packet).
 pub fn icrc_for(ep: &Ipv4Endpoints, udp_payload: &[u8]) -> u32 {

@@ -28,7 +28,7 @@ enum Command {
     /// Ping-pong between two emulated devices, as rdma-core's ibv_{rc,uc,ud,srq}_pingpong:
     /// no HOST = server, HOST = client, `--loopback` = both ends in this process.
     /// Options: -s SIZE -n ITERS -p TCP_PORT --ip ADDR --udp-port N -q NUM_QP (srq)
-    /// --timeout SECS --loopback [HOST].
+    /// --timeout SECS --loopback, then HOST or nothing.
     Pingpong {
         /// The transport.
         #[arg(value_enum)]

@@ -654,9 +654,9 @@ impl Engine {
     /// `ibv_create_qp`. Returns the QP number. EINVAL for an unknown PD, CQ or SRQ, an
     /// SRQ of another PD, or capacities over the device limits; EOPNOTSUPP for QP types
     /// not implemented yet; `QpType::Driver` makes the device's QP1, the GSI QP (see
-    /// [`gsi`]; EBUSY if it exists). With an SRQ the receive capacities are ignored and set to 0
-    /// (manual 3.4.1: "max_recv_wr ... ignored if srq is not NULL"; kernel rxe reports
-    /// 0 too).
+    /// the module `gsi`; EBUSY if it exists). With an SRQ the receive capacities are
+    /// ignored and set to 0 (manual 3.4.1: "max_recv_wr ... ignored if srq is not
+    /// NULL"; kernel rxe reports 0 too).
     pub fn create_qp(&mut self, mut init: QpInitAttr) -> Result<u32> {
         if !self.mrs.pd_exists(init.pd) {
             return Err(Error::InvalidArgument("no such protection domain"));
