@@ -716,8 +716,7 @@ fn run_bw(
                 marks.push((Instant::now(), done));
                 progress.set(done);
             }
-            if let Some(f) = &st.fabric {
-                let _ = f;
+            if st.fabric.is_some() {
                 // One buffer for the whole run (a fresh one per call showed in
                 // profiles: a 6 KiB allocation each time).
                 serve(s, o.test, st.region, size, &never, true, &mut server_wcs)?;
@@ -790,7 +789,6 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                 c.post_recvs(0, 64, st.region, size)?;
                 s.post_recvs(0, 64, st.region, size)?;
             }
-            let stop = Arc::new(AtomicBool::new(false));
             // Each side builds its WRs once and reposts them, as perftest does: the
             // run measures the device, not the building of WR lists.
             let wrs_of = |h: &Host| {
@@ -850,7 +848,6 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                     .map_err(|e| format!("post_send: {e}"))?;
                 Ok(true)
             };
-            let _ = &stop;
             if fabric {
                 return Err("latency tests run on UDP only (the fabric's time is virtual)".into());
             }
@@ -870,11 +867,10 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                     Ok(())
                 });
                 let mut wcs = Vec::with_capacity(64);
-                let op = |i: u64| {
+                let op = || {
                     if send {
                         WrOperation::Send
                     } else {
-                        let _ = i;
                         WrOperation::RdmaWrite {
                             remote_addr: s.mr.addr,
                             rkey: s.mr.rkey,
@@ -886,7 +882,7 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                     let mark = (i % 127 + 1) as u8;
                     c.buf.with_mut(|b| b[size as usize - 1] = mark);
                     wr.wr_id = i;
-                    wr.op = op(i);
+                    wr.op = op();
                     let t = Instant::now();
                     c.dev
                         .post_send(c.qpns[0], std::slice::from_ref(&wr))
