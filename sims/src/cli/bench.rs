@@ -790,16 +790,24 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                 s.post_recvs(0, 64, st.region, size)?;
             }
             // Each side builds its WRs once and reposts them, as perftest does: the
-            // run measures the device, not the building of WR lists.
-            let wrs_of = |h: &Host| {
+            // run measures the device, not the building of WR lists. A message is a
+            // SEND, or a WRITE into the peer's buffer.
+            let wrs_of = |h: &Host, peer: &Host| {
                 let recv = vec![RecvWr::new(0, vec![h.sge(h.offset(0, st.region), size)]); 64];
-                let mut send = SendWr::new(0, vec![h.sge(0, size)], WrOperation::Send);
-                send.send_flags = SendFlags::SIGNALED;
-                (recv, send)
+                let op = if send {
+                    WrOperation::Send
+                } else {
+                    WrOperation::RdmaWrite {
+                        remote_addr: peer.mr.addr,
+                        rkey: peer.mr.rkey,
+                    }
+                };
+                let mut wr = SendWr::new(0, vec![h.sge(0, size)], op);
+                wr.send_flags = SendFlags::SIGNALED;
+                (recv, wr)
             };
             // The echoing side: answers each message in kind.
             let echo = |h: &Host,
-                        peer: &Host,
                         i: u64,
                         wcs: &mut Vec<WorkCompletion>,
                         recv_wrs: &[RecvWr],
@@ -831,18 +839,9 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                         h.idle(o, &mut armed)?;
                     }
                 }
-                let op = if send {
-                    WrOperation::Send
-                } else {
-                    WrOperation::RdmaWrite {
-                        remote_addr: peer.mr.addr,
-                        rkey: peer.mr.rkey,
-                    }
-                };
                 // The answer carries the mark with the top bit set.
                 h.buf.with_mut(|b| b[size as usize - 1] = mark | 0x80);
                 send_wr.wr_id = i;
-                send_wr.op = op;
                 h.dev
                     .post_send(h.qpns[0], std::slice::from_ref(send_wr))
                     .map_err(|e| format!("post_send: {e}"))?;
@@ -854,9 +853,9 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
             let result = std::thread::scope(|scope| -> Result<(), String> {
                 let server = scope.spawn(|| -> Result<(), String> {
                     let mut wcs = Vec::with_capacity(64);
-                    let (recv, mut send) = wrs_of(s);
+                    let (recv, mut send) = wrs_of(s, c);
                     for i in 0..iters {
-                        echo(s, c, i, &mut wcs, &recv, &mut send, true)?;
+                        echo(s, i, &mut wcs, &recv, &mut send, true)?;
                     }
                     // Let the last answer be acknowledged.
                     let t = Instant::now();
@@ -867,22 +866,11 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                     Ok(())
                 });
                 let mut wcs = Vec::with_capacity(64);
-                let op = || {
-                    if send {
-                        WrOperation::Send
-                    } else {
-                        WrOperation::RdmaWrite {
-                            remote_addr: s.mr.addr,
-                            rkey: s.mr.rkey,
-                        }
-                    }
-                };
-                let (recv_wrs, mut wr) = wrs_of(c);
+                let (recv_wrs, mut wr) = wrs_of(c, s);
                 for i in 0..iters {
                     let mark = (i % 127 + 1) as u8;
                     c.buf.with_mut(|b| b[size as usize - 1] = mark);
                     wr.wr_id = i;
-                    wr.op = op();
                     let t = Instant::now();
                     c.dev
                         .post_send(c.qpns[0], std::slice::from_ref(&wr))
