@@ -1669,6 +1669,19 @@ mod tests {
         (dev, cq)
     }
 
+    /// Polls `cq` (up to `max` at a time) until the device thread naps; fails the test
+    /// after 5 s.
+    fn poll_until_napping(dev: &EmuDevice, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) {
+        let t0 = Instant::now();
+        while !dev.inner.napping.load(Ordering::Acquire) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the thread never napped"
+            );
+            dev.poll_cq(cq, max, out).unwrap();
+        }
+    }
+
     /// An application that polls while a CQ is armed (it will wait on the channel
     /// after its next empty poll) must not keep the device thread napping: the thread
     /// goes back to the socket, so the event's datagram is received without a nap.
@@ -1716,14 +1729,7 @@ mod tests {
         // round in which this thread was descheduled that long proves nothing, and
         // the next round runs instead.
         for _ in 0..5 {
-            let t0 = Instant::now();
-            while !dev.inner.napping.load(Ordering::Acquire) {
-                assert!(
-                    t0.elapsed() < Duration::from_secs(5),
-                    "the thread never napped"
-                );
-                dev.poll_cq(cq, 1, &mut out).unwrap();
-            }
+            poll_until_napping(&dev, cq, 1, &mut out);
             let before = counters.thread_datagrams.load(Ordering::Relaxed);
             let bad_before = counters.icrc_errors.load(Ordering::Relaxed);
             // 400 datagrams with a wrong ICRC (dropped and counted by whoever receives
@@ -1792,14 +1798,7 @@ mod tests {
         // between the two steps proves nothing, and the next one runs.
         let mut checked = 0;
         for round in 0..20 {
-            let t0 = Instant::now();
-            while !dev.inner.napping.load(Ordering::Acquire) {
-                assert!(
-                    t0.elapsed() < Duration::from_secs(5),
-                    "the thread never napped"
-                );
-                dev.poll_cq(cq, 4, &mut out).unwrap();
-            }
+            poll_until_napping(&dev, cq, 4, &mut out);
             let mut question = SendWr::new(round, vec![sge(16)], WrOperation::Send);
             question.send_flags = SendFlags::SIGNALED;
             dev.post_send(a, &[question]).unwrap();
