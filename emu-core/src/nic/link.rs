@@ -8,7 +8,9 @@
 //! datagrams, or on loopback hands it whole to a receiver that asked for `UDP_GRO`),
 //! and receives take `UDP_GRO` runs, up to 64 KiB of coalesced datagrams per slot,
 //! split again by the segment size the kernel reports; once receives in a row keep
-//! finding datagrams, `recvmmsg` takes many runs per call. Kernels without GSO or GRO
+//! finding datagrams, `recvmmsg` takes many runs per call. GRO is switched off while
+//! traffic is quiet (see `gro`): a lone datagram is then read with the cheaper
+//! `recvfrom`. Kernels without GSO or GRO
 //! get one datagram per slot and per send (quinn-udp probes and falls back). Two
 //! single packets to one peer (an answer and the ACK held for that peer) leave in one
 //! `sendmmsg`, the answer first. The batched receive is quinn-udp's; sends and the
@@ -45,13 +47,16 @@ use std::time::{Duration, Instant};
 
 use emu_wire::{check_icrc, write_icrc, Ipv4Endpoints};
 use nix::errno::Errno;
-use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, SockaddrIn};
+use nix::sys::socket::{
+    setsockopt, sockopt, ControlMessage, ControlMessageOwned, MsgFlags, SockaddrIn,
+};
 use quinn_udp::{RecvMeta, UdpSockRef, UdpSocketState};
 use rustix::event::{PollFd, PollFlags};
 use rustix::net::addr::SocketAddrArg;
 use rustix::net::{MMsgHdr, SendAncillaryBuffer};
 use socket2::{Domain, Protocol, Socket, Type};
 
+use super::gro::Gro;
 use super::interop::{parse_raw_udp, LinkOptions, PacketHook, Verdict};
 
 /// What carries an emulated device's packets and tells its time: the UDP socket of a
@@ -285,6 +290,8 @@ pub(crate) struct RxBufs {
     backoff: u8,
     /// Room for the `UDP_GRO` control message of a one-slot receive.
     cmsg: Vec<u8>,
+    /// Whether the socket has `UDP_GRO` on, switched with the traffic (see `gro`).
+    gro: Gro,
 }
 
 impl RxBufs {
@@ -390,6 +397,7 @@ impl UdpLink {
             backoff: 0,
             next: 0,
             cmsg: nix::cmsg_space!(i32),
+            gro: Gro::new(self.state.gro_segments() > 1),
         }
     }
 
@@ -511,6 +519,20 @@ impl UdpLink {
         n
     }
 
+    /// Sets `UDP_GRO` on the receive socket as `gro` asked (see `gro`). Off only if
+    /// nothing was queued by the time it went off (else back on: a run queued while
+    /// it was on could no longer be split).
+    fn switch_gro(&self, gro: &mut Gro, on: bool) {
+        if setsockopt(&self.socket, sockopt::UdpGroSegment, &on).is_err() {
+            return;
+        }
+        if on || rustix::io::ioctl_fionread(&self.socket).is_ok_and(|n| n == 0) {
+            gro.switched(on, true);
+        } else if setsockopt(&self.socket, sockopt::UdpGroSegment, &true).is_ok() {
+            gro.switched(true, false);
+        }
+    }
+
     /// The default mode's receive (see [`UdpLink::recv_batch`]).
     fn recv_plain(&self, rx: &mut RxBufs) -> usize {
         let RxBufs {
@@ -523,6 +545,7 @@ impl UdpLink {
             backoff,
             next: _,
             cmsg,
+            gro,
         } = rx;
         got.clear();
         let n = slots.len();
@@ -535,8 +558,9 @@ impl UdpLink {
         let sock = UdpSockRef::from(&self.socket);
         let r = if ask == 1 {
             // A busy poll mostly finds nothing: no slot table to build for it, and the
-            // one datagram (or GRO run) it may find is read with `recvmsg`.
-            recv_one(&self.socket, &mut slots[0], cmsg, &mut meta[0])
+            // one datagram (or GRO run) it may find is read with `recvmsg`, or with
+            // `recvfrom` when no run can be queued.
+            recv_one(&self.socket, &mut slots[0], cmsg, &mut meta[0], gro.plain())
         } else {
             let mut iov: [IoSliceMut<'_>; RX_SLOTS] =
                 std::array::from_fn(|_| IoSliceMut::new(&mut []));
@@ -578,6 +602,12 @@ impl UdpLink {
                     });
                     start += len;
                 }
+            }
+        }
+        // (An error says nothing about what is queued.)
+        if let Ok(k) = r {
+            if let Some(on) = gro.after_receive(k, got.len()) {
+                self.switch_gro(gro, on);
             }
         }
         *found = if got.is_empty() {
@@ -799,14 +829,30 @@ impl UdpLink {
 }
 
 /// One non-blocking `recvmsg` into `buf`, with room in `cmsg` for the `UDP_GRO`
-/// control message: fills `meta` as quinn-udp's receive would (length, sender, and
-/// the segment size of a coalesced run as its stride). Ok(0) when nothing waits.
+/// control message, or a `recvfrom` if `plain` (no run can be queued): fills `meta`
+/// as quinn-udp's receive would (length, sender, and the segment size of a coalesced
+/// run as its stride). Ok(0) when nothing waits.
 fn recv_one(
     socket: &UdpSocket,
     buf: &mut [u8],
     cmsg: &mut Vec<u8>,
     meta: &mut RecvMeta,
+    plain: bool,
 ) -> io::Result<usize> {
+    if plain {
+        let (len, from) = match nix::sys::socket::recvfrom::<SockaddrIn>(socket.as_raw_fd(), buf) {
+            Ok(r) => r,
+            Err(Errno::EAGAIN | Errno::EINTR) => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
+        let Some(from) = from else {
+            return Ok(0);
+        };
+        meta.len = len;
+        meta.stride = len;
+        meta.addr = SocketAddr::V4(SocketAddrV4::from(from));
+        return Ok(1);
+    }
     let mut iov = [IoSliceMut::new(buf)];
     let r = match nix::sys::socket::recvmsg::<SockaddrIn>(
         socket.as_raw_fd(),
@@ -1080,6 +1126,94 @@ mod tests {
         assert_eq!(counts, [1, 1, 1, 2]);
         assert_eq!(b.recv_batch(&mut rx), 0);
         assert_eq!(rx.found, 0, "an empty receive starts over");
+    }
+
+    /// Whether the socket has `UDP_GRO` on, as the kernel says.
+    fn gro_on(l: &UdpLink) -> bool {
+        nix::sys::socket::getsockopt(&l.socket, sockopt::UdpGroSegment).unwrap()
+    }
+
+    /// Receives until `want` datagrams came, one receive per wake-up; their lengths
+    /// (each ICRC checked) and how many receives found something.
+    fn take(b: &UdpLink, rx: &mut RxBufs, want: usize) -> (Vec<usize>, usize) {
+        let mut lens = Vec::new();
+        let mut calls = 0;
+        while lens.len() < want {
+            assert!(b.wait_readable(Duration::from_secs(2)), "nothing arrived");
+            if b.recv_batch(rx) > 0 {
+                calls += 1;
+            }
+            for d in &rx.got {
+                assert!(b.icrc_ok(d, rx.bytes(d)), "ICRC of datagram {}", lens.len());
+                lens.push(d.len);
+            }
+        }
+        (lens, calls)
+    }
+
+    /// Quiet traffic turns GRO off; once a receive found the socket empty, one-slot
+    /// receives read with `recvfrom`, and a run sent then arrives as its datagrams
+    /// (the kernel splits it). A backlog turns GRO back on, and a run then arrives in
+    /// one receive again.
+    #[test]
+    fn gro_follows_the_traffic() {
+        let (a, b) = pair();
+        if b.state.gro_segments() <= 1 {
+            return; // a kernel without UDP_GRO: nothing switches
+        }
+        let mut rx = b.rx_bufs();
+        rx.found = 0;
+        assert!(gro_on(&b) && rx.gro.on());
+        for _ in 0..super::super::gro::QUIET - 1 {
+            assert_eq!(b.recv_batch(&mut rx), 0);
+        }
+        assert!(gro_on(&b));
+        assert_eq!(b.recv_batch(&mut rx), 0);
+        assert!(!gro_on(&b) && !rx.gro.on());
+        assert!(rx.gro.plain(), "the socket was empty at the switch");
+        let mut p = vec![3u8; 40];
+        a.send(a.ip, b.ip, &mut p).unwrap();
+        assert_eq!(take(&b, &mut rx, 1), (vec![40], 1));
+        assert_eq!(rx.got[0].from.port(), sent_from(&a, b.ip));
+        assert_eq!(rx.bytes(&rx.got[0])[..36], p[..36]);
+        let mut run: Vec<u8> = (0..260u32).map(|i| (i % 251) as u8).collect();
+        a.send_batch(a.ip, b.ip, &mut run, 100).unwrap();
+        rx.found = 0;
+        assert_eq!(take(&b, &mut rx, 3).0, [100, 100, 60]);
+        // A backlog: runs split into twelve datagrams, taken by one batched receive.
+        for _ in 0..4 {
+            let mut run: Vec<u8> = vec![5u8; 300];
+            a.send_batch(a.ip, b.ip, &mut run, 100).unwrap();
+        }
+        rx.found = BATCH_AFTER;
+        rx.backoff = 0;
+        assert_eq!(take(&b, &mut rx, 12), (vec![100; 12], 1));
+        assert!(gro_on(&b) && rx.gro.on() && !rx.gro.plain());
+        let mut run: Vec<u8> = vec![6u8; 260];
+        a.send_batch(a.ip, b.ip, &mut run, 100).unwrap();
+        rx.found = 0;
+        assert_eq!(take(&b, &mut rx, 3), (vec![100, 100, 60], 1));
+    }
+
+    /// A run queued while GRO was on cannot be split once it is off (the kernel then
+    /// reports no segment size): turning GRO off with anything queued turns it back
+    /// on, and the run is read right.
+    #[test]
+    fn gro_stays_on_while_something_is_queued() {
+        let (a, b) = pair();
+        if b.state.gro_segments() <= 1 {
+            return;
+        }
+        let mut rx = b.rx_bufs();
+        rx.found = 0;
+        let mut run: Vec<u8> = (0..260u32).map(|i| (i % 251) as u8).collect();
+        a.send_batch(a.ip, b.ip, &mut run, 100).unwrap();
+        assert!(b.wait_readable(Duration::from_secs(2)));
+        b.switch_gro(&mut rx.gro, false);
+        assert!(gro_on(&b) && rx.gro.on() && !rx.gro.plain());
+        assert_eq!(take(&b, &mut rx, 3), (vec![100, 100, 60], 1));
+        b.switch_gro(&mut rx.gro, false);
+        assert!(!gro_on(&b) && rx.gro.plain(), "empty now: off");
     }
 
     /// A batched receive that takes a single datagram (no backlog) makes the next

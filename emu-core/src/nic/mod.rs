@@ -33,6 +33,7 @@
 //! Several devices on one host: give each its own address in 127.0.0.0/8 (Linux answers
 //! on all of it) and the same port, e.g. `emu0` on 127.0.0.1 and `emu1` on 127.0.0.2.
 
+mod gro;
 pub mod interop;
 mod link;
 mod manage;
