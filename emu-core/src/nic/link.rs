@@ -569,9 +569,6 @@ impl UdpLink {
             }
             self.state.recv(sock, &mut iov[..ask], &mut meta[..ask])
         };
-        if ask > 1 && matches!(r, Ok(1)) {
-            *backoff = BATCH_BACKOFF;
-        }
         if let Ok(k) = r {
             for (slot, m) in meta.iter().enumerate().take(k) {
                 let SocketAddr::V4(from) = m.addr else {
@@ -606,6 +603,10 @@ impl UdpLink {
         }
         // (An error says nothing about what is queued.)
         if let Ok(k) = r {
+            if ask > 1 && k == 1 {
+                // A batch that found no backlog.
+                *backoff = BATCH_BACKOFF;
+            }
             if let Some(on) = gro.after_receive(k, got.len()) {
                 self.switch_gro(gro, on);
             }
@@ -839,45 +840,40 @@ fn recv_one(
     meta: &mut RecvMeta,
     plain: bool,
 ) -> io::Result<usize> {
-    if plain {
-        let (len, from) = match nix::sys::socket::recvfrom::<SockaddrIn>(socket.as_raw_fd(), buf) {
+    let (len, stride, from) = if plain {
+        match nix::sys::socket::recvfrom::<SockaddrIn>(socket.as_raw_fd(), buf) {
+            Ok((len, from)) => (len, len, from),
+            Err(Errno::EAGAIN | Errno::EINTR) => return Ok(0),
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        let mut iov = [IoSliceMut::new(buf)];
+        let r = match nix::sys::socket::recvmsg::<SockaddrIn>(
+            socket.as_raw_fd(),
+            &mut iov,
+            Some(cmsg.as_mut_slice()),
+            MsgFlags::MSG_DONTWAIT,
+        ) {
             Ok(r) => r,
             Err(Errno::EAGAIN | Errno::EINTR) => return Ok(0),
             Err(e) => return Err(e.into()),
         };
-        let Some(from) = from else {
-            return Ok(0);
-        };
-        meta.len = len;
-        meta.stride = len;
-        meta.addr = SocketAddr::V4(SocketAddrV4::from(from));
-        return Ok(1);
-    }
-    let mut iov = [IoSliceMut::new(buf)];
-    let r = match nix::sys::socket::recvmsg::<SockaddrIn>(
-        socket.as_raw_fd(),
-        &mut iov,
-        Some(cmsg.as_mut_slice()),
-        MsgFlags::MSG_DONTWAIT,
-    ) {
-        Ok(r) => r,
-        Err(Errno::EAGAIN | Errno::EINTR) => return Ok(0),
-        Err(e) => return Err(e.into()),
-    };
-    let mut stride = r.bytes;
-    // A truncated control message (MSG_CTRUNC) leaves the stride whole: the run then
-    // fails its ICRC check and is counted, as any malformed datagram.
-    if let Ok(cmsgs) = r.cmsgs() {
-        for c in cmsgs {
-            if let ControlMessageOwned::UdpGroSegments(s) = c {
-                stride = usize::try_from(s).unwrap_or(r.bytes);
+        let mut stride = r.bytes;
+        // A truncated control message (MSG_CTRUNC) leaves the stride whole: the run
+        // then fails its ICRC check and is counted, as any malformed datagram.
+        if let Ok(cmsgs) = r.cmsgs() {
+            for c in cmsgs {
+                if let ControlMessageOwned::UdpGroSegments(s) = c {
+                    stride = usize::try_from(s).unwrap_or(r.bytes);
+                }
             }
         }
-    }
-    let Some(from) = r.address else {
+        (r.bytes, stride, r.address)
+    };
+    let Some(from) = from else {
         return Ok(0);
     };
-    meta.len = r.bytes;
+    meta.len = len;
     meta.stride = stride;
     meta.addr = SocketAddr::V4(SocketAddrV4::from(from));
     Ok(1)
