@@ -55,6 +55,10 @@ pub(crate) unsafe extern "C" fn vctx_create_cq_ex(
         crate::verbs::set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
+    if !crate::verbs::comp_vector_ok(ctx, i64::from(a.comp_vector)) {
+        crate::verbs::set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
     if a.wc_flags & !SUPPORTED_WC_FLAGS != 0 {
         crate::verbs::set_errno(crate::verbs::unsupported(
             "ibv_create_cq_ex with completion timestamps, flow tags or other extra fields",

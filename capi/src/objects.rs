@@ -19,10 +19,25 @@
 //! only ever read through a shared reference; everything the emulator changes in it
 //! after creation sits behind a lock or is a field the program itself owns (e.g.
 //! `cq_context`), exactly as in rdma-core's own objects.
+//!
+//! # What a handle names
+//!
+//! With a kernel driver, every control verb (create, modify, query, destroy) passes the
+//! object's `handle` and its context's command fd to the kernel, which looks the handle
+//! up in that context's table and fails the call when it is not there: ENOENT for a
+//! destroy (`rdma_lookup_get_uobject`), EINVAL for an object named as another verb's
+//! argument (`uobj_get_obj_read` returning NULL). A program whose object's `handle` or
+//! `context` was overwritten (as a stale or foreign pointer looks) therefore gets an
+//! error, not a freed object that its later clean-up frees again. This library does
+//! the same: [`Context::from_ptr`] accepts only the live contexts of the process, each
+//! context keeps a table per [`Kind`] from handle to object address, and [`live`]
+//! checks an object against them before a control verb uses it. The data path (post,
+//! poll), which providers run in user space without the kernel, does not look up.
 
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
+use std::ffi::c_int;
 
 use emu_core::nic::EmuDevice;
 use parking_lot::Mutex;
@@ -52,13 +67,31 @@ pub(crate) struct Context {
     pub(crate) vctx: sys::verbs_context,
     /// The emulated NIC (shared by the contexts of one device).
     pub(crate) dev: std::sync::Arc<EmuDevice>,
-    /// CQ handle -> the `Cq` object's address (to answer `ibv_get_cq_event` and
-    /// async events with the program's pointers).
-    pub(crate) cqs: Mutex<HashMap<u32, usize>>,
-    /// QP number -> the `Qp` object's address.
-    pub(crate) qps: Mutex<HashMap<u32, usize>>,
-    /// SRQ handle -> the `Srq` object's address.
-    pub(crate) srqs: Mutex<HashMap<u32, usize>>,
+    /// Per [`Kind`]: handle -> the object's address. The objects made through this
+    /// context, to check the handles programs pass ([`live`]) and to answer
+    /// `ibv_get_cq_event` and async events with the program's pointers.
+    pub(crate) tables: [Mutex<HashMap<u32, usize>>; Kind::COUNT],
+    /// The context's command fd (`ibv_context::cmd_fd`): an open descriptor of
+    /// `/dev/null`, so a program that duplicates or polls it (pyverbs'
+    /// `os.dup(ctx.cmd_fd)`) gets a real fd; -1 if none could be opened.
+    pub(crate) cmd_fd: c_int,
+}
+
+/// The kinds of object a program names by handle (one table each per context).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Pd,
+    Mr,
+    Cq,
+    Qp,
+    Srq,
+    Ah,
+    Mw,
+}
+
+impl Kind {
+    /// How many kinds there are.
+    pub(crate) const COUNT: usize = 7;
 }
 
 /// A protection domain.
@@ -98,6 +131,10 @@ pub(crate) struct Qp {
     /// Work requests being built with `ibv_wr_*` between `ibv_wr_start` and
     /// `ibv_wr_complete`.
     pub(crate) building: Mutex<crate::qp_ex::Batch>,
+    /// The send and receive queues' sizes (`cap.max_send_wr`, `cap.max_recv_wr` as
+    /// created): a posted list is read no further than a queue can hold.
+    pub(crate) sq_cap: u32,
+    pub(crate) rq_cap: u32,
 }
 
 /// A shared receive queue.
@@ -105,6 +142,9 @@ pub(crate) struct Qp {
 pub(crate) struct Srq {
     pub(crate) raw: sys::ibv_srq,
     pub(crate) id: SrqId,
+    /// The queue's size (`max_wr`, as created or resized): a posted list is read no
+    /// further than it can hold.
+    pub(crate) max_wr: std::sync::atomic::AtomicU32,
 }
 
 /// An address handle.
@@ -176,13 +216,32 @@ pub(crate) unsafe fn free<C, T: Wraps<C>>(p: *mut C) {
     drop(unsafe { Box::from_raw(p.cast::<T>()) });
 }
 
+/// The `ibv_context` pointers of the open contexts of this process.
+static CONTEXTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
 impl Context {
-    /// The context behind an `ibv_context` pointer; `None` for null.
+    /// The context behind an `ibv_context` pointer; `None` for null or for a pointer
+    /// that is not an open context of this process.
+    ///
+    /// # Safety
+    ///
+    /// None beyond the module's: the pointer is checked against the open contexts
+    /// before it is read.
+    pub(crate) unsafe fn from_ptr<'a>(p: *mut sys::ibv_context) -> Option<&'a Context> {
+        if p.is_null() || !CONTEXTS.lock().contains(&(p as usize)) {
+            return None;
+        }
+        // SAFETY: an open context (checked above).
+        unsafe { Self::from_ptr_unchecked(p) }
+    }
+
+    /// [`Context::from_ptr`] without the look-up, for the data path (posting and
+    /// polling), which providers run in user space without checking.
     ///
     /// # Safety
     ///
     /// `p` is null or a live context's pointer from `ibv_open_device`.
-    pub(crate) unsafe fn from_ptr<'a>(p: *mut sys::ibv_context) -> Option<&'a Context> {
+    pub(crate) unsafe fn from_ptr_unchecked<'a>(p: *mut sys::ibv_context) -> Option<&'a Context> {
         if p.is_null() {
             return None;
         }
@@ -192,8 +251,124 @@ impl Context {
         unsafe { p.byte_sub(off).cast::<Context>().as_ref() }
     }
 
+    /// Moves a new context to the heap, records it as open and returns the pointer
+    /// the program gets.
+    pub(crate) fn open(ctx: Context) -> *mut sys::ibv_context {
+        let p = Box::leak(Box::new(ctx)).as_ptr();
+        CONTEXTS.lock().push(p as usize);
+        p
+    }
+
+    /// Closes an open context: EINVAL for a pointer that is not one.
+    ///
+    /// # Safety
+    ///
+    /// No reference to the context is used afterwards (the program gives it up).
+    pub(crate) unsafe fn close(p: *mut sys::ibv_context) -> c_int {
+        let ctx = {
+            let mut open = CONTEXTS.lock();
+            let Some(i) = open.iter().position(|&c| c == p as usize) else {
+                return libc::EINVAL;
+            };
+            open.swap_remove(i);
+            // SAFETY: it was open (checked under the lock that guards the set).
+            unsafe { Self::from_ptr_unchecked(p) }
+        };
+        if let Some(ctx) = ctx {
+            if ctx.cmd_fd >= 0 {
+                // SAFETY: the context's own descriptor, closed once here.
+                unsafe { libc::close(ctx.cmd_fd) };
+            }
+            // SAFETY: made by Box::leak in `open`; removed from the set above, so
+            // this is the only release.
+            drop(unsafe { Box::from_raw(std::ptr::from_ref(ctx).cast_mut()) });
+        }
+        0
+    }
+
     /// The pointer the program sees.
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_context {
         std::ptr::addr_of!(self.vctx.context).cast_mut()
     }
+
+    /// The table of objects of `kind` (handle -> address).
+    pub(crate) fn table(&self, kind: Kind) -> &Mutex<HashMap<u32, usize>> {
+        &self.tables[kind as usize]
+    }
+
+    /// Records an object of `kind` made through this context.
+    pub(crate) fn record<C>(&self, kind: Kind, handle: u32, p: *mut C) {
+        self.table(kind).lock().insert(handle, p as usize);
+    }
+
+    /// Forgets an object of `kind` (it is being destroyed).
+    pub(crate) fn forget(&self, kind: Kind, handle: u32) {
+        self.table(kind).lock().remove(&handle);
+    }
+
+    /// The address of the object of `kind` with `handle`, if it is one of this context's.
+    pub(crate) fn lookup(&self, kind: Kind, handle: u32) -> Option<usize> {
+        self.table(kind).lock().get(&handle).copied()
+    }
+}
+
+/// The objects a program names by their `handle`, with the fields the kernel's
+/// look-up reads.
+pub(crate) trait Named: Wraps<Self::C> + Sized {
+    /// The C struct the program sees.
+    type C;
+    /// The table the handle is looked up in.
+    const KIND: Kind;
+    /// The object's `context` field, as the program left it.
+    fn context(&self) -> *mut sys::ibv_context;
+    /// The object's `handle` field, as the program left it.
+    fn handle(&self) -> u32;
+}
+
+macro_rules! named {
+    ($t:ty, $c:ty, $kind:ident, |$o:ident| $base:expr) => {
+        impl Named for $t {
+            type C = $c;
+            const KIND: Kind = Kind::$kind;
+            fn context(&self) -> *mut sys::ibv_context {
+                let $o = self;
+                $base.context
+            }
+            fn handle(&self) -> u32 {
+                let $o = self;
+                $base.handle
+            }
+        }
+    };
+}
+named!(Pd, sys::ibv_pd, Pd, |o| o.raw);
+named!(Mr, sys::ibv_mr, Mr, |o| o.raw);
+named!(Cq, sys::ibv_cq, Cq, |o| o.raw);
+named!(Qp, sys::ibv_qp, Qp, |o| o.raw.qp_base);
+named!(Srq, sys::ibv_srq, Srq, |o| o.raw);
+named!(Ah, sys::ibv_ah, Ah, |o| o.raw);
+named!(Mw, sys::ibv_mw, Mw, |o| o.raw);
+
+/// The object behind `p` and its context, checked as the kernel checks a handle: its
+/// `context` is an open context of this process and that context's table maps its
+/// `handle` to `p`. EINVAL for null; ENOENT otherwise (what a destroy returns; verbs
+/// that take the object as an argument return EINVAL instead, as the kernel does).
+///
+/// # Safety
+///
+/// `p` is null or points to a live object of type `T` (the module's argument); its
+/// `context` and `handle` fields may hold anything.
+pub(crate) unsafe fn live<'a, T: Named>(p: *mut T::C) -> Result<(&'a T, &'a Context), c_int> {
+    // SAFETY: caller's contract.
+    let Some(o) = (unsafe { from_ptr::<T::C, T>(p) }) else {
+        return Err(libc::EINVAL);
+    };
+    // SAFETY: checked against the open contexts before it is read.
+    let Some(ctx) = (unsafe { Context::from_ptr(o.context()) }) else {
+        return Err(libc::ENOENT);
+    };
+    if ctx.lookup(T::KIND, o.handle()) != Some(p as usize) {
+        return Err(libc::ENOENT);
+    }
+    Ok((o, ctx))
 }

@@ -98,12 +98,7 @@ macro_rules! private_void {
     )*};
 }
 
-unsupported_int!(
-    ibv_resolve_eth_l2_from_gid,
-    ibv_query_ece,
-    ibv_set_ece,
-    ibv_query_qp_data_in_order,
-);
+unsupported_int!(ibv_resolve_eth_l2_from_gid, ibv_query_ece, ibv_set_ece,);
 unsupported_ptr!(
     ibv_import_device,
     ibv_import_pd,

@@ -9,37 +9,44 @@ pub unsafe extern "C" fn ibv_create_ah(
     pd: *mut sys::ibv_pd,
     attr: *mut sys::ibv_ah_attr,
 ) -> *mut sys::ibv_ah {
-    let p = obj_or!(Pd, pd, null(EINVAL));
-    let ctx = ctx_or!(p.raw.context, null(EINVAL));
+    let (p, ctx) = live_or!(Pd, pd, |_e| null(EINVAL));
     if attr.is_null() {
         return null(EINVAL);
     }
     // SAFETY: the caller's attributes.
     let a = convert::ah_attr_from_c(unsafe { &*attr });
     match ctx.dev.create_ah(p.id, &a) {
-        Ok(id) => into_ptr::<_, Ah>(Ah {
-            raw: sys::ibv_ah {
-                context: p.raw.context,
-                pd,
-                handle: id.0,
-            },
-            id,
-        }),
+        Ok(id) => {
+            let h = into_ptr::<_, Ah>(Ah {
+                raw: sys::ibv_ah {
+                    context: p.raw.context,
+                    pd,
+                    handle: id.0,
+                },
+                id,
+            });
+            ctx.record(Kind::Ah, id.0, h);
+            h
+        }
         Err(e) => null(fail(&e)),
     }
 }
 
-/// `ibv_destroy_ah`.
+/// `ibv_destroy_ah`: ENOENT (also in errno) for an AH whose handle or context is not
+/// one of this process's.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut sys::ibv_ah) -> c_int {
-    let a = obj_or!(Ah, ah, EINVAL);
-    let ctx = ctx_or!(a.raw.context, EINVAL);
+    let (a, ctx) = live_or!(Ah, ah, |e| {
+        set_errno(e);
+        e
+    });
     match ctx.dev.destroy_ah(a.id) {
-        // SAFETY: made by ibv_create_ah; destroyed once.
-        Ok(()) => unsafe {
-            free::<_, Ah>(ah);
+        Ok(()) => {
+            ctx.forget(Kind::Ah, a.id.0);
+            // SAFETY: made by ibv_create_ah; destroyed once (it left the table).
+            unsafe { free::<_, Ah>(ah) };
             0
-        },
+        }
         Err(e) => fail(&e),
     }
 }
@@ -91,7 +98,7 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     grh: *mut sys::ibv_grh,
     port_num: u8,
 ) -> *mut sys::ibv_ah {
-    let p = obj_or!(Pd, pd, null(EINVAL));
+    let (p, _) = live_or!(Pd, pd, |_e| null(EINVAL));
     let mut attr = sys::ibv_ah_attr::default();
     // SAFETY: module safety argument.
     let r = unsafe { ibv_init_ah_from_wc(p.raw.context, port_num, wc, grh, &mut attr) };
@@ -103,8 +110,7 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
 }
 
 fn mcast(qp: *mut sys::ibv_qp, gid: *const sys::ibv_gid, lid: u16, attach: bool) -> c_int {
-    let q = obj_or!(Qp, qp, EINVAL);
-    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    let (q, ctx) = live_or!(Qp, qp, |_e| EINVAL);
     if gid.is_null() {
         return EINVAL;
     }

@@ -41,6 +41,12 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut sys::ibv_comp_ch
     }
 }
 
+/// True if `v` names one of the context's completion vectors (`num_comp_vectors`);
+/// the kernel refuses a CQ on any other with EINVAL (`ib_uverbs_create_cq`).
+pub(crate) fn comp_vector_ok(ctx: &Context, v: i64) -> bool {
+    (0..i64::from(ctx.vctx.context.num_comp_vectors)).contains(&v)
+}
+
 /// Makes a CQ object for a created device CQ and records it in the context.
 pub(crate) fn new_cq(
     ctx: &Context,
@@ -63,7 +69,7 @@ pub(crate) fn new_cq(
         id,
         polled: Mutex::default(),
     });
-    ctx.cqs.lock().insert(id.0, p as usize);
+    ctx.record(Kind::Cq, id.0, p);
     p
 }
 
@@ -84,9 +90,12 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut sys::ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut sys::ibv_cq {
     let ctx = ctx_or!(context, null(EINVAL));
+    if !comp_vector_ok(ctx, i64::from(comp_vector)) {
+        return null(EINVAL);
+    }
     // SAFETY: module safety argument.
     let ch = match unsafe { channel_id(channel) } {
         Ok(c) => c,
@@ -101,15 +110,15 @@ pub unsafe extern "C" fn ibv_create_cq(
     }
 }
 
-/// `ibv_destroy_cq`: EBUSY while a QP uses it.
+/// `ibv_destroy_cq`: EBUSY while a QP uses it; ENOENT for a CQ whose handle or
+/// context is not one of this process's.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut sys::ibv_cq) -> c_int {
-    let c = obj_or!(Cq, cq, EINVAL);
-    let ctx = ctx_or!(c.raw.context, EINVAL);
+    let (c, ctx) = live_or!(Cq, cq, |e| e);
     match ctx.dev.destroy_cq(c.id) {
         Ok(()) => {
-            ctx.cqs.lock().remove(&c.id.0);
-            // SAFETY: made by ibv_create_cq; destroyed once.
+            ctx.forget(Kind::Cq, c.id.0);
+            // SAFETY: made by ibv_create_cq; destroyed once (it left the table).
             unsafe { free::<_, Cq>(cq) };
             0
         }
@@ -120,8 +129,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut sys::ibv_cq) -> c_int {
 /// `ibv_resize_cq`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut sys::ibv_cq, cqe: c_int) -> c_int {
-    let c = obj_or!(Cq, cq, EINVAL);
-    let ctx = ctx_or!(c.raw.context, EINVAL);
+    let (c, ctx) = live_or!(Cq, cq, |_e| EINVAL);
     let Ok(n) = u32::try_from(cqe) else {
         return EINVAL;
     };
@@ -154,7 +162,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     let timeout = nonblocking(ch.raw.fd).then_some(Duration::ZERO);
     match ctx.dev.get_cq_event(ch.id, timeout) {
         Ok(id) => {
-            let Some(&p) = ctx.cqs.lock().get(&id.0) else {
+            let Some(p) = ctx.lookup(Kind::Cq, id.0) else {
                 set_errno(libc::EIO);
                 return -1;
             };
@@ -195,7 +203,7 @@ pub(super) unsafe extern "C" fn op_poll_cq(
         static BUF: RefCell<Vec<WorkCompletion>> = const { RefCell::new(Vec::new()) };
     }
     let c = obj_or!(Cq, cq, -1);
-    let ctx = ctx_or!(c.raw.context, -1);
+    let ctx = ctx_fast!(c.raw.context, -1);
     let Ok(max) = usize::try_from(num_entries) else {
         return -1;
     };
@@ -230,7 +238,6 @@ pub(super) unsafe extern "C" fn op_req_notify_cq(
     cq: *mut sys::ibv_cq,
     solicited_only: c_int,
 ) -> c_int {
-    let c = obj_or!(Cq, cq, EINVAL);
-    let ctx = ctx_or!(c.raw.context, EINVAL);
+    let (c, ctx) = live_or!(Cq, cq, |_e| EINVAL);
     status(ctx.dev.req_notify_cq(c.id, solicited_only != 0))
 }

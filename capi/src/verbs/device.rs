@@ -160,8 +160,11 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut s
         sz: std::mem::size_of::<sys::verbs_context>(),
         ..Default::default()
     };
+    // SAFETY: a NUL-terminated path; the descriptor is the context's, closed by
+    // ibv_close_device.
+    let cmd_fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     vctx.context.device = device;
-    vctx.context.cmd_fd = -1;
+    vctx.context.cmd_fd = cmd_fd;
     vctx.context.async_fd = async_fd;
     vctx.context.num_comp_vectors = 1;
     vctx.context.abi_compat = usize::MAX as *mut c_void;
@@ -174,27 +177,21 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut s
     ops.alloc_mw = Some(op_alloc_mw);
     ops.bind_mw = Some(op_bind_mw);
     ops.dealloc_mw = Some(op_dealloc_mw);
-    let ctx = Box::new(Context {
+    Context::open(Context {
         vctx,
         dev,
-        cqs: Mutex::default(),
-        qps: Mutex::default(),
-        srqs: Mutex::default(),
-    });
-    Box::leak(ctx).as_ptr()
+        tables: Default::default(),
+        cmd_fd,
+    })
 }
 
 /// `ibv_close_device`: stops the emulated NIC. Objects the program did not destroy
 /// are leaked, as their pointers may still be in its hands.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_close_device(context: *mut sys::ibv_context) -> c_int {
-    // SAFETY: module safety argument.
-    let Some(ctx) = (unsafe { Context::from_ptr(context) }) else {
-        return EINVAL;
-    };
-    // SAFETY: made by Box::leak in ibv_open_device; the caller gives it up.
-    drop(unsafe { Box::from_raw(std::ptr::from_ref(ctx).cast_mut()) });
-    0
+    // SAFETY: the caller gives the context up; a pointer that is not an open
+    // context gets EINVAL.
+    unsafe { Context::close(context) }
 }
 
 /// `ibv_query_device`.
@@ -248,7 +245,14 @@ fn port_attr(ctx: &Context, port: u8) -> Result<sys::ibv_port_attr, c_int> {
         .map_err(|e| fail(&e))
 }
 
-/// `ibv_query_port` (the exported, old-ABI entry: `struct _compat_ibv_port_attr`).
+/// The size of libibverbs' `struct _compat_ibv_port_attr`, which the exported
+/// `ibv_query_port` fills: `struct ibv_port_attr` up to and including `flags`
+/// (rdma-core verbs.c; verbs.h only declares the struct, so bindgen sees it empty).
+pub(crate) const COMPAT_PORT_ATTR_LEN: usize = std::mem::offset_of!(sys::ibv_port_attr, flags) + 1;
+
+/// `ibv_query_port` (the exported, old-ABI entry: `struct _compat_ibv_port_attr`, the
+/// port attributes without `port_cap_flags2`; what bindings that cannot use verbs.h's
+/// inline `ibv_query_port` call).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_port(
     context: *mut sys::ibv_context,
@@ -259,13 +263,7 @@ pub unsafe extern "C" fn ibv_query_port(
     match port_attr(ctx, port_num) {
         Ok(a) if !port_attr_out.is_null() => {
             // SAFETY: the caller's struct is at least the compat layout.
-            unsafe {
-                write_prefix(
-                    port_attr_out,
-                    &a,
-                    std::mem::size_of::<sys::_compat_ibv_port_attr>(),
-                )
-            };
+            unsafe { write_prefix(port_attr_out, &a, COMPAT_PORT_ATTR_LEN) };
             0
         }
         Ok(_) => EINVAL,
@@ -316,9 +314,13 @@ pub unsafe extern "C" fn ibv_query_gid(
     }
 }
 
-/// The GID table entry `index` of `port`: RoCEv2, as every emulated GID is.
-fn gid_entry(ctx: &Context, port: u8, index: u32) -> verbs_api::Result<sys::ibv_gid_entry> {
-    let g = ctx.dev.query_gid(port, index)?;
+/// The GID table entry `index` of `port`: RoCEv2, as every emulated GID is. ENODATA
+/// for an empty slot (an all-zero GID), as the kernel answers `ibv_query_gid_ex`.
+fn gid_entry(ctx: &Context, port: u8, index: u32) -> Result<sys::ibv_gid_entry, c_int> {
+    let g = ctx.dev.query_gid(port, index).map_err(|e| e.errno())?;
+    if g.0 == [0; 16] {
+        return Err(libc::ENODATA);
+    }
     Ok(sys::ibv_gid_entry {
         gid: convert::gid_to_c(&g),
         gid_index: index,
@@ -349,11 +351,13 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
             0
         }
         Ok(_) => EINVAL,
-        Err(e) => fail(&e),
+        Err(e) => e,
     }
 }
 
-/// `_ibv_query_gid_table`: the valid GIDs of every port; the count, or -errno.
+/// `_ibv_query_gid_table`: the valid GIDs of every port; the count, or -errno
+/// (-EINVAL when they do not all fit in `max_entries`, as the kernel's
+/// `rdma_query_gid_table` answers).
 #[no_mangle]
 pub unsafe extern "C" fn _ibv_query_gid_table(
     context: *mut sys::ibv_context,
@@ -369,10 +373,10 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     let len = ctx.dev.query_port(1).map_or(0, |p| p.gid_tbl_len);
     let mut n = 0usize;
     for i in 0..len {
-        if n == max_entries {
-            break;
-        }
         if let Ok(g) = gid_entry(ctx, 1, i) {
+            if n == max_entries {
+                return -(EINVAL as isize);
+            }
             // SAFETY: the caller's array has max_entries entries of entry_size bytes.
             unsafe { write_prefix(entries.byte_add(n * entry_size), &g, entry_size) };
             n += 1;
@@ -382,7 +386,8 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
 }
 
 /// `ibv_query_gid_type` (private, used by ibv_devinfo and librdmacm): every GID is
-/// RoCEv2 (`IBV_GID_TYPE_SYSFS_ROCE_V2`, 1, in this function's sysfs numbering).
+/// RoCEv2 (`IBV_GID_TYPE_SYSFS_ROCE_V2`, 1, in this function's sysfs numbering); 0,
+/// or -1 with errno.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_gid_type(
     context: *mut sys::ibv_context,
@@ -391,12 +396,21 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     gid_type: *mut c_uint,
 ) -> c_int {
     let ctx = ctx_or!(context, EINVAL);
-    match ctx.dev.query_gid(port_num, index) {
+    match gid_entry(ctx, port_num, index) {
         Ok(_) => {
             out!(gid_type, 1);
             0
         }
-        Err(e) => fail(&e),
+        // An empty slot reads as IB/RoCE v1 (0), as libibverbs keeps it for callers
+        // of this older query.
+        Err(libc::ENODATA) => {
+            out!(gid_type, 0);
+            0
+        }
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
     }
 }
 

@@ -30,18 +30,16 @@ pub unsafe extern "C" fn ibv_get_async_event(
             return -1;
         }
     };
-    let lookup = |m: &Mutex<std::collections::HashMap<u32, usize>>, k: u32| {
-        m.lock().get(&k).copied().unwrap_or(0) as *mut c_void
-    };
+    let lookup = |kind, k| ctx.lookup(kind, k).unwrap_or(0) as *mut c_void;
     let element = match ev.element {
         EventElement::Cq(n) => sys::ibv_async_event__bindgen_ty_1 {
-            cq: lookup(&ctx.cqs, n).cast(),
+            cq: lookup(Kind::Cq, n).cast(),
         },
         EventElement::Qp(n) => sys::ibv_async_event__bindgen_ty_1 {
-            qp: lookup(&ctx.qps, n).cast(),
+            qp: lookup(Kind::Qp, n).cast(),
         },
         EventElement::Srq(n) => sys::ibv_async_event__bindgen_ty_1 {
-            srq: lookup(&ctx.srqs, n).cast(),
+            srq: lookup(Kind::Srq, n).cast(),
         },
         EventElement::Port(p) => sys::ibv_async_event__bindgen_ty_1 {
             port_num: c_int::from(p),

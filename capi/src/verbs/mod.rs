@@ -39,7 +39,7 @@ use crate::config::{self, DeviceConfig};
 use crate::convert;
 use crate::memory::UserMemory;
 use crate::objects::{
-    free, from_ptr, into_ptr, Ah, Channel, Context, Cq, Device as Dev, Mr, Mw, Pd, Qp, Srq,
+    free, from_ptr, into_ptr, Ah, Channel, Context, Cq, Device as Dev, Kind, Mr, Mw, Pd, Qp, Srq,
 };
 use crate::sys;
 
@@ -88,6 +88,31 @@ macro_rules! ctx_or {
         match unsafe { Context::from_ptr($p) } {
             Some(c) => c,
             None => return $err,
+        }
+    };
+}
+
+/// The context of a data-path verb's object (posting, polling), not looked up: providers
+/// run these verbs in user space with no check ([`Context::from_ptr_unchecked`]).
+macro_rules! ctx_fast {
+    ($p:expr, $err:expr) => {
+        // SAFETY: module safety argument.
+        match unsafe { Context::from_ptr_unchecked($p) } {
+            Some(c) => c,
+            None => return $err,
+        }
+    };
+}
+
+/// The object behind a pointer argument and its context, checked as the kernel checks
+/// a handle ([`crate::objects::live`]), or return `$ret` from the verb, with `$e` the
+/// look-up's errno (ENOENT for an unknown handle or context, EINVAL for null).
+macro_rules! live_or {
+    ($t:ty, $p:expr, |$e:ident| $ret:expr) => {
+        // SAFETY: module safety argument.
+        match unsafe { crate::objects::live::<$t>($p) } {
+            Ok(x) => x,
+            Err($e) => return $ret,
         }
     };
 }
@@ -143,7 +168,7 @@ mod srq;
 
 pub use ah::*;
 pub use cq::*;
-pub(crate) use cq::{channel_id, new_cq};
+pub(crate) use cq::{channel_id, comp_vector_ok, new_cq};
 use cq::{op_poll_cq, op_req_notify_cq};
 pub(crate) use device::devices;
 pub use device::*;

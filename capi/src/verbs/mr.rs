@@ -8,28 +8,33 @@ use super::*;
 pub unsafe extern "C" fn ibv_alloc_pd(context: *mut sys::ibv_context) -> *mut sys::ibv_pd {
     let ctx = ctx_or!(context, null(EINVAL));
     match ctx.dev.alloc_pd() {
-        Ok(id) => into_ptr(Pd {
-            raw: sys::ibv_pd {
-                context,
-                handle: id.0,
-            },
-            id,
-        }),
+        Ok(id) => {
+            let p = into_ptr(Pd {
+                raw: sys::ibv_pd {
+                    context,
+                    handle: id.0,
+                },
+                id,
+            });
+            ctx.record(Kind::Pd, id.0, p);
+            p
+        }
         Err(e) => null(fail(&e)),
     }
 }
 
-/// `ibv_dealloc_pd`: EBUSY while objects use it.
+/// `ibv_dealloc_pd`: EBUSY while objects use it; ENOENT for a PD whose handle or
+/// context is not one of this process's.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut sys::ibv_pd) -> c_int {
-    let p = obj_or!(Pd, pd, EINVAL);
-    let ctx = ctx_or!(p.raw.context, EINVAL);
+    let (p, ctx) = live_or!(Pd, pd, |e| e);
     match ctx.dev.dealloc_pd(p.id) {
-        // SAFETY: made by ibv_alloc_pd; destroyed once.
-        Ok(()) => unsafe {
-            free::<_, Pd>(pd);
+        Ok(()) => {
+            ctx.forget(Kind::Pd, p.id.0);
+            // SAFETY: made by ibv_alloc_pd; destroyed once (it left the table).
+            unsafe { free::<_, Pd>(pd) };
             0
-        },
+        }
         Err(e) => fail(&e),
     }
 }
@@ -50,8 +55,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut sys::ibv_mr {
-    let p = obj_or!(Pd, pd, null(EINVAL));
-    let ctx = ctx_or!(p.raw.context, null(EINVAL));
+    let (p, ctx) = live_or!(Pd, pd, |_e| null(EINVAL));
     if iova != addr as u64 {
         return null(unsupported(
             "ibv_reg_mr_iova with an iova other than the address",
@@ -64,17 +68,21 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
         .dev
         .reg_mr(p.id, &buf, 0, length, AccessFlags::from_bits_retain(access))
     {
-        Ok(info) => into_ptr(Mr {
-            raw: sys::ibv_mr {
-                context: p.raw.context,
-                pd,
-                addr,
-                length,
-                handle: info.lkey,
-                lkey: info.lkey,
-                rkey: info.rkey,
-            },
-        }),
+        Ok(info) => {
+            let m = into_ptr(Mr {
+                raw: sys::ibv_mr {
+                    context: p.raw.context,
+                    pd,
+                    addr,
+                    length,
+                    handle: info.lkey,
+                    lkey: info.lkey,
+                    rkey: info.rkey,
+                },
+            });
+            ctx.record(Kind::Mr, info.lkey, m);
+            m
+        }
         Err(e) => null(fail(&e)),
     }
 }
@@ -107,14 +115,18 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
 /// `ibv_dereg_mr`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut sys::ibv_mr) -> c_int {
-    let m = obj_or!(Mr, mr, EINVAL);
-    let ctx = ctx_or!(m.raw.context, EINVAL);
-    match ctx.dev.dereg_mr(m.raw.lkey) {
-        // SAFETY: made by ibv_reg_mr; destroyed once.
-        Ok(()) => unsafe {
-            free::<_, Mr>(mr);
+    let (m, ctx) = live_or!(Mr, mr, |e| {
+        set_errno(e);
+        e
+    });
+    let lkey = m.raw.lkey;
+    match ctx.dev.dereg_mr(lkey) {
+        Ok(()) => {
+            ctx.forget(Kind::Mr, lkey);
+            // SAFETY: made by ibv_reg_mr; destroyed once (it left the table).
+            unsafe { free::<_, Mr>(mr) };
             0
-        },
+        }
         Err(e) => fail(&e),
     }
 }
@@ -129,11 +141,10 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     length: usize,
     access: c_int,
 ) -> c_int {
-    let m = obj_or!(Mr, mr, sys::IBV_REREG_MR_ERR_INPUT);
-    let ctx = ctx_or!(m.raw.context, sys::IBV_REREG_MR_ERR_INPUT);
+    let (m, ctx) = live_or!(Mr, mr, |_e| sys::IBV_REREG_MR_ERR_INPUT);
     let flags = ReregMrFlags::from_bits_retain(flags as u32);
     let new_pd = if flags.contains(ReregMrFlags::CHANGE_PD) {
-        Some(obj_or!(Pd, pd, sys::IBV_REREG_MR_ERR_INPUT).id)
+        Some(live_or!(Pd, pd, |_e| sys::IBV_REREG_MR_ERR_INPUT).0.id)
     } else {
         None
     };
@@ -154,6 +165,8 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     );
     match r {
         Ok(info) => {
+            ctx.forget(Kind::Mr, m.raw.lkey);
+            ctx.record(Kind::Mr, info.lkey, mr);
             // SAFETY: the program's own MR object, which it does not use during the call.
             let raw = unsafe { &mut *mr };
             raw.lkey = info.lkey;

@@ -7,35 +7,38 @@ pub(super) unsafe extern "C" fn op_alloc_mw(
     pd: *mut sys::ibv_pd,
     mw_type: sys::ibv_mw_type,
 ) -> *mut sys::ibv_mw {
-    let p = obj_or!(Pd, pd, null(EINVAL));
-    let ctx = ctx_or!(p.raw.context, null(EINVAL));
+    let (p, ctx) = live_or!(Pd, pd, |_e| null(EINVAL));
     let Ok(t) = MwType::try_from(mw_type) else {
         return null(EINVAL);
     };
     match ctx.dev.alloc_mw(p.id, t) {
-        Ok(info) => into_ptr::<_, Mw>(Mw {
-            raw: sys::ibv_mw {
-                context: p.raw.context,
-                pd,
-                rkey: info.rkey,
-                handle: info.id.0,
-                type_: mw_type,
-            },
-            id: info.id,
-        }),
+        Ok(info) => {
+            let m = into_ptr::<_, Mw>(Mw {
+                raw: sys::ibv_mw {
+                    context: p.raw.context,
+                    pd,
+                    rkey: info.rkey,
+                    handle: info.id.0,
+                    type_: mw_type,
+                },
+                id: info.id,
+            });
+            ctx.record(Kind::Mw, info.id.0, m);
+            m
+        }
         Err(e) => null(fail(&e)),
     }
 }
 
 pub(super) unsafe extern "C" fn op_dealloc_mw(mw: *mut sys::ibv_mw) -> c_int {
-    let m = obj_or!(Mw, mw, EINVAL);
-    let ctx = ctx_or!(m.raw.context, EINVAL);
+    let (m, ctx) = live_or!(Mw, mw, |e| e);
     match ctx.dev.dealloc_mw(m.id) {
-        // SAFETY: made by ibv_alloc_mw; destroyed once.
-        Ok(()) => unsafe {
-            free::<_, Mw>(mw);
+        Ok(()) => {
+            ctx.forget(Kind::Mw, m.id.0);
+            // SAFETY: made by ibv_alloc_mw; destroyed once (it left the table).
+            unsafe { free::<_, Mw>(mw) };
             0
-        },
+        }
         Err(e) => fail(&e),
     }
 }
@@ -45,9 +48,8 @@ pub(super) unsafe extern "C" fn op_bind_mw(
     mw: *mut sys::ibv_mw,
     bind: *mut sys::ibv_mw_bind,
 ) -> c_int {
-    let q = obj_or!(Qp, qp, EINVAL);
+    let (q, ctx) = live_or!(Qp, qp, |e| e);
     let m = obj_or!(Mw, mw, EINVAL);
-    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
     if bind.is_null() {
         return EINVAL;
     }

@@ -15,12 +15,14 @@ pub(crate) unsafe fn qp_init_of<'a>(
     pd: *mut sys::ibv_pd,
     a: &sys::ibv_qp_init_attr,
 ) -> Result<(&'a Context, QpInitAttr), c_int> {
-    let p = obj_or!(Pd, pd, Err(EINVAL));
-    let ctx = ctx_or!(p.raw.context, Err(EINVAL));
-    let scq = obj_or!(Cq, a.send_cq, Err(EINVAL));
-    let rcq = obj_or!(Cq, a.recv_cq, Err(EINVAL));
-    // SAFETY: module safety argument.
-    let s = unsafe { from_ptr::<_, Srq>(a.srq) }.map(|s| s.id);
+    let (p, ctx) = live_or!(Pd, pd, |_e| Err(EINVAL));
+    let (scq, _) = live_or!(Cq, a.send_cq, |_e| Err(EINVAL));
+    let (rcq, _) = live_or!(Cq, a.recv_cq, |_e| Err(EINVAL));
+    let s = if a.srq.is_null() {
+        None
+    } else {
+        Some(live_or!(Srq, a.srq, |_e| Err(EINVAL)).0.id)
+    };
     let init = QpInitAttr {
         pd: p.id,
         send_cq: scq.id,
@@ -65,8 +67,10 @@ pub(crate) fn wrap_qp(
     let ptr = into_ptr::<sys::ibv_qp_ex, Qp>(Qp {
         raw,
         building: Mutex::default(),
+        sq_cap: a.cap.max_send_wr,
+        rq_cap: a.cap.max_recv_wr,
     });
-    ctx.qps.lock().insert(qpn, ptr as usize);
+    ctx.record(Kind::Qp, qpn, ptr);
     ptr.cast()
 }
 
@@ -78,7 +82,7 @@ pub(crate) fn wrap_qp(
 pub(crate) unsafe fn unwrap_qp(ctx: &Context, qp: *mut sys::ibv_qp) {
     // SAFETY: caller's contract.
     let qpn = unsafe { (*qp).qp_num };
-    ctx.qps.lock().remove(&qpn);
+    ctx.forget(Kind::Qp, qpn);
     // SAFETY: made by wrap_qp; freed once (caller's contract).
     unsafe { free::<_, Qp>(qp) };
 }
@@ -124,7 +128,14 @@ pub(super) unsafe extern "C" fn vctx_create_qp_ex(
     }
     // SAFETY: the caller's attributes.
     let a = unsafe { &mut *attr };
-    let known = sys::IBV_QP_INIT_ATTR_PD | sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let known = sys::IBV_QP_INIT_ATTR_PD
+        | sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+        | sys::IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    if a.comp_mask & sys::IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+        return null(unsupported(
+            "ibv_create_qp_ex with create_flags (scatter FCS, CVLAN stripping, ...)",
+        ));
+    }
     if a.comp_mask & !known != 0 {
         return null(unsupported(
             "ibv_create_qp_ex with XRC, RSS, TSO or other extended attributes",
@@ -179,8 +190,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     attr: *mut sys::ibv_qp_attr,
     attr_mask: c_int,
 ) -> c_int {
-    let q = obj_or!(Qp, qp, EINVAL);
-    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    let (q, ctx) = live_or!(Qp, qp, |_e| EINVAL);
     if attr.is_null() {
         return EINVAL;
     }
@@ -210,8 +220,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     _attr_mask: c_int,
     init_attr: *mut sys::ibv_qp_init_attr,
 ) -> c_int {
-    let q = obj_or!(Qp, qp, EINVAL);
-    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    let (q, ctx) = live_or!(Qp, qp, |_e| EINVAL);
     match ctx.dev.query_qp(q.raw.qp_base.qp_num) {
         Ok((a, i)) => {
             out!(attr, convert::qp_attr_to_c(&a));
@@ -234,11 +243,11 @@ pub unsafe extern "C" fn ibv_query_qp(
     }
 }
 
-/// `ibv_destroy_qp`.
+/// `ibv_destroy_qp`: ENOENT for a QP whose handle or context is not one of this
+/// process's.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut sys::ibv_qp) -> c_int {
-    let q = obj_or!(Qp, qp, EINVAL);
-    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    let (q, ctx) = live_or!(Qp, qp, |e| e);
     if let Some(r) = crate::rdmacm::destroy_cm_qp(qp) {
         return r;
     }
@@ -353,12 +362,18 @@ pub(super) unsafe extern "C" fn op_post_send(
     bad_wr: *mut *mut sys::ibv_send_wr,
 ) -> c_int {
     let q = obj_or!(Qp, qp, EINVAL);
-    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    let ctx = ctx_fast!(q.raw.qp_base.context, EINVAL);
     let mut wrs = Vec::new();
     let mut ptrs = Vec::new();
     let mut bad = None;
     let mut p = wr;
     while !p.is_null() {
+        if wrs.len() == q.sq_cap as usize {
+            // More than the queue holds (a list that never ends among them): the
+            // rest does not fit, as a provider finds the queue full.
+            bad = Some((p, libc::ENOMEM));
+            break;
+        }
         // SAFETY: the caller's linked list of work requests.
         let w = unsafe { &*p };
         // SAFETY: as above.
@@ -385,9 +400,11 @@ pub(super) unsafe extern "C" fn op_post_send(
     0
 }
 
-/// Converts a chain of `ibv_recv_wr`; the first bad one ends the chain.
+/// Converts a chain of `ibv_recv_wr`; the first bad one ends the chain, and so does
+/// the WR after the first `cap` (ENOMEM: more than the queue holds).
 unsafe fn recv_wrs(
     wr: *mut sys::ibv_recv_wr,
+    cap: u32,
 ) -> (
     Vec<verbs_api::RecvWr>,
     Vec<*mut sys::ibv_recv_wr>,
@@ -397,6 +414,9 @@ unsafe fn recv_wrs(
     let mut ptrs = Vec::new();
     let mut p = wr;
     while !p.is_null() {
+        if wrs.len() == cap as usize {
+            return (wrs, ptrs, Some((p, libc::ENOMEM)));
+        }
         // SAFETY: the caller's linked list of work requests.
         let w = unsafe { &*p };
         // SAFETY: as above.
@@ -435,9 +455,9 @@ pub(super) unsafe extern "C" fn op_post_recv(
     bad_wr: *mut *mut sys::ibv_recv_wr,
 ) -> c_int {
     let q = obj_or!(Qp, qp, EINVAL);
-    let ctx = ctx_or!(q.raw.qp_base.context, EINVAL);
+    let ctx = ctx_fast!(q.raw.qp_base.context, EINVAL);
     // SAFETY: module safety argument.
-    let (wrs, ptrs, bad) = unsafe { recv_wrs(wr) };
+    let (wrs, ptrs, bad) = unsafe { recv_wrs(wr, q.rq_cap) };
     finish_recv(
         ctx.dev.post_recv(q.raw.qp_base.qp_num, &wrs),
         &ptrs,
@@ -452,8 +472,9 @@ pub(super) unsafe extern "C" fn op_post_srq_recv(
     bad_wr: *mut *mut sys::ibv_recv_wr,
 ) -> c_int {
     let s = obj_or!(Srq, srq, EINVAL);
-    let ctx = ctx_or!(s.raw.context, EINVAL);
+    let ctx = ctx_fast!(s.raw.context, EINVAL);
+    let cap = s.max_wr.load(std::sync::atomic::Ordering::Relaxed);
     // SAFETY: module safety argument.
-    let (wrs, ptrs, bad) = unsafe { recv_wrs(wr) };
+    let (wrs, ptrs, bad) = unsafe { recv_wrs(wr, cap) };
     finish_recv(ctx.dev.post_srq_recv(s.id, &wrs), &ptrs, bad, bad_wr)
 }

@@ -9,8 +9,7 @@ pub unsafe extern "C" fn ibv_create_srq(
     pd: *mut sys::ibv_pd,
     init_attr: *mut sys::ibv_srq_init_attr,
 ) -> *mut sys::ibv_srq {
-    let p = obj_or!(Pd, pd, null(EINVAL));
-    let ctx = ctx_or!(p.raw.context, null(EINVAL));
+    let (p, ctx) = live_or!(Pd, pd, |_e| null(EINVAL));
     if init_attr.is_null() {
         return null(EINVAL);
     }
@@ -31,8 +30,9 @@ pub unsafe extern "C" fn ibv_create_srq(
                     ..Default::default()
                 },
                 id,
+                max_wr: a.attr.max_wr.into(),
             });
-            ctx.srqs.lock().insert(id.0, ptr as usize);
+            ctx.record(Kind::Srq, id.0, ptr);
             ptr
         }
         Err(e) => null(fail(&e)),
@@ -46,17 +46,22 @@ pub unsafe extern "C" fn ibv_modify_srq(
     attr: *mut sys::ibv_srq_attr,
     mask: c_int,
 ) -> c_int {
-    let s = obj_or!(Srq, srq, EINVAL);
-    let ctx = ctx_or!(s.raw.context, EINVAL);
+    let (s, ctx) = live_or!(Srq, srq, |_e| EINVAL);
     if attr.is_null() {
         return EINVAL;
     }
     // SAFETY: the caller's attributes.
     let a = convert::srq_attr_from_c(unsafe { &*attr });
-    status(
-        ctx.dev
-            .modify_srq(s.id, &a, SrqAttrMask::from_bits_retain(mask as u32)),
-    )
+    let r = ctx
+        .dev
+        .modify_srq(s.id, &a, SrqAttrMask::from_bits_retain(mask as u32));
+    if r.is_ok() {
+        if let Ok(now) = ctx.dev.query_srq(s.id) {
+            s.max_wr
+                .store(now.max_wr, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    status(r)
 }
 
 /// `ibv_query_srq`.
@@ -65,8 +70,7 @@ pub unsafe extern "C" fn ibv_query_srq(
     srq: *mut sys::ibv_srq,
     attr: *mut sys::ibv_srq_attr,
 ) -> c_int {
-    let s = obj_or!(Srq, srq, EINVAL);
-    let ctx = ctx_or!(s.raw.context, EINVAL);
+    let (s, ctx) = live_or!(Srq, srq, |_e| EINVAL);
     match ctx.dev.query_srq(s.id) {
         Ok(a) => {
             out!(attr, convert::srq_attr_to_c(&a));
@@ -76,15 +80,15 @@ pub unsafe extern "C" fn ibv_query_srq(
     }
 }
 
-/// `ibv_destroy_srq`.
+/// `ibv_destroy_srq`: ENOENT for an SRQ whose handle or context is not one of this
+/// process's.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut sys::ibv_srq) -> c_int {
-    let s = obj_or!(Srq, srq, EINVAL);
-    let ctx = ctx_or!(s.raw.context, EINVAL);
+    let (s, ctx) = live_or!(Srq, srq, |e| e);
     match ctx.dev.destroy_srq(s.id) {
         Ok(()) => {
-            ctx.srqs.lock().remove(&s.id.0);
-            // SAFETY: made by ibv_create_srq; destroyed once.
+            ctx.forget(Kind::Srq, s.id.0);
+            // SAFETY: made by ibv_create_srq; destroyed once (it left the table).
             unsafe { free::<_, Srq>(srq) };
             0
         }

@@ -1,0 +1,431 @@
+//! Programs that misuse the C ABI the way a third-party verbs suite does (google's
+//! rdma-unit-test): objects whose `handle` or `context` was overwritten, work-request
+//! lists that never end, and the answers rdma-core gives where the emulator once
+//! differed. Each case runs in a child process of this test binary (so a crash, an
+//! abort or unbounded memory fails the case instead of the run), with its own device
+//! address, and checks the child exited cleanly having passed every check.
+
+// This test plays the C program: raw pointers are its whole point.
+#![allow(unsafe_code)]
+
+use std::ffi::c_int;
+use std::process::Command;
+use std::ptr::null_mut;
+
+use rdma_emu_ibverbs::sys::*;
+use rdma_emu_ibverbs::*;
+
+const CHILD: &str = "CAPI_MISUSE_CHILD";
+
+/// Runs the test `name` of this binary in a child process on the device `ip` and
+/// checks it passed; in the child, runs `body` instead.
+fn in_child(name: &str, ip: &str, body: impl FnOnce()) {
+    if std::env::var(CHILD).as_deref() == Ok(name) {
+        // Bounded memory: a list that never ends must not take the machine with it.
+        let limit = libc::rlimit {
+            rlim_cur: 4 << 30,
+            rlim_max: 4 << 30,
+        };
+        // SAFETY: setrlimit with a valid struct.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
+        body();
+        println!("child {name}: all checks passed");
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, name)
+        .env("RDMA_EMU_DEVICES", format!("emu0={ip}"))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains(&format!("child {name}: all checks passed")),
+        "child {name} failed ({:?}):\n{text}",
+        out.status
+    );
+}
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// The first device, opened.
+unsafe fn open() -> *mut ibv_context {
+    unsafe {
+        let mut n = 0;
+        let list = ibv_get_device_list(&mut n);
+        assert!(n >= 1);
+        let ctx = ibv_open_device(*list);
+        ibv_free_device_list(list);
+        assert!(!ctx.is_null());
+        ctx
+    }
+}
+
+fn caps(n: u32) -> ibv_qp_cap {
+    ibv_qp_cap {
+        max_send_wr: n,
+        max_recv_wr: n,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    }
+}
+
+unsafe fn rc_qp(pd: *mut ibv_pd, cq: *mut ibv_cq, srq: *mut ibv_srq) -> *mut ibv_qp {
+    let mut init = ibv_qp_init_attr {
+        send_cq: cq,
+        recv_cq: cq,
+        srq,
+        qp_type: IBV_QPT_RC,
+        cap: caps(8),
+        ..Default::default()
+    };
+    unsafe { ibv_create_qp(pd, &mut init) }
+}
+
+/// Overwrites `*handle` for the scope of `f`, as rdma-unit-test's `HandleGarble` does.
+unsafe fn garbled<R>(handle: *mut u32, f: impl FnOnce() -> R) -> R {
+    unsafe {
+        let keep = *handle;
+        *handle = keep ^ 0xDEAD_BEEF;
+        let r = f();
+        *handle = keep;
+        r
+    }
+}
+
+#[test]
+fn objects_with_foreign_handles_are_refused() {
+    in_child(
+        "objects_with_foreign_handles_are_refused",
+        "127.0.0.61",
+        || unsafe {
+            let ctx = open();
+            let ops = (*ctx).ops;
+            let pd = ibv_alloc_pd(ctx);
+            let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+            let mut buf = vec![0u8; 4096];
+            let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND;
+            let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), 4096, access as c_int);
+            let mut sattr = ibv_srq_init_attr {
+                attr: ibv_srq_attr {
+                    max_wr: 8,
+                    max_sge: 1,
+                    srq_limit: 0,
+                },
+                ..Default::default()
+            };
+            let srq = ibv_create_srq(pd, &mut sattr);
+            let qp = rc_qp(pd, cq, null_mut());
+            let mw = ops.alloc_mw.unwrap()(pd, IBV_MW_TYPE_1);
+            let mut gid = ibv_gid::default();
+            assert_eq!(ibv_query_gid(ctx, 1, 0, &mut gid), 0);
+            let mut ah_attr = ibv_ah_attr {
+                is_global: 1,
+                port_num: 1,
+                ..Default::default()
+            };
+            ah_attr.grh.dgid = gid;
+            let ah = ibv_create_ah(pd, &mut ah_attr);
+            for (what, p) in [
+                ("pd", pd as usize),
+                ("cq", cq as usize),
+                ("mr", mr as usize),
+                ("srq", srq as usize),
+                ("qp", qp as usize),
+                ("mw", mw as usize),
+                ("ah", ah as usize),
+            ] {
+                assert_ne!(p, 0, "creating the {what}");
+            }
+
+            // A destroy of an object whose handle is not the kernel's: ENOENT, and the
+            // object stays (the program's own clean-up frees it later).
+            assert_eq!(
+                garbled(&mut (*pd).handle, || ibv_dealloc_pd(pd)),
+                libc::ENOENT
+            );
+            assert_eq!(
+                garbled(&mut (*cq).handle, || ibv_destroy_cq(cq)),
+                libc::ENOENT
+            );
+            assert_eq!(
+                garbled(&mut (*srq).handle, || ibv_destroy_srq(srq)),
+                libc::ENOENT
+            );
+            assert_eq!(
+                garbled(&mut (*qp).handle, || ibv_destroy_qp(qp)),
+                libc::ENOENT
+            );
+            assert_eq!(
+                garbled(&mut (*mw).handle, || ops.dealloc_mw.unwrap()(mw)),
+                libc::ENOENT
+            );
+            assert_eq!(
+                garbled(&mut (*mr).handle, || ibv_dereg_mr(mr)),
+                libc::ENOENT
+            );
+            assert_eq!(errno(), libc::ENOENT);
+            assert_eq!(
+                garbled(&mut (*ah).handle, || ibv_destroy_ah(ah)),
+                libc::ENOENT
+            );
+            assert_eq!(errno(), libc::ENOENT);
+
+            // Named as another verb's argument: EINVAL (NULL for the create verbs).
+            let mut init = ibv_qp_init_attr {
+                send_cq: cq,
+                recv_cq: cq,
+                qp_type: IBV_QPT_RC,
+                cap: caps(8),
+                ..Default::default()
+            };
+            assert!(garbled(&mut (*cq).handle, || ibv_create_qp(pd, &mut init)).is_null());
+            init.srq = srq;
+            assert!(garbled(&mut (*srq).handle, || ibv_create_qp(pd, &mut init)).is_null());
+            init.srq = null_mut();
+            assert!(garbled(&mut (*pd).handle, || ibv_create_qp(pd, &mut init)).is_null());
+            let p = buf.as_mut_ptr().cast();
+            assert!(garbled(&mut (*pd).handle, || ibv_reg_mr(pd, p, 64, 1)).is_null());
+            assert_eq!(errno(), libc::EINVAL);
+            assert!(garbled(&mut (*pd).handle, || ops.alloc_mw.unwrap()(
+                pd,
+                IBV_MW_TYPE_1
+            ))
+            .is_null());
+            assert!(garbled(&mut (*pd).handle, || ibv_create_ah(pd, &mut ah_attr)).is_null());
+            assert!(garbled(&mut (*pd).handle, || ibv_create_srq(pd, &mut sattr)).is_null());
+            let mut attr = ibv_qp_attr {
+                qp_state: IBV_QPS_INIT,
+                port_num: 1,
+                ..Default::default()
+            };
+            let m = (IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) as c_int;
+            assert_eq!(
+                garbled(&mut (*qp).handle, || ibv_modify_qp(qp, &mut attr, m)),
+                libc::EINVAL
+            );
+            let mut init_out = ibv_qp_init_attr::default();
+            assert_eq!(
+                garbled(&mut (*qp).handle, || ibv_query_qp(
+                    qp,
+                    &mut attr,
+                    0,
+                    &mut init_out
+                )),
+                libc::EINVAL
+            );
+            assert_eq!(
+                garbled(&mut (*cq).handle, || ops.req_notify_cq.unwrap()(cq, 0)),
+                libc::EINVAL
+            );
+            assert_eq!(
+                garbled(&mut (*cq).handle, || ibv_resize_cq(cq, 32)),
+                libc::EINVAL
+            );
+
+            // An object moved to another context (of the same device): ENOENT.
+            let other = open();
+            (*pd).context = other;
+            assert_eq!(ibv_dealloc_pd(pd), libc::ENOENT);
+            (*pd).context = ctx;
+            // A pointer that is not an open context.
+            let mut fake = ibv_context::default();
+            assert_eq!(ibv_close_device(&mut fake), libc::EINVAL);
+            assert!(ibv_alloc_pd(&mut fake).is_null());
+
+            // With the handles back, everything goes in order, once.
+            assert_eq!(ibv_destroy_ah(ah), 0);
+            assert_eq!(ops.dealloc_mw.unwrap()(mw), 0);
+            assert_eq!(ibv_destroy_qp(qp), 0);
+            assert_eq!(ibv_destroy_qp(qp.cast::<u8>().add(0).cast()), libc::ENOENT);
+            assert_eq!(ibv_destroy_srq(srq), 0);
+            assert_eq!(ibv_dereg_mr(mr), 0);
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(other), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+            assert_eq!(ibv_close_device(ctx), libc::EINVAL);
+        },
+    );
+}
+
+#[test]
+fn endless_work_request_lists_stop_at_the_queue() {
+    in_child(
+        "endless_work_request_lists_stop_at_the_queue",
+        "127.0.0.62",
+        || unsafe {
+            let ctx = open();
+            let ops = (*ctx).ops;
+            let pd = ibv_alloc_pd(ctx);
+            let cq = ibv_create_cq(ctx, 64, null_mut(), null_mut(), 0);
+            let mut buf = vec![0u8; 64];
+            let mr = ibv_reg_mr(
+                pd,
+                buf.as_mut_ptr().cast(),
+                64,
+                IBV_ACCESS_LOCAL_WRITE as c_int,
+            );
+            let mut sattr = ibv_srq_init_attr {
+                attr: ibv_srq_attr {
+                    max_wr: 8,
+                    max_sge: 1,
+                    srq_limit: 0,
+                },
+                ..Default::default()
+            };
+            let srq = ibv_create_srq(pd, &mut sattr);
+            let qp = rc_qp(pd, cq, null_mut());
+            assert!(!srq.is_null() && !qp.is_null() && !mr.is_null());
+            let mut sge = ibv_sge {
+                addr: buf.as_mut_ptr() as u64,
+                length: 8,
+                lkey: (*mr).lkey,
+            };
+
+            // A receive WR whose `next` is itself: the queue fills, ENOMEM, bad_wr is
+            // the WR that did not fit.
+            let mut rwr = ibv_recv_wr {
+                wr_id: 1,
+                sg_list: &mut sge,
+                num_sge: 1,
+                ..Default::default()
+            };
+            rwr.next = &mut rwr;
+            let mut bad = null_mut();
+            assert_eq!(
+                ops.post_srq_recv.unwrap()(srq, &mut rwr, &mut bad),
+                libc::ENOMEM
+            );
+            assert_eq!(bad, &mut rwr as *mut _);
+            // Receives may be posted from INIT on (IBTA 10.8.2).
+            let mut attr = ibv_qp_attr {
+                qp_state: IBV_QPS_INIT,
+                port_num: 1,
+                ..Default::default()
+            };
+            let m = (IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) as c_int;
+            assert_eq!(ibv_modify_qp(qp, &mut attr, m), 0);
+            bad = null_mut();
+            assert_eq!(ops.post_recv.unwrap()(qp, &mut rwr, &mut bad), libc::ENOMEM);
+            assert_eq!(bad, &mut rwr as *mut _);
+
+            // The same list of sends is read no further than the send queue holds;
+            // the QP is in INIT, where sends are refused (IBTA 10.8.2), so the post
+            // then fails at its first WR.
+            let mut swr = ibv_send_wr {
+                wr_id: 2,
+                sg_list: &mut sge,
+                num_sge: 1,
+                opcode: IBV_WR_SEND,
+                ..Default::default()
+            };
+            swr.next = &mut swr;
+            let mut sbad = null_mut();
+            let r = ops.post_send.unwrap()(qp, &mut swr, &mut sbad);
+            assert_ne!(r, 0);
+            assert_eq!(sbad, &mut swr as *mut _);
+
+            assert_eq!(ibv_destroy_qp(qp), 0);
+            assert_eq!(ibv_destroy_srq(srq), 0);
+            assert_eq!(ibv_dereg_mr(mr), 0);
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+        },
+    );
+}
+
+#[test]
+fn queries_answer_as_rdma_core_does() {
+    in_child(
+        "queries_answer_as_rdma_core_does",
+        "127.0.0.63",
+        || unsafe {
+            let ctx = open();
+
+            // The exported ibv_query_port fills libibverbs' compat struct: everything up
+            // to `flags`, and not one byte past it.
+            let mut raw = [0xABu8; std::mem::size_of::<ibv_port_attr>()];
+            let pa = raw.as_mut_ptr().cast::<ibv_port_attr>();
+            assert_eq!(ibv_query_port(ctx, 1, pa), 0);
+            assert_eq!((*pa).state, IBV_PORT_ACTIVE);
+            assert_eq!(u32::from((*pa).link_layer), IBV_LINK_LAYER_ETHERNET);
+            assert_eq!((*pa).active_mtu, IBV_MTU_4096);
+            let end = std::mem::offset_of!(ibv_port_attr, flags) + 1;
+            assert!(raw[end..].iter().all(|&b| b == 0xAB));
+
+            // A completion vector outside num_comp_vectors: EINVAL.
+            let n = (*ctx).num_comp_vectors;
+            assert!(ibv_create_cq(ctx, 4, null_mut(), null_mut(), n).is_null());
+            assert_eq!(errno(), libc::EINVAL);
+            assert!(ibv_create_cq(ctx, 4, null_mut(), null_mut(), -1).is_null());
+            let vctx = &*(ctx.byte_sub(std::mem::offset_of!(verbs_context, context))
+                as *const verbs_context);
+            let mut cqx = ibv_cq_init_attr_ex {
+                cqe: 4,
+                comp_vector: n as u32,
+                ..Default::default()
+            };
+            assert!(vctx.create_cq_ex.unwrap()(ctx, &mut cqx).is_null());
+            assert_eq!(errno(), libc::EINVAL);
+            let cq = ibv_create_cq(ctx, 4, null_mut(), null_mut(), n - 1);
+            assert!(!cq.is_null());
+
+            // GIDs: index 0 is the device's; an empty slot is ENODATA for the extended
+            // query and reads as zero through ibv_query_gid; a table that does not fit is
+            // EINVAL.
+            let mut e = ibv_gid_entry::default();
+            let sz = std::mem::size_of::<ibv_gid_entry>();
+            assert_eq!(_ibv_query_gid_ex(ctx, 1, 0, &mut e, 0, sz), 0);
+            assert_eq!(e.gid_type, IBV_GID_TYPE_ROCE_V2);
+            assert_eq!(_ibv_query_gid_ex(ctx, 1, 1, &mut e, 0, sz), libc::ENODATA);
+            let mut g = ibv_gid::default();
+            assert_eq!(ibv_query_gid(ctx, 1, 1, &mut g), 0);
+            assert_eq!(g.raw, [0; 16]);
+            let mut table = vec![ibv_gid_entry::default(); 16];
+            assert_eq!(
+                _ibv_query_gid_table(ctx, table.as_mut_ptr(), 0, 0, sz),
+                -(libc::EINVAL as isize)
+            );
+            assert_eq!(_ibv_query_gid_table(ctx, table.as_mut_ptr(), 16, 0, sz), 1);
+
+            // The command fd is a real descriptor (programs duplicate it).
+            assert!((*ctx).cmd_fd >= 0);
+            assert!(libc::fcntl((*ctx).cmd_fd, libc::F_GETFD) >= 0);
+
+            // A provider without the data-in-order query answers 0.
+            let pd = ibv_alloc_pd(ctx);
+            let qp = rc_qp(pd, cq, null_mut());
+            assert_eq!(ibv_query_qp_data_in_order(qp, IBV_WR_RDMA_WRITE, 0), 0);
+
+            // create_qp_ex with CREATE_FLAGS in the mask and no flag set is a plain QP.
+            let mut ex = ibv_qp_init_attr_ex {
+                send_cq: cq,
+                recv_cq: cq,
+                qp_type: IBV_QPT_RC,
+                cap: caps(4),
+                comp_mask: IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS,
+                pd,
+                ..Default::default()
+            };
+            let qp2 = vctx.create_qp_ex.unwrap()(ctx, &mut ex);
+            assert!(!qp2.is_null());
+            ex.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+            assert!(vctx.create_qp_ex.unwrap()(ctx, &mut ex).is_null());
+
+            assert_eq!(ibv_destroy_qp(qp2), 0);
+            assert_eq!(ibv_destroy_qp(qp), 0);
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+        },
+    );
+}
