@@ -23,6 +23,9 @@ pub(crate) struct Batch {
     wrs: Vec<SendWr>,
     /// The first error met while building (returned by `ibv_wr_complete`).
     error: Option<c_int>,
+    /// Type 2 binds in the batch: (WR index, the `ibv_mw`'s address, the new rkey),
+    /// written to the windows once posted (`crate::verbs::mw::note_type2_bind`).
+    binds: Vec<(usize, usize, u32)>,
 }
 
 /// Fills the `ibv_wr_*` function pointers of a new QP.
@@ -105,7 +108,13 @@ unsafe extern "C" fn wr_complete(qp: *mut sys::ibv_qp_ex) -> c_int {
     let Some(ctx) = (unsafe { Context::from_ptr(q.raw.qp_base.context) }) else {
         return libc::EINVAL;
     };
-    match crate::verbs::post_send_staged(ctx, q, batch.wrs) {
+    let r = crate::verbs::post_send_staged(ctx, q, batch.wrs);
+    let posted = r.as_ref().err().map_or(usize::MAX, |e| e.index);
+    for &(_, mw, rkey) in batch.binds.iter().filter(|b| b.0 < posted) {
+        // SAFETY: the program's window, named in this batch.
+        unsafe { crate::verbs::mw::note_type2_bind(mw as *mut sys::ibv_mw, rkey) };
+    }
+    match r {
         Ok(()) => 0,
         Err(e) => e.error.errno(),
     }
@@ -218,6 +227,11 @@ unsafe extern "C" fn wr_bind_mw(
             bind_info: crate::convert::bind_info_from_c(b, lkey),
         },
     );
+    with_batch(qp, |batch, _| {
+        if let Some(i) = batch.wrs.len().checked_sub(1) {
+            batch.binds.push((i, mw as usize, rkey));
+        }
+    });
 }
 
 unsafe extern "C" fn wr_send_tso(qp: *mut sys::ibv_qp_ex, _: *mut c_void, _: u16, _: u16) {

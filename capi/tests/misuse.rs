@@ -429,3 +429,201 @@ fn queries_answer_as_rdma_core_does() {
         },
     );
 }
+
+/// Brings `qp` to RTS connected to itself (a loopback RC QP).
+unsafe fn loopback_rts(ctx: *mut ibv_context, qp: *mut ibv_qp) {
+    unsafe {
+        let mut gid = ibv_gid::default();
+        assert_eq!(ibv_query_gid(ctx, 1, 0, &mut gid), 0);
+        let mut at = ibv_qp_attr {
+            qp_state: IBV_QPS_INIT,
+            port_num: 1,
+            qp_access_flags: IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+            ..Default::default()
+        };
+        let m = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+        assert_eq!(ibv_modify_qp(qp, &mut at, m as c_int), 0);
+        let mut at = ibv_qp_attr {
+            qp_state: IBV_QPS_RTR,
+            path_mtu: IBV_MTU_1024,
+            dest_qp_num: (*qp).qp_num,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 1,
+            ..Default::default()
+        };
+        at.ah_attr.is_global = 1;
+        at.ah_attr.grh.dgid = gid;
+        at.ah_attr.grh.hop_limit = 64;
+        at.ah_attr.port_num = 1;
+        let m = IBV_QP_STATE
+            | IBV_QP_AV
+            | IBV_QP_PATH_MTU
+            | IBV_QP_DEST_QPN
+            | IBV_QP_RQ_PSN
+            | IBV_QP_MAX_DEST_RD_ATOMIC
+            | IBV_QP_MIN_RNR_TIMER;
+        assert_eq!(ibv_modify_qp(qp, &mut at, m as c_int), 0);
+        let mut at = ibv_qp_attr {
+            qp_state: IBV_QPS_RTS,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 1,
+            ..Default::default()
+        };
+        let m = IBV_QP_STATE
+            | IBV_QP_TIMEOUT
+            | IBV_QP_RETRY_CNT
+            | IBV_QP_RNR_RETRY
+            | IBV_QP_SQ_PSN
+            | IBV_QP_MAX_QP_RD_ATOMIC;
+        assert_eq!(ibv_modify_qp(qp, &mut at, m as c_int), 0);
+    }
+}
+
+unsafe fn wait(cq: *mut ibv_cq) -> ibv_wc {
+    unsafe {
+        let poll = (*(*cq).context).ops.poll_cq.unwrap();
+        let mut wc = ibv_wc::default();
+        for _ in 0..5_000_000 {
+            if poll(cq, 1, &mut wc) == 1 {
+                return wc;
+            }
+        }
+        panic!("no completion");
+    }
+}
+
+#[test]
+fn type_2_windows_bind_by_work_request() {
+    in_child(
+        "type_2_windows_bind_by_work_request",
+        "127.0.0.64",
+        || unsafe {
+            let ctx = open();
+            let ops = (*ctx).ops;
+            let pd = ibv_alloc_pd(ctx);
+            let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+            let mut buf = vec![0u8; 4096];
+            buf[..8].copy_from_slice(b"windowed");
+            let access = IBV_ACCESS_LOCAL_WRITE
+                | IBV_ACCESS_REMOTE_WRITE
+                | IBV_ACCESS_REMOTE_READ
+                | IBV_ACCESS_REMOTE_ATOMIC
+                | IBV_ACCESS_MW_BIND;
+            let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), 4096, access as c_int);
+            let qp = rc_qp(pd, cq, null_mut());
+            loopback_rts(ctx, qp);
+            let window_access =
+                IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+            let read_through = |rkey: u32| {
+                let mut sge = ibv_sge {
+                    addr: buf.as_ptr() as u64 + 2048,
+                    length: 8,
+                    lkey: (*mr).lkey,
+                };
+                let mut wr = ibv_send_wr {
+                    wr_id: 9,
+                    sg_list: &mut sge,
+                    num_sge: 1,
+                    opcode: IBV_WR_RDMA_READ,
+                    send_flags: IBV_SEND_SIGNALED,
+                    ..Default::default()
+                };
+                wr.wr.rdma.remote_addr = buf.as_ptr() as u64;
+                wr.wr.rdma.rkey = rkey;
+                let mut bad = null_mut();
+                assert_eq!(ops.post_send.unwrap()(qp, &mut wr, &mut bad), 0);
+                wait(cq).status
+            };
+
+            // ibv_post_send(IBV_WR_BIND_MW) with a key byte of the consumer's choice
+            // (rdma-unit-test passes 1024: key byte 0).
+            let mw = ops.alloc_mw.unwrap()(pd, IBV_MW_TYPE_2);
+            let index = (*mw).rkey >> 8;
+            let mut wr = ibv_send_wr {
+                wr_id: 1,
+                opcode: IBV_WR_BIND_MW,
+                send_flags: IBV_SEND_SIGNALED,
+                ..Default::default()
+            };
+            wr.__bindgen_anon_2.bind_mw.mw = mw;
+            wr.__bindgen_anon_2.bind_mw.rkey = 1024;
+            wr.__bindgen_anon_2.bind_mw.bind_info = ibv_mw_bind_info {
+                mr,
+                addr: buf.as_ptr() as u64,
+                length: 4096,
+                mw_access_flags: window_access,
+            };
+            let mut bad = null_mut();
+            assert_eq!(ops.post_send.unwrap()(qp, &mut wr, &mut bad), 0);
+            let wc = wait(cq);
+            assert_eq!(
+                (wc.status, wc.opcode, wc.wr_id),
+                (IBV_WC_SUCCESS, IBV_WC_BIND_MW, 1)
+            );
+            assert_eq!(
+                (*mw).rkey,
+                index << 8,
+                "the window's index, the consumer's key byte"
+            );
+            assert_eq!(read_through((*mw).rkey), IBV_WC_SUCCESS);
+            assert_eq!(&buf[2048..2056], b"windowed");
+
+            // A bound type 2 window cannot be bound again (IBTA 10.6.7.2.2: it must be
+            // invalidated first): MW_BIND_ERR, and the completion does arrive.
+            wr.wr_id = 2;
+            wr.__bindgen_anon_2.bind_mw.rkey = 1025;
+            assert_eq!(ops.post_send.unwrap()(qp, &mut wr, &mut bad), 0);
+            let wc = wait(cq);
+            assert_eq!((wc.status, wc.wr_id), (IBV_WC_MW_BIND_ERR, 2));
+            ibv_destroy_qp(qp);
+
+            // ibv_wr_bind_mw on a fresh QP, with another window.
+            let qp = rc_qp(pd, cq, null_mut());
+            loopback_rts(ctx, qp);
+            let mw2 = ops.alloc_mw.unwrap()(pd, IBV_MW_TYPE_2);
+            let qpx = ibv_qp_to_qp_ex(qp);
+            let info = ibv_mw_bind_info {
+                mr,
+                addr: buf.as_ptr() as u64,
+                length: 4096,
+                mw_access_flags: window_access,
+            };
+            (*qpx).wr_id = 3;
+            (*qpx).wr_flags = IBV_SEND_SIGNALED;
+            (*qpx).wr_start.unwrap()(qpx);
+            (*qpx).wr_bind_mw.unwrap()(qpx, mw2, 0x77, &info);
+            assert_eq!((*qpx).wr_complete.unwrap()(qpx), 0);
+            let wc = wait(cq);
+            assert_eq!((wc.status, wc.wr_id), (IBV_WC_SUCCESS, 3));
+            assert_eq!((*mw2).rkey & 0xFF, 0x77);
+            let mut sge = ibv_sge {
+                addr: buf.as_ptr() as u64 + 2048,
+                length: 8,
+                lkey: (*mr).lkey,
+            };
+            let mut rd = ibv_send_wr {
+                wr_id: 4,
+                sg_list: &mut sge,
+                num_sge: 1,
+                opcode: IBV_WR_RDMA_READ,
+                send_flags: IBV_SEND_SIGNALED,
+                ..Default::default()
+            };
+            rd.wr.rdma.remote_addr = buf.as_ptr() as u64;
+            rd.wr.rdma.rkey = (*mw2).rkey;
+            let mut sbad = null_mut();
+            assert_eq!(ops.post_send.unwrap()(qp, &mut rd, &mut sbad), 0);
+            assert_eq!(wait(cq).status, IBV_WC_SUCCESS);
+
+            assert_eq!(ibv_destroy_qp(qp), 0);
+            assert_eq!(ops.dealloc_mw.unwrap()(mw2), 0);
+            assert_eq!(ops.dealloc_mw.unwrap()(mw), 0);
+            assert_eq!(ibv_dereg_mr(mr), 0);
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+        },
+    );
+}

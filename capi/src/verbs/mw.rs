@@ -83,3 +83,21 @@ pub(crate) fn bind_lkey(b: &sys::ibv_mw_bind_info) -> Option<u32> {
     // SAFETY: module safety argument (the program's MR pointer, or null).
     unsafe { from_ptr::<_, Mr>(b.mr) }.map(|mr| mr.raw.lkey)
 }
+
+/// Records in the program's `ibv_mw` the R_Key a type 2 window has once the bind work
+/// request posted for it succeeds: the window's index with the consumer's key byte
+/// (IBTA 10.6.7.2.2: the consumer owns only the key's low eight bits; the rest is the
+/// window's), so `mw->rkey` names the window as it is bound, as with hardware
+/// providers. Nothing changes for a type 1 window, whose verb writes its key itself.
+///
+/// # Safety
+///
+/// `mw` is null or a live window of this library (module safety argument).
+pub(crate) unsafe fn note_type2_bind(mw: *mut sys::ibv_mw, new_rkey: u32) {
+    // SAFETY: caller's contract.
+    if let Some(m) = unsafe { mw.as_mut() } {
+        if m.type_ == sys::IBV_MW_TYPE_2 {
+            m.rkey = (m.rkey & !0xFF) | (new_rkey & 0xFF);
+        }
+    }
+}

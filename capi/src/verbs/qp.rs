@@ -389,7 +389,23 @@ pub(super) unsafe extern "C" fn op_post_send(
         }
         p = w.next;
     }
-    if let Err(e) = post_send_staged(ctx, q, wrs) {
+    let r = post_send_staged(ctx, q, wrs);
+    let posted = r
+        .as_ref()
+        .err()
+        .map_or(ptrs.len(), |e| e.index.min(ptrs.len()));
+    for &p in &ptrs[..posted] {
+        // SAFETY: the caller's work requests, read above.
+        let w = unsafe { &*p };
+        if w.opcode == sys::IBV_WR_BIND_MW {
+            // SAFETY: union of plain fields (crate::convert); the program's window.
+            unsafe {
+                let b = w.__bindgen_anon_2.bind_mw;
+                mw::note_type2_bind(b.mw, b.rkey);
+            }
+        }
+    }
+    if let Err(e) = r {
         out!(bad_wr, ptrs[e.index.min(ptrs.len().saturating_sub(1))]);
         return e.error.errno();
     }

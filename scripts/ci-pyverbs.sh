@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# CI step: rdma-core's own test suite (pyverbs, rdma-core v44.0's tests/, the version
+# Debian 12 packages as python3-pyverbs) run unmodified through the emulator's
+# libibverbs.so.1 / librdmacm.so.1.
+#   scripts/ci-pyverbs.sh    # needs python3-pyverbs (installed here if missing)
+# The suite is not downloadable in CI: an unmodified copy sits in the steering
+# repository's shared/thirdparty (PYVERBS_TESTS=path.tar.gz names another). It is
+# unpacked into a temporary folder and never enters this repository.
+# Fails on a hang (timeout), on a crash, and on any failing or erroring test not listed
+# in scripts/pyverbs-known-differences.txt (each line: the test id, then why it would
+# differ on kernel rxe too); a listed test that now passes is reported, so the list
+# only shrinks.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+tar=${PYVERBS_TESTS:-$root/../shared/thirdparty/rdma-core-v44.0-tests.tar.gz}
+known=$root/scripts/pyverbs-known-differences.txt
+if [ ! -f "$tar" ]; then
+  echo "SKIPPED pyverbs: no copy of rdma-core's tests at $tar (set PYVERBS_TESTS)"
+  exit 0
+fi
+if ! dpkg -s python3-pyverbs >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq python3-pyverbs >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y -qq python3-pyverbs >/dev/null; } ||
+    { echo "FAIL pyverbs: cannot install python3-pyverbs"; exit 1; }
+fi
+work=$(mktemp -d /tmp/ci-pyverbs.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+"$root/capi/build-so.sh" --release "$work/lib" >/dev/null || { echo "FAIL build libibverbs.so.1"; exit 1; }
+tar xzf "$tar" -C "$work"
+suite=$(dirname "$(find "$work" -name run_tests.py -path '*tests/run_tests.py' | head -1)")/..
+log=$work/pyverbs.log
+# One emulated device; its own address, so a concurrent run elsewhere cannot collide.
+(cd "$suite" && LD_LIBRARY_PATH=$work/lib RDMA_EMU_DEVICES=emu0=127.0.0.77 \
+  timeout "${PYVERBS_TIMEOUT:-900}" /usr/bin/python3 tests/run_tests.py --dev emu0 -v) >"$log" 2>&1
+rc=$?
+tail -3 "$log"
+if [ "$rc" -ge 124 ] || ! grep -Eq '^Ran [0-9]+ tests' "$log"; then
+  echo "FAIL pyverbs: the suite did not finish (exit $rc: hang, crash or abort)"
+  tail -40 "$log"
+  exit 1
+fi
+ran=$(grep -Eo '^Ran [0-9]+' "$log" | grep -Eo '[0-9]+')
+bad=$(grep -E '^(FAIL|ERROR): ' "$log" | sed -E 's/^(FAIL|ERROR): [^ ]+ \(([^)]+)\).*/\2/' | sort -u)
+allowed=$(grep -Ev '^\s*(#|$)' "$known" | awk '{print $1}' | sort -u)
+unexpected=$(comm -23 <(printf '%s\n' "$bad" | sed '/^$/d') <(printf '%s\n' "$allowed" | sed '/^$/d'))
+fixed=$(comm -13 <(printf '%s\n' "$bad" | sed '/^$/d') <(printf '%s\n' "$allowed" | sed '/^$/d'))
+passed=$(grep -Ec ' \.\.\. ok$' "$log")
+skipped=$(grep -Ec ' \.\.\. skipped' "$log")
+nbad=$(printf '%s\n' "$bad" | sed '/^$/d' | wc -l)
+echo "pyverbs: $ran tests, $passed passed, $skipped skipped, $nbad failed or errored (known: $(printf '%s\n' "$allowed" | sed '/^$/d' | wc -l))"
+[ -z "$fixed" ] || { echo "now passing, remove from $(basename "$known"):"; printf '    %s\n' $fixed; }
+if [ -n "$unexpected" ]; then
+  echo "FAIL pyverbs: failures not in $(basename "$known"):"
+  for t in $unexpected; do
+    echo "  $t"
+    grep -E "^(FAIL|ERROR): [^ ]+ \($t\)" -A14 "$log" | tail -12 | sed 's/^/      /'
+  done
+  exit 1
+fi
+echo "PASS pyverbs"
