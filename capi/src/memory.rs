@@ -12,8 +12,10 @@
 //! every libibverbs program already keeps with a real NIC (man page `ibv_reg_mr(3)`):
 //! the range is mapped, readable (and writable when the access flags say the NIC may
 //! write) and stays so until `ibv_dereg_mr`, and the program does not free it while
-//! work requests that use it are outstanding. `ibv_reg_mr` checks that the pointer is
-//! non-null and the length non-zero before a `UserMemory` is made. The program may
+//! work requests that use it are outstanding. `UserMemory::new` refuses a null pointer
+//! and a range that wraps the address space; a zero-length range makes an empty slice
+//! at a non-null pointer, which reads nothing (sound for any non-null pointer to
+//! bytes). The program may
 //! touch the bytes itself while the NIC also does (for instance `ib_write_lat` polls
 //! the last byte a peer's RDMA WRITE lands in); those are plain bytes, any value is
 //! valid, and a real NIC's DMA races with the CPU the same way.
@@ -36,14 +38,16 @@ unsafe impl Send for UserMemory {}
 unsafe impl Sync for UserMemory {}
 
 impl UserMemory {
-    /// The memory `[addr, addr + len)`; `None` for a null pointer or zero length.
+    /// The memory `[addr, addr + len)`; `None` for a null pointer or a range past the
+    /// end of the address space. A zero-length range is an empty region at `addr`
+    /// (kernel rxe registers zero-length regions too).
     ///
     /// # Safety
     ///
     /// The range must stay mapped and valid for the life of the returned value (the
     /// `ibv_reg_mr` contract, module docs).
     pub(crate) unsafe fn new(addr: *mut u8, len: usize) -> Option<UserMemory> {
-        (!addr.is_null() && len > 0 && (addr as usize).checked_add(len).is_some())
+        (!addr.is_null() && (addr as usize).checked_add(len).is_some())
             .then_some(UserMemory { addr, len })
     }
 }
@@ -80,6 +84,11 @@ mod tests {
         // SAFETY: never dereferenced: rejected.
         assert!(unsafe { UserMemory::new(std::ptr::null_mut(), 8) }.is_none());
         // SAFETY: never dereferenced: rejected.
-        assert!(unsafe { UserMemory::new(addr, 0) }.is_none());
+        assert!(unsafe { UserMemory::new(addr, usize::MAX) }.is_none());
+        // A zero-length region is empty memory at its address.
+        // SAFETY: `mem` outlives `empty`; nothing is read.
+        let empty = unsafe { UserMemory::new(addr, 0) }.unwrap();
+        let buf = MemBuf::from_external(Box::new(empty));
+        assert_eq!((buf.addr(), buf.len()), (addr as u64, 0));
     }
 }
