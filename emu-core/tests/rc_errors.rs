@@ -241,9 +241,9 @@ fn packets_from_strangers_are_dropped() {
     assert_eq!(p.b.counters().rx_dropped, 1);
 }
 
-/// Until memory windows exist nothing can be invalidated (a reg_mr region cannot be,
-/// IBTA 10.6, as in kernel rxe): SEND with invalidate is refused, never reported
-/// as done.
+/// A reg_mr region cannot be invalidated (IBTA 10.6, as in kernel rxe): a SEND with
+/// Invalidate naming one is a class J error (IBTA 9.9.6.3), never reported as done: the
+/// receive completes with MW_BIND_ERR and, unanswered, the SEND runs out of retries.
 #[test]
 fn send_with_invalidate_of_a_region_is_refused() {
     let (mut p, a, b) = connected(Config::default());
@@ -259,8 +259,8 @@ fn send_with_invalidate_of_a_region_is_refused() {
         ),
     );
     p.drive();
-    assert_eq!(a.poll(&mut p)[0].status, WcStatus::RemInvReqErr);
-    assert_eq!(b.poll(&mut p)[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(b.poll(&mut p)[0].status, WcStatus::MwBindErr);
+    assert_eq!(a.poll(&mut p)[0].status, WcStatus::RetryExcErr);
 }
 
 /// The QP's own access flags: a QP that does not grant REMOTE_WRITE answers a WRITE

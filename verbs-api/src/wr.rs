@@ -216,9 +216,12 @@ pub enum WrOperation {
     },
     /// `IBV_WR_BIND_MW`: bind a type 2 memory window.
     BindMw {
-        /// The window's current rkey (libibverbs passes the `ibv_mw`).
+        /// Names the window: an rkey of it, of which the index (the upper 24 bits)
+        /// counts (libibverbs passes the `ibv_mw`, whose `rkey` it reads).
         mw_rkey: u32,
-        /// The rkey the window has after the bind.
+        /// The rkey the window has after the bind. Of a type 2 window's, only the low
+        /// byte (the key the consumer owns) counts: the index stays the window's (IBTA
+        /// 10.6.7.2; kernel rxe, mlx5 and irdma take the low 8 bits).
         new_rkey: u32,
         /// What the window is bound to.
         bind_info: MwBindInfo,

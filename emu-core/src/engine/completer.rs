@@ -169,6 +169,11 @@ impl QueuePair {
             self.fail_head(ctx, WcStatus::BadRespErr);
             return;
         }
+        if let Some(status) = wqe.unusable() {
+            // The destination failed its L_Key check (see `Payload::Unusable`).
+            self.fail_head(ctx, status);
+            return;
+        }
         super::mr::scatter(wqe.local(), offset, payload);
         if is_last {
             wqe.done = Some(WcStatus::Success);
@@ -192,6 +197,11 @@ impl QueuePair {
             } else {
                 self.fail_head(ctx, WcStatus::BadRespErr);
             }
+            return;
+        }
+        if let Some(status) = wqe.unusable() {
+            // The destination failed its L_Key check (see `Payload::Unusable`).
+            self.fail_head(ctx, status);
             return;
         }
         // The original remote value, in the byte order the responder holds it (IBTA

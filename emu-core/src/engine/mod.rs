@@ -441,13 +441,22 @@ impl Engine {
 
     /// `ibv_bind_mw` (type 1): posts a bind WQE on the send queue of `qpn` and returns
     /// the window's new R_Key, which it answers to once the bind has run. EINVAL for an
-    /// unknown QP or window, a type 2 window, a UD QP or a QP not ready to send; ENOMEM
-    /// when the send queue is full. A bad bind completes with `MW_BIND_ERR`.
+    /// unknown QP, a type 2 window (libibverbs' `ibv_bind_mw` refuses those itself), a
+    /// UD QP or a QP not ready to send; ENOMEM when the send queue is full. A bad bind
+    /// completes with `MW_BIND_ERR`, and so does the bind of a window that does not
+    /// exist: as with kernel rxe, where libibverbs posts the bind for the R_Key the
+    /// `ibv_mw` holds and the window is looked up when the WQE runs, the post succeeds
+    /// and the completion reports the error (IBTA 10.6.7.2: a bind's errors are
+    /// completion errors; google/rdma-unit-test's BindInvalidMw waits for one).
     pub fn bind_mw(&mut self, now: Instant, qpn: u32, mw: MwHandle, bind: &MwBind) -> Result<u32> {
         if !self.qps.contains_key(&qpn) {
             return Err(Self::qp_missing());
         }
-        let new_rkey = self.mrs.next_type1_rkey(mw.0)?;
+        let new_rkey = match self.mrs.next_type1_rkey(mw.0) {
+            Ok(rkey) => rkey,
+            Err(_) if self.mrs.mw_info(mw.0).is_none() => mw.0.wrapping_shl(8),
+            Err(e) => return Err(e),
+        };
         self.with_qp(now, qpn, |qp, ctx| {
             qp.post_bind_verb(ctx, mw.0, new_rkey, bind)
         })
@@ -651,8 +660,8 @@ impl Engine {
 
     // ---- queue pairs (manual 3.5) ----
 
-    /// `ibv_create_qp`. Returns the QP number. EINVAL for an unknown PD, CQ or SRQ, an
-    /// SRQ of another PD, or capacities over the device limits; EOPNOTSUPP for QP types
+    /// `ibv_create_qp`. Returns the QP number. EINVAL for an unknown PD, CQ or SRQ, or
+    /// capacities over the device limits (an SRQ of another PD is fine); EOPNOTSUPP for QP types
     /// not implemented yet; `QpType::Driver` makes the device's QP1, the GSI QP (see
     /// the module `gsi`; EBUSY if it exists). With an SRQ the receive capacities are
     /// ignored and set to 0 (manual 3.4.1: "max_recv_wr ... ignored if srq is not
@@ -665,16 +674,12 @@ impl Engine {
             return Err(Error::InvalidArgument("no such CQ"));
         }
         if let Some(srq) = init.srq {
-            let q = self
-                .srqs
-                .get(&srq.0)
-                .ok_or(Error::InvalidArgument("no such SRQ"))?;
-            // The receive WQEs' L_Keys are checked in the QP's PD, so the SRQ must
-            // share it (as libibverbs users must; mlx5 refuses a mismatch too).
-            if q.pd != init.pd {
-                return Err(Error::InvalidArgument(
-                    "the SRQ belongs to another protection domain",
-                ));
+            // The SRQ may belong to another PD than the QP (IBTA 10.2.9 associates an
+            // SRQ with a PD of its own and asks nothing of the QPs' PDs; kernel rxe and
+            // mlx5 accept it, google/rdma-unit-test's PdSrqTest relies on it): its
+            // receive WQEs' L_Keys are checked in the SRQ's PD (`QueuePair::recv_pd`).
+            if !self.srqs.contains_key(&srq.0) {
+                return Err(Error::InvalidArgument("no such SRQ"));
             }
             init.cap.max_recv_wr = 0;
             init.cap.max_recv_sge = 0;

@@ -363,12 +363,27 @@ pub(crate) fn range_in(mr: &MemoryRegion, addr: u64, len: u64) -> Option<usize> 
     (end <= mr.length).then_some(start as usize)
 }
 
-/// Manual 3.4 `ibv_reg_mr`: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE (EINVAL).
+/// The access flags of `ibv_reg_mr` and `ibv_rereg_mr`.
+///
+/// - Manual 3.4: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE (EINVAL).
+/// - `ZERO_BASED` is refused with EOPNOTSUPP. IBTA 10.6.3 gives zero-based virtual
+///   addresses to regions made by the fast-register work request and to type 2
+///   windows (10.6.7.2), not to the Register Memory Region verb; kernel rxe refuses the
+///   flag in `reg_user_mr` and `rereg_user_mr` (EOPNOTSUPP: it is outside
+///   `RXE_ACCESS_SUPPORTED_MR`, while `RXE_ACCESS_SUPPORTED_MW` has it). Accepting it
+///   and then checking remote addresses against the buffer's own address would hand
+///   the application a region no peer can reach; a zero-based type 2 window over an
+///   ordinary region gives the same addressing (see `mw`).
 pub(crate) fn check_access_flags(access: AccessFlags) -> Result<()> {
     let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
     if access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE) {
         return Err(Error::InvalidArgument(
             "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
+        ));
+    }
+    if access.contains(AccessFlags::ZERO_BASED) {
+        return Err(Error::Unsupported(
+            "zero-based memory regions are not supported (bind a zero-based type 2 window)",
         ));
     }
     Ok(())

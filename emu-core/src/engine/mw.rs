@@ -7,16 +7,21 @@
 //!   R_Key at once (the index stays, the low byte moves on). A bind of length 0 unbinds.
 //!   Type 1 windows cannot be invalidated (IBTA o10-37.2.26) and may not be zero-based
 //!   (IBTA 10.6.7).
-//! - **Type 2** windows are bound with a BIND_MW work request whose new R_Key keeps the
-//!   window's index (the consumer chooses the low byte), only while unbound, never with
-//!   length 0; the window then belongs to the QP it was bound through: only that QP's
-//!   peer may use it. LOCAL_INV or a remote SEND with Invalidate unbinds it.
+//! - **Type 2** windows are bound with a BIND_MW work request, only while unbound, never
+//!   with length 0; the window then belongs to the QP it was bound through: only that
+//!   QP's peer may use it. LOCAL_INV or a remote SEND with Invalidate unbinds it. The
+//!   WR names the window by its current R_Key's index (`mw_rkey`, what libibverbs'
+//!   `bind_mw.mw` stands for: a handle, so the key byte it carries does not matter),
+//!   and of the new R_Key only the low byte, the key the consumer owns, is taken: the
+//!   index stays the window's (IBTA 10.6.7.2: the consumer supplies the key portion;
+//!   kernel rxe's `rxe_do_bind_mw`, mlx5 and irdma take the low 8 bits the same way,
+//!   and google/rdma-unit-test binds with R_Key 1024 whatever the window's index).
 //! - A bind fails with `MW_BIND_ERR` (IBTA 10.6.7, as kernel rxe's `rxe_check_bind_mw`)
 //!   when: the window or the region is unknown; a PD differs (window, region, QP); the
 //!   region lacks `MW_BIND`; the window asks for REMOTE_WRITE or REMOTE_ATOMIC on a
 //!   region without LOCAL_WRITE (IBTA 10.6); the range is not inside the region; a type 1
-//!   window is zero-based; a type 2 window is bound already or given a key of another
-//!   index; the window's type does not match how it is bound.
+//!   window is zero-based; a type 2 window is bound already; the window's type does
+//!   not match how it is bound.
 //! - Remote access through a window is checked against the window's range and rights,
 //!   not the region's, before a byte moves ([`MrTable::resolve_remote`]).
 //! - A region cannot be deregistered while windows are bound to it (EBUSY).
@@ -135,19 +140,20 @@ impl MrTable {
     }
 
     /// Executes a bind for QP `qpn` of `qp_pd` (the checks of IBTA 10.6.7, in kernel
-    /// rxe's order). Nothing changes unless every check passes.
+    /// rxe's order): of window `mw_rkey >> 8` for a work request, of the verb's window
+    /// otherwise. Nothing changes unless every check passes.
     pub(crate) fn bind(
         &mut self,
         qp_pd: PdHandle,
         qpn: u32,
         origin: BindOrigin,
-        new_rkey: u32,
+        (mw_rkey, new_rkey): (u32, u32),
         info: &MwBindInfo,
     ) -> std::result::Result<(), WcStatus> {
         let fail = Err(WcStatus::MwBindErr);
         let id = match origin {
             BindOrigin::Verb(id) => id,
-            BindOrigin::WorkRequest => new_rkey >> 8,
+            BindOrigin::WorkRequest => mw_rkey >> 8,
         };
         let Some(mw) = self.mws.get(&id) else {
             return fail;
@@ -188,7 +194,9 @@ impl MrTable {
         };
         let mw = self.mws.get_mut(&id).expect("looked up above");
         mw.binding = binding;
-        mw.rkey = new_rkey;
+        // Type 1: the verb handed out an R_Key of this index already; type 2: the
+        // window's index and the consumer's key byte.
+        mw.rkey = (mw.rkey & !0xFF) | (new_rkey & 0xFF);
         mw.qpn = (!type1).then_some(qpn);
         Ok(())
     }
@@ -257,13 +265,14 @@ impl QueuePair {
         let wqe = &self.sq[idx];
         let result = match &wqe.op {
             WrOperation::BindMw {
+                mw_rkey,
                 new_rkey,
                 bind_info,
-                ..
             } => {
                 let origin = wqe.bind_origin.unwrap_or(BindOrigin::WorkRequest);
+                let keys = (*mw_rkey, *new_rkey);
                 ctx.mrs
-                    .bind(self.init.pd, self.qpn, origin, *new_rkey, bind_info)
+                    .bind(self.init.pd, self.qpn, origin, keys, bind_info)
             }
             WrOperation::LocalInv { invalidate_rkey } => ctx
                 .mrs
@@ -317,7 +326,7 @@ mod tests {
             length: 100,
             mw_access_flags: AccessFlags::REMOTE_READ | AccessFlags::ZERO_BASED,
         };
-        t.bind(pd, 0x11, BindOrigin::WorkRequest, new, &info)
+        t.bind(pd, 0x11, BindOrigin::WorkRequest, (rkey, new), &info)
             .unwrap();
         let read = AccessFlags::REMOTE_READ;
         let seg = t.resolve_remote(pd, 0x11, new, 10, 90, read).unwrap();
@@ -333,7 +342,7 @@ mod tests {
         assert!(t.dereg_mr(mr.lkey).is_err(), "EBUSY while bound");
         // bound already: a second bind fails
         assert_eq!(
-            t.bind(pd, 0x11, BindOrigin::WorkRequest, new, &info),
+            t.bind(pd, 0x11, BindOrigin::WorkRequest, (rkey, new), &info),
             Err(WcStatus::MwBindErr)
         );
         t.invalidate(pd, new).unwrap();

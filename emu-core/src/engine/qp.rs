@@ -463,6 +463,18 @@ impl QueuePair {
             .is_some_and(|q| !q.wqes.is_empty())
     }
 
+    /// The PD in which the L_Keys of the receive WQEs this QP takes are checked
+    /// (IBTA 10.6.3.1): the SRQ's when the QP receives from one (it then has no
+    /// receive queue of its own), else the QP's. rdma-unit-test's PdSrqTest expects the
+    /// SRQ's, as mlx5 does; kernel rxe checks them in the QP's PD (`copy_data(qp->pd,
+    /// ...)` in `rxe_resp.c`), a deviation listed in the conformance document.
+    pub(crate) fn recv_pd(&self, ctx: &Ctx<'_>) -> PdHandle {
+        self.init
+            .srq
+            .and_then(|srq| ctx.srqs.get(&srq.0))
+            .map_or(self.init.pd, |q| q.pd)
+    }
+
     /// Takes the receive WQE for a new message: the QP's own, else the SRQ's oldest.
     /// Taking from an armed SRQ may raise `SRQ_LIMIT_REACHED` (manual 6.1.16).
     pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWqe> {

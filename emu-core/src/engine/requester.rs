@@ -285,7 +285,11 @@ impl QueuePair {
             if u64::from(wqe.length) > u64::from(ctx.limits.max_msg_sz) {
                 return Err(WcStatus::LocLenErr);
             }
-            if kind == ReqKind::Atomic && wqe.length < 8 {
+            // IBTA 9.4.5, 10.7: an atomic returns one 64-bit word, so its local buffer
+            // is exactly 8 bytes; another length is a local length error, found before
+            // anything is sent (fewer than 8 are refused at post, as rdma-core's rxe
+            // provider does; kernel rxe sends one with more and writes 8 of them).
+            if kind == ReqKind::Atomic && wqe.length != 8 {
                 return Err(WcStatus::LocLenErr);
             }
             if wqe.length.div_ceil(mtu) >= super::responder::MAX_PSNS_PER_MESSAGE {
@@ -313,13 +317,26 @@ impl QueuePair {
             };
             let write = matches!(kind, ReqKind::Read | ReqKind::Atomic);
             let mut local = Segments::with_capacity(sges.len());
+            let mut unusable = None;
             for sge in sges.iter().filter(|s| s.length > 0) {
-                local.push(
-                    ctx.mrs
-                        .resolve_local(pd, sge.lkey, sge.addr, sge.length, write)?,
-                );
+                match ctx
+                    .mrs
+                    .resolve_local(pd, sge.lkey, sge.addr, sge.length, write)
+                {
+                    Ok(seg) => local.push(seg),
+                    // A READ's or atomic's destination fails when the response lands
+                    // (see `Payload::Unusable`).
+                    Err(status) if write => {
+                        unusable = Some(status);
+                        break;
+                    }
+                    Err(status) => return Err(status),
+                }
             }
-            wqe.payload = Payload::Resolved(local);
+            wqe.payload = match unusable {
+                Some(status) => Payload::Unusable(status),
+                None => Payload::Resolved(local),
+            };
             Ok(())
         })();
         if let Err(status) = result {

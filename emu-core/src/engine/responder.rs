@@ -172,7 +172,8 @@ impl ResponderState {
 /// class A errors (the responder's own receive WQE is bad) are; the others drop the
 /// message silently (IBTA 9.9, "class D").
 struct Fatal {
-    nak: NakCode,
+    /// The NAK for the requester; none for a class J error (IBTA 9.9.6.3).
+    nak: Option<NakCode>,
     /// The status of the receive WQE in progress, if one is.
     recv_status: Option<WcStatus>,
     event: Option<AsyncEventType>,
@@ -193,16 +194,25 @@ impl From<Fatal> for Refusal {
 }
 
 const INVALID_REQUEST: Fatal = Fatal {
-    nak: NakCode::InvalidRequest,
+    nak: Some(NakCode::InvalidRequest),
     recv_status: Some(WcStatus::RemInvReqErr),
     event: Some(AsyncEventType::QpReqErr),
+    class_a: false,
+};
+
+/// A SEND with Invalidate whose R_Key cannot be invalidated: a class J error (IBTA
+/// 9.9.6.3), no NAK; see `execute_send`.
+const INVALIDATE_ERROR: Fatal = Fatal {
+    nak: None,
+    recv_status: Some(WcStatus::MwBindErr),
+    event: None,
     class_a: false,
 };
 
 /// Length errors, misaligned atomics, READ/ATOMIC beyond the responder resources: an
 /// invalid request NAK, and the "local access violation" event (manual 6.1.4).
 const LENGTH_ERROR: Fatal = Fatal {
-    nak: NakCode::InvalidRequest,
+    nak: Some(NakCode::InvalidRequest),
     recv_status: Some(WcStatus::RemInvReqErr),
     event: Some(AsyncEventType::QpAccessErr),
     class_a: false,
@@ -213,7 +223,7 @@ const LENGTH_ERROR: Fatal = Fatal {
 const MAX_DMA_LEN: u32 = 1 << 31;
 
 const ACCESS_ERROR: Fatal = Fatal {
-    nak: NakCode::RemoteAccessError,
+    nak: Some(NakCode::RemoteAccessError),
     recv_status: Some(WcStatus::RemAccessErr),
     event: Some(AsyncEventType::QpAccessErr),
     class_a: false,
@@ -316,9 +326,9 @@ impl QueuePair {
             ctx.qp_event(event, self.qpn);
         }
         self.enter_error(ctx);
-        if self.init.qp_type == QpType::Rc {
+        if let (QpType::Rc, Some(nak)) = (self.init.qp_type, fatal.nak) {
             // The NAK still goes out from the error state (IBTA 9.9).
-            self.resp.ack(psn, Syndrome::Nak(fatal.nak));
+            self.resp.ack(psn, Syndrome::Nak(nak));
         }
     }
 
@@ -399,10 +409,11 @@ impl QueuePair {
         if matches!(opcode.position(), Position::First | Position::Only) {
             let wqe = self.take_recv(ctx).expect("checked above");
             let mut segs = Segments::with_capacity(wqe.sges.len());
+            let pd = self.recv_pd(ctx);
             for sge in wqe.sges.iter().filter(|s| s.length > 0) {
                 match ctx
                     .mrs
-                    .resolve_local(self.init.pd, sge.lkey, sge.addr, sge.length, true)
+                    .resolve_local(pd, sge.lkey, sge.addr, sge.length, true)
                 {
                     Ok(seg) => segs.push(seg),
                     Err(status) => {
@@ -414,7 +425,7 @@ impl QueuePair {
                             received: 0,
                         });
                         return Err(Fatal {
-                            nak: NakCode::RemoteOperationalError,
+                            nak: Some(NakCode::RemoteOperationalError),
                             recv_status: Some(status),
                             event: None,
                             class_a: true,
@@ -439,7 +450,7 @@ impl QueuePair {
         if *received + payload.len() as u64 > wqe.length {
             // IBTA 9.9: the message does not fit the receive buffer.
             return Err(Fatal {
-                nak: NakCode::InvalidRequest,
+                nak: Some(NakCode::InvalidRequest),
                 recv_status: Some(WcStatus::LocLenErr),
                 event: None,
                 class_a: false,
@@ -447,11 +458,16 @@ impl QueuePair {
         }
         if let Some(rkey) = repr.ieth {
             // IBTA 10.6.7, 9.4: SEND with Invalidate unbinds a type 2 memory window
-            // of our PD. Anything else (a region from reg_mr, a type 1 window, an
-            // unknown or unbound key) is an invalid request, found before the last
-            // bytes land.
+            // of our PD. Anything else (a region from reg_mr, a type 1 window, which
+            // IBTA 10.6.7.2.4 / o10-37.2.26 says cannot be invalidated, an unknown or
+            // unbound key) fails, found before the last bytes land, as a class J error
+            // (IBTA 9.9.6.3): no NAK and no ACK for the requester, whose SEND then runs
+            // out of retries; the receive WQE completes with the memory management
+            // operation error (IBV_WC_MW_BIND_ERR, as a failed LOCAL_INV); the QP goes
+            // to ERR. (Kernel rxe completes the receive with REM_INV_REQ_ERR and
+            // acknowledges the SEND, which then completes successfully.)
             if ctx.mrs.invalidate(self.init.pd, rkey).is_err() {
-                return Err(INVALID_REQUEST);
+                return Err(INVALIDATE_ERROR);
             }
         }
         super::mr::scatter(segs, *received as usize, payload);

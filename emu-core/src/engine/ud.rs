@@ -178,10 +178,11 @@ impl QueuePair {
         let wqe = self.take_recv(ctx).expect("checked above");
         let mut segs = Vec::with_capacity(wqe.sges.len());
         let mut status = None;
+        let pd = self.recv_pd(ctx);
         for sge in wqe.sges.iter().filter(|s| s.length > 0) {
             match ctx
                 .mrs
-                .resolve_local(self.init.pd, sge.lkey, sge.addr, sge.length, true)
+                .resolve_local(pd, sge.lkey, sge.addr, sge.length, true)
             {
                 Ok(seg) => segs.push(seg),
                 Err(s) => {

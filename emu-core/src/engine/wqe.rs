@@ -38,6 +38,14 @@ pub(crate) enum Payload {
     /// WQE starts), or its INLINE data (copied at post time, manual 3.6
     /// `IBV_SEND_INLINE`).
     Resolved(Segments),
+    /// The local memory of a READ or an atomic failed its L_Key checks with this
+    /// status. The request still goes out, and the WQE completes with the status when
+    /// its response lands (not a byte of it is written), as kernel rxe checks the
+    /// destination only when it copies the response (`do_read`, `do_atomic`): a remote
+    /// error found first wins (REM_ACCESS_ERR with both keys bad), and an atomic with
+    /// only its L_Key bad still acts on the responder's memory. IBTA 10.7 and 9.9 leave
+    /// the order of the two checks open; google/rdma-unit-test expects rxe's.
+    Unusable(WcStatus),
 }
 
 /// A send queue entry.
@@ -95,11 +103,20 @@ impl SendWqe {
         d >= 0 && (d as u32) < self.npsn
     }
 
-    /// The memory the WQE resolved to (nothing before it started).
+    /// The memory the WQE resolved to (nothing before it started or when it failed
+    /// to resolve).
     pub(crate) fn local(&self) -> &[Segment] {
         match &self.payload {
             Payload::Resolved(segs) => segs,
-            Payload::Posted(_) => &[],
+            Payload::Posted(_) | Payload::Unusable(_) => &[],
+        }
+    }
+
+    /// The local error a READ or atomic completes with when its response lands.
+    pub(crate) fn unusable(&self) -> Option<WcStatus> {
+        match self.payload {
+            Payload::Unusable(status) => Some(status),
+            _ => None,
         }
     }
 

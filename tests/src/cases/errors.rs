@@ -23,6 +23,11 @@ pub(super) fn register(v: &mut Vec<Case>) {
         )
         .wc(S::RemAccessErr),
     );
+    v.push(Case::new("errors::rc_read_bad_lkey_and_bad_rkey_is_rem_access_err", "IBTA 9.7.4.1, 9.9, 10.7: a READ whose R_Key and L_Key are both bad completes with REM_ACCESS_ERR (the responder's NAK arrives before the local buffer is touched, as kernel rxe orders it); the local buffer is unchanged", read_both_keys_bad).wc(S::RemAccessErr));
+    v.push(Case::new("errors::rc_read_bad_lkey_is_loc_prot_err", "IBTA 10.6.3.1, manual 3.6.10: a READ whose local SGE has an invalid L_Key completes with LOC_PROT_ERR (found when the response lands, as kernel rxe); not a byte is written", read_bad_lkey).wc(S::LocProtErr));
+    v.push(Case::new("errors::rc_atomic_bad_lkey_and_bad_rkey_is_rem_access_err", "IBTA 9.7.4.1, 9.9, 10.7: an atomic whose R_Key and L_Key are both bad completes with REM_ACCESS_ERR; both words are unchanged", atomic_both_keys_bad).wc(S::RemAccessErr));
+    v.push(Case::new("errors::rc_atomic_bad_lkey_is_loc_prot_err", "IBTA 10.6.3.1, 10.7: an atomic whose local SGE has an invalid L_Key completes with LOC_PROT_ERR and its local buffer is unchanged; as in kernel rxe the L_Key is checked when the response lands, so the remote word has changed", atomic_bad_lkey).wc(S::LocProtErr));
+    v.push(Case::new("errors::rc_atomic_local_buffer_not_8_bytes_is_loc_len_err", "IBTA 9.4.5, 10.7, manual 3.6.10: an atomic returns one 64-bit word into a local buffer of exactly 8 bytes; a 16-byte one completes with LOC_LEN_ERR before anything is sent (the remote word is unchanged)", atomic_not_8_bytes).wc(S::LocLenErr));
     v.push(Case::new("errors::rc_atomic_bad_rkey", "IBTA 9.7.4.1, manual 6.2.11: an atomic with an invalid R_Key completes with REM_ACCESS_ERR and the word is unchanged", atomic_bad_rkey).wc(S::RemAccessErr));
     v.push(
         Case::new(
@@ -127,6 +132,86 @@ fn atomic_bad_rkey(env: &Env) -> Outcome {
     );
     assert_eq!(env.poll_one(p.a.cq).status, S::RemAccessErr);
     assert_eq!(p.b.buf.read_u64(64).unwrap(), 7);
+    Outcome::Pass
+}
+
+/// An SGE over `len` bytes of a's buffer with an L_Key that names no region.
+fn bad_lkey_sge(p: &Pair, len: u32) -> verbs_api::Sge {
+    verbs_api::Sge {
+        lkey: p.a.mr.lkey ^ 0x5500,
+        ..p.a.sge(0, len)
+    }
+}
+
+fn read_both_keys_bad(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Rc);
+    p.b.buf.write(0, &[0x77; 64]).unwrap();
+    let rkey = p.b.mr.rkey ^ 0x5500;
+    let read = SendWr::rdma_read(1, vec![bad_lkey_sge(&p, 64)], p.b.addr(0), rkey);
+    env.post_send(p.a.qpn, read.signaled());
+    assert_eq!(env.poll_one(p.a.cq).status, S::RemAccessErr);
+    assert!(
+        p.a.buf.to_vec().iter().all(|&x| x == 0),
+        "bytes were written"
+    );
+    Outcome::Pass
+}
+
+fn read_bad_lkey(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Rc);
+    p.b.buf.write(0, &[0x77; 64]).unwrap();
+    let read = SendWr::rdma_read(1, vec![bad_lkey_sge(&p, 64)], p.b.addr(0), p.b.mr.rkey);
+    env.post_send(p.a.qpn, read.signaled());
+    assert_eq!(env.poll_one(p.a.cq).status, S::LocProtErr);
+    assert!(
+        p.a.buf.to_vec().iter().all(|&x| x == 0),
+        "bytes were written"
+    );
+    Outcome::Pass
+}
+
+fn atomic_both_keys_bad(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Rc);
+    p.a.buf.write_u64(0, 1).unwrap();
+    p.b.buf.write_u64(64, 2).unwrap();
+    let rkey = p.b.mr.rkey ^ 0x5500;
+    let wr = SendWr::atomic_fetch_add(1, bad_lkey_sge(&p, 8), p.b.addr(64), rkey, 1);
+    env.post_send(p.a.qpn, wr.signaled());
+    assert_eq!(env.poll_one(p.a.cq).status, S::RemAccessErr);
+    assert_eq!(p.a.buf.read_u64(0).unwrap(), 1);
+    assert_eq!(p.b.buf.read_u64(64).unwrap(), 2);
+    Outcome::Pass
+}
+
+fn atomic_bad_lkey(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Rc);
+    p.a.buf.write_u64(0, 1).unwrap();
+    p.b.buf.write_u64(64, 2).unwrap();
+    let wr = SendWr::atomic_fetch_add(1, bad_lkey_sge(&p, 8), p.b.addr(64), p.b.mr.rkey, 1);
+    env.post_send(p.a.qpn, wr.signaled());
+    assert_eq!(env.poll_one(p.a.cq).status, S::LocProtErr);
+    assert_eq!(
+        p.a.buf.read_u64(0).unwrap(),
+        1,
+        "the local word was written"
+    );
+    assert_eq!(
+        p.b.buf.read_u64(64).unwrap(),
+        3,
+        "the remote add did not run"
+    );
+    Outcome::Pass
+}
+
+fn atomic_not_8_bytes(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Rc);
+    p.a.buf.write_u64(0, 1).unwrap();
+    p.b.buf.write_u64(64, 2).unwrap();
+    let wr = SendWr::atomic_cmp_swp(1, p.a.sge(0, 16), p.b.addr(64), p.b.mr.rkey, 2, 3);
+    env.post_send(p.a.qpn, wr.signaled());
+    assert_eq!(env.poll_one(p.a.cq).status, S::LocLenErr);
+    assert_eq!(p.a.buf.read_u64(0).unwrap(), 1);
+    assert_eq!(p.b.buf.read_u64(64).unwrap(), 2, "the compare-and-swap ran");
     Outcome::Pass
 }
 

@@ -49,4 +49,6 @@ pub(crate) mod errno {
     pub(crate) const EBUSY: i32 = 16;
     /// ENOMEM.
     pub(crate) const ENOMEM: i32 = 12;
+    /// EOPNOTSUPP.
+    pub(crate) const EOPNOTSUPP: i32 = 95;
 }

@@ -2,9 +2,11 @@
 //! ibv_post_send(3) IBV_WR_BIND_MW / IBV_WR_LOCAL_INV; IBTA 10.6.7): binding, access
 //! through a window, invalidation, and the errors of each.
 
+use std::time::Duration;
+
 use verbs_api::{
-    AccessFlags as A, MwBind, MwBindInfo, MwType, QpType, RecvWr, SendFlags, SendWr, WcFlags,
-    WcOpcode, WcStatus as S, WrOperation,
+    AccessFlags as A, MwBind, MwBindInfo, MwType, QpState, QpType, RecvWr, SendFlags, SendWr,
+    WcFlags, WcOpcode, WcStatus as S, WrOperation,
 };
 
 use super::errno::{EBUSY, EINVAL};
@@ -30,6 +32,9 @@ pub(super) fn register(v: &mut Vec<Case>) {
         dereg_busy,
     ));
     v.push(Case::new("mw::type2_bind_local_inv_then_access_fails", "ibv_post_send(3) IBV_WR_BIND_MW / IBV_WR_LOCAL_INV; IBTA 10.6.7: after invalidation the R_Key grants nothing and not a byte is written", type2_local_inv).wc(S::RemAccessErr));
+    v.push(Case::new("mw::type2_bind_takes_the_key_byte_of_the_new_rkey", "IBTA 10.6.7.2 (the consumer owns the key byte of a type 2 window's R_Key, the index stays the window's); ibv_post_send(3) IBV_WR_BIND_MW: a bind WR whose new R_Key carries another index (google/rdma-unit-test binds with 1024) binds the window named by bind_mw.mw, and READ and WRITE through index and key byte work; a second bind of the bound window completes with MW_BIND_ERR", type2_key_byte).wc(S::Success).wc(S::MwBindErr));
+    v.push(Case::new("mw::bind_of_a_missing_window_completes_with_mw_bind_err", "IBTA 10.6.7.2, manual 6.2.7: a bind whose window does not exist is posted and completes with MW_BIND_ERR (kernel rxe looks the window up when the WQE runs); the QP goes to ERR", bind_missing).wc(S::MwBindErr));
+    v.push(Case::new("mw::send_with_invalidate_of_a_type1_rkey_is_class_j", "IBTA 10.6.7.2.4 (type 1 windows cannot be invalidated), 9.9.6.3 (class J: no NAK; the receive WQE completes in error, the QP goes to ERR): the receive completes with MW_BIND_ERR, the sender gets no answer and runs out of retries (RETRY_EXC_ERR)", send_with_inv_type1).wc(S::MwBindErr).wc(S::RetryExcErr));
     v.push(Case::new("mw::send_with_invalidate_invalidates", "IBTA 9.4, 10.6.7 SEND with Invalidate, manual 3.6.10 IBV_WC_WITH_INV: the responder invalidates the R_Key, reports it, and later accesses fail", send_with_inv).wc(S::RemAccessErr));
     v.push(Case::new("errors::rc_write_imm_bad_rkey_fails_the_receive", "IBTA 9.7.4.1, manual 6.2.9, 6.2.11: an RDMA WRITE with immediate that fails its R_Key check fails the receive WQE it would have consumed (LOC_ACCESS_ERR) and the requester gets REM_ACCESS_ERR", write_imm_bad_rkey).wc(S::LocAccessErr).wc(S::RemAccessErr));
 }
@@ -242,5 +247,114 @@ fn write_imm_bad_rkey(env: &Env) -> Outcome {
     assert_eq!(env.poll_one(p.a.cq).status, S::RemAccessErr);
     let wc = env.poll_one(p.b.cq);
     assert_eq!((wc.wr_id, wc.status), (7, S::LocAccessErr), "{wc:?}");
+    Outcome::Pass
+}
+
+fn type2_key_byte(env: &Env) -> Outcome {
+    let (p, mr, buf) = setup(env);
+    let mw = env
+        .dev
+        .alloc_mw(p.pd, MwType::Type2)
+        .expect("alloc_mw type 2");
+    // rdma-unit-test's R_Key: index 4, key byte 0x00 with the window's index elsewhere.
+    let asked = 1024 | ((mw.rkey.wrapping_add(1)) & 0xFF);
+    let rkey = (mw.rkey & !0xFF) | (asked & 0xFF);
+    let info = bind_info(&mr, 0, 4096, A::REMOTE_READ | A::REMOTE_WRITE);
+    let wr = SendWr::new(
+        60,
+        vec![],
+        WrOperation::BindMw {
+            mw_rkey: mw.rkey,
+            new_rkey: asked,
+            bind_info: info,
+        },
+    );
+    env.post_send(p.b.qpn, wr.signaled());
+    let wc = env.poll_one(p.b.cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (60, S::Success, WcOpcode::BindMw),
+        "{wc:?}"
+    );
+    assert_eq!(write(env, &p, mr.addr + 128, rkey, 64), S::Success);
+    let mut got = [0u8; 64];
+    buf.read(128, &mut got).unwrap();
+    assert_eq!(got, [0xAB; 64]);
+    buf.write(1024, &[0x3C; 32]).unwrap();
+    env.post_send(
+        p.a.qpn,
+        SendWr::rdma_read(2, vec![p.a.sge(512, 32)], mr.addr + 1024, rkey).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, S::Success);
+    let mut got = [0u8; 32];
+    p.a.buf.read(512, &mut got).unwrap();
+    assert_eq!(got, [0x3C; 32]);
+    // Bound already (IBTA 10.6.7.2: invalidate first): the second bind's completion
+    // arrives, with MW_BIND_ERR.
+    let again = SendWr::new(
+        61,
+        vec![],
+        WrOperation::BindMw {
+            mw_rkey: mw.rkey,
+            new_rkey: asked.wrapping_add(1),
+            bind_info: info,
+        },
+    );
+    env.post_send(p.b.qpn, again.signaled());
+    let wc = env.poll_one(p.b.cq);
+    assert_eq!((wc.wr_id, wc.status), (61, S::MwBindErr), "{wc:?}");
+    Outcome::Pass
+}
+
+fn bind_missing(env: &Env) -> Outcome {
+    if !env.emulator {
+        return Outcome::Skip(
+            "libibverbs names a window by its ibv_mw, which is freed with it: a bind of a \
+             window that is gone cannot be posted"
+                .into(),
+        );
+    }
+    let (p, mr, _buf) = setup(env);
+    let mw = env.dev.alloc_mw(p.pd, MwType::Type1).expect("alloc_mw");
+    env.dev.dealloc_mw(mw.id).expect("dealloc_mw");
+    let info = bind_info(&mr, 0, 1024, A::REMOTE_WRITE);
+    let bind = MwBind {
+        wr_id: 50,
+        send_flags: SendFlags::SIGNALED,
+        bind_info: info,
+    };
+    env.dev
+        .bind_mw(p.b.qpn, mw.id, &bind)
+        .expect("the bind is posted");
+    let wc = env.poll_one(p.b.cq);
+    assert_eq!((wc.wr_id, wc.status), (50, S::MwBindErr), "{wc:?}");
+    let (attr, _) = env.dev.query_qp(p.b.qpn).expect("query_qp");
+    assert_eq!(attr.qp_state, QpState::Err);
+    Outcome::Pass
+}
+
+fn send_with_inv_type1(env: &Env) -> Outcome {
+    let (p, mr, _buf) = setup(env);
+    let (rkey, st) = bind1(env, &p, bind_info(&mr, 0, 4096, A::REMOTE_WRITE));
+    assert_eq!(st, S::Success);
+    env.post_recv(p.b.qpn, RecvWr::new(7, vec![p.b.sge(0, 64)]));
+    let wr = SendWr::new(
+        2,
+        vec![p.a.sge(0, 8)],
+        WrOperation::SendWithInv {
+            invalidate_rkey: rkey,
+        },
+    );
+    env.post_send(p.a.qpn, wr.signaled());
+    let wc = env.poll_one(p.b.cq);
+    assert_eq!((wc.wr_id, wc.status), (7, S::MwBindErr), "{wc:?}");
+    let (attr, _) = env.dev.query_qp(p.b.qpn).expect("query_qp");
+    assert_eq!(attr.qp_state, QpState::Err);
+    // No NAK, no ACK: the SEND is retried until the retry count runs out (timeout 10:
+    // 4 ms a try, 8 tries).
+    let wc = env
+        .try_poll(p.a.cq, Duration::from_secs(10))
+        .expect("the sender completes once its retries run out");
+    assert_eq!((wc.wr_id, wc.status), (2, S::RetryExcErr), "{wc:?}");
     Outcome::Pass
 }

@@ -4,7 +4,7 @@ use verbs_api::{AccessFlags as A, MemBuf, QpCap, QpType, RecvWr, SendWr, WcStatu
 
 use super::{
     assert_errno,
-    errno::{EBUSY, EINVAL},
+    errno::{EBUSY, EINVAL, EOPNOTSUPP},
 };
 use crate::env::{all_access, default_cap};
 use crate::{Case, Env, Outcome};
@@ -60,6 +60,8 @@ pub(super) fn register(v: &mut Vec<Case>) {
         "manual 3.4.1: the region must lie in memory the process owns",
         beyond_buffer,
     ));
+    v.push(Case::new("mr::zero_based_is_eopnotsupp", "IBTA 10.6.3 (zero-based virtual addresses belong to fast-registered regions and type 2 windows, not to the Register Memory Region verb); kernel rxe's reg_user_mr: IBV_ACCESS_ZERO_BASED is refused with EOPNOTSUPP and nothing is registered", zero_based));
+    v.push(Case::new("mr::zero_length_region_carries_empty_messages", "manual 3.4.1 ibv_reg_mr (a length of 0 is a region: kernel rxe registers it); IBTA 9.7.4.1 (C9-88): a zero-length SEND, RDMA WRITE and RDMA READ through it succeed, and a zero-length RDMA access checks no R_Key", zero_length).wc(WcStatus::Success));
     v.push(Case::new(
         "mr::dereg_twice_is_einval",
         "manual 3.4.2 ibv_dereg_mr: the MR must exist",
@@ -344,5 +346,67 @@ fn rereg_translation(env: &Env) -> Outcome {
     let mut got = [0u8; 5];
     fresh.read(100, &mut got).unwrap();
     assert_eq!(&got, b"moved");
+    Outcome::Pass
+}
+
+fn zero_based(env: &Env) -> Outcome {
+    let pd = env.pd();
+    let buf = MemBuf::new(4096);
+    let access = all_access() | A::ZERO_BASED;
+    assert_errno(env.dev.reg_mr(pd, &buf, 0, 4096, access), EOPNOTSUPP);
+    // Nothing was registered: the PD has no user left.
+    env.dev.dealloc_pd(pd).expect("dealloc_pd");
+    Outcome::Pass
+}
+
+fn zero_length(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Rc);
+    let (a0, b0) = (
+        env.dev
+            .reg_mr(p.pd, &p.a.buf, 4096, 0, all_access())
+            .expect("reg_mr of 0 bytes"),
+        env.dev
+            .reg_mr(p.pd, &p.b.buf, 4096, 0, all_access())
+            .expect("reg_mr of 0 bytes"),
+    );
+    assert_eq!((a0.length, b0.length), (0, 0));
+    let empty = |mr: &verbs_api::MrInfo| verbs_api::Sge {
+        addr: mr.addr,
+        length: 0,
+        lkey: mr.lkey,
+    };
+    env.post_recv(p.b.qpn, RecvWr::new(9, vec![empty(&b0)]));
+    env.post_send(p.a.qpn, SendWr::send(1, vec![empty(&a0)]).signaled());
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    let wc = env.poll_one(p.b.cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (9, WcStatus::Success, 0),
+        "{wc:?}"
+    );
+    for (wr_id, rkey) in [(2, b0.rkey), (3, b0.rkey ^ 0x5500)] {
+        let write = SendWr::rdma_write(wr_id, vec![empty(&a0)], b0.addr, rkey);
+        env.post_send(p.a.qpn, write.signaled());
+        let wc = env.poll_one(p.a.cq);
+        assert_eq!(
+            (wc.wr_id, wc.status),
+            (wr_id, WcStatus::Success),
+            "WRITE {wc:?}"
+        );
+        let read = SendWr::rdma_read(wr_id + 10, vec![empty(&a0)], b0.addr, rkey);
+        env.post_send(p.a.qpn, read.signaled());
+        let wc = env.poll_one(p.a.cq);
+        assert_eq!(
+            (wc.wr_id, wc.status),
+            (wr_id + 10, WcStatus::Success),
+            "READ {wc:?}"
+        );
+    }
+    assert!(
+        p.b.buf.to_vec().iter().all(|&x| x == 0),
+        "bytes were written"
+    );
+    env.dev.dereg_mr(a0.lkey).expect("dereg_mr");
+    env.dev.dereg_mr(b0.lkey).expect("dereg_mr");
     Outcome::Pass
 }

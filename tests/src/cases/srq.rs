@@ -36,6 +36,8 @@ pub(super) fn register(v: &mut Vec<Case>) {
         limit_too_big,
     ));
     v.push(Case::new("srq::last_wqe_reached_on_error", "manual 6.1.17 IBV_EVENT_QP_LAST_WQE_REACHED (IBTA 11.6): a QP on an SRQ that goes to ERR reports its last WQE", last_wqe).event(E::QpLastWqeReached));
+    v.push(Case::new("srq::of_another_pd_checks_lkeys_in_its_own", "IBTA 10.2.9 (an SRQ has a PD of its own; a QP of another PD may use it), 10.6.3.1: the L_Keys of the SRQ's receive WRs are checked in the SRQ's PD, so a receive buffer registered there takes the message", srq_other_pd_ok).wc(WcStatus::Success));
+    v.push(Case::new("srq::of_another_pd_refuses_lkeys_of_the_qps", "IBTA 10.2.9, 10.6.3.1, 9.9: a receive WR of an SRQ whose buffer is registered in the QP's PD, not the SRQ's, fails its L_Key check: LOC_PROT_ERR for the receive, REM_OP_ERR for the sender", srq_other_pd_bad).wc(WcStatus::LocProtErr).wc(WcStatus::RemOpErr));
     v.push(Case::new("srq::rnr_when_empty", "IBTA 9.7.5.2.8: a SEND to a QP whose SRQ is empty is RNR NAKed; rnr_retry 0 ends in RNR_RETRY_EXC_ERR", rnr_empty).wc(WcStatus::RnrRetryExcErr));
 }
 
@@ -271,5 +273,63 @@ fn rnr_empty(env: &Env) -> Outcome {
     let r = rig(env, pd, s, &params);
     env.post_send(r.sender, SendWr::send(1, vec![sge(&r.mr, 0, 8)]).signaled());
     assert_eq!(env.poll_one(r.scq).status, WcStatus::RnrRetryExcErr);
+    Outcome::Pass
+}
+
+/// A QP of one PD on an SRQ of another, with a receive buffer registered in `recv_pd`
+/// posted to the SRQ; sends 16 bytes and returns (sender's, receiver's) completions.
+fn other_pd_send(
+    env: &Env,
+    recv_in_srq_pd: bool,
+) -> (verbs_api::WorkCompletion, verbs_api::WorkCompletion) {
+    let srq_pd = env.pd();
+    let qp_pd = env.pd();
+    let s = srq(env, srq_pd, 16);
+    let r = rig(env, qp_pd, s, &env.params());
+    let (rbuf, rmr) = env.mr(
+        if recv_in_srq_pd { srq_pd } else { qp_pd },
+        4096,
+        all_access(),
+    );
+    env.dev
+        .post_srq_recv(s, &[RecvWr::new(7, vec![sge(&rmr, 0, 64)])])
+        .expect("post_srq_recv");
+    r._buf.write(0, &[0x5A; 16]).unwrap();
+    env.post_send(
+        r.sender,
+        SendWr::send(1, vec![sge(&r.mr, 0, 16)]).signaled(),
+    );
+    let sent = env.poll_one(r.scq);
+    let got = env.poll_one(r.rcq);
+    let mut head = [0u8; 16];
+    rbuf.read(0, &mut head).unwrap();
+    let expect = if got.status == WcStatus::Success {
+        [0x5A; 16]
+    } else {
+        [0; 16]
+    };
+    assert_eq!(head, expect, "receive buffer after {got:?}");
+    (sent, got)
+}
+
+fn srq_other_pd_ok(env: &Env) -> Outcome {
+    let (sent, got) = other_pd_send(env, true);
+    assert_eq!(sent.status, WcStatus::Success, "{sent:?}");
+    assert_eq!(
+        (got.wr_id, got.status, got.byte_len),
+        (7, WcStatus::Success, 16),
+        "{got:?}"
+    );
+    Outcome::Pass
+}
+
+fn srq_other_pd_bad(env: &Env) -> Outcome {
+    let (sent, got) = other_pd_send(env, false);
+    assert_eq!(sent.status, WcStatus::RemOpErr, "{sent:?}");
+    assert_eq!(
+        (got.wr_id, got.status),
+        (7, WcStatus::LocProtErr),
+        "{got:?}"
+    );
     Outcome::Pass
 }
