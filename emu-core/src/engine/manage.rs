@@ -38,6 +38,12 @@ impl Engine {
             sm_sl: p.sm_sl,
             // IBTA 14.2.5.6 PortPhysicalState: 5 LinkUp, 2 Polling (no link partner).
             phys_state: if p.state == PortState::Down { 2 } else { 5 },
+            // An Ethernet port reports the width and speed its link's rate maps to
+            // (Linux `ib_get_eth_speed`); for a link of unknown speed, such as the
+            // loopback interface, that is 1X at SDR (IBTA 14.2.5.6: ActiveWidth 1 =
+            // 1X, ActiveSpeed 1 = 2.5 Gb/s). Zero is not a valid value of either.
+            active_width: 1,
+            active_speed: 1,
             link_layer: LinkLayer::Ethernet,
             // The violation counters (IBTA 14.2.5.6: saturating).
             bad_pkey_cntr: u32::try_from(self.counters.bad_pkey).unwrap_or(u32::MAX),
