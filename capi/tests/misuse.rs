@@ -359,6 +359,9 @@ fn queries_answer_as_rdma_core_does() {
             assert_eq!((*pa).state, IBV_PORT_ACTIVE);
             assert_eq!(u32::from((*pa).link_layer), IBV_LINK_LAYER_ETHERNET);
             assert_eq!((*pa).active_mtu, IBV_MTU_4096);
+        // An Ethernet port of unknown speed reports 1X SDR, as kernel rxe on the
+        // loopback interface does (zero is not a valid width or speed).
+        assert_eq!(((*pa).active_width, (*pa).active_speed), (1, 1));
             let end = std::mem::offset_of!(ibv_port_attr, flags) + 1;
             assert!(raw[end..].iter().all(|&b| b == 0xAB));
 
@@ -401,8 +404,23 @@ fn queries_answer_as_rdma_core_does() {
             assert!((*ctx).cmd_fd >= 0);
             assert!(libc::fcntl((*ctx).cmd_fd, libc::F_GETFD) >= 0);
 
-            // A provider without the data-in-order query answers 0.
+            // A zero-length region registers (kernel rxe accepts them).
             let pd = ibv_alloc_pd(ctx);
+            let mut byte = 0u8;
+            let empty = ibv_reg_mr(
+                pd,
+                (&raw mut byte).cast(),
+                0,
+                IBV_ACCESS_LOCAL_WRITE as c_int,
+            );
+            assert!(!empty.is_null(), "errno {}", errno());
+            assert_eq!(
+                ((*empty).length, (*empty).addr),
+                (0, (&raw mut byte).cast())
+            );
+            assert_eq!(ibv_dereg_mr(empty), 0);
+
+            // A provider without the data-in-order query answers 0.
             let qp = rc_qp(pd, cq, null_mut());
             assert_eq!(ibv_query_qp_data_in_order(qp, IBV_WR_RDMA_WRITE, 0), 0);
 
