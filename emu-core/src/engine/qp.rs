@@ -266,8 +266,8 @@ impl QueuePair {
     }
 
     /// UD: the destination of the WR, with its address vector copied from the address
-    /// handle (as kernel rxe copies it into the WQE). EINVAL without a destination, for
-    /// an unknown AH or a QP number over 24 bits. `None` on connected QPs.
+    /// handle (as kernel rxe copies it into the WQE). EINVAL without a destination or
+    /// for an unknown AH. `None` on connected QPs.
     fn ud_destination(
         &self,
         ctx: &Ctx<'_>,
@@ -283,12 +283,15 @@ impl QueuePair {
             .ahs
             .get(AhHandle(d.ah.0))
             .ok_or(Error::InvalidArgument("no such address handle"))?;
-        if d.remote_qpn > 0x00FF_FFFF {
-            return Err(Error::InvalidArgument("remote_qpn has more than 24 bits"));
-        }
+        // The BTH's DestQP has 24 bits (IBTA 9.2): the upper 8 bits of the WR's 32-bit
+        // remote_qpn have nowhere to go and are dropped (kernel rxe's BTH setter masks
+        // the number the same way; the reserved byte beside it is sent as 0). The
+        // sender cannot know whether the QP exists: UD is unacknowledged, and a
+        // datagram for a QP that does not exist is dropped by the receiver (IBTA
+        // 9.6.1.4), so the WR completes successfully either way.
         Ok(Some(UdDestination {
             dgid: ah.attr.grh.dgid,
-            remote_qpn: d.remote_qpn,
+            remote_qpn: d.remote_qpn & 0x00FF_FFFF,
             remote_qkey: d.remote_qkey,
             ah_pd: ah.pd,
         }))

@@ -44,6 +44,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
         )
         .wc(WcStatus::LocLenErr),
     );
+    v.push(Case::new("ud::send_to_a_missing_qpn_is_dropped", "IBTA 9.8, 10.2.5 (UD is unacknowledged: the sender cannot know the destination QP), 9.2 (DestQP has 24 bits), 9.6.1.4 (a packet for a QP that does not exist is dropped by the receiver): a send to remote_qpn 0xDEADBEEF is posted, completes successfully and nothing is received", missing_qpn).wc(WcStatus::Success));
     v.push(Case::new(
         "ud::ah_create_and_destroy",
         "manual 3.4.15-3.4.16 ibv_create_ah/ibv_destroy_ah",
@@ -357,5 +358,31 @@ fn detached(env: &Env) -> Outcome {
 fn attach_rc(env: &Env) -> Outcome {
     let p = env.pair(QpType::Rc);
     assert_errno(env.dev.attach_mcast(p.a.qpn, &group(), 0), EINVAL);
+    Outcome::Pass
+}
+
+fn missing_qpn(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Ud);
+    env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
+    // google/rdma-unit-test's number: more than the BTH's 24 bits, whose low 24 name
+    // no QP here.
+    let missing = 0xDEAD_BEEF;
+    assert!(![p.a.qpn, p.b.qpn].contains(&(missing & 0x00FF_FFFF)));
+    let d = dest(env, &p, env.params().qkey, missing, env.gid());
+    env.post_send(
+        p.a.qpn,
+        SendWr::send(1, vec![p.a.sge(0, 16)]).with_ud(d).signaled(),
+    );
+    let wc = env.poll_one(p.a.cq);
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success), "{wc:?}");
+    env.assert_no_completion(p.b.cq, Duration::from_millis(30));
+    // The sender's QP still works.
+    let d = dest(env, &p, env.params().qkey, p.b.qpn, env.gid());
+    env.post_send(
+        p.a.qpn,
+        SendWr::send(2, vec![p.a.sge(0, 16)]).with_ud(d).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    assert_eq!(env.poll_one(p.b.cq).wr_id, 5);
     Outcome::Pass
 }
