@@ -199,8 +199,10 @@ impl MrTable {
     /// `ibv_rereg_mr` (man page `ibv_rereg_mr(3)`; IBTA 10.6 Reregister): changes
     /// the PD (`CHANGE_PD`), the memory (`CHANGE_TRANSLATION`: `range` is the buffer,
     /// offset and length) and/or the access (`CHANGE_ACCESS`) of the region with key
-    /// `lkey`, and gives it new keys (the old ones stop working, as after a deregister
-    /// and register). EINVAL for an unknown key, no or unknown flags, a missing or bad
+    /// `lkey`, which keeps its keys: the man page lets a provider hand out new keys,
+    /// kernel rxe (`rxe_rereg_user_mr`) and mlx5 (reregistration in place) keep them,
+    /// and rdma-core's own tests rely on that (they reuse the rkey exchanged before the
+    /// rereg). The new PD, memory and rights apply to the keys at once. EINVAL for an unknown key, no or unknown flags, a missing or bad
     /// PD or range, bad access flags, or access flags without `CHANGE_ACCESS` (as
     /// libibverbs checks); EBUSY while memory windows are bound to the region (the
     /// kernel's `usecnt` check). On error nothing changes.
@@ -258,7 +260,7 @@ impl MrTable {
         let old_pd = old.pd;
         self.mrs.remove(&(lkey >> 8));
         self.pd_ref(old_pd, -1);
-        let key = self.alloc_key();
+        let key = lkey;
         let addr = buf.addr() + buf_offset as u64;
         self.mrs.insert(
             key >> 8,
