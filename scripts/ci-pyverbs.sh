@@ -46,9 +46,10 @@ bad=$(grep -E '^(FAIL|ERROR): ' "$log" | sed -E 's/^(FAIL|ERROR): [^ ]+ \(([^)]+
 allowed=$(grep -Ev '^\s*(#|$)' "$known" | awk '{print $1}' | sort -u)
 unexpected=$(comm -23 <(printf '%s\n' "$bad" | sed '/^$/d') <(printf '%s\n' "$allowed" | sed '/^$/d'))
 fixed=$(comm -13 <(printf '%s\n' "$bad" | sed '/^$/d') <(printf '%s\n' "$allowed" | sed '/^$/d'))
-passed=$(grep -Ec ' \.\.\. ok$' "$log")
-skipped=$(grep -Ec ' \.\.\. skipped' "$log")
+# unittest's closing line: "OK (skipped=N)" or "FAILED (failures=N, errors=N, skipped=N)".
+skipped=$(tail -1 "$log" | grep -Eo 'skipped=[0-9]+' | grep -Eo '[0-9]+' || echo 0)
 nbad=$(printf '%s\n' "$bad" | sed '/^$/d' | wc -l)
+passed=$((ran - skipped - nbad))
 echo "pyverbs: $ran tests, $passed passed, $skipped skipped, $nbad failed or errored (known: $(printf '%s\n' "$allowed" | sed '/^$/d' | wc -l))"
 [ -z "$fixed" ] || { echo "now passing, remove from $(basename "$known"):"; printf '    %s\n' $fixed; }
 if [ -n "$unexpected" ]; then

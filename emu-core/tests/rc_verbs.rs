@@ -707,3 +707,38 @@ fn an_armed_qp1_cq_does_not_count_as_armed() {
     e.req_notify_cq(other, true).unwrap();
     assert!(e.cq_armed());
 }
+
+/// Moving a QP to RESET takes its completions not yet polled out of its CQs (as
+/// libmlx4/libmlx5 clean them), so the flush completions of its last life are not
+/// polled as the first of its next one.
+#[test]
+fn reset_removes_the_qps_unpolled_completions() {
+    let (mut p, a, b) = connected(Config::default());
+    a.post_recv(&mut p, 1, 0, 16);
+    a.post_recv(&mut p, 2, 0, 16);
+    // b sends one message: a's first receive completes; the second is flushed below.
+    b.write_bytes(0, b"before");
+    b.post_send(&mut p, send(7, b.sge(0, 6)));
+    p.drive();
+    assert_eq!(b.poll(&mut p)[0].status, WcStatus::Success);
+    let err = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    let now = p.now;
+    p.a.modify_qp(now, a.qpn, &err, M::STATE).unwrap();
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    p.a.modify_qp(now, a.qpn, &reset, M::STATE).unwrap();
+    assert!(
+        a.poll(&mut p).is_empty(),
+        "the success and the flush both went"
+    );
+    // Without the RESET the flush would be there (control).
+    b.post_recv(&mut p, 3, 0, 16);
+    p.b.modify_qp(now, b.qpn, &err, M::STATE).unwrap();
+    let wcs = b.poll(&mut p);
+    assert_eq!((wcs.len(), wcs[0].status), (1, WcStatus::WrFlushErr));
+}

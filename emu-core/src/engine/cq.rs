@@ -96,6 +96,11 @@ impl CompletionQueue {
         n
     }
 
+    /// Removes the completions of QP `qpn` not yet polled (its move to RESET).
+    pub(crate) fn remove_qp(&mut self, qpn: u32) {
+        self.entries.retain(|wc| wc.qp_num != qpn);
+    }
+
     /// Whether a notification request is pending (someone waits for this CQ's event).
     pub(crate) fn is_armed(&self) -> bool {
         self.arm.is_some()

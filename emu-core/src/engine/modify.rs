@@ -190,7 +190,18 @@ impl QueuePair {
 
         self.apply(attr, mask);
         match (cur, next) {
-            (_, QpState::Reset) => self.reset(),
+            (_, QpState::Reset) => {
+                // A QP in RESET starts clean: its completions not yet polled leave its
+                // CQs too, as libmlx4/libmlx5 clean them on this transition
+                // (`mlx5_cq_clean`). Otherwise flush completions of the QP's last
+                // life would be polled as the first completions of its next one.
+                for cq in [self.init.send_cq, self.init.recv_cq] {
+                    if let Some(c) = ctx.cqs.get_mut(&cq.0) {
+                        c.remove_qp(self.qpn);
+                    }
+                }
+                self.reset();
+            }
             (_, QpState::Err) => self.enter_error(ctx),
             (QpState::Init, QpState::Rtr) => {
                 self.attr.qp_state = QpState::Rtr;
