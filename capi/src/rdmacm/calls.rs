@@ -5,15 +5,19 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::time::Duration;
 
-use verbs_api::{CmEvent, CmEventParam, CmEventType, ConnParam, PortSpace};
+use verbs_api::{CmEvent, CmEventParam, CmEventType, ConnParam, PortSpace, QpState};
 
 use super::*;
 use crate::convert;
 use crate::objects::{free, into_ptr, Wraps};
 use crate::verbs::{
-    ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq, nonblocking,
-    qp_init_of, unwrap_qp, wrap_qp,
+    ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq,
+    ibv_destroy_qp, ibv_modify_qp, nonblocking, qp_init_of, unwrap_qp, wrap_qp,
 };
+
+/// librdmacm's `RDMA_MAX_RESP_RES` and `RDMA_MAX_INIT_DEPTH` (`rdma_cma.h`): "as many
+/// as the device allows".
+const MAX_RES: u8 = 0xFF;
 
 // SAFETY: each is #[repr(C)] with the named struct first (parent module).
 unsafe impl Wraps<r::rdma_event_channel> for ChannelObj {}
@@ -80,6 +84,11 @@ fn refresh(cm: &Cm, o: &mut IdObj) {
     if let Some(dev) = &info.device {
         o.raw.verbs = cm.context(dev);
         o.raw.port_num = info.port_num;
+        if o.raw.pd.is_null() && !o.raw.verbs.is_null() {
+            // librdmacm cma.c `ucma_get_device`: an id bound to a device gets the
+            // device's PD (one per device, made at first use).
+            o.raw.pd = cm.default_pd(o.raw.verbs);
+        }
     }
     let addr = &mut o.raw.route.addr;
     addr.__bindgen_anon_1.src_sin = sockaddr_to_c(info.local);
@@ -118,6 +127,7 @@ fn new_id(
         ep_qp: None,
         destroyed: false,
         mcast: Vec::new(),
+        depth: (0, 0),
     });
     cm.ids.lock().insert(cid, p);
     p
@@ -144,9 +154,32 @@ fn make_event(cm: &Cm, ev: CmEvent) -> *mut r::rdma_cm_event {
             false,
         );
     }
+    let mut ev = ev;
     if !id.is_null() {
         // SAFETY: a live id of ours.
-        refresh(cm, unsafe { &mut *id.cast::<IdObj>() });
+        let o = unsafe { &mut *id.cast::<IdObj>() };
+        refresh(cm, o);
+        if let (CmEventType::ConnectRequest, CmEventParam::Conn(c)) = (ev.event, &ev.param) {
+            // librdmacm cma.c `rdma_get_cm_event`, CONNECT_REQUEST: the id keeps the
+            // request's depths for an `rdma_accept` that leaves them to it.
+            o.depth = (c.initiator_depth, c.responder_resources);
+        }
+        if ev.event == CmEventType::ConnectResponse {
+            if let Some(qp) = program_qp(cm, o) {
+                // librdmacm cma.c `rdma_get_cm_event`, CONNECT_RESPONSE on an id with a
+                // QP (`ucma_process_conn_resp`): the QP goes to RTR and RTS, the RTU
+                // goes out, and the program sees ESTABLISHED (CONNECT_ERROR if that
+                // failed, the QP then in ERROR).
+                // SAFETY: the program's QP of the id.
+                match unsafe { process_conn_resp(cm, o, qp) } {
+                    Ok(()) => ev.event = CmEventType::Established,
+                    Err(e) => {
+                        ev.event = CmEventType::ConnectError;
+                        ev.status = -e;
+                    }
+                }
+            }
+        }
     }
     let data = ev.param.private_data().to_vec();
     let mut raw = r::rdma_cm_event {
@@ -221,36 +254,147 @@ fn make_event(cm: &Cm, ev: CmEvent) -> *mut r::rdma_cm_event {
     into_ptr::<r::rdma_cm_event, EventObj>(EventObj { raw, data })
 }
 
-/// For a synchronous id, waits for the event its call produces and turns anything
-/// but `want` into -1 with librdmacm's errno (ECONNREFUSED for a reject, ETIMEDOUT
-/// for no answer).
-fn complete(cm: &Cm, o: &IdObj, want: CmEventType) -> c_int {
-    if !o.sync {
+/// For a synchronous id, waits for the event its call produces and keeps it in
+/// `id->event` until the next call on the id (acking the one kept before), as
+/// librdmacm's `ucma_complete` (cma.c) does; an event with a status is -1 with
+/// librdmacm's errno: ECONNREFUSED for a reject, else the status (negated when it
+/// is a negative errno: ETIMEDOUT for no answer).
+fn complete(cm: &Cm, id: *mut r::rdma_cm_id) -> c_int {
+    // SAFETY: a live id of ours (the callers checked it).
+    let (sync, channel, kept) = unsafe {
+        let o = &mut *id.cast::<IdObj>();
+        let kept = std::mem::replace(&mut o.raw.event, std::ptr::null_mut());
+        (o.sync, o.raw.channel, kept)
+    };
+    if !sync {
         return 0;
     }
+    if !kept.is_null() {
+        // SAFETY: the event the id kept; freed once (taken out of the id above).
+        unsafe { free::<_, EventObj>(kept) };
+    }
     // SAFETY: the id's channel is a live channel of ours.
-    let ch = unsafe { &*o.raw.channel.cast::<ChannelObj>() };
+    let ch = unsafe { &*channel.cast::<ChannelObj>() };
     match cm.cm.get_cm_event(ch.id, None) {
         Err(e) => {
             fail(&e);
             -1
         }
-        Ok(ev) if ev.event == want => 0,
         Ok(ev) => {
-            let errno = match ev.event {
-                CmEventType::Rejected => libc::ECONNREFUSED,
-                CmEventType::Unreachable | CmEventType::AddrError | CmEventType::RouteError => {
-                    if ev.status < 0 {
-                        -ev.status
-                    } else {
-                        libc::ETIMEDOUT
-                    }
-                }
-                _ => libc::EPROTO,
+            let event = make_event(cm, ev);
+            // SAFETY: just made; the id is live (a synchronous id's channel reports
+            // its own events only).
+            let (kind, status) = unsafe {
+                (*id).event = event;
+                ((*event).event, (*event).status)
             };
-            err(errno)
+            match status {
+                0 => 0,
+                _ if kind == CmEventType::Rejected.as_u32() => err(libc::ECONNREFUSED),
+                s if s < 0 => err(-s),
+                s => err(s),
+            }
         }
     }
+}
+
+/// The id's QP when the program made it itself (`ibv_create_qp`, stored in
+/// `id->qp`): librdmacm moves such a QP with `rdma_init_qp_attr` and `ibv_modify_qp`,
+/// while the CM drives the QPs of `rdma_create_qp` itself.
+fn program_qp(cm: &Cm, o: &IdObj) -> Option<*mut sys::ibv_qp> {
+    if o.raw.qp.is_null() {
+        return None;
+    }
+    let by_cm = cm.cm.id_info(o.id).ok().and_then(|i| i.qp_num);
+    // SAFETY: a QP the program stored in the id (the librdmacm contract).
+    let qpn = unsafe { (*o.raw.qp).qp_num };
+    (by_cm != Some(qpn)).then_some(o.raw.qp)
+}
+
+/// The attributes `rdma_init_qp_attr` gives for `state`, changed by `adjust`, applied
+/// to `qp` with `ibv_modify_qp`: one step of librdmacm's `ucma_modify_qp_rtr` /
+/// `ucma_modify_qp_rts`. The errno on failure.
+unsafe fn move_qp(
+    cm: &Cm,
+    o: &IdObj,
+    qp: *mut sys::ibv_qp,
+    state: QpState,
+    adjust: impl FnOnce(&mut sys::ibv_qp_attr),
+) -> Result<(), c_int> {
+    let (a, mask) = cm.cm.init_qp_attr(o.id, state).map_err(|e| fail(&e))?;
+    let mut c = convert::qp_attr_to_c(&a);
+    adjust(&mut c);
+    // SAFETY: the program's QP, attributes of our own.
+    match unsafe { ibv_modify_qp(qp, &mut c, mask.bits() as c_int) } {
+        0 => Ok(()),
+        e => {
+            set_errno(e);
+            Err(e)
+        }
+    }
+}
+
+/// librdmacm's `ucma_modify_qp_rtr` and `ucma_modify_qp_rts`: the program's QP to
+/// INIT (again: the access flags of the connection), RTR and RTS, with the
+/// responder resources and initiator depth given unless they are `MAX_RES`.
+unsafe fn qp_to_rts(
+    cm: &Cm,
+    o: &IdObj,
+    qp: *mut sys::ibv_qp,
+    resp_res: u8,
+    init_depth: u8,
+) -> Result<(), c_int> {
+    // SAFETY: the caller's QP.
+    unsafe {
+        move_qp(cm, o, qp, QpState::Init, |_| {})?;
+        move_qp(cm, o, qp, QpState::Rtr, |a| {
+            if resp_res != MAX_RES {
+                a.max_dest_rd_atomic = resp_res;
+            }
+        })?;
+        move_qp(cm, o, qp, QpState::Rts, |a| {
+            if init_depth != MAX_RES {
+                a.max_rd_atomic = init_depth;
+            }
+        })
+    }
+}
+
+/// librdmacm's `ucma_modify_qp_err`.
+unsafe fn qp_to_error(qp: *mut sys::ibv_qp) {
+    let mut a = sys::ibv_qp_attr {
+        qp_state: sys::IBV_QPS_ERR,
+        ..Default::default()
+    };
+    // SAFETY: the caller's QP.
+    unsafe { ibv_modify_qp(qp, &mut a, sys::IBV_QP_STATE as c_int) };
+}
+
+/// librdmacm's `ucma_process_conn_resp`: the program's QP to RTS and the RTU sent
+/// (`establish`); on failure the QP goes to ERROR. The errno on failure.
+unsafe fn process_conn_resp(cm: &Cm, o: &IdObj, qp: *mut sys::ibv_qp) -> Result<(), c_int> {
+    // SAFETY: the caller's QP.
+    let r = unsafe { qp_to_rts(cm, o, qp, MAX_RES, MAX_RES) }
+        .and_then(|()| cm.cm.establish(o.id).map_err(|e| fail(&e)));
+    if r.is_err() {
+        // SAFETY: as above.
+        unsafe { qp_to_error(qp) };
+    }
+    r
+}
+
+/// The device's (max initiator depth, max responder resources), as librdmacm's
+/// `cma_dev` keeps them (`max_qp_init_rd_atom`, `max_qp_rd_atom`).
+fn device_max(o: &IdObj) -> (u8, u8) {
+    // SAFETY: the id's context is one of ours, or null.
+    unsafe { Context::from_ptr(o.raw.verbs) }
+        .and_then(|c| c.dev.query_device().ok())
+        .map_or((1, 1), |a| {
+            (
+                a.max_qp_init_rd_atom.min(254) as u8,
+                a.max_qp_rd_atom.min(254) as u8,
+            )
+        })
 }
 
 /// `rdma_create_event_channel`.
@@ -273,7 +417,14 @@ pub unsafe extern "C" fn rdma_create_event_channel() -> *mut r::rdma_event_chann
     }
 }
 
-/// `rdma_destroy_event_channel`.
+/// `rdma_destroy_event_channel`. librdmacm closes the channel's fd whatever ids
+/// still report to it (cma.c), and the kernel then destroys those ids
+/// (`ucma_close`), telling their peers (a DREP to a peer that disconnected, a DREQ
+/// to a connected one, a REJ to a pending request): so do the ids here
+/// (`EmuCm::abandon_id`). Their objects stay allocated, as librdmacm leaves them, but
+/// are no live ids any more (later calls on them are EINVAL); their QPs are the
+/// program's to destroy. qperf's server leaves its connection's id so, and its
+/// client waits for that DREP.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut r::rdma_event_channel) {
     let Ok(cm) = cm() else { return };
@@ -282,7 +433,28 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut r::rdma_event_
     }
     // SAFETY: a live channel of ours.
     let ch = unsafe { &*channel.cast::<ChannelObj>() };
-    if let Err(e) = cm.cm.destroy_event_channel(ch.id) {
+    let mut done = cm.cm.destroy_event_channel(ch.id);
+    if let Err(Error::Busy(_)) = done {
+        let left: Vec<usize> = {
+            let ids = cm.ids.lock();
+            ids.all()
+                .filter(|p| {
+                    // SAFETY: the ids in the table are live.
+                    unsafe { (*(*p as *const IdObj)).raw.channel == channel }
+                })
+                .collect()
+        };
+        for p in left {
+            // SAFETY: a live id of ours, reporting to this channel.
+            let o = unsafe { &*(p as *const IdObj) };
+            if let Err(e) = cm.cm.abandon_id(o.id) {
+                eprintln!("rdma-emu librdmacm: rdma_destroy_event_channel: {e}");
+            }
+            cm.ids.lock().remove(o.id);
+        }
+        done = cm.cm.destroy_event_channel(ch.id);
+    }
+    if let Err(e) = done {
         eprintln!("rdma-emu librdmacm: rdma_destroy_event_channel: {e}");
         return;
     }
@@ -469,7 +641,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         return -1;
     }
     refresh(cm, o);
-    complete(cm, o, CmEventType::AddrResolved)
+    complete(cm, id)
 }
 
 /// `rdma_resolve_route`.
@@ -482,7 +654,7 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut r::rdma_cm_id, timeout_ms: 
         return -1;
     }
     refresh(cm, o);
-    complete(cm, o, CmEventType::RouteResolved)
+    complete(cm, id)
 }
 
 /// `rdma_listen`.
@@ -551,7 +723,8 @@ pub unsafe extern "C" fn rdma_create_qp(
 ) -> c_int {
     let cm = cm_or!(-1);
     let o = id_or!(cm, id, -1);
-    if qp_init_attr.is_null() {
+    if qp_init_attr.is_null() || !o.raw.qp.is_null() {
+        // librdmacm cma.c `rdma_create_qp_ex`: EINVAL for an id that has a QP.
         return err(libc::EINVAL);
     }
     if o.raw.verbs.is_null() {
@@ -694,6 +867,17 @@ pub(crate) fn destroy_qp_of(cm: &Cm, id: *mut r::rdma_cm_id) -> c_int {
         set_errno(libc::EINVAL);
         return libc::EINVAL;
     }
+    if let Some(qp) = program_qp(cm, o) {
+        // librdmacm's rdma_destroy_qp destroys whatever QP the id has.
+        o.raw.qp = std::ptr::null_mut();
+        // SAFETY: the program's QP; no id refers to it any more.
+        let r = unsafe { ibv_destroy_qp(qp) };
+        if r != 0 {
+            o.raw.qp = qp;
+            set_errno(r);
+        }
+        return r;
+    }
     if let Err(e) = cm.cm.destroy_qp(o.id) {
         return fail(&e);
     }
@@ -741,7 +925,26 @@ unsafe fn conn_param_of(p: *const r::rdma_conn_param) -> ConnParam {
     }
 }
 
-/// `rdma_connect`.
+/// librdmacm cma.c `ucma_valid_param`: on `RDMA_PS_TCP`, parameters are needed when
+/// the id has no QP, and depths above the device's maxima (other than `MAX_RES`) are
+/// EINVAL.
+fn valid_param(o: &IdObj, p: Option<&r::rdma_conn_param>) -> bool {
+    if o.raw.ps != r::RDMA_PS_TCP {
+        return true;
+    }
+    let Some(p) = p else {
+        return !o.raw.qp.is_null();
+    };
+    let (max_init, max_resp) = device_max(o);
+    (p.responder_resources == MAX_RES || p.responder_resources <= max_resp)
+        && (p.initiator_depth == MAX_RES || p.initiator_depth <= max_init)
+}
+
+/// `rdma_connect`. The QP is the id's (`rdma_create_qp`, or one the program made and
+/// stored in `id->qp`: librdmacm moves that one to RTS when the REP comes), or, with
+/// none, `conn_param->qp_num` (the program moves it: CONNECT_RESPONSE, then
+/// `rdma_establish`). Depths of `RDMA_MAX_INIT_DEPTH` / `RDMA_MAX_RESP_RES`, or no
+/// parameters, mean the device's maxima (librdmacm cma.c `rdma_connect`).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_connect(
     id: *mut r::rdma_cm_id,
@@ -749,12 +952,33 @@ pub unsafe extern "C" fn rdma_connect(
 ) -> c_int {
     let cm = cm_or!(-1);
     let o = id_or!(cm, id, -1);
+    // SAFETY: the caller's struct or null.
+    let given = unsafe { conn_param.as_ref() };
+    if !valid_param(o, given) {
+        return err(libc::EINVAL);
+    }
     // SAFETY: the caller's parameters.
-    let p = unsafe { conn_param_of(conn_param) };
+    let mut p = unsafe { conn_param_of(conn_param) };
+    let (max_init, max_resp) = device_max(o);
+    p.initiator_depth = match given {
+        Some(g) if g.initiator_depth != MAX_RES => g.initiator_depth,
+        _ => max_init,
+    };
+    p.responder_resources = match given {
+        Some(g) if g.responder_resources != MAX_RES => g.responder_resources,
+        _ => max_resp,
+    };
+    if !o.raw.qp.is_null() {
+        // SAFETY: the id's QP (ours or the program's).
+        unsafe {
+            p.qp_num = (*o.raw.qp).qp_num;
+            p.srq = !(*o.raw.qp).srq.is_null();
+        }
+    }
     if status(cm.cm.connect(o.id, &p)) != 0 {
         return -1;
     }
-    complete(cm, o, CmEventType::Established)
+    complete(cm, id)
 }
 
 /// `rdma_establish`.
@@ -765,7 +989,11 @@ pub unsafe extern "C" fn rdma_establish(id: *mut r::rdma_cm_id) -> c_int {
     status(cm.cm.establish(o.id))
 }
 
-/// `rdma_accept`.
+/// `rdma_accept`. As in librdmacm (cma.c `rdma_accept`): a QP the program made and
+/// stored in `id->qp` is moved to RTR and RTS here (with `rdma_init_qp_attr`'s
+/// attributes), one named only by `conn_param->qp_num` is the program's to move, and
+/// the depths left to librdmacm (`RDMA_MAX_*`, or no parameters) are the request's,
+/// capped at the device's maxima.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_accept(
     id: *mut r::rdma_cm_id,
@@ -773,15 +1001,55 @@ pub unsafe extern "C" fn rdma_accept(
 ) -> c_int {
     let cm = cm_or!(-1);
     let o = id_or!(cm, id, -1);
+    // SAFETY: the caller's struct or null.
+    let given = unsafe { conn_param.as_ref() };
+    if !valid_param(o, given) {
+        return err(libc::EINVAL);
+    }
     // SAFETY: the caller's parameters.
-    let p = unsafe { conn_param_of(conn_param) };
+    let mut p = unsafe { conn_param_of(conn_param) };
+    let (max_init, max_resp) = device_max(o);
+    p.initiator_depth = match given {
+        Some(g) if g.initiator_depth != MAX_RES => g.initiator_depth,
+        _ => o.depth.0.min(max_init),
+    };
+    p.responder_resources = match given {
+        Some(g) if g.responder_resources != MAX_RES => g.responder_resources,
+        _ => o.depth.1.min(max_resp),
+    };
+    let ud = o.raw.qp_type == sys::IBV_QPT_UD;
+    let own = program_qp(cm, o);
+    if let (false, Some(qp)) = (ud, own) {
+        // SAFETY: the program's QP of the id.
+        if unsafe { qp_to_rts(cm, o, qp, p.responder_resources, p.initiator_depth) }.is_err() {
+            return -1;
+        }
+    }
+    if !o.raw.qp.is_null() {
+        // SAFETY: the id's QP (ours or the program's).
+        unsafe {
+            p.qp_num = (*o.raw.qp).qp_num;
+            p.srq = !(*o.raw.qp).srq.is_null();
+        }
+    }
     if status(cm.cm.accept(o.id, &p)) != 0 {
+        if let (false, Some(qp)) = (ud, own) {
+            // SAFETY: as above.
+            unsafe { qp_to_error(qp) };
+        }
         return -1;
     }
-    if o.raw.qp_type == sys::IBV_QPT_UD {
-        return 0; // a SIDR reply completes nothing on this side
+    if ud {
+        // A SIDR reply completes nothing on this side; librdmacm acks the kept
+        // CONNECT_REQUEST of a synchronous id.
+        if o.sync && !o.raw.event.is_null() {
+            // SAFETY: the event the id kept; freed once.
+            unsafe { free::<_, EventObj>(o.raw.event) };
+            o.raw.event = std::ptr::null_mut();
+        }
+        return 0;
     }
-    complete(cm, o, CmEventType::Established)
+    complete(cm, id)
 }
 
 /// `rdma_reject`.
@@ -809,10 +1077,16 @@ pub unsafe extern "C" fn rdma_reject(
 pub unsafe extern "C" fn rdma_disconnect(id: *mut r::rdma_cm_id) -> c_int {
     let cm = cm_or!(-1);
     let o = id_or!(cm, id, -1);
+    if let Some(qp) = program_qp(cm, o) {
+        // librdmacm cma.c `ucma_shutdown`: the QP to ERROR before the DREQ (the CM
+        // does this itself for the QPs of rdma_create_qp).
+        // SAFETY: the program's QP of the id.
+        unsafe { qp_to_error(qp) };
+    }
     if status(cm.cm.disconnect(o.id)) != 0 {
         return -1;
     }
-    complete(cm, o, CmEventType::Disconnected)
+    complete(cm, id)
 }
 
 /// `rdma_get_request`: the next connection request of a listening id, as a new id
@@ -996,26 +1270,84 @@ pub unsafe extern "C" fn rdma_get_dst_port(id: *mut r::rdma_cm_id) -> u16 {
     unsafe { (*id).route.addr.__bindgen_anon_2.dst_sin.sin_port }
 }
 
-/// `rdma_set_option`: `RDMA_OPTION_ID_REUSEADDR` and `_AFONLY` are accepted (the
-/// emulator's ports are free as soon as their id is destroyed, and it has IPv4
-/// only); the rest is EOPNOTSUPP.
+/// `rdma_set_option` (the kernel's `ucma_set_option`, which librdmacm passes the call
+/// to, decides the errnos): at level `RDMA_OPTION_ID`, `REUSEADDR` and `AFONLY` (an
+/// `int`; accepted: the emulator's ports are free as soon as their id is destroyed,
+/// and it has IPv4 only), `TOS` (a `u8`: the traffic class of the id's path) and
+/// `ACK_TIMEOUT` (a `u8`: the local ACK timeout the id's QP gets, RC ids only); a
+/// value of the wrong size is EINVAL, a null value EFAULT. `RDMA_OPTION_IB_PATH`
+/// (path records from an SA) is EOPNOTSUPP; other levels and names ENOSYS, as the
+/// kernel answers them.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_set_option(
     id: *mut r::rdma_cm_id,
     level: c_int,
     optname: c_int,
-    _optval: *mut c_void,
-    _optlen: usize,
+    optval: *mut c_void,
+    optlen: usize,
 ) -> c_int {
-    if id.is_null() {
+    let cm = cm_or!(-1);
+    let o = id_or!(cm, id, -1);
+    let (level, optname) = (level as u32, optname as u32);
+    if level == r::RDMA_OPTION_IB && optname == r::RDMA_OPTION_IB_PATH {
+        return unsupported("rdma_set_option RDMA_OPTION_IB_PATH (no SA path records)");
+    }
+    let size = match (level, optname) {
+        (r::RDMA_OPTION_ID, r::RDMA_OPTION_ID_REUSEADDR | r::RDMA_OPTION_ID_AFONLY) => {
+            std::mem::size_of::<c_int>()
+        }
+        (r::RDMA_OPTION_ID, r::RDMA_OPTION_ID_TOS | r::RDMA_OPTION_ID_ACK_TIMEOUT) => 1,
+        _ => return err(libc::ENOSYS),
+    };
+    if optlen != size {
         return err(libc::EINVAL);
     }
-    let ok = level as u32 == r::RDMA_OPTION_ID
-        && [r::RDMA_OPTION_ID_REUSEADDR, r::RDMA_OPTION_ID_AFONLY].contains(&(optname as u32));
-    if ok {
-        0
-    } else {
-        unsupported(&format!("rdma_set_option level {level} option {optname}"))
+    if optval.is_null() {
+        return err(libc::EFAULT);
+    }
+    // SAFETY: optlen (checked) bytes of the caller's.
+    let byte = unsafe { *optval.cast::<u8>() };
+    match optname {
+        r::RDMA_OPTION_ID_TOS => status(cm.cm.set_tos(o.id, byte)),
+        r::RDMA_OPTION_ID_ACK_TIMEOUT => status(cm.cm.set_ack_timeout(o.id, byte)),
+        _ => 0,
+    }
+}
+
+/// `rdma_init_qp_attr` (manual 4.2.23): for `qp_attr->qp_state`, the attributes and
+/// mask that move a QP the program drives itself for this id's connection, as the
+/// kernel gives them (`EmuCm::init_qp_attr`: INIT, RTR and RTS of a connection, the
+/// Q_Key of a UD id). The whole of `*qp_attr` is written, as librdmacm copies the
+/// kernel's answer over it. EINVAL for a state the id cannot give (before the peer
+/// answered, after the connection ended, on a listening or unbound id).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    id: *mut r::rdma_cm_id,
+    qp_attr: *mut sys::ibv_qp_attr,
+    qp_attr_mask: *mut c_int,
+) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(cm, id, -1);
+    if qp_attr.is_null() || qp_attr_mask.is_null() {
+        return err(libc::EINVAL);
+    }
+    // SAFETY: the caller's attributes.
+    let Ok(state) = QpState::try_from(unsafe { (*qp_attr).qp_state }) else {
+        return err(libc::EINVAL);
+    };
+    match cm.cm.init_qp_attr(o.id, state) {
+        Ok((a, mask)) => {
+            // SAFETY: the caller's out parameters.
+            unsafe {
+                *qp_attr = convert::qp_attr_to_c(&a);
+                *qp_attr_mask = mask.bits() as c_int;
+            }
+            0
+        }
+        Err(e) => {
+            fail(&e);
+            -1
+        }
     }
 }
 
@@ -1100,7 +1432,7 @@ unsafe fn join(id: *mut r::rdma_cm_id, addr: *mut r::sockaddr, context: *mut c_v
         o.mcast.pop();
         return -1;
     }
-    complete(cm, o, CmEventType::MulticastJoin)
+    complete(cm, id)
 }
 
 /// `rdma_leave_multicast` (manual 4.2.28): leaves `addr` (detaching the id's QP);
@@ -1144,8 +1476,8 @@ macro_rules! unsupported_calls {
     )*};
 }
 
-unsupported_calls!(libc::EOPNOTSUPP, "the CM drives the QPs itself":
-    rdma_init_qp_attr, rdma_notify, rdma_migrate_id);
+unsupported_calls!(libc::EOPNOTSUPP, "not in the emulator's CM":
+    rdma_notify, rdma_migrate_id);
 unsupported_calls!(libc::EOPNOTSUPP, "SRQs through the CM; use ibv_create_srq":
     rdma_create_srq, rdma_create_srq_ex, rdma_destroy_srq);
 unsupported_calls!(libc::EOPNOTSUPP, "ECE":

@@ -110,9 +110,17 @@ pub(crate) fn destroy_cm_qp(qp: *mut sys::ibv_qp) -> Option<c_int> {
     let Some(Ok(cm)) = CM.get() else {
         return None;
     };
+    if qp.is_null() {
+        return None;
+    }
+    // SAFETY: a live QP of ours (ibv_destroy_qp checked it).
+    let qpn = unsafe { (*qp).qp_num };
     let id = cm.ids.lock().all().find(|p| {
         // SAFETY: the ids in the map are live.
-        unsafe { (*(*p as *const IdObj)).raw.qp == qp }
+        let o = unsafe { &*(*p as *const IdObj) };
+        // Only a QP the CM made (`rdma_create_qp`): one the program made itself and
+        // stored in `id->qp` is destroyed as any other.
+        o.raw.qp == qp && cm.cm.id_info(o.id).is_ok_and(|i| i.qp_num == Some(qpn))
     })?;
     Some(calls::destroy_qp_of(cm, id as *mut r::rdma_cm_id))
 }
@@ -200,6 +208,11 @@ pub(crate) struct IdObj {
     /// back in `param.ud.private_data` of its MULTICAST_JOIN / MULTICAST_ERROR event,
     /// as librdmacm does).
     pub(crate) mcast: Vec<(SocketAddr, usize)>,
+    /// librdmacm's `id_priv->initiator_depth` and `responder_resources`: from the
+    /// CONNECT_REQUEST on a passive id, what `rdma_accept` answers with when its
+    /// parameters say `RDMA_MAX_INIT_DEPTH` / `RDMA_MAX_RESP_RES` (capped at the
+    /// device's maxima).
+    pub(crate) depth: (u8, u8),
 }
 
 /// An event (`rdma_cm_event`) and the private data its `param` points at.

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use verbs_api::{
     CmChannelId, CmEvent, CmEventType, CmId, CmIdInfo, ConnParam, ConnectionManager, Device, Error,
-    PortSpace, QpInitAttr, Result,
+    PortSpace, QpAttr, QpAttrMask, QpInitAttr, QpState, Result,
 };
 
 use crate::notify::Notifier;
@@ -301,6 +301,36 @@ impl EmuCm {
     /// What the CM counted.
     pub fn stats(&self) -> CmStats {
         self.shared.state.lock().stats
+    }
+
+    /// `rdma_init_qp_attr` (manual 4.2.23): the attributes and attribute mask that
+    /// bring a QP the program drives itself (one it made with `create_qp` on the
+    /// device, not through [`ConnectionManager::create_qp`]) to `state` for this id's
+    /// connection, as the kernel's `rdma_init_qp_attr` gives them (see
+    /// `proto::State::init_qp_attr`). EINVAL when the id's state cannot give them.
+    pub fn init_qp_attr(&self, id: CmId, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
+        self.with(|s, _| s.init_qp_attr(id, state))
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT)`: the local ACK
+    /// timeout (IBTA time code) of the id's QP, used when the CM moves it to RTS and
+    /// returned by [`EmuCm::init_qp_attr`]. EINVAL for an id that is not RC.
+    pub fn set_ack_timeout(&self, id: CmId, timeout: u8) -> Result<()> {
+        self.with(|s, _| s.set_ack_timeout(id, timeout))
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS)`: the traffic class of the
+    /// id's path (the GRH of its QP's address vector, and of its REQ).
+    pub fn set_tos(&self, id: CmId, tos: u8) -> Result<()> {
+        self.with(|s, _| s.set_tos(id, tos))
+    }
+
+    /// The id goes as the kernel destroys the ids of an event channel whose file is
+    /// closed (`rdma_destroy_event_channel` with ids still on it, or the process
+    /// ending): the peer is told as [`ConnectionManager::destroy_id`] tells it, and a
+    /// QP the CM made for the id stays on its device, no longer the CM's.
+    pub fn abandon_id(&self, id: CmId) -> Result<()> {
+        self.with(|s, now| s.abandon_id(id, now))
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {

@@ -124,6 +124,14 @@ struct Id {
     probe_interval: Duration,
     /// The multicast groups the id joined, each with the QP attached to it (`mcast`).
     mcast: Vec<(SocketAddrV4, Option<u32>)>,
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: the local ACK timeout of the
+    /// id's QP in place of the path's (kernel cma.c `rdma_set_ack_timeout`, applied
+    /// by `rdma_init_qp_attr` whenever its mask has IB_QP_TIMEOUT).
+    ack_timeout: Option<u8>,
+    /// `rdma_set_option(RDMA_OPTION_ID_TOS)` on an active id, or the REQ's traffic
+    /// class on a passive one: the GRH traffic class of the path (kernel cma.c
+    /// `rdma_set_service_type`; `cm.c` takes the passive side's path from the REQ).
+    tos: u8,
 }
 
 impl Id {
@@ -153,6 +161,8 @@ impl Id {
             deadline: None,
             probe_interval: Duration::ZERO,
             mcast: Vec::new(),
+            ack_timeout: None,
+            tos: 0,
         }
     }
 }
@@ -489,7 +499,11 @@ impl State {
     // ---- QPs ----
 
     fn conn_params(&self, i: &Id) -> QpParams {
-        let port = self.agents[i.dev.expect("bound")].mtu;
+        self.conn_params_of(i.dev.expect("bound"), i)
+    }
+
+    fn conn_params_of(&self, dev: usize, i: &Id) -> QpParams {
+        let port = self.agents[dev].mtu;
         let mtu = Mtu::try_from(u32::from(i.req_path.0))
             .ok()
             .filter(|m| m.as_u32() < port.as_u32())
@@ -573,6 +587,9 @@ impl State {
         if let Some(t) = peer_ack_timeout {
             p.timeout = t;
         }
+        if let Some(t) = i.ack_timeout {
+            p.timeout = t;
+        }
         // The Starting PSN a side puts in its REQ or REP is the one its own receive
         // queue expects: the peer sends from it (kernel cm.c takes the REQ's as the
         // active side's rq_psn and the passive side's sq_psn, the REP's the other way
@@ -583,10 +600,139 @@ impl State {
             psn: i.psn,
             gid: i.dgid,
         };
-        for (attr, mask) in [p.rtr(QpType::Rc, &remote), p.rts(QpType::Rc, i.remote_psn)] {
+        let (mut rtr, rtr_mask) = p.rtr(QpType::Rc, &remote);
+        rtr.ah_attr.grh.traffic_class = i.tos;
+        for (attr, mask) in [(rtr, rtr_mask), p.rts(QpType::Rc, i.remote_psn)] {
             dev.modify_qp(qpn, &attr, mask)?;
         }
         Ok(())
+    }
+
+    /// `rdma_init_qp_attr` (manual 4.2.23): the attributes and mask that move a QP the
+    /// program drives itself to `state` for this id, as the kernel gives them
+    /// (`cma.c rdma_init_qp_attr`):
+    ///
+    /// - a UD id, or a connected id with no IB CM connection yet (before `connect`):
+    ///   `cma_ib_init_qp_attr`, whatever the state: STATE | PKEY_INDEX | PORT and the
+    ///   Q_Key (UD) or access flags 0 (RC);
+    /// - a connected id once the REQ is sent or received: `cm.c ib_cm_init_qp_attr`.
+    ///   INIT: STATE | ACCESS_FLAGS | PKEY_INDEX | PORT, access REMOTE_WRITE, with
+    ///   REMOTE_READ | REMOTE_ATOMIC when the id has responder resources (any state
+    ///   from REQ sent on). RTR: STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN |
+    ///   MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER (min_rnr_timer 0, as `cm_init_qp_rtr_attr`
+    ///   sets it). RTS: STATE | SQ_PSN | TIMEOUT | RETRY_CNT | RNR_RETRY |
+    ///   MAX_QP_RD_ATOMIC. RTR and RTS need the peer's REQ or REP (EINVAL while the
+    ///   REQ is unanswered), and every state EINVAL once the connection is torn down
+    ///   or refused, or on a listening id;
+    /// - RTR's rq_psn is the id's own starting PSN, and an
+    ///   `RDMA_OPTION_ID_ACK_TIMEOUT` replaces the timeout whenever the mask has it.
+    ///
+    /// EINVAL for an id not bound to a device (the kernel's `ucma_init_qp_attr`).
+    pub(crate) fn init_qp_attr(&self, id: CmId, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
+        type M = QpAttrMask;
+        let i = self.ids.get(&id.0).ok_or(einval("no such CM id"))?;
+        let dev = i.dev.ok_or(einval("the id is not bound to a device"))?;
+        let p = QpParams {
+            timeout: if i.parent.is_some() {
+                i.req_path.1 // the passive side sends with the REQ's ACK timeout
+            } else {
+                self.cfg.ack_timeout
+            },
+            ..self.conn_params_of(dev, i)
+        };
+        let ib_cm = match i.st {
+            St::Idle | St::AddrQuery | St::AddrResolved | St::RouteResolved => false,
+            _ => i.ps != PortSpace::Udp,
+        };
+        let mut attr = QpAttr {
+            qp_state: state,
+            pkey_index: 0,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+        let mut mask;
+        if !ib_cm {
+            mask = M::STATE | M::PKEY_INDEX | M::PORT;
+            if i.ps == PortSpace::Udp {
+                attr.qkey = RDMA_UDP_QKEY;
+                mask |= M::QKEY;
+            } else {
+                attr.qp_access_flags = AccessFlags::empty();
+                mask |= M::ACCESS_FLAGS;
+            }
+        } else {
+            let answered = matches!(
+                i.st,
+                St::ReqRcvd | St::RepSent | St::RepRcvd | St::Established
+            );
+            let asked = answered || matches!(i.st, St::ReqSent | St::MraRcvd);
+            match state {
+                QpState::Init if asked => {
+                    mask = M::STATE | M::ACCESS_FLAGS | M::PKEY_INDEX | M::PORT;
+                    attr.qp_access_flags = AccessFlags::REMOTE_WRITE;
+                    if i.param.responder_resources != 0 {
+                        attr.qp_access_flags |=
+                            AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+                    }
+                }
+                QpState::Rtr if answered => {
+                    let remote = Endpoint {
+                        lid: 0,
+                        qpn: i.remote_qpn,
+                        psn: i.psn,
+                        gid: i.dgid,
+                    };
+                    let (a, m) = p.rtr(QpType::Rc, &remote);
+                    attr = QpAttr {
+                        min_rnr_timer: 0,
+                        ..a
+                    };
+                    attr.ah_attr.grh.traffic_class = i.tos;
+                    mask = m;
+                }
+                QpState::Rts if answered => {
+                    let (a, m) = p.rts(QpType::Rc, i.remote_psn);
+                    attr = a;
+                    mask = m;
+                }
+                _ => return Err(einval("the id's connection cannot move a QP to that state")),
+            }
+        }
+        if state == QpState::Rtr {
+            attr.rq_psn = i.psn;
+        }
+        if mask.contains(M::TIMEOUT) {
+            if let Some(t) = i.ack_timeout {
+                attr.timeout = t;
+            }
+        }
+        Ok((attr, mask))
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: EINVAL on an id whose QPs are
+    /// not RC (kernel cma.c `rdma_set_ack_timeout`).
+    pub(crate) fn set_ack_timeout(&mut self, id: CmId, timeout: u8) -> Result<()> {
+        let i = self.id(id)?;
+        if i.ps != PortSpace::Tcp {
+            return Err(einval("the ACK timeout is for RC ids"));
+        }
+        i.ack_timeout = Some(timeout);
+        Ok(())
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID_TOS)`: the traffic class of the id's path.
+    pub(crate) fn set_tos(&mut self, id: CmId, tos: u8) -> Result<()> {
+        self.id(id)?.tos = tos;
+        Ok(())
+    }
+
+    /// The id goes as when its event channel's file is closed (librdmacm's
+    /// `rdma_destroy_event_channel` closes the fd whatever ids report to it, and the
+    /// kernel's `ucma_close` destroys them, telling their peers as `destroy_id`
+    /// does). A QP the CM made for it stays on the device as the program's own.
+    pub(crate) fn abandon_id(&mut self, id: CmId, now: Instant) -> Result<()> {
+        self.id(id)?.qpn = None;
+        self.destroy_id(id, now)
     }
 
     // ---- connecting ----
@@ -662,7 +808,7 @@ impl State {
                 remote_lid: 0xFFFF,
                 local_gid: agent.gid,
                 remote_gid: i.dgid,
-                traffic_class: 0,
+                traffic_class: i.tos,
                 hop_limit: 64,
                 local_ack_timeout: self.cfg.ack_timeout,
                 private_data: hdr.wrap(&param.private_data),
@@ -1174,11 +1320,22 @@ impl State {
             r.retry_count,
             r.rnr_retry_count,
         );
+        c.tos = r.traffic_class;
+        // Until the accept, the passive side's resources are the REQ's seen from
+        // here (kernel cm.c `cm_req_handler`: its responder resources are the
+        // REQ's initiator depth and the other way round), and it sends with the
+        // REQ's retry counts.
+        c.param.responder_resources = r.initiator_depth;
+        c.param.initiator_depth = r.responder_resources;
+        c.param.retry_count = r.retry_count;
+        c.param.rnr_retry_count = r.rnr_retry_count;
         let _ = now;
+        // Seen from this side, as the kernel's cm.c `cm_format_req_event` reports
+        // them: the peer's initiator depth is what this side must answer.
         let param = CmEventParam::Conn(ConnParam {
             private_data: user,
-            responder_resources: r.responder_resources,
-            initiator_depth: r.initiator_depth,
+            responder_resources: r.initiator_depth,
+            initiator_depth: r.responder_resources,
             flow_control: r.flow_control,
             retry_count: r.retry_count,
             rnr_retry_count: r.rnr_retry_count,
@@ -1301,12 +1458,16 @@ impl State {
             i.remote_psn = r.starting_psn;
             i.param.rnr_retry_count = r.rnr_retry_count;
             i.param.initiator_depth = i.param.initiator_depth.min(r.responder_resources);
+            // kernel cm.c `cm_rep_handler`: the active side's responder resources
+            // become the REP's initiator depth.
+            i.param.responder_resources = r.initiator_depth;
             i.qpn.is_some()
         };
+        // Seen from this side (kernel cm.c `cm_format_rep_event`).
         let param = CmEventParam::Conn(ConnParam {
             private_data: r.private_data.clone(),
-            responder_resources: r.responder_resources,
-            initiator_depth: r.initiator_depth,
+            responder_resources: r.initiator_depth,
+            initiator_depth: r.responder_resources,
             flow_control: r.flow_control,
             retry_count: self.ids[&id].param.retry_count,
             rnr_retry_count: r.rnr_retry_count,
