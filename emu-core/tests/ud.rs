@@ -163,6 +163,29 @@ fn send_to_a_missing_qpn_is_dropped_and_counted() {
     assert_eq!(b.poll(&mut p)[0].wr_id, 1);
 }
 
+/// The address handle's traffic class goes with the datagram (the IPv4 TOS byte, IBTA
+/// Annex A17.4.5) and the receiver's GRH shows the TOS the datagram came with.
+#[test]
+fn traffic_class_travels_and_shows_in_the_grh() {
+    let (mut p, a, b) = ud_pair(ud_config(), QKEY);
+    let mut attr = ah_attr_to(gid(Side::B));
+    attr.grh.traffic_class = 0xFC;
+    let ah = p.a.create_ah(a.pd, &attr).unwrap();
+    b.post_recv(&mut p, 1, 0, 1024);
+    a.post_send(&mut p, ud_send(1, vec![a.sge(0, 4)], ah, b.qpn, QKEY));
+    p.drive();
+    assert_eq!(a.poll(&mut p)[0].status, WcStatus::Success);
+    assert_eq!(b.poll(&mut p)[0].status, WcStatus::Success);
+    let sent: Vec<u8> = p.log.iter().map(|r| r.traffic_class).collect();
+    assert_eq!(sent, [0xFC]);
+    let grh = b.read_bytes(0, GRH_LEN);
+    assert_eq!(
+        (grh[20], grh[21]),
+        (0x45, 0xFC),
+        "the IPv4 layout's TOS byte"
+    );
+}
+
 /// A receive buffer without room for the GRH and the payload: LOC_LEN_ERR, not a byte
 /// written, the QP in error. A packet with no receive WQE is dropped and counted.
 #[test]

@@ -105,17 +105,20 @@ pub fn is_multicast(gid: &Gid) -> bool {
 }
 
 /// The 40 bytes a UD receive buffer starts with (IBTA 8.3, Annex A17.4.5.1) for a
-/// packet of `udp_payload_len` bytes (BTH through ICRC) that came from `src` to `dst`.
-/// Between IPv4-mapped GIDs it is the IPv4 layout, as kernel rxe writes it (20 zero
-/// bytes, then the IPv4 header: TOS 0, TTL 64, DF, ID 0, protocol UDP, as the emulator's
-/// link sends); otherwise an IPv6 header.
-pub(crate) fn grh_bytes(src: &Gid, dst: &Gid, udp_payload_len: usize) -> [u8; 40] {
+/// packet of `udp_payload_len` bytes (BTH through ICRC) that came from `src` to `dst`
+/// with TOS (traffic class) `tos`. Between IPv4-mapped GIDs it is the IPv4 layout, as
+/// kernel rxe writes it (20 zero bytes, then the IPv4 header: TOS `tos`, TTL 64, DF,
+/// ID 0, protocol UDP, as the emulator's link sends); otherwise an IPv6 header.
+pub(crate) fn grh_bytes(src: &Gid, dst: &Gid, tos: u8, udp_payload_len: usize) -> [u8; 40] {
     let mut out = [0u8; 40];
     let repr = match (src.to_ipv4(), dst.to_ipv4()) {
-        (Some(s), Some(d)) => GrhRepr::for_ipv4(s, d, (20 + 8 + udp_payload_len) as u16),
+        (Some(s), Some(d)) => GrhRepr {
+            traffic_class: tos,
+            ..GrhRepr::for_ipv4(s, d, (20 + 8 + udp_payload_len) as u16)
+        },
         _ => GrhRepr {
             ip_version: 6,
-            traffic_class: 0,
+            traffic_class: tos,
             flow_label: 0,
             payload_len: (8 + udp_payload_len) as u16,
             next_header: 17,
@@ -198,7 +201,7 @@ mod tests {
     fn ah_from_wc_swaps_the_grh_addresses() {
         let a = Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1));
         let b = Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 2));
-        let grh = grh_bytes(&a, &b, 100);
+        let grh = grh_bytes(&a, &b, 0, 100);
         assert!(grh[..20].iter().all(|&x| x == 0));
         assert_eq!(grh[20], 0x45);
         let mut wc = WorkCompletion::new(1, WcStatus::Success, WcOpcode::Recv, 0x11);
@@ -222,7 +225,7 @@ mod tests {
         x[15] = 7;
         let mut y = x;
         y[15] = 8;
-        let grh = grh_bytes(&Gid(x), &Gid(y), 10);
+        let grh = grh_bytes(&Gid(x), &Gid(y), 0, 10);
         assert_eq!(grh[0] >> 4, 6);
         wc.wc_flags = WcFlags::GRH;
         let attr = init_ah_from_wc(1, &wc, &grh, &[Gid(y)]).unwrap();

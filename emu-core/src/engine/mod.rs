@@ -162,6 +162,11 @@ pub struct Transmit {
     pub src_qpn: u32,
     /// Bytes of UDP payload, ICRC slot included.
     pub size: usize,
+    /// The traffic class of the path (`ibv_ah_attr.grh.traffic_class` of the QP's
+    /// path or of a UD WR's address handle): the link puts it in the IPv4 header's
+    /// TOS byte (IBTA Annex A17.4.5: on RoCEv2 the GRH's TClass travels as the IP
+    /// header's; ECN, its low two bits, is the network's).
+    pub traffic_class: u8,
 }
 
 /// The first QP number handed out (kernel rxe starts at 0x11 too; 0 and 1 are the
@@ -186,6 +191,9 @@ pub struct Engine {
     next_srq: u32,
     qps: QpMap<QueuePair>,
     next_qpn: u32,
+    /// UD QPs other than QP1: the QPs whose receive buffers show the GRH, and with it
+    /// the traffic class the packets came with.
+    ud_qps: usize,
     events: VecDeque<AsyncEvent>,
     cq_events: VecDeque<CqHandle>,
     /// CQs whose notification request wakes the device (kept so `cq_armed` scans
@@ -218,6 +226,7 @@ impl Engine {
             next_srq: 0,
             qps: QpMap::default(),
             next_qpn: FIRST_QPN,
+            ud_qps: 0,
             events: VecDeque::new(),
             cq_events: VecDeque::new(),
             armed_cqs: 0,
@@ -742,9 +751,18 @@ impl Engine {
         }
         if gsi {
             qp.attr.qkey = GSI_QKEY;
+        } else if init.qp_type == QpType::Ud {
+            self.ud_qps += 1;
         }
         self.qps.insert(qpn, qp);
         Ok(qpn)
+    }
+
+    /// Whether the device has UD QPs (QP1 aside): only their receives show the IP
+    /// header's TOS byte (in the GRH), so a link need only read it while there are
+    /// some ([`Engine::handle_datagram_tos`]).
+    pub fn has_ud_qps(&self) -> bool {
+        self.ud_qps > 0
     }
 
     /// `ibv_destroy_qp`. Outstanding work requests vanish without completions, as in
@@ -758,6 +776,9 @@ impl Engine {
             return Err(Error::Busy("the QP is attached to a multicast group"));
         }
         let mut qp = self.qps.remove(&qpn).ok_or_else(Self::qp_missing)?;
+        if qp.init.qp_type == QpType::Ud && qpn != GSI_QPN {
+            self.ud_qps -= 1;
+        }
         qp.timers.unindex(&mut self.timers);
         self.prune_timers();
         if self.timers.wants_retain() {
@@ -913,12 +934,21 @@ impl Engine {
     }
 
     /// A RoCEv2 UDP payload (BTH through ICRC) arrived from `src`, addressed to `dst`
-    /// (the device's GID, or a multicast GID). The caller has checked the ICRC.
+    /// (the device's GID, or a multicast GID), from a link that does not tell the IP
+    /// header's TOS byte (taken as 0). See [`Engine::handle_datagram_tos`].
+    pub fn handle_datagram_to(&mut self, now: Instant, src: Gid, dst: Gid, data: &[u8]) {
+        self.handle_datagram_tos(now, src, dst, 0, data);
+    }
+
+    /// A RoCEv2 UDP payload (BTH through ICRC) arrived from `src`, addressed to `dst`
+    /// (the device's GID, or a multicast GID), in an IP packet whose TOS byte (IPv6:
+    /// traffic class) was `tos`; a UD receive buffer's GRH shows it (IBTA 8.3 TClass,
+    /// Annex A17.4.5.1). The caller has checked the ICRC.
     /// Malformed packets, packets for unknown QPs and packets the QP cannot take are
     /// dropped and counted; none of them disturbs a live QP. Packets are routed by the
     /// BTH destination QP; a UD packet to QP 0xFFFFFF and a multicast `dst` goes to
     /// every QP attached to that group.
-    pub fn handle_datagram_to(&mut self, now: Instant, src: Gid, dst: Gid, data: &[u8]) {
+    pub fn handle_datagram_tos(&mut self, now: Instant, src: Gid, dst: Gid, tos: u8, data: &[u8]) {
         self.counters.rx_packets += 1;
         // A port that is not ACTIVE, or a failed device, receives nothing (IBTA 7.2).
         if self.fatal || !self.port.is_active() {
@@ -930,7 +960,7 @@ impl Engine {
             return;
         };
         if repr.bth.opcode.transport() == Transport::Ud {
-            self.handle_ud(now, src, dst, &repr, payload, data.len());
+            self.handle_ud(now, (src, dst, tos), &repr, payload, data.len());
             return;
         }
         let qpn = repr.bth.dest_qp;
@@ -972,8 +1002,7 @@ impl Engine {
     fn handle_ud(
         &mut self,
         now: Instant,
-        src: Gid,
-        dst: Gid,
+        (src, dst, tos): (Gid, Gid, u8),
         repr: &PacketRepr,
         payload: &[u8],
         len: usize,
@@ -992,7 +1021,7 @@ impl Engine {
             self.counters.rx_unknown_qp += 1;
             return;
         }
-        let grh = ah::grh_bytes(&src, &dst, len);
+        let grh = ah::grh_bytes(&src, &dst, tos, len);
         for qpn in targets {
             match self.qps.get(&qpn) {
                 None => self.counters.rx_unknown_qp += 1,

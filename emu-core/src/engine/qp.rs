@@ -294,6 +294,7 @@ impl QueuePair {
             remote_qpn: d.remote_qpn & 0x00FF_FFFF,
             remote_qkey: d.remote_qkey,
             ah_pd: ah.pd,
+            traffic_class: ah.attr.grh.traffic_class,
         }))
     }
 

@@ -105,9 +105,12 @@ impl QueuePair {
         let mtu = self.path_mtu();
         let qkey = self.attr.qkey;
         let wqe = &mut self.sq[idx];
-        let (dest_qp, dest) = match &wqe.ud {
-            Some(ud) => (ud.remote_qpn, ud.dgid),
-            None => (self.attr.dest_qp_num, self.attr.ah_attr.grh.dgid),
+        let (dest_qp, dest, traffic_class) = match &wqe.ud {
+            Some(ud) => (ud.remote_qpn, ud.dgid, ud.traffic_class),
+            None => {
+                let grh = &self.attr.ah_attr.grh;
+                (self.attr.dest_qp_num, grh.dgid, grh.traffic_class)
+            }
         };
         let psn = wqe.first_psn.add(wqe.next_off);
         let (repr, payload_off, payload_len, consumed) = match wqe.kind() {
@@ -270,6 +273,7 @@ impl QueuePair {
             dest,
             src_qpn: self.qpn,
             size,
+            traffic_class,
         })
     }
 

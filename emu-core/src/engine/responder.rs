@@ -830,6 +830,7 @@ impl QueuePair {
             dest: self.attr.ah_attr.grh.dgid,
             src_qpn: self.qpn,
             size,
+            traffic_class: self.attr.ah_attr.grh.traffic_class,
         })
     }
 }

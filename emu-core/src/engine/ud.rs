@@ -46,6 +46,8 @@ pub(crate) struct UdDestination {
     pub(crate) remote_qkey: u32,
     /// The PD of the address handle (it must be the QP's).
     pub(crate) ah_pd: PdHandle,
+    /// The address handle's traffic class.
+    pub(crate) traffic_class: u8,
 }
 
 impl UdDestination {
@@ -231,6 +233,7 @@ mod tests {
             remote_qpn: 5,
             remote_qkey: 0x8000_0001,
             ah_pd: PdHandle(1),
+            traffic_class: 0,
         };
         assert_eq!(d.qkey(0x1234), 0x1234);
         let d = UdDestination {

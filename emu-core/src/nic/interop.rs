@@ -102,6 +102,8 @@ pub(crate) struct RawUdp {
     pub(crate) src: SocketAddrV4,
     pub(crate) dst: SocketAddrV4,
     pub(crate) ip_id: u16,
+    /// The TOS byte (the traffic class on RoCEv2, IBTA Annex A17.4.5).
+    pub(crate) tos: u8,
     /// Where the UDP payload starts and how long it is.
     pub(crate) payload: std::ops::Range<usize>,
 }
@@ -124,6 +126,7 @@ pub(crate) fn parse_raw_udp(b: &[u8]) -> Option<RawUdp> {
         src: at(12, 0),
         dst: at(16, 2),
         ip_id: u16::from_be_bytes([ip[4], ip[5]]),
+        tos: ip[1],
         payload: 28..28 + p.udp_payload.len(),
     })
 }

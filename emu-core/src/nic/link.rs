@@ -41,7 +41,7 @@
 use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -145,6 +145,22 @@ pub trait Link: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// The TOS byte of the IPv4 header of the packets the send methods get from now on,
+    /// until the next call: the traffic class of their path
+    /// ([`Transmit::traffic_class`](crate::engine::Transmit), IBTA Annex A17.4.5). A
+    /// link that cannot set it ignores it (the default).
+    fn set_traffic_class(&self, tos: u8) {
+        let _ = tos;
+    }
+
+    /// Whether the device wants each received datagram's TOS byte: while it has UD QPs,
+    /// whose receive buffers show it in the GRH (see
+    /// [`DeviceDriver::handle_datagram_tos`](super::DeviceDriver)). A link that cannot
+    /// tell it ignores this (the default); its datagrams count as TOS 0.
+    fn receive_traffic_class(&self, on: bool) {
+        let _ = on;
+    }
+
     /// Makes the link deliver what is sent to the IPv4 multicast `groups` to this
     /// device, and stop delivering any other group: called with the whole set each time
     /// a QP attaches or detaches. A link without multicast says `Unsupported`.
@@ -186,6 +202,8 @@ const MAX_PEER_SOCKETS: usize = 16;
 struct PeerSocket {
     dst: Ipv4Addr,
     socket: Option<(UdpSocket, u16)>,
+    /// The TOS byte the socket sends with now.
+    tos: AtomicU8,
 }
 
 /// Where a datagram leaves from: a socket, the address to give `sendto` (none for a
@@ -194,6 +212,8 @@ struct Out<'a> {
     socket: &'a UdpSocket,
     to: Option<SockaddrIn>,
     src_port: u16,
+    /// The TOS byte `socket` sends with now (`IP_TOS`).
+    tos: &'a AtomicU8,
 }
 
 /// The most UDP payload one GSO send may carry: an IPv4 datagram is at most 65535
@@ -240,6 +260,15 @@ pub(crate) struct UdpLink {
     /// Interop mode: the raw socket datagrams are read from (IP header included).
     raw: Option<Socket>,
     hook: Option<Arc<dyn PacketHook>>,
+    /// The TOS byte the packets being sent should carry ([`Link::set_traffic_class`]).
+    tos: AtomicU8,
+    /// The TOS byte the bound socket sends with now.
+    bound_tos: AtomicU8,
+    /// Receives tell each datagram's TOS byte ([`Link::receive_traffic_class`]): the
+    /// socket has `IP_RECVTOS` on, and every receive is a one-slot `recvmsg`, whose
+    /// control messages nix parses (quinn-udp's batched receive keeps only the ECN
+    /// bits, and `recvfrom` has no control messages).
+    tos_rx: AtomicBool,
 }
 
 /// One datagram taken off the socket: where it sits in the receive buffers, who sent
@@ -256,6 +285,9 @@ pub(crate) struct Rx {
     /// The IPv4 identification it carried, when the link sees IP headers (interop
     /// mode); 0 otherwise, as the sender chose it (see the module docs).
     pub(crate) ip_id: u16,
+    /// Its IPv4 TOS byte, when the link reads it (interop mode, or
+    /// [`Link::receive_traffic_class`]); 0 otherwise.
+    pub(crate) tos: u8,
 }
 
 /// The receive buffers of a device, allocated once: no heap allocation per packet.
@@ -371,6 +403,9 @@ impl UdpLink {
             peers: parking_lot::Mutex::new(Vec::new()),
             raw,
             hook: opts.hook.clone(),
+            tos: AtomicU8::new(0),
+            bound_tos: AtomicU8::new(0),
+            tos_rx: AtomicBool::new(false),
         })
     }
 
@@ -396,7 +431,7 @@ impl UdpLink {
             found: BATCH_AFTER,
             backoff: 0,
             next: 0,
-            cmsg: nix::cmsg_space!(i32),
+            cmsg: nix::cmsg_space!(i32, i32),
             gro: Gro::new(self.state.gro_segments() > 1),
         }
     }
@@ -485,6 +520,7 @@ impl UdpLink {
                 from: d.src,
                 dst: *d.dst.ip(),
                 ip_id: d.ip_id,
+                tos: d.tos,
             });
         }
         got.len()
@@ -549,18 +585,30 @@ impl UdpLink {
         } = rx;
         got.clear();
         let n = slots.len();
-        let ask = if *found < BATCH_AFTER || *backoff > 0 {
+        let tos_rx = self.tos_rx.load(Ordering::Relaxed);
+        let ask = if tos_rx {
+            1
+        } else if *found < BATCH_AFTER || *backoff > 0 {
             *backoff = backoff.saturating_sub(1);
             1
         } else {
             n
         };
+        let mut tos = 0;
         let sock = UdpSockRef::from(&self.socket);
         let r = if ask == 1 {
             // A busy poll mostly finds nothing: no slot table to build for it, and the
             // one datagram (or GRO run) it may find is read with `recvmsg`, or with
             // `recvfrom` when no run can be queued.
-            recv_one(&self.socket, &mut slots[0], cmsg, &mut meta[0], gro.plain())
+            let plain = gro.plain() && !tos_rx;
+            recv_one(
+                &self.socket,
+                &mut slots[0],
+                cmsg,
+                &mut meta[0],
+                &mut tos,
+                plain,
+            )
         } else {
             let mut iov: [IoSliceMut<'_>; RX_SLOTS] =
                 std::array::from_fn(|_| IoSliceMut::new(&mut []));
@@ -585,6 +633,7 @@ impl UdpLink {
                         from,
                         dst: self.ip,
                         ip_id: 0,
+                        tos,
                     });
                 }
                 while start < m.len {
@@ -596,6 +645,7 @@ impl UdpLink {
                         from,
                         dst: self.ip,
                         ip_id: 0,
+                        tos,
                     });
                     start += len;
                 }
@@ -637,6 +687,7 @@ impl UdpLink {
                 from,
                 dst,
                 ip_id: 0,
+                tos: 0,
             });
         }
         got.len()
@@ -661,6 +712,7 @@ impl UdpLink {
             socket: &self.socket,
             to: Some(SockaddrIn::from(SocketAddrV4::new(dst, self.port))),
             src_port: self.port,
+            tos: &self.bound_tos,
         }
     }
 
@@ -682,16 +734,19 @@ impl UdpLink {
                 peers.push(PeerSocket {
                     dst,
                     socket: self.connect_to(dst).ok(),
+                    tos: AtomicU8::new(0),
                 });
                 peers.len() - 1
             }
             None => return self.bound_out(dst),
         };
-        match &peers[i].socket {
+        let peer = &peers[i];
+        match &peer.socket {
             Some((socket, port)) => Out {
                 socket,
                 to: None,
                 src_port: *port,
+                tos: &peer.tos,
             },
             None => self.bound_out(dst),
         }
@@ -720,6 +775,7 @@ impl UdpLink {
     /// bytes when it holds more than one); waits for room in the socket buffer if it
     /// is full.
     fn transmit(&self, out: &Out<'_>, contents: &[u8], segment: usize) -> io::Result<()> {
+        self.apply_tos(out);
         let fd = out.socket.as_raw_fd();
         // A full send buffer: wait for room, a bounded number of times (the receiver
         // is on this host or the datagram can be dropped: RC retransmits).
@@ -764,6 +820,19 @@ impl UdpLink {
             }
         }
         Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Gives `out`'s socket the TOS byte the packets being sent should carry, when it
+    /// sends with another (one `setsockopt` per change: traffic mostly keeps one
+    /// traffic class). The IPv4 TOS byte does not enter the ICRC (IBTA Annex A17.4.5.1
+    /// masks it).
+    fn apply_tos(&self, out: &Out<'_>) {
+        let want = self.tos.load(Ordering::Relaxed);
+        if out.tos.load(Ordering::Relaxed) != want
+            && rustix::net::sockopt::set_ip_tos(out.socket, want).is_ok()
+        {
+            out.tos.store(want, Ordering::Relaxed);
+        }
     }
 
     /// Sends the `segment`-byte packets of `contents` (the last may be shorter) one
@@ -830,14 +899,17 @@ impl UdpLink {
 }
 
 /// One non-blocking `recvmsg` into `buf`, with room in `cmsg` for the `UDP_GRO`
-/// control message, or a `recvfrom` if `plain` (no run can be queued): fills `meta`
-/// as quinn-udp's receive would (length, sender, and the segment size of a coalesced
-/// run as its stride). Ok(0) when nothing waits.
+/// and `IP_TOS` control messages, or a `recvfrom` if `plain` (no run can be queued
+/// and no TOS wanted): fills `meta` as quinn-udp's receive would (length, sender, and
+/// the segment size of a coalesced run as its stride) and `tos` with the TOS byte if
+/// the socket reports it (`IP_RECVTOS`; the datagrams of a run share it, as GRO
+/// coalesces only datagrams with one TOS). Ok(0) when nothing waits.
 fn recv_one(
     socket: &UdpSocket,
     buf: &mut [u8],
     cmsg: &mut Vec<u8>,
     meta: &mut RecvMeta,
+    tos: &mut u8,
     plain: bool,
 ) -> io::Result<usize> {
     let (len, stride, from) = if plain {
@@ -863,8 +935,12 @@ fn recv_one(
         // then fails its ICRC check and is counted, as any malformed datagram.
         if let Ok(cmsgs) = r.cmsgs() {
             for c in cmsgs {
-                if let ControlMessageOwned::UdpGroSegments(s) = c {
-                    stride = usize::try_from(s).unwrap_or(r.bytes);
+                match c {
+                    ControlMessageOwned::UdpGroSegments(s) => {
+                        stride = usize::try_from(s).unwrap_or(r.bytes);
+                    }
+                    ControlMessageOwned::Ipv4Tos(t) => *tos = t,
+                    _ => {}
                 }
             }
         }
@@ -943,6 +1019,7 @@ impl Link for UdpLink {
         let ep = self.endpoints(dst, out.src_port);
         write_icrc(&ep, first);
         write_icrc(&ep, second);
+        self.apply_tos(&out);
         // One system call for both (a ping-pong's answer and the ACK of the question:
         // busy-poll send_lat, see the README). The kernel delivers the first on
         // loopback before it takes the second, so the answer waits for nothing.
@@ -984,6 +1061,20 @@ impl Link for UdpLink {
             1
         } else {
             self.state.max_gso_segments()
+        }
+    }
+
+    fn set_traffic_class(&self, tos: u8) {
+        self.tos.store(tos, Ordering::Relaxed);
+    }
+
+    fn receive_traffic_class(&self, on: bool) {
+        // Interop mode reads the IP header itself.
+        if self.interop() || self.tos_rx.load(Ordering::Relaxed) == on {
+            return;
+        }
+        if rustix::net::sockopt::set_ip_recvtos(&self.socket, on).is_ok() {
+            self.tos_rx.store(on, Ordering::Relaxed);
         }
     }
 

@@ -46,6 +46,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
+use smallvec::SmallVec;
 use verbs_api::{
     AccessFlags, AhAttr, AhId, AsyncEvent, AtomicCap, ChannelId, CqId, Device, DeviceAttr,
     DeviceCapFlags, Error, Gid, MemBuf, MrInfo, MwBind, MwId, MwInfo, MwType, PdId, PortAttr,
@@ -144,13 +145,15 @@ impl TxBatch {
             count: 0,
             segment: 0,
             dst: Ipv4Addr::UNSPECIFIED,
+            tos: 0,
         }
     }
 
-    /// Whether a packet of `size` bytes to `dst` can join the run.
-    fn fits(&self, dst: Ipv4Addr, size: usize, max_batch: usize) -> bool {
+    /// Whether a packet of `size` bytes to `dst` with TOS `tos` can join the run.
+    fn fits(&self, dst: Ipv4Addr, size: usize, tos: u8, max_batch: usize) -> bool {
         self.count == 0
             || (dst == self.dst
+                && tos == self.tos
                 && size == self.segment
                 && self.fill + size <= self.buf.len()
                 && self.count < max_batch)
@@ -166,6 +169,7 @@ impl TxBatch {
         if self.count == 0
             || other.count == 0
             || other.dst != self.dst
+            || other.tos != self.tos
             || !shape
             || self.count + other.count > max_batch
             || self.fill + other.fill > self.buf.len()
@@ -186,9 +190,10 @@ impl TxBatch {
     }
 
     /// Appends a packet that [`TxBatch::fits`].
-    fn push(&mut self, dst: Ipv4Addr, packet: &[u8]) {
+    fn push(&mut self, dst: Ipv4Addr, tos: u8, packet: &[u8]) {
         if self.count == 0 {
             self.dst = dst;
+            self.tos = tos;
             self.segment = packet.len();
         }
         self.buf[self.fill..self.fill + packet.len()].copy_from_slice(packet);
@@ -237,6 +242,8 @@ struct TxBatch {
     /// The size of each packet of the run.
     segment: usize,
     dst: Ipv4Addr,
+    /// The TOS byte (traffic class) every packet of the run carries.
+    tos: u8,
 }
 
 struct Inner {
@@ -383,6 +390,16 @@ impl EmuDevice {
         self.inner.with_engine(f)
     }
 
+    /// Tells the link whether to read each datagram's TOS byte: while the device has
+    /// UD QPs, whose receives show it in the GRH (IBTA 8.3, Annex A17.4.5.1); other
+    /// receives need not pay for the control message.
+    fn receive_traffic_class(&self) {
+        let link = &self.inner.link;
+        // Under the engine's lock, so that two threads' creates and destroys leave the
+        // link as the last of them left the engine.
+        self.with_engine(|e, _| link.receive_traffic_class(e.has_ud_qps()));
+    }
+
     /// [`EmuDevice::with_engine`] for a verb that creates, changes or posts: EIO once
     /// the device had a fatal error (manual 6.1.9; see [`Engine::fail_device`]).
     fn live<R>(&self, f: impl FnOnce(&mut Engine, Instant) -> Result<R>) -> Result<R> {
@@ -509,29 +526,23 @@ impl DeviceDriver {
 
     /// Delivers a datagram that `src` sent to `dst`: this device's address, or an IPv4
     /// multicast group one of its QPs joined (the ICRC covers the destination address,
-    /// and multicast routing needs it).
+    /// and multicast routing needs it). Its TOS byte counts as 0: see
+    /// [`DeviceDriver::handle_datagram_tos`].
     pub fn handle_datagram_to(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &[u8]) -> bool {
-        let Some(inner) = self.0.upgrade() else {
-            return false;
-        };
-        let ep = Ipv4Endpoints {
-            src,
-            dst,
-            ip_id: 0,
-            src_port: inner.cfg.port,
-            dst_port: inner.cfg.port,
-        };
-        if !check_icrc(&ep, packet) {
-            inner
-                .link_counters
-                .icrc_errors
-                .fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
-        inner.with_engine(|e, now| {
-            e.handle_datagram_to(now, Gid::from_ipv4(src), Gid::from_ipv4(dst), packet)
-        });
-        true
+        self.handle_datagram_tos(src, dst, 0, packet)
+    }
+
+    /// [`DeviceDriver::handle_datagram_to`] for a link that carries the IPv4 header's
+    /// TOS byte `tos` (the traffic class the sender's path gave it, which the device
+    /// sends with [`Link::set_traffic_class`]): a UD receive's GRH shows it.
+    pub fn handle_datagram_tos(
+        &self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        tos: u8,
+        packet: &[u8],
+    ) -> bool {
+        self.deliver(std::iter::once((src, dst, tos, packet)))
     }
 
     /// Delivers a batch of datagrams, each `(src, dst, packet)` as in
@@ -542,24 +553,37 @@ impl DeviceDriver {
     /// (e.g. one ACK for several requests, IBTA 9.7.5.1). Returns false if the device
     /// is gone.
     pub fn handle_datagrams(&self, batch: &[(Ipv4Addr, Ipv4Addr, &[u8])]) -> bool {
+        self.deliver(batch.iter().map(|&(src, dst, p)| (src, dst, 0, p)))
+    }
+
+    /// [`DeviceDriver::handle_datagrams`] with each datagram's TOS byte, as in
+    /// [`DeviceDriver::handle_datagram_tos`].
+    pub fn handle_datagrams_tos(&self, batch: &[(Ipv4Addr, Ipv4Addr, u8, &[u8])]) -> bool {
+        self.deliver(batch.iter().copied())
+    }
+
+    /// Checks the ICRCs of `batch` (`(src, dst, tos, packet)`), then hands the good
+    /// datagrams to the engine in order under one lock and sends the output once.
+    fn deliver<'p>(
+        &self,
+        batch: impl Iterator<Item = (Ipv4Addr, Ipv4Addr, u8, &'p [u8])> + Clone,
+    ) -> bool {
         let Some(inner) = self.0.upgrade() else {
             return false;
         };
         let port = inner.cfg.port;
-        let good: Vec<bool> = batch
-            .iter()
-            .map(|&(src, dst, packet)| {
-                let ep = Ipv4Endpoints {
-                    src,
-                    dst,
-                    ip_id: 0,
-                    src_port: port,
-                    dst_port: port,
-                };
-                check_icrc(&ep, packet)
-            })
-            .collect();
-        let bad = good.iter().filter(|g| !**g).count() as u64;
+        let good = |&(src, dst, _, packet): &(Ipv4Addr, Ipv4Addr, u8, &[u8])| {
+            let ep = Ipv4Endpoints {
+                src,
+                dst,
+                ip_id: 0,
+                src_port: port,
+                dst_port: port,
+            };
+            check_icrc(&ep, packet)
+        };
+        let ok: SmallVec<[bool; 16]> = batch.clone().map(|d| good(&d)).collect();
+        let bad = ok.iter().filter(|g| !**g).count() as u64;
         if bad > 0 {
             inner
                 .link_counters
@@ -567,8 +591,8 @@ impl DeviceDriver {
                 .fetch_add(bad, Ordering::Relaxed);
         }
         inner.with_engine(|e, now| {
-            for (&(src, dst, packet), _) in batch.iter().zip(&good).filter(|(_, g)| **g) {
-                e.handle_datagram_to(now, Gid::from_ipv4(src), Gid::from_ipv4(dst), packet);
+            for ((src, dst, tos, packet), _) in batch.zip(&ok).filter(|(_, g)| **g) {
+                e.handle_datagram_tos(now, Gid::from_ipv4(src), Gid::from_ipv4(dst), tos, packet);
             }
         });
         true
@@ -718,10 +742,10 @@ impl Inner {
             if hold_acks {
                 let packet = &tx.buf[tx.fill..tx.fill + t.size];
                 if is_positive_ack(packet) {
-                    if !acks.fits(dst, t.size, max_batch) {
+                    if !acks.fits(dst, t.size, t.traffic_class, max_batch) {
                         self.send_run(acks);
                     }
-                    acks.push(dst, packet);
+                    acks.push(dst, t.traffic_class, packet);
                     continue;
                 }
                 if acks.count > 0 && !is_request(packet) {
@@ -734,7 +758,8 @@ impl Inner {
                     self.send_run(acks);
                 }
             }
-            if tx.count > 0 && (dst != tx.dst || t.size != tx.segment) {
+            if tx.count > 0 && (dst != tx.dst || t.size != tx.segment || t.traffic_class != tx.tos)
+            {
                 // The new packet sits after the run: send the run, move it to the front.
                 let at = tx.fill;
                 self.send_run(tx);
@@ -742,6 +767,7 @@ impl Inner {
             }
             if tx.count == 0 {
                 tx.dst = dst;
+                tx.tos = t.traffic_class;
                 tx.segment = t.size;
             }
             tx.fill += t.size;
@@ -753,7 +779,7 @@ impl Inner {
         // it, so the rest of a burst of posts finds none and still waits for the poll.
         let answers = tx.count > 0 && acks.count > 0 && acks.dst == tx.dst;
         if !defer || answers {
-            if answers && tx.count == 1 && acks.count == 1 {
+            if answers && tx.count == 1 && acks.count == 1 && tx.tos == acks.tos {
                 // A ping-pong's answer and the ACK of the question: the order below,
                 // in one system call (busy-poll send_lat, interleaved rounds: 1.58x
                 // against 1.62x for two sends; see the README).
@@ -811,6 +837,7 @@ impl Inner {
             let Some(dst) = t.dest.to_ipv4() else {
                 continue;
             };
+            self.link.set_traffic_class(t.traffic_class);
             if self.link.send_owned(self.cfg.ip, dst, buf, t.size).is_err() {
                 self.link_counters
                     .send_errors
@@ -827,6 +854,7 @@ impl Inner {
     /// Sends the one packet of `first` and then the one of `then`, to the same peer
     /// ([`Link::send_two`]), and empties both.
     fn send_pair(&self, first: &mut TxBatch, then: &mut TxBatch) {
+        self.link.set_traffic_class(first.tos);
         let r = self.link.send_two(
             self.cfg.ip,
             first.dst,
@@ -844,6 +872,7 @@ impl Inner {
 
     /// Hands the gathered run to the link and empties it.
     fn send_run(&self, tx: &mut TxBatch) {
+        self.link.set_traffic_class(tx.tos);
         let r = if tx.count == 1 {
             self.link.send(self.cfg.ip, tx.dst, &mut tx.buf[..tx.fill])
         } else {
@@ -915,10 +944,11 @@ impl Inner {
             if d.from.port() == 0 && d.from.ip().is_unspecified() {
                 continue;
             }
-            core.engine.handle_datagram_to(
+            core.engine.handle_datagram_tos(
                 now,
                 Gid::from_ipv4(*d.from.ip()),
                 Gid::from_ipv4(d.dst),
+                d.tos,
                 rx.bytes(d),
             );
         }
@@ -1295,7 +1325,9 @@ impl Device for EmuDevice {
             sq_sig_all: init.sq_sig_all,
             srq: init.srq.map(|s| SrqHandle(s.0)),
         };
-        self.live(|e, _| e.create_qp(a))
+        let qpn = self.live(|e, _| e.create_qp(a))?;
+        self.receive_traffic_class();
+        Ok(qpn)
     }
 
     fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
@@ -1317,7 +1349,9 @@ impl Device for EmuDevice {
     }
 
     fn destroy_qp(&self, qpn: u32) -> Result<()> {
-        self.with_engine(|e, _| e.destroy_qp(qpn))
+        self.with_engine(|e, _| e.destroy_qp(qpn))?;
+        self.receive_traffic_class();
+        Ok(())
     }
 
     fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> std::result::Result<(), PostError> {
@@ -1509,16 +1543,17 @@ mod tests {
         let a = Ipv4Addr::new(10, 0, 0, 1);
         let b = Ipv4Addr::new(10, 0, 0, 2);
         let mut t = TxBatch::new(64);
-        assert!(t.fits(a, 20, 2));
-        t.push(a, &[1; 20]);
-        assert!(t.fits(a, 20, 2));
-        assert!(!t.fits(b, 20, 2));
-        assert!(!t.fits(a, 24, 2));
-        t.push(a, &[2; 20]);
-        assert!(!t.fits(a, 20, 2), "max_batch");
-        assert!(t.fits(a, 20, 4));
-        t.push(a, &[3; 20]);
-        assert!(!t.fits(a, 20, 8), "room");
+        assert!(t.fits(a, 20, 0, 2));
+        t.push(a, 0, &[1; 20]);
+        assert!(t.fits(a, 20, 0, 2));
+        assert!(!t.fits(b, 20, 0, 2));
+        assert!(!t.fits(a, 24, 0, 2));
+        assert!(!t.fits(a, 20, 0xB8, 2), "another traffic class");
+        t.push(a, 0, &[2; 20]);
+        assert!(!t.fits(a, 20, 0, 2), "max_batch");
+        assert!(t.fits(a, 20, 0, 4));
+        t.push(a, 0, &[3; 20]);
+        assert!(!t.fits(a, 20, 0, 8), "room");
         assert_eq!((t.count, t.fill, t.segment, t.dst), (3, 60, 20, a));
         assert_eq!(&t.buf[40..60], &[3; 20]);
     }
@@ -1530,7 +1565,7 @@ mod tests {
         let run = |dst, size: usize, n: u8| {
             let mut t = TxBatch::new(256);
             for i in 0..n {
-                t.push(dst, &vec![i + 1; size]);
+                t.push(dst, 0, &vec![i + 1; size]);
             }
             t
         };
@@ -1548,6 +1583,9 @@ mod tests {
         assert!(!run(a, 20, 1).absorb(&mut run(a, 24, 1), 64));
         assert!(!run(a, 20, 0).absorb(&mut run(a, 20, 1), 64));
         assert!(!run(a, 20, 2).absorb(&mut run(a, 20, 1), 2));
+        let mut other_class = run(a, 20, 1);
+        other_class.tos = 0xB8;
+        assert!(!run(a, 20, 1).absorb(&mut other_class, 64));
         // Same size: all of them, in order.
         let (mut tx, mut acks) = (run(a, 20, 2), run(a, 20, 3));
         assert!(tx.absorb(&mut acks, 64));

@@ -43,6 +43,10 @@ pub enum Action {
     Delay(Duration),
 }
 
+/// A packet on the wire: when it arrives, its send order, to which engine, GID and
+/// with which TOS byte, and its bytes.
+type InFlight = (Instant, u64, (Side, Gid, u8), Vec<u8>);
+
 /// One packet as it crossed (or failed to cross) the wire.
 #[derive(Clone, Debug)]
 pub struct Record {
@@ -53,6 +57,8 @@ pub struct Record {
     pub ack_req: bool,
     pub syndrome: Option<u8>,
     pub payload_len: usize,
+    /// The traffic class it went with (the IPv4 TOS byte).
+    pub traffic_class: u8,
     pub action: Action,
 }
 
@@ -80,7 +86,7 @@ pub struct Pair {
     pub a: Engine,
     pub b: Engine,
     pub latency: Duration,
-    wire: Vec<(Instant, u64, Side, Gid, Vec<u8>)>,
+    wire: Vec<InFlight>,
     seq: u64,
     pub log: Vec<Record>,
     rule: Option<Rule>,
@@ -166,9 +172,10 @@ impl Pair {
                     ack_req: repr.bth.ack_req,
                     syndrome: repr.aeth.map(|a| a.syndrome.to_u8()),
                     payload_len: payload.len(),
+                    traffic_class: t.traffic_class,
                     action,
                 });
-                let to = (side.other(), t.dest);
+                let to = (side.other(), t.dest, t.traffic_class);
                 let at = self.now + self.latency;
                 match action {
                     Action::Deliver => self.push_wire(at, to, bytes),
@@ -184,10 +191,11 @@ impl Pair {
         any
     }
 
-    /// Queues `bytes` for the other engine (`to.0`), addressed to the GID `to.1`.
-    fn push_wire(&mut self, at: Instant, to: (Side, Gid), bytes: Vec<u8>) {
+    /// Queues `bytes` for the other engine (`to.0`), addressed to the GID `to.1`, with
+    /// the TOS byte `to.2`.
+    fn push_wire(&mut self, at: Instant, to: (Side, Gid, u8), bytes: Vec<u8>) {
         self.seq += 1;
-        self.wire.push((at, self.seq, to.0, to.1, bytes));
+        self.wire.push((at, self.seq, to, bytes));
     }
 
     /// Delivers every packet due now (in order of arrival time, then send order).
@@ -202,10 +210,11 @@ impl Pair {
             return false;
         }
         let batch: Vec<_> = self.wire.drain(..due).collect();
-        for (_, _, to, dst, bytes) in batch {
+        for (_, _, (to, dst, tos), bytes) in batch {
             let now = self.now;
             let src = self.src[to.other() as usize];
-            self.engine(to).handle_datagram_to(now, src, dst, &bytes);
+            self.engine(to)
+                .handle_datagram_tos(now, src, dst, tos, &bytes);
         }
         true
     }

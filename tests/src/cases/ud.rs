@@ -44,6 +44,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
         )
         .wc(WcStatus::LocLenErr),
     );
+    v.push(Case::new("ud::traffic_class_reaches_the_receiver", "IBTA 8.3 (GRH TClass), Annex A17.4.5 (RoCEv2: the IP header's TOS/traffic class carries it), manual 3.4.15 ibv_ah_attr.grh.traffic_class: the traffic class of the address handle reaches the receiver, whose GRH in the receive buffer shows it", traffic_class).wc(WcStatus::Success));
     v.push(Case::new("ud::send_to_a_missing_qpn_is_dropped", "IBTA 9.8, 10.2.5 (UD is unacknowledged: the sender cannot know the destination QP), 9.2 (DestQP has 24 bits), 9.6.1.4 (a packet for a QP that does not exist is dropped by the receiver): a send to remote_qpn 0xDEADBEEF is posted, completes successfully and nothing is received", missing_qpn).wc(WcStatus::Success));
     v.push(Case::new(
         "ud::ah_create_and_destroy",
@@ -358,6 +359,40 @@ fn detached(env: &Env) -> Outcome {
 fn attach_rc(env: &Env) -> Outcome {
     let p = env.pair(QpType::Rc);
     assert_errno(env.dev.attach_mcast(p.a.qpn, &group(), 0), EINVAL);
+    Outcome::Pass
+}
+
+/// The traffic class in the 40 bytes a UD receive buffer starts with: the IPv4 header's
+/// TOS byte (bytes 20..40 hold it, after 20 zero bytes) or the IPv6 traffic class.
+fn grh_traffic_class(grh: &[u8; 40]) -> u8 {
+    if grh[20] >> 4 == 4 && grh[..20].iter().all(|&x| x == 0) {
+        grh[21]
+    } else {
+        (grh[0] << 4) | (grh[1] >> 4)
+    }
+}
+
+fn traffic_class(env: &Env) -> Outcome {
+    let p = env.pair(QpType::Ud);
+    env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
+    let mut attr = env.params().ah_attr(env.gid());
+    attr.grh.traffic_class = 252;
+    let ah = env.dev.create_ah(p.pd, &attr).expect("create_ah");
+    let d = UdDest {
+        ah,
+        remote_qpn: p.b.qpn,
+        remote_qkey: env.params().qkey,
+    };
+    env.post_send(
+        p.a.qpn,
+        SendWr::send(1, vec![p.a.sge(0, 16)]).with_ud(d).signaled(),
+    );
+    assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+    let wc = env.poll_one(p.b.cq);
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    let mut grh = [0u8; 40];
+    p.b.buf.read(0, &mut grh).unwrap();
+    assert_eq!(grh_traffic_class(&grh), 252, "GRH {grh:02x?}");
     Outcome::Pass
 }
 
