@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs unmodified Debian RDMA binaries on the emulator through capi's libibverbs.so.1
 # and librdmacm.so.1.
-#   scripts/ci-capi.sh            # needs: ibverbs-utils rdmacm-utils perftest libibverbs-dev cc
+#   scripts/ci-capi.sh            # needs: ibverbs-utils rdmacm-utils perftest qperf libibverbs-dev cc
 # RDMACM_UTILS=/dir takes rping, udaddy, mckey, rdma_server, rdma_client from /dir instead of
 # PATH (e.g. an unpacked rdmacm-utils .deb: apt-get download + dpkg -x).
 # Builds the library (release), then runs each tool (servers and clients as two
@@ -130,6 +130,59 @@ pair_R() { # name port tool check
 pair_R ib_send_bw_R 18530 ib_send_bw "^ *65536"
 pair_R ib_write_bw_R 18531 ib_write_bw "^ *65536"
 pair_R ib_send_lat_R 18532 ib_send_lat "^ *2 "
+
+# qperf in rdma_cm mode (-cm1): one server (it forks a child per test; its listening
+# TCP port -lp carries qperf's own synchronization), each client under its own
+# timeout. The server binds INADDR_ANY port 0, sends rdma_get_src_port() to the
+# client and listens; after each test its child leaves the connection's id to
+# rdma_destroy_event_channel, whose DREP the client waits for. qperf uses the CM for
+# RC only (it says "-cm1 set but not used" for UC and UD) and addresses UC and UD
+# peers by LID with no GRH, which RoCE refuses, as kernel rxe does: those steps pass
+# when the client fails exactly so, in time. Debian's qperf 0.4.11 sends the port
+# before its rdma_listen (fixed upstream in qperf 118a571, "Fix rdmacm race"), so a
+# REQ may come first and get the kernel CM's REJ "invalid service ID"; qperf then
+# says "unexpected event from RDMA CM: Event rejected", and only that failure is run
+# again (up to 5 times, each retry printed as RETRY).
+QPERF_PORT=19781
+qperf_step() { # test ok|roce
+  local t=$1 kind=$2 name=qperf_$1 rc try
+  want "$name" || return 0
+  for try in 1 2 3 4 5; do
+    RDMA_EMU_IP=$CLI_IP timeout "$T" qperf -cm1 -t 2 -lp "$QPERF_PORT" "$SRV_IP" "$t" >"$work/$name.cli" 2>&1
+    rc=$?
+    if [ "$rc" != 0 ] && [ "$try" -lt 5 ] &&
+       grep -q "unexpected event from RDMA CM: Event rejected" "$work/$name.cli"; then
+      echo "RETRY $name: qperf's REQ came before its server's rdma_listen (REJ)"
+      continue
+    fi
+    break
+  done
+  if [ "$kind" = ok ]; then
+    if [ "$rc" = 0 ] && ! grep -Eq "^ *(bw|latency|msg_rate) +=" "$work/$name.cli"; then rc=99; fi
+  elif [ "$rc" != 124 ]; then
+    if grep -q "set but not used in test $t" "$work/$name.cli" &&
+       grep -q "Invalid argument" "$work/$name.cli"; then rc=0; else rc=98; fi
+  fi
+  record "$name" "$rc" "$work/$name.cli" "$work/qperf.srv"
+  grep -Eh "=|Invalid argument" "$work/$name.cli" | sed 's/^/    /'
+}
+qperf_ok="rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw rc_compare_swap_mr rc_fetch_add_mr"
+qperf_roce="uc_bw ud_bw ud_lat"
+qperf_any=
+for t in $qperf_ok $qperf_roce; do want "qperf_$t" && qperf_any=1; done
+if [ -n "$qperf_any" ]; then
+  RDMA_EMU_IP=$SRV_IP timeout $((T * 10)) qperf -lp "$QPERF_PORT" >"$work/qperf.srv" 2>&1 &
+  qperf_srv=$!
+  sleep 1
+  for t in $qperf_ok; do qperf_step "$t" ok; done
+  for t in $qperf_roce; do qperf_step "$t" roce; done
+  # The server lived through every test and its children tore their ids down.
+  rc=0
+  kill -0 "$qperf_srv" 2>/dev/null || rc=97
+  if grep -Eq "EBUSY|panicked" "$work/qperf.srv"; then rc=96; fi
+  kill "$qperf_srv" 2>/dev/null; wait "$qperf_srv" 2>/dev/null
+  record qperf_server "$rc" "$work/qperf.srv"
+fi
 
 if want verbs_c; then
   if cc -O1 -Wall -o "$work/verbs_c" "$root/capi/c/verbs_test.c" -libverbs -L"$lib" 2>"$work/verbs_c.out"; then
