@@ -144,7 +144,10 @@ pub trait Device: Send + Sync {
     fn dealloc_mw(&self, mw: MwId) -> Result<()>;
     /// `ibv_bind_mw` (man page `ibv_bind_mw(3)`): binds a type 1 window through the send queue of
     /// `qpn`; returns the window's new rkey. The bind completes on the QP's send CQ
-    /// (`IBV_WC_BIND_MW`, or `MW_BIND_ERR`, also for a window that does not exist).
+    /// (`IBV_WC_BIND_MW`, or `MW_BIND_ERR`). A window that does not exist: the emulator
+    /// posts the bind and completes it with `MW_BIND_ERR`, as kernel rxe does for an
+    /// R_Key that names no window; a backend that names windows by their `ibv_mw`
+    /// refuses it (EINVAL).
     fn bind_mw(&self, qpn: u32, mw: MwId, bind: &MwBind) -> Result<u32>;
 
     /// `ibv_create_comp_channel`.
