@@ -147,12 +147,42 @@ fn open() -> Result<Cm, c_int> {
         eprintln!("rdma-emu librdmacm: cannot start the connection manager: {e}");
         e.errno()
     })?;
+    // SAFETY: registers a function of ours with no arguments, run once at exit.
+    if unsafe { libc::atexit(at_exit) } != 0 {
+        eprintln!("rdma-emu librdmacm: cannot register the exit handler");
+    }
     Ok(Cm {
         cm,
         contexts,
         pds: Mutex::default(),
         ids: Mutex::default(),
     })
+}
+
+/// At `exit`, the ids still alive go as the kernel destroys them when the process's
+/// rdma_cm file closes (`ucma_close`): their peers are told (a DREQ to a connected
+/// peer, a DREP to one that disconnected, a REJ to a pending request), so a peer
+/// does not wait out its retries for a process that is gone. A program killed by a
+/// signal that skips `exit` still leaves its peers to their timeouts.
+extern "C" fn at_exit() {
+    let Some(Ok(cm)) = CM.get() else {
+        return;
+    };
+    // A thread of the program may be inside a call holding the table: exit anyway.
+    let Some(ids) = cm.ids.try_lock_for(std::time::Duration::from_millis(100)) else {
+        return;
+    };
+    let left: Vec<CmId> = ids
+        .all()
+        .map(|p| {
+            // SAFETY: the ids in the table are live.
+            unsafe { (*(p as *const IdObj)).id }
+        })
+        .collect();
+    drop(ids);
+    for id in left {
+        let _ = cm.cm.abandon_id(id);
+    }
 }
 
 impl Cm {
