@@ -188,6 +188,18 @@ private_void!(verbs_init_cq, verbs_set_ops, verbs_uninit_context);
 #[no_mangle]
 pub extern "C" fn verbs_register_driver_34(_ops: *const c_void) {}
 
+/// `ibv_register_driver` (IBVERBS_1.1): the provider registration of libibverbs
+/// before rdma-core, which an old provider's constructor calls; rdma-core has only
+/// warned since. The emulator has no use for the driver either: it says so and
+/// ignores it.
+#[no_mangle]
+pub extern "C" fn ibv_register_driver(_name: *const c_void, _init: *const c_void) {
+    eprintln!(
+        "rdma-emu libibverbs: ibv_register_driver: an old-style provider is ignored \
+         (the emulator is the only device)"
+    );
+}
+
 /// `__verbs_log`: a provider's debug log; dropped.
 #[no_mangle]
 pub extern "C" fn __verbs_log() {}
