@@ -40,6 +40,11 @@ enum Command {
     /// perftest-style bandwidth and latency tests, each with its ratio against raw
     /// UDP (or memcpy) measured in the same run.
     Bench(cli::bench::BenchOpts),
+    /// Runs an unmodified program (UCX, libfabric, pyverbs, ...) on the emulated
+    /// device: the emulator's libibverbs/librdmacm first on LD_LIBRARY_PATH, and, in
+    /// a user + mount namespace, /sys/class/infiniband, /sys/class/infiniband_verbs
+    /// and /dev/infiniband describing the device. `rdma-emu exec [--ip ADDR] -- PROGRAM ARGS...`
+    Exec(cli::exec::ExecOpts),
     /// The scenario library: deterministic programs on a simulated fabric, one rule
     /// of the transport each.
     Scenario {
@@ -127,6 +132,7 @@ fn main() -> ExitCode {
         Command::Scenario { action } => scenario_cmd(action),
         Command::Devinfo(o) => cli::devinfo::run(o),
         Command::Bench(o) => cli::bench::run(o),
+        Command::Exec(o) => cli::exec::run(o),
         Command::Pingpong { transport, args } => {
             use cli::pingpong::{main_with_args, Mode};
             let mode = match transport {

@@ -1,8 +1,9 @@
-//! The subcommands of `rdma-emu` beyond `scenario`: `devinfo`, `pingpong`, `bench`.
+//! The subcommands of `rdma-emu` beyond `scenario`: `devinfo`, `pingpong`, `bench`, `exec`.
 
 pub(crate) mod baseline;
 pub(crate) mod bench;
 pub(crate) mod devinfo;
+pub(crate) mod exec;
 pub(crate) mod stats;
 
 /// rdma-core's ping-pong programs, shared with the `*_pingpong` examples of emu-core

@@ -1,0 +1,241 @@
+//! `rdma-emu exec`: the device tree programs see inside the namespaces it makes, and a
+//! stock verbs program (`ibv_devinfo`) on the emulator's library through it.
+//!
+//! Where user and mount namespaces cannot be made, each test says so and skips. The
+//! `ibv_devinfo` test needs the emulator's library: `RDMA_EMU_LIB=DIR` with DIR from
+//! `capi/build-so.sh DIR` (it says it skipped otherwise).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rdma-emu");
+
+/// A directory holding a file named libibverbs.so.1: enough for the launcher to start
+/// programs that do not load it (`sh`).
+fn stand_in_lib() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rdma-emu-exec-test-lib-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("libibverbs.so.1"), b"").unwrap();
+    d
+}
+
+fn exec(lib: &Path, args: &[&str], script: &str) -> Output {
+    Command::new(BIN)
+        .arg("exec")
+        .arg("--lib")
+        .arg(lib)
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .env_remove("RDMA_EMU_DEVICES")
+        .env_remove("RDMA_EMU_CONFIG")
+        .env_remove("RDMA_EMU_IP")
+        .output()
+        .expect("run rdma-emu")
+}
+
+/// False (after saying why) where the launcher cannot make its namespaces here.
+fn namespaces_available(lib: &Path) -> bool {
+    let out = exec(lib, &["--ip", "127.0.0.60"], "true");
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("cannot make a user and mount namespace") {
+        eprintln!("SKIPPED: no user/mount namespaces here: {}", err.trim());
+        return false;
+    }
+    assert!(out.status.success(), "rdma-emu exec -- true: {err}");
+    true
+}
+
+fn text(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn the_program_sees_the_device_in_sys_and_dev() {
+    let lib = stand_in_lib();
+    if !namespaces_available(&lib) {
+        return;
+    }
+    let before = Path::new("/sys/class/infiniband/emu0").exists();
+    let out = exec(
+        &lib,
+        &["--ip", "127.0.0.61"],
+        "d=/sys/class/infiniband/emu0; p=$d/ports/1; \
+         cat $d/node_type $d/node_guid $d/fw_ver $p/state $p/phys_state $p/link_layer \
+             $p/lid $p/gids/0 $p/gid_attrs/types/0 $p/gid_attrs/ndevs/0 $p/pkeys/0 \
+             /sys/class/infiniband_verbs/uverbs0/ibdev /sys/class/infiniband_verbs/abi_version; \
+         ls $d/device/net/; \
+         test -c /dev/infiniband/uverbs0 && test -r /dev/infiniband/uverbs0 && \
+         test -w /dev/infiniband/uverbs0 && echo uverbs0-char; \
+         echo \"${LD_LIBRARY_PATH%%:*}\"; echo \"$RDMA_EMU_DEVICES\"; \
+         test -d /sys/class/net/lo && test -c /dev/null && echo others-still-there",
+    );
+    let t = text(&out);
+    let lines: Vec<&str> = t.lines().collect();
+    let lib_dir = std::fs::canonicalize(&lib).unwrap();
+    assert_eq!(
+        lines,
+        [
+            "1: CA",
+            // capi's guid_of: 02:00:00:ff:fe:00:00:00 | the IPv4 address.
+            "0200:00ff:ff00:003d",
+            env!("CARGO_PKG_VERSION"),
+            "4: ACTIVE",
+            "5: LinkUp",
+            "Ethernet",
+            "0x0",
+            "0000:0000:0000:0000:0000:ffff:7f00:003d",
+            "RoCE v2",
+            "lo",
+            "0xffff",
+            "emu0",
+            "6",
+            "lo",
+            "uverbs0-char",
+            lib_dir.to_str().unwrap(),
+            "emu0=127.0.0.61:4791",
+            "others-still-there",
+        ]
+    );
+    // Nothing leaked out of the mount namespace.
+    assert_eq!(Path::new("/sys/class/infiniband/emu0").exists(), before);
+}
+
+#[test]
+fn exit_status_and_errors_are_the_programs() {
+    let lib = stand_in_lib();
+    if !namespaces_available(&lib) {
+        return;
+    }
+    let out = exec(&lib, &["--ip", "127.0.0.62"], "exit 7");
+    assert_eq!(out.status.code(), Some(7));
+    let out = Command::new(BIN)
+        .args(["exec", "--lib", "/nonexistent", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("capi/build-so.sh"), "{err}");
+    let out = Command::new(BIN)
+        .args(["exec", "--lib"])
+        .arg(&lib)
+        .args(["--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot run"));
+}
+
+#[test]
+fn plain_mode_sets_only_the_environment() {
+    let lib = stand_in_lib();
+    let out = Command::new(BIN)
+        .args(["exec", "--plain", "--ip", "127.0.0.63", "--lib"])
+        .arg(&lib)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"$RDMA_EMU_DEVICES\"; test -e /sys/class/infiniband/emu0 && echo tree || echo no-tree",
+        ])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    let host_has_it = Path::new("/sys/class/infiniband/emu0").exists();
+    assert_eq!(
+        t,
+        format!(
+            "emu0=127.0.0.63:4791\n{}\n",
+            if host_has_it { "tree" } else { "no-tree" }
+        )
+    );
+}
+
+/// The user-namespace path, as an ordinary user: run when the tests run as root and
+/// `setpriv` can drop to `nobody` (who must be able to reach the binary).
+#[test]
+fn works_unprivileged() {
+    if !nix_is_root() || Command::new("setpriv").arg("--help").output().is_err() {
+        eprintln!("SKIPPED: not root, or no setpriv: the other tests ran as this user");
+        return;
+    }
+    let lib = stand_in_lib();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args(["exec", "--ip", "127.0.0.64", "--lib"])
+        .arg(&lib)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "id -u; cat /sys/class/infiniband/emu0/ports/1/gids/0; test -c /dev/infiniband/uverbs0 && echo char",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("Permission denied") && !out.status.success() {
+        eprintln!("SKIPPED: nobody cannot reach the binary or library here: {err}");
+        return;
+    }
+    if err.contains("cannot make a user and mount namespace") {
+        eprintln!(
+            "SKIPPED: no unprivileged user namespaces here: {}",
+            err.trim()
+        );
+        return;
+    }
+    assert_eq!(
+        text(&out),
+        "65534\n0000:0000:0000:0000:0000:ffff:7f00:0040\nchar\n"
+    );
+}
+
+fn nix_is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false)
+}
+
+#[test]
+fn ibv_devinfo_through_the_launcher() {
+    let Some(lib) = std::env::var_os("RDMA_EMU_LIB").map(PathBuf::from) else {
+        eprintln!("SKIPPED: set RDMA_EMU_LIB=DIR (capi/build-so.sh DIR) to run ibv_devinfo");
+        return;
+    };
+    if Command::new("ibv_devinfo").arg("--help").output().is_err() {
+        eprintln!("SKIPPED: no ibv_devinfo (ibverbs-utils)");
+        return;
+    }
+    if !namespaces_available(&lib) {
+        return;
+    }
+    let out = Command::new(BIN)
+        .args(["exec", "--ip", "127.0.0.65", "--lib"])
+        .arg(&lib)
+        .args(["--", "ibv_devinfo", "-v"])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(t.contains("hca_id:\temu0"), "{t}");
+    assert!(t.contains("PORT_ACTIVE"), "{t}");
+    assert!(t.contains("::ffff:127.0.0.65, RoCE v2"), "{t}");
+    // The same node GUID as the tree says.
+    let out = exec(
+        &lib,
+        &["--ip", "127.0.0.65"],
+        "cat /sys/class/infiniband/emu0/node_guid",
+    );
+    let guid = text(&out);
+    assert!(
+        t.contains(&format!("node_guid:\t\t\t{}", guid.trim())),
+        "{t}\n{guid}"
+    );
+}
