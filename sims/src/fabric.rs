@@ -56,6 +56,20 @@ pub trait Endpoint: Send + Sync {
             self.deliver(src, dst, packet);
         }
     }
+    /// [`Endpoint::deliver`] with the IP header's TOS byte the packet was sent with
+    /// (its traffic class, IBTA A17.4.5.2); an endpoint that has no use for it takes
+    /// the packet through `deliver`.
+    fn deliver_tos(&self, src: Ipv4Addr, dst: Ipv4Addr, tos: u8, packet: &[u8]) {
+        let _ = tos;
+        self.deliver(src, dst, packet);
+    }
+    /// [`Endpoint::deliver_batch`] with each packet's TOS byte (see
+    /// [`Endpoint::deliver_tos`]).
+    fn deliver_batch_tos(&self, batch: &[(Ipv4Addr, Ipv4Addr, u8, &[u8])]) {
+        let plain: Vec<(Ipv4Addr, Ipv4Addr, &[u8])> =
+            batch.iter().map(|&(s, d, _, p)| (s, d, p)).collect();
+        self.deliver_batch(&plain);
+    }
     /// When the endpoint's next timer is due.
     fn poll_timeout(&self) -> Option<Instant> {
         None
@@ -72,6 +86,12 @@ impl Endpoint for Device {
     }
     fn deliver_batch(&self, batch: &[(Ipv4Addr, Ipv4Addr, &[u8])]) {
         self.0.handle_datagrams(batch);
+    }
+    fn deliver_tos(&self, src: Ipv4Addr, dst: Ipv4Addr, tos: u8, packet: &[u8]) {
+        self.0.handle_datagram_tos(src, dst, tos, packet);
+    }
+    fn deliver_batch_tos(&self, batch: &[(Ipv4Addr, Ipv4Addr, u8, &[u8])]) {
+        self.0.handle_datagrams_tos(batch);
     }
     fn poll_timeout(&self) -> Option<Instant> {
         self.0.poll_timeout()
@@ -158,6 +178,8 @@ thread_local! {
 pub(crate) struct Pkt {
     buf: Vec<u8>,
     len: usize,
+    /// The TOS byte of the IP header it travels in (the sender's traffic class).
+    tos: u8,
 }
 
 impl fmt::Debug for Pkt {
@@ -174,8 +196,8 @@ impl Pkt {
             .unwrap_or_else(|| vec![0; MAX_PACKET])
     }
 
-    /// A copy of `bytes` in a pool buffer.
-    fn copy_of(bytes: &[u8]) -> Pkt {
+    /// A copy of `bytes` in a pool buffer, sent with TOS `tos`.
+    fn copy_of(bytes: &[u8], tos: u8) -> Pkt {
         let mut buf = Pkt::buffer();
         if buf.len() < bytes.len() {
             buf.resize(bytes.len(), 0);
@@ -184,6 +206,7 @@ impl Pkt {
         Pkt {
             buf,
             len: bytes.len(),
+            tos,
         }
     }
 
@@ -262,6 +285,8 @@ impl fmt::Debug for Fabric {
 struct FabricLink {
     shared: Arc<Shared>,
     node: usize,
+    /// The TOS byte of what the device sends now (`Link::set_traffic_class`).
+    tos: std::sync::atomic::AtomicU8,
 }
 
 impl fmt::Debug for FabricLink {
@@ -279,7 +304,7 @@ impl Link for FabricLink {
 
     fn send(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
         write_icrc(&self.endpoints(src, dst), packet);
-        self.enqueue(dst, Pkt::copy_of(packet));
+        self.enqueue(dst, Pkt::copy_of(packet, self.tos.load(Ordering::Relaxed)));
         Ok(())
     }
 
@@ -295,8 +320,13 @@ impl Link for FabricLink {
         len: usize,
     ) -> io::Result<()> {
         write_icrc(&self.endpoints(src, dst), &mut buf[..len]);
-        self.enqueue(dst, Pkt { buf, len });
+        let tos = self.tos.load(Ordering::Relaxed);
+        self.enqueue(dst, Pkt { buf, len, tos });
         Ok(())
+    }
+
+    fn set_traffic_class(&self, tos: u8) {
+        self.tos.store(tos, Ordering::Relaxed);
     }
 
     fn idle(&self) -> bool {
@@ -419,14 +449,14 @@ impl Shared {
             let dst = batch[0].dst;
             drop(st);
             if let [ev] = batch.as_slice() {
-                eps[dst].deliver(addrs[0].0, addrs[0].1, ev.pkt.bytes());
+                eps[dst].deliver_tos(addrs[0].0, addrs[0].1, ev.pkt.tos, ev.pkt.bytes());
             } else {
-                let list: Vec<(Ipv4Addr, Ipv4Addr, &[u8])> = batch
+                let list: Vec<(Ipv4Addr, Ipv4Addr, u8, &[u8])> = batch
                     .iter()
                     .zip(&addrs)
-                    .map(|(ev, &(s, d))| (s, d, ev.pkt.bytes()))
+                    .map(|(ev, &(s, d))| (s, d, ev.pkt.tos, ev.pkt.bytes()))
                     .collect();
-                eps[dst].deliver_batch(&list);
+                eps[dst].deliver_batch_tos(&list);
             }
             for ev in batch {
                 ev.pkt.recycle();
@@ -511,7 +541,7 @@ impl State {
                 .collect();
             if let Some((&last, others)) = members.split_last() {
                 for &m in others {
-                    let copy = Pkt::copy_of(pkt.bytes());
+                    let copy = Pkt::copy_of(pkt.bytes(), pkt.tos);
                     self.send_one(now, src, m, dst_ip, Some(dst_ip), copy);
                 }
                 return self.send_one(now, src, last, dst_ip, Some(dst_ip), pkt);
@@ -655,8 +685,9 @@ impl State {
                     &buf[..len],
                     Fate::Injected(name),
                 );
+                let tos = pkt.tos;
                 pkt.recycle();
-                self.transit(now, src, dst, Pkt::copy_of(&buf[..len]), r, t);
+                self.transit(now, src, dst, Pkt::copy_of(&buf[..len], tos), r, t);
                 return;
             }
             Action::RnrNak {
@@ -685,7 +716,7 @@ impl State {
                 let src_ip = self.nodes[src].ip;
                 let r = self.record(now, dst, Some(src), src_ip, &buf[..n], Fate::Injected(name));
                 t.group = None;
-                self.transit(now, dst, src, Pkt::copy_of(&buf[..n]), r, t);
+                self.transit(now, dst, src, Pkt::copy_of(&buf[..n], 0), r, t);
                 return;
             }
         }
@@ -736,7 +767,7 @@ impl State {
             });
         };
         if t.copies > 1 {
-            enqueue(self, Pkt::copy_of(pkt.bytes()), delays[0]);
+            enqueue(self, Pkt::copy_of(pkt.bytes(), pkt.tos), delays[0]);
             enqueue(self, pkt, delays[1]);
         } else {
             enqueue(self, pkt, delays[0]);
@@ -829,6 +860,7 @@ impl Fabric {
         let link: Arc<dyn Link> = Arc::new(FabricLink {
             shared: self.shared.clone(),
             node,
+            tos: std::sync::atomic::AtomicU8::new(0),
         });
         Ok((node, link))
     }

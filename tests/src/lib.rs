@@ -267,11 +267,7 @@ pub const EMU_PENDING: &[&str] = &[];
 
 /// Cases whose condition the simulated fabric of `sims` cannot carry yet, though the
 /// emulator over UDP passes them: runners on the fabric report them as ignored.
-/// `ud::traffic_class_reaches_the_receiver` needs the IPv4 TOS byte to travel with
-/// each packet: the fabric's link must keep what the device announces with
-/// `emu_core::nic::Link::set_traffic_class` and deliver it through
-/// `DeviceDriver::handle_datagram_tos` / `handle_datagrams_tos`.
-pub const FABRIC_PENDING: &[&str] = &["ud::traffic_class_reaches_the_receiver"];
+pub const FABRIC_PENDING: &[&str] = &[];
 
 /// Every case of the suite, in a stable order.
 pub fn all_cases() -> Vec<Case> {
