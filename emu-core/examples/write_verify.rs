@@ -2,9 +2,11 @@
 //! server's memory, the server checks every byte. Exits non-zero on any mismatch.
 //!
 //! ```text
-//! write_verify [--bytes N] [-p TCP_PORT] [--udp-port N]          server (127.0.0.1)
-//! write_verify [--bytes N] [-p TCP_PORT] [--udp-port N] HOST     client (127.0.0.2)
+//! write_verify [--bytes N] [-p TCP_PORT] [--udp-port N] [--ip ADDR]        server (127.0.0.1)
+//! write_verify [--bytes N] [-p TCP_PORT] [--udp-port N] [--ip ADDR] HOST   client (127.0.0.2)
 //! ```
+//! `--ip` gives the device another address (across hosts, each end's own); the path
+//! MTU is the port's active MTU, which follows the interface under the address.
 //! The server registers N bytes (default 64 MiB) and sends its QP number, PSN, address
 //! and R_Key over TCP; the client writes them in 1 MiB RDMA WRITEs, 8 in flight, then
 //! says DONE; the server compares the whole buffer with the pattern.
@@ -27,8 +29,13 @@ fn die(msg: &str) -> ! {
 }
 
 fn main() {
-    let (mut bytes, mut tcp, mut udp, mut host) =
-        (64usize << 20, 18516u16, ROCE_PORT, None::<String>);
+    let (mut bytes, mut tcp, mut udp, mut host, mut ip) = (
+        64usize << 20,
+        18516u16,
+        ROCE_PORT,
+        None::<String>,
+        None::<Ipv4Addr>,
+    );
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut v = || args.next().unwrap_or_else(|| die("missing value"));
@@ -36,16 +43,17 @@ fn main() {
             "--bytes" => bytes = v().parse().unwrap_or_else(|_| die("bad --bytes")),
             "-p" => tcp = v().parse().unwrap_or_else(|_| die("bad -p")),
             "--udp-port" => udp = v().parse().unwrap_or_else(|_| die("bad --udp-port")),
+            "--ip" => ip = Some(v().parse().unwrap_or_else(|_| die("bad --ip"))),
             h if !h.starts_with('-') => host = Some(h.into()),
             o => die(&format!("unknown option {o}")),
         }
     }
     let client = host.is_some();
-    let ip = if client {
+    let ip = ip.unwrap_or(if client {
         Ipv4Addr::new(127, 0, 0, 2)
     } else {
         Ipv4Addr::new(127, 0, 0, 1)
-    };
+    });
     let dev = Arc::new(
         EmuDevice::open(EmuConfig {
             ip,
@@ -55,6 +63,10 @@ fn main() {
         .unwrap_or_else(|e| die(&format!("open: {e}"))),
     );
     let gid = dev.gid();
+    let active_mtu = dev
+        .query_port(1)
+        .unwrap_or_else(|e| die(&format!("query_port: {e}")))
+        .active_mtu;
     let ctx = Context::new(dev);
     let pd = ctx.alloc_pd().unwrap();
     let mem = MemBuf::new(bytes);
@@ -84,7 +96,7 @@ fn main() {
             }
         }
         None => {
-            TcpListener::bind(("127.0.0.1", tcp))
+            TcpListener::bind(("0.0.0.0", tcp))
                 .unwrap_or_else(|e| die(&format!("listen: {e}")))
                 .accept()
                 .unwrap()
@@ -119,7 +131,7 @@ fn main() {
 
     let params = QpParams {
         access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        path_mtu: Mtu::Mtu4096,
+        path_mtu: active_mtu,
         timeout: 12,
         ..QpParams::default()
     };

@@ -27,7 +27,7 @@ impl Engine {
         Ok(PortAttr {
             state: p.state,
             max_mtu: l.active_mtu,
-            active_mtu: l.active_mtu,
+            active_mtu: p.link.active_mtu,
             gid_tbl_len: l.gid_tbl_len,
             // Manual 6.1.18: CLIENT_REREGISTER is generated only with this bit set.
             port_cap_flags: (PortCapFlags::IP_BASED_GIDS | PortCapFlags::CLIENT_REG_SUP).bits(),
@@ -38,12 +38,8 @@ impl Engine {
             sm_sl: p.sm_sl,
             // IBTA 14.2.5.6 PortPhysicalState: 5 LinkUp, 2 Polling (no link partner).
             phys_state: if p.state == PortState::Down { 2 } else { 5 },
-            // An Ethernet port reports the width and speed its link's rate maps to
-            // (Linux `ib_get_eth_speed`); for a link of unknown speed, such as the
-            // loopback interface, that is 1X at SDR (IBTA 14.2.5.6: ActiveWidth 1 =
-            // 1X, ActiveSpeed 1 = 2.5 Gb/s). Zero is not a valid value of either.
-            active_width: 1,
-            active_speed: 1,
+            active_width: p.link.width,
+            active_speed: p.link.speed,
             link_layer: LinkLayer::Ethernet,
             // The violation counters (IBTA 14.2.5.6: saturating).
             bad_pkey_cntr: u32::try_from(self.counters.bad_pkey).unwrap_or(u32::MAX),
@@ -97,6 +93,25 @@ impl Engine {
     pub fn set_port_state(&mut self, state: PortState) -> Result<()> {
         self.check_alive()?;
         self.port.set_state(state, &mut self.events)
+    }
+
+    /// The link under the port changed (an Ethernet port follows its network
+    /// interface: MTU, speed). The active MTU is capped by the device's
+    /// [`Limits::active_mtu`](super::Limits), which `query_port` reports as the
+    /// maximum. QPs keep the path MTU they were given; a later `modify_qp` cannot set
+    /// one above the new active MTU, and UD QPs created from now on send with it.
+    pub fn set_link(&mut self, link: super::PortLink) -> Result<()> {
+        self.check_alive()?;
+        let cap = self.limits.active_mtu;
+        self.port.link = super::PortLink {
+            active_mtu: if link.active_mtu.bytes() > cap.bytes() {
+                cap
+            } else {
+                link.active_mtu
+            },
+            ..link
+        };
+        Ok(())
     }
 
     /// Sets GID table entry `index` (`Gid::ZERO` removes it): `GID_CHANGE` (manual

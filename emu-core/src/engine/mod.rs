@@ -54,7 +54,7 @@ pub use gsi::{GSI_QKEY, GSI_QPN};
 pub use manage::EIO;
 pub use mr::{MrInfo, PdHandle};
 pub use mw::MwHandle;
-pub use port::{DEFAULT_PKEY, PORT_NUM};
+pub use port::{PortLink, DEFAULT_PKEY, PORT_NUM};
 pub use qp::QpInitAttr;
 pub use srq::SrqHandle;
 pub use ud::{GRH_LEN, MULTICAST_QPN};
@@ -214,7 +214,7 @@ impl Engine {
     /// A device with these limits and no objects.
     pub fn new(limits: Limits) -> Self {
         Engine {
-            port: port::Port::new(limits.gid_tbl_len, limits.pkey_tbl_len),
+            port: port::Port::new(limits.gid_tbl_len, limits.pkey_tbl_len, limits.active_mtu),
             fatal: false,
             limits,
             mrs: mr::MrTable::default(),
@@ -747,7 +747,7 @@ impl Engine {
         let mut qp = QueuePair::new(qpn, init);
         if init.qp_type == QpType::Ud {
             // A UD QP sends with the port's active MTU (IBTA 9.8; no path attributes).
-            qp.attr.path_mtu = self.limits.active_mtu;
+            qp.attr.path_mtu = self.port.link.active_mtu;
         }
         if gsi {
             qp.attr.qkey = GSI_QKEY;

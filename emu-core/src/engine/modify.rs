@@ -6,7 +6,7 @@
 //! Without `STATE` in the mask the call is a transition from the current state to
 //! itself (so RTS->RTS may change the allowed attributes, and RTR->RTR is illegal).
 
-use verbs_api::{AccessFlags, Error, QpAttr, QpAttrMask, QpState, QpType, Result};
+use verbs_api::{AccessFlags, Error, Mtu, QpAttr, QpAttrMask, QpState, QpType, Result};
 
 use super::ctx::Ctx;
 use super::qp::QueuePair;
@@ -90,7 +90,7 @@ const QP_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::MW_BIND);
 
 /// Checks the values of the attributes in `mask` (manual 3.5, `struct ibv_qp_attr`).
-fn check_values(attr: &QpAttr, mask: M, limits: &Limits) -> Result<()> {
+fn check_values(attr: &QpAttr, mask: M, limits: &Limits, active_mtu: Mtu) -> Result<()> {
     let bad = |what| Err(Error::InvalidArgument(what));
     if mask.contains(M::PORT) && attr.port_num != 1 {
         return bad("port_num must be 1");
@@ -101,7 +101,7 @@ fn check_values(attr: &QpAttr, mask: M, limits: &Limits) -> Result<()> {
     if mask.contains(M::ACCESS_FLAGS) && !QP_ACCESS.contains(attr.qp_access_flags) {
         return bad("qp_access_flags has unknown bits");
     }
-    if mask.contains(M::PATH_MTU) && attr.path_mtu.bytes() > limits.active_mtu.bytes() {
+    if mask.contains(M::PATH_MTU) && attr.path_mtu.bytes() > active_mtu.bytes() {
         return bad("path_mtu larger than the port's active MTU");
     }
     if mask.contains(M::AV) {
@@ -185,7 +185,7 @@ impl QueuePair {
         if mask.contains(M::CUR_STATE) && attr.cur_qp_state != cur {
             return Err(Error::InvalidArgument("cur_qp_state is not the QP's state"));
         }
-        check_values(attr, mask, ctx.limits)?;
+        check_values(attr, mask, ctx.limits, ctx.port.link.active_mtu)?;
         self.check_mig_state(attr, mask)?;
 
         self.apply(attr, mask);

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use verbs_api::{AsyncEvent, AsyncEventType, Error, EventElement, Gid, PortState, Result};
+use verbs_api::{AsyncEvent, AsyncEventType, Error, EventElement, Gid, Mtu, PortState, Result};
 
 /// The full-member default P_Key (IBTA 10.9), entry 0 of every P_Key table.
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
@@ -27,11 +27,27 @@ pub(crate) fn pkey_match(a: u16, b: u16) -> bool {
 #[derive(Clone, Debug)]
 pub(crate) struct Port {
     pub(crate) state: PortState,
+    /// The link under the port: the largest IBTA MTU its frames carry, its width and
+    /// its speed (IBTA 14.2.5.6 NeighborMTU, LinkWidthActive, LinkSpeedActive). An
+    /// Ethernet port takes them from its network interface; 1X SDR is what Linux
+    /// reports for an interface of unknown speed (`ib_get_eth_speed`).
+    pub(crate) link: PortLink,
     pub(crate) gids: Vec<Gid>,
     pub(crate) pkeys: Vec<u16>,
     pub(crate) lid: u16,
     pub(crate) sm_lid: u16,
     pub(crate) sm_sl: u8,
+}
+
+/// What the link under the port carries (see `Port::link`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortLink {
+    /// The largest IBTA MTU a packet on the link may have.
+    pub active_mtu: Mtu,
+    /// ActiveWidth, IBTA encoding (1 = 1X, 2 = 4X, 4 = 8X, 8 = 12X).
+    pub width: u8,
+    /// ActiveSpeed, IBTA encoding (1 = SDR 2.5 Gb/s ... 8 = FDR10, 16 = FDR, 32 = EDR).
+    pub speed: u8,
 }
 
 /// The port number of the device's only port.
@@ -40,13 +56,18 @@ pub const PORT_NUM: u8 = 1;
 impl Port {
     /// An ACTIVE port with `gid_tbl_len` empty GID entries and a P_Key table holding
     /// only the default key.
-    pub(crate) fn new(gid_tbl_len: u32, pkey_tbl_len: u32) -> Port {
+    pub(crate) fn new(gid_tbl_len: u32, pkey_tbl_len: u32, active_mtu: Mtu) -> Port {
         let mut pkeys = vec![0; pkey_tbl_len as usize];
         if let Some(p) = pkeys.first_mut() {
             *p = DEFAULT_PKEY;
         }
         Port {
             state: PortState::Active,
+            link: PortLink {
+                active_mtu,
+                width: 1,
+                speed: 1,
+            },
             gids: vec![Gid::ZERO; gid_tbl_len as usize],
             pkeys,
             lid: 0,
@@ -194,7 +215,7 @@ mod tests {
 
     #[test]
     fn state_changes_raise_events_only_across_active() {
-        let mut p = Port::new(4, 2);
+        let mut p = Port::new(4, 2, Mtu::Mtu1024);
         let mut ev = VecDeque::new();
         p.set_state(PortState::Active, &mut ev).unwrap();
         assert!(ev.is_empty());
@@ -208,7 +229,7 @@ mod tests {
 
     #[test]
     fn tables_change_with_one_event_per_change() {
-        let mut p = Port::new(4, 2);
+        let mut p = Port::new(4, 2, Mtu::Mtu1024);
         let mut ev = VecDeque::new();
         assert_eq!(p.pkey(0).unwrap(), DEFAULT_PKEY);
         let g = Gid::from_ipv4(std::net::Ipv4Addr::new(10, 0, 0, 9));
@@ -242,7 +263,7 @@ mod tests {
         assert!(!pkey_match(0x8001, 0x8002), "two partitions");
         assert!(!pkey_match(0x8000, 0x8000), "the invalid key");
         assert!(!pkey_match(0, 0x8000));
-        let mut p = Port::new(4, 4);
+        let mut p = Port::new(4, 4, Mtu::Mtu1024);
         let mut ev = VecDeque::new();
         p.set_pkey(1, 0x0005, &mut ev).unwrap();
         assert_eq!((p.pkey_at(1), p.pkey_at(9)), (0x0005, 0));

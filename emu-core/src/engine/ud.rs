@@ -168,7 +168,7 @@ impl QueuePair {
             return;
         }
         // IBTA 9.8: a UD packet longer than the port's MTU is malformed.
-        if payload.len() > ctx.limits.active_mtu.bytes() as usize {
+        if payload.len() > ctx.port.link.active_mtu.bytes() as usize {
             ctx.counters.rx_dropped += 1;
             return;
         }

@@ -37,6 +37,7 @@ mod gro;
 pub mod interop;
 mod link;
 mod manage;
+mod netdev;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -115,8 +116,12 @@ impl Default for EmuConfig {
 pub struct LinkCounters {
     /// Datagrams dropped because their ICRC was wrong.
     pub icrc_errors: AtomicU64,
-    /// Datagrams that could not be sent.
+    /// Datagrams that could not be sent (among them `too_big`).
     pub send_errors: AtomicU64,
+    /// Datagrams the kernel refused as larger than the path's MTU (EMSGSIZE): the
+    /// interface's MTU fell below what a QP was set up with. They are lost, as on a
+    /// link that drops them: RC sends them again until its retries run out.
+    pub too_big: AtomicU64,
     /// Datagrams the device thread took off the socket; the others were taken by the
     /// application's own threads (an empty `poll_cq`, a wait for an event), which
     /// receive inline. While the application polls, the thread leaves the socket to
@@ -281,6 +286,9 @@ struct Inner {
     /// Set by the device thread while the application waits for events receiving
     /// (`waits` moved within its last nap): arming a CQ then leaves it napping.
     waiter_mode: AtomicBool,
+    /// The network interface under the port (UDP devices), which the device thread
+    /// follows (`netdev`): MTU, state, width and speed.
+    netdev: Option<Mutex<netdev::Follower>>,
 }
 
 /// An emulated RDMA device on UDP.
@@ -327,7 +335,13 @@ impl EmuDevice {
         );
         let mut cfg = cfg;
         cfg.port = udp.port();
-        let inner = Inner::new(cfg, udp.clone(), Some(udp.clone()))?;
+        let ip = cfg.ip;
+        let mut inner = Inner::new(cfg, udp.clone(), Some(udp.clone()))?;
+        if let Some(i) = Arc::get_mut(&mut inner) {
+            i.netdev = Some(Mutex::new(netdev::Follower::new(ip)));
+        }
+        // The port reflects its interface from the start.
+        inner.follow_interface(Instant::now());
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{}-nic", inner.cfg.name))
@@ -652,7 +666,51 @@ impl Inner {
             waiters: AtomicUsize::new(0),
             waits: AtomicU64::new(0),
             waiter_mode: AtomicBool::new(false),
+            netdev: None,
         }))
+    }
+
+    /// Counts `count` datagrams of up to `size` bytes the link could not send. The first
+    /// that is too big for the path (EMSGSIZE) is also reported on stderr with the
+    /// MTUs involved, so a user can tell a too-small link from loss.
+    fn send_failed(&self, e: &std::io::Error, count: usize, size: usize) {
+        let c = &self.link_counters;
+        c.send_errors.fetch_add(count as u64, Ordering::Relaxed);
+        if e.raw_os_error() == Some(nix::errno::Errno::EMSGSIZE as i32)
+            && c.too_big.fetch_add(count as u64, Ordering::Relaxed) == 0
+        {
+            let iface = self
+                .netdev
+                .as_ref()
+                .and_then(|f| f.lock().name().map(str::to_owned))
+                .unwrap_or_else(|| "?".into());
+            let mtu = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+                .map_or_else(|_| "?".into(), |m| m.trim().to_owned());
+            eprintln!(
+                "rdma-emu: {}: a {size}-byte RoCE payload does not fit the path (interface \
+                 {iface}, MTU {mtu}): dropped as lost; set a path MTU of at most the \
+                 port's active MTU (ibv_query_port) and mind routers with smaller MTUs",
+                self.cfg.name
+            );
+        }
+    }
+
+    /// Applies what the port's network interface says now, if it is time to look and
+    /// it changed (see `netdev`): the link's MTU, width and speed, and the port's state
+    /// (`PORT_ERR` when the interface goes down, `PORT_ACTIVE` when it comes back).
+    fn follow_interface(&self, now: Instant) {
+        let Some(follower) = &self.netdev else {
+            return;
+        };
+        let Some(r) = follower.lock().poll(now) else {
+            return;
+        };
+        self.with_engine(|e, _| {
+            // A device that had a fatal error stays as it is.
+            if e.set_link(r.link).is_ok() && e.query_port(1).is_ok_and(|p| p.state != r.state) {
+                let _ = e.set_port_state(r.state);
+            }
+        });
     }
 }
 
@@ -838,10 +896,8 @@ impl Inner {
                 continue;
             };
             self.link.set_traffic_class(t.traffic_class);
-            if self.link.send_owned(self.cfg.ip, dst, buf, t.size).is_err() {
-                self.link_counters
-                    .send_errors
-                    .fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = self.link.send_owned(self.cfg.ip, dst, buf, t.size) {
+                self.send_failed(&e, 1, t.size);
             }
             match self.link.lend() {
                 Some(b) => buf = b,
@@ -861,10 +917,8 @@ impl Inner {
             &mut first.buf[..first.fill],
             &mut then.buf[..then.fill],
         );
-        if r.is_err() {
-            self.link_counters
-                .send_errors
-                .fetch_add(2, Ordering::Relaxed);
+        if let Err(e) = r {
+            self.send_failed(&e, 2, first.fill.max(then.fill));
         }
         first.clear();
         then.clear();
@@ -879,10 +933,9 @@ impl Inner {
             self.link
                 .send_batch(self.cfg.ip, tx.dst, &mut tx.buf[..tx.fill], tx.segment)
         };
-        if r.is_err() {
-            self.link_counters
-                .send_errors
-                .fetch_add(tx.count as u64, Ordering::Relaxed);
+        if let Err(e) = r {
+            let size = if tx.count == 1 { tx.fill } else { tx.segment };
+            self.send_failed(&e, tx.count, size);
         }
         tx.clear();
     }
@@ -993,6 +1046,7 @@ impl Inner {
         let mut last_rx: Option<Instant> = None;
         let mut skipped = false;
         while !self.stop.load(Ordering::Relaxed) {
+            self.follow_interface(Instant::now());
             let (sleep, armed) = {
                 let core = self.core.lock();
                 let now = Instant::now();
