@@ -18,8 +18,8 @@ use rdma_emu_ibverbs::*;
 const CHILD: &str = "CAPI_MISUSE_CHILD";
 
 /// Runs the test `name` of this binary in a child process on the device `ip` and
-/// checks it passed; in the child, runs `body` instead.
-fn in_child(name: &str, ip: &str, body: impl FnOnce()) {
+/// checks it passed (returning what it printed); in the child, runs `body` instead.
+fn in_child(name: &str, ip: &str, body: impl FnOnce()) -> String {
     if std::env::var(CHILD).as_deref() == Ok(name) {
         // Bounded memory: a list that never ends must not take the machine with it.
         let limit = libc::rlimit {
@@ -30,7 +30,7 @@ fn in_child(name: &str, ip: &str, body: impl FnOnce()) {
         assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
         body();
         println!("child {name}: all checks passed");
-        return;
+        return String::new();
     }
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
@@ -48,6 +48,7 @@ fn in_child(name: &str, ip: &str, body: impl FnOnce()) {
         "child {name} failed ({:?}):\n{text}",
         out.status
     );
+    text
 }
 
 fn errno() -> c_int {
@@ -359,9 +360,9 @@ fn queries_answer_as_rdma_core_does() {
             assert_eq!((*pa).state, IBV_PORT_ACTIVE);
             assert_eq!(u32::from((*pa).link_layer), IBV_LINK_LAYER_ETHERNET);
             assert_eq!((*pa).active_mtu, IBV_MTU_4096);
-        // An Ethernet port of unknown speed reports 1X SDR, as kernel rxe on the
-        // loopback interface does (zero is not a valid width or speed).
-        assert_eq!(((*pa).active_width, (*pa).active_speed), (1, 1));
+            // An Ethernet port of unknown speed reports 1X SDR, as kernel rxe on the
+            // loopback interface does (zero is not a valid width or speed).
+            assert_eq!(((*pa).active_width, (*pa).active_speed), (1, 1));
             let end = std::mem::offset_of!(ibv_port_attr, flags) + 1;
             assert!(raw[end..].iter().all(|&b| b == 0xAB));
 
@@ -644,4 +645,32 @@ fn type_2_windows_bind_by_work_request() {
             assert_eq!(ibv_close_device(ctx), 0);
         },
     );
+}
+
+#[test]
+fn an_address_in_use_names_its_holder() {
+    // The parent holds the address the child's device wants.
+    let held = std::env::var(CHILD)
+        .is_err()
+        .then(|| std::net::UdpSocket::bind("127.0.0.65:4791").unwrap());
+    let text = in_child(
+        "an_address_in_use_names_its_holder",
+        "127.0.0.65",
+        || unsafe {
+            let mut n = 0;
+            let list = ibv_get_device_list(&mut n);
+            assert!(ibv_open_device(*list).is_null());
+            assert_eq!(errno(), libc::EADDRINUSE);
+            ibv_free_device_list(list);
+        },
+    );
+    if held.is_none() {
+        return;
+    }
+    let line = format!(
+        "127.0.0.65:4791 is already taken by process {} (",
+        std::process::id()
+    );
+    assert!(text.contains(&line), "{text}");
+    drop(held);
 }
