@@ -28,6 +28,41 @@ fn die(msg: &str) -> ! {
     std::process::exit(1)
 }
 
+/// Ends the program with a one-line error naming `what` failed, never a panic.
+trait OrDie<T> {
+    fn or_die(self, what: &str) -> T;
+}
+
+impl<T, E: std::fmt::Display> OrDie<T> for std::result::Result<T, E> {
+    fn or_die(self, what: &str) -> T {
+        self.unwrap_or_else(|e| die(&format!("{what}: {e}")))
+    }
+}
+
+/// Reads the peer's next line; a peer that went away ends the program with one line.
+fn read_msg(reader: &mut impl BufRead, line: &mut String, what: &str) {
+    line.clear();
+    if reader.read_line(line).or_die(what) == 0 {
+        die(&format!(
+            "the peer closed the connection (waiting for {what})"
+        ));
+    }
+}
+
+/// The bytes of memory available to this process now (`MemAvailable`), if known.
+fn mem_available() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
 fn main() {
     let (mut bytes, mut tcp, mut udp, mut host, mut ip) = (
         64usize << 20,
@@ -48,6 +83,14 @@ fn main() {
             o => die(&format!("unknown option {o}")),
         }
     }
+    if bytes == 0 {
+        die("--bytes must be at least 1");
+    }
+    if let Some(avail) = mem_available().filter(|&a| bytes > a) {
+        die(&format!(
+            "--bytes {bytes} is more memory than is available ({avail} bytes)"
+        ));
+    }
     let client = host.is_some();
     let ip = ip.unwrap_or(if client {
         Ipv4Addr::new(127, 0, 0, 2)
@@ -67,13 +110,19 @@ fn main() {
         .query_port(1)
         .unwrap_or_else(|e| die(&format!("query_port: {e}")))
         .active_mtu;
+    let max_mr = dev.query_device().or_die("query_device").max_mr_size;
+    if bytes as u64 > max_mr {
+        die(&format!(
+            "--bytes {bytes} is larger than the device's max_mr_size ({max_mr})"
+        ));
+    }
     let ctx = Context::new(dev);
-    let pd = ctx.alloc_pd().unwrap();
+    let pd = ctx.alloc_pd().or_die("alloc_pd");
     let mem = MemBuf::new(bytes);
     let mr = pd
         .reg_mr(&mem, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-        .unwrap();
-    let cq = ctx.create_cq(64, None).unwrap();
+        .or_die("reg_mr");
+    let cq = ctx.create_cq(64, None).or_die("create_cq");
     let cap = QpCap {
         max_send_wr: 16,
         max_recv_wr: 1,
@@ -81,7 +130,9 @@ fn main() {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let qp = pd.create_qp(&cq, &cq, QpType::Rc, cap, false).unwrap();
+    let qp = pd
+        .create_qp(&cq, &cq, QpType::Rc, cap, false)
+        .or_die("create_qp");
     let psn = (std::process::id() ^ u32::from(ip)) & 0xFF_FFFF;
 
     let mut stream = match &host {
@@ -99,7 +150,7 @@ fn main() {
             TcpListener::bind(("0.0.0.0", tcp))
                 .unwrap_or_else(|e| die(&format!("listen: {e}")))
                 .accept()
-                .unwrap()
+                .or_die("accept")
                 .0
         }
     };
@@ -113,14 +164,17 @@ fn main() {
         mr.info().addr,
         mr.rkey()
     )
-    .unwrap();
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    .or_die("send the connection data");
+    let mut reader = BufReader::new(stream.try_clone().or_die("clone the TCP stream"));
     let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
+    read_msg(&mut reader, &mut line, "the connection data");
     let f: Vec<u64> = line
         .split_whitespace()
         .map(|x| u64::from_str_radix(x, 16).unwrap_or_else(|_| die("bad peer line")))
         .collect();
+    if f.len() != 5 {
+        die("bad connection data from the peer");
+    }
     let (rqpn, rpsn, rip, raddr, rrkey) = (
         f[0] as u32,
         f[1] as u32,
@@ -141,12 +195,11 @@ fn main() {
         gid: Gid::from_ipv4(rip),
         ..Endpoint::default()
     };
-    qp.connect(&params, psn, &remote).unwrap();
+    qp.connect(&params, psn, &remote).or_die("connect the QP");
     let _ = gid;
     // Both ends are in RTS before the first WRITE: each says so and waits for the other.
-    writeln!(stream, "ready").unwrap();
-    line.clear();
-    reader.read_line(&mut line).unwrap();
+    writeln!(stream, "ready").or_die("say ready");
+    read_msg(&mut reader, &mut line, "ready");
 
     if client {
         mem.with_mut(|m| m.iter_mut().enumerate().for_each(|(i, x)| *x = pattern(i)));
@@ -166,11 +219,11 @@ fn main() {
                     rrkey,
                 )
                 .signaled()])
-                    .unwrap();
+                    .or_die("post_send");
                 posted += 1;
             }
             wcs.clear();
-            cq.poll(16, &mut wcs).unwrap();
+            cq.poll(16, &mut wcs).or_die("poll_cq");
             for wc in &wcs {
                 if wc.status != WcStatus::Success {
                     die(&format!("write {} failed: {}", wc.wr_id, wc.status));
@@ -183,24 +236,22 @@ fn main() {
             "wrote {bytes} bytes in {secs:.2} s ({:.0} MB/s)",
             bytes as f64 / secs / 1e6
         );
-        writeln!(stream, "done").unwrap();
-        line.clear();
-        reader.read_line(&mut line).unwrap();
+        writeln!(stream, "done").or_die("say done");
+        read_msg(&mut reader, &mut line, "the verdict");
         if line.trim() != "verified" {
             die(&format!("server says: {}", line.trim()));
         }
         println!("server verified every byte");
     } else {
-        line.clear();
-        reader.read_line(&mut line).unwrap(); // done
+        read_msg(&mut reader, &mut line, "done");
         let bad = mem.with(|m| m.iter().enumerate().position(|(i, &x)| x != pattern(i)));
         match bad {
             None => {
-                writeln!(stream, "verified").unwrap();
+                writeln!(stream, "verified").or_die("say verified");
                 println!("received and verified {bytes} bytes");
             }
             Some(i) => {
-                writeln!(stream, "mismatch at byte {i}").unwrap();
+                writeln!(stream, "mismatch at byte {i}").or_die("report the mismatch");
                 die(&format!("mismatch at byte {i}"));
             }
         }
