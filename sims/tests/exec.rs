@@ -239,3 +239,35 @@ fn ibv_devinfo_through_the_launcher() {
         "{t}\n{guid}"
     );
 }
+
+/// `--netns`: the program runs as root of a new network namespace whose `emunet0`
+/// carries the device's address, and the tree names `emunet0` as its interface; a
+/// nested `exec --ip` there (the second process of a pair) gets its own device.
+#[test]
+fn netns_gives_the_device_a_non_loopback_interface() {
+    let lib = stand_in_lib();
+    if !namespaces_available(&lib) {
+        return;
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: no iproute2 `ip`");
+        return;
+    }
+    let out = exec(
+        &lib,
+        &["--netns", "--ip", "10.77.0.1", "--netns-addr", "10.77.0.2"],
+        &format!(
+            "id -u; ls /sys/class/infiniband/emu0/device/net/; \
+             cat /sys/class/infiniband/emu0/ports/1/gid_attrs/ndevs/0; \
+             ip -o -4 addr show emunet0 | awk '{{print $4}}'; \
+             {BIN} exec --lib {lib} --ip 10.77.0.2 -- \
+               cat /sys/class/infiniband/emu0/ports/1/gids/0",
+            lib = lib.display()
+        ),
+    );
+    assert_eq!(
+        text(&out),
+        "0\nemunet0\nemunet0\n10.77.0.1/32\n10.77.0.2/32\n\
+         0000:0000:0000:0000:0000:ffff:0a4d:0002\n"
+    );
+}
