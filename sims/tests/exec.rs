@@ -271,3 +271,43 @@ fn netns_gives_the_device_a_non_loopback_interface() {
          0000:0000:0000:0000:0000:ffff:0a4d:0002\n"
     );
 }
+
+/// Where no user namespace can be made, `exec` says so in one line and names what
+/// works instead; `--plain` runs the program with the environment only. Made here by
+/// running the launcher in a user namespace whose limit of nested namespaces is 0
+/// (python3 does the unshare: the test harness is multithreaded, which unshare
+/// refuses); skipped where python3 or user namespaces are missing.
+#[test]
+fn without_user_namespaces_it_says_what_works_instead() {
+    const NO_USERNS: &str = "import ctypes, os, sys\n\
+        if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0: sys.exit(77)\n\
+        open('/proc/sys/user/max_user_namespaces', 'w').write('0')\n\
+        os.execv(sys.argv[1], sys.argv[1:])\n";
+    let lib = stand_in_lib();
+    let run = |plain: bool| {
+        let mut c = Command::new("python3");
+        c.args(["-c", NO_USERNS, BIN, "exec", "--ip", "127.0.0.66", "--lib"])
+            .arg(&lib);
+        if plain {
+            c.arg("--plain");
+        }
+        c.args(["--", "sh", "-c", "echo \"$RDMA_EMU_DEVICES\""]);
+        c.output()
+    };
+    let out = match run(false) {
+        Ok(o) if o.status.code() != Some(77) => o,
+        _ => {
+            eprintln!("SKIPPED: no python3, or no user namespace for the test itself");
+            return;
+        }
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot make a user and mount namespace") && err.contains("--plain"),
+        "{err}"
+    );
+    let out = run(true).unwrap();
+    assert_eq!(text(&out), "emu0=127.0.0.66:4791\n");
+}
