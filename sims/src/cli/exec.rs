@@ -168,15 +168,16 @@ pub(crate) fn run(o: ExecOpts) -> Result<(), String> {
         cmd.env_remove("RDMA_EMU_IP");
     }
     if !o.plain {
-        if let Err(e) = enter_namespaces(o.netns) {
-            return Err(format!(
-                "cannot make a user and mount namespace ({e}), so /sys/class/infiniband and \
-                 /dev/infiniband cannot be provided; plain libibverbs/librdmacm programs still \
-                 work without them: `rdma-emu exec --plain ...` (LD_LIBRARY_PATH={} plus the \
-                 RDMA_EMU_* variables)",
+        let fallback = |what: &str, e: String| {
+            format!(
+                "{what} ({e}), so /sys/class/infiniband and /dev/infiniband cannot be \
+                 provided; plain libibverbs/librdmacm programs still work without them: \
+                 `rdma-emu exec --plain ...` (LD_LIBRARY_PATH={} plus the RDMA_EMU_* variables)",
                 lib.display()
-            ));
-        }
+            )
+        };
+        enter_namespaces(o.netns)
+            .map_err(|e| fallback("cannot make a user and mount namespace", e))?;
         if o.netns {
             let mut addrs: Vec<Ipv4Addr> = devices.iter().map(|d| d.ip).collect();
             addrs.extend(&o.netns_addr);
@@ -187,7 +188,9 @@ pub(crate) fn run(o: ExecOpts) -> Result<(), String> {
             .enumerate()
             .map(|(i, d)| describe(d, i))
             .collect::<Result<Vec<_>, String>>()?;
-        install_tree(&descs)?;
+        // Mounting can still be refused inside the namespace (a security module, a
+        // read-only /sys); the namespace is ours alone, so a half-done tree is lost with it.
+        install_tree(&descs).map_err(|e| fallback("cannot mount the device tree", e))?;
     }
     let e = cmd.exec();
     Err(format!("cannot run {:?}: {e}", o.command[0]))
@@ -245,7 +248,15 @@ fn enter_namespaces(netns: bool) -> Result<(), String> {
     if uid != 0 {
         flags |= CloneFlags::CLONE_NEWUSER;
     }
-    unshare(flags).map_err(|e| format!("unshare: {e}"))?;
+    unshare(flags).map_err(|e| {
+        let why = match e {
+            nix::errno::Errno::ENOSPC => ": the user namespace limit is reached (user.max_user_namespaces)",
+            nix::errno::Errno::EPERM => ": not permitted here (a container's seccomp or security policy, kernel.unprivileged_userns_clone=0, or AppArmor's userns restriction)",
+            nix::errno::Errno::EINVAL => ": the kernel has no user namespaces, or the process has threads",
+            _ => "",
+        };
+        format!("unshare: {e}{why}")
+    })?;
     if uid != 0 {
         // The program keeps its own ids, except in a network namespace, where it is
         // root so that it (and `ip`) may configure the namespace.
