@@ -53,7 +53,7 @@ step_fail() { echo "FAIL $1"; exit 1; }
 # bindgen (libclang), links -libverbs (libibverbs-dev); rdma-mummy-sys (sideway) builds
 # its static libibverbs/librdmacm shim with cmake, which wants libnl; rdma-sys
 # (async-rdma) finds libibverbs and librdmacm with pkg-config and runs bindgen.
-PKGS="libibverbs-dev librdmacm-dev libclang-dev clang cmake pkg-config libnl-3-dev libnl-route-3-dev gcc make"
+PKGS="libibverbs-dev librdmacm-dev libclang-dev cmake pkg-config libnl-3-dev libnl-route-3-dev gcc make"
 if ! dpkg -s $PKGS >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   { apt-get install -y -qq $PKGS >/dev/null 2>&1 ||
