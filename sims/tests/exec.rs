@@ -227,6 +227,19 @@ fn ibv_devinfo_through_the_launcher() {
     assert!(t.contains("hca_id:\temu0"), "{t}");
     assert!(t.contains("PORT_ACTIVE"), "{t}");
     assert!(t.contains("::ffff:127.0.0.65, RoCE v2"), "{t}");
+    // Under --netns the device's interface is emunet0, whose MTU the port follows:
+    // still 4096, as for a device on lo (a 1500-byte veth would give 1024, and two
+    // processes of one test would disagree).
+    if Command::new("ip").arg("-V").output().is_ok() {
+        let out = Command::new(BIN)
+            .args(["exec", "--netns", "--ip", "127.0.0.67", "--lib"])
+            .arg(&lib)
+            .args(["--", "ibv_devinfo", "-v"])
+            .output()
+            .unwrap();
+        let t = text(&out);
+        assert!(t.contains("active_mtu:\t\t4096 (5)"), "{t}");
+    }
     // The same node GUID as the tree says.
     let out = exec(
         &lib,
@@ -259,6 +272,8 @@ fn netns_gives_the_device_a_non_loopback_interface() {
         &format!(
             "id -u; ls /sys/class/infiniband/emu0/device/net/; \
              cat /sys/class/infiniband/emu0/ports/1/gid_attrs/ndevs/0; \
+             cat /sys/class/infiniband/emu0/device/net/emunet0/operstate; \
+             ls /sys/class/net | sort | tr '\\n' ' '; echo; \
              ip -o -4 addr show emunet0 | awk '{{print $4}}'; \
              {BIN} exec --lib {lib} --ip 10.77.0.2 -- \
                cat /sys/class/infiniband/emu0/ports/1/gids/0",
@@ -267,7 +282,7 @@ fn netns_gives_the_device_a_non_loopback_interface() {
     );
     assert_eq!(
         text(&out),
-        "0\nemunet0\nemunet0\n10.77.0.1/32\n10.77.0.2/32\n\
+        "0\nemunet0\nemunet0\nup\nemunet0 emunet0p lo \n10.77.0.1/32\n10.77.0.2/32\n\
          0000:0000:0000:0000:0000:ffff:0a4d:0002\n"
     );
 }

@@ -19,7 +19,8 @@
 //!    anyone may open, which is all the checks want; the library never opens them);
 //! 4. with `--netns`, also enters a new network namespace with `lo` up and a veth pair
 //!    `emunet0`/`emunet0p` carrying the device addresses (for libfabric, which ignores
-//!    loopback interfaces), the program running as root of the namespace;
+//!    loopback interfaces), the program running as root of the namespace, and
+//!    `/sys/class/net` showing that namespace's interfaces;
 //! 5. replaces itself with the program (`execvp`), so signals and the exit status are
 //!    the program's own.
 //!
@@ -40,7 +41,7 @@ use std::process::Command;
 
 use clap::Args;
 use emu_core::nic::{EmuConfig, EmuDevice};
-use nix::mount::{mount, MsFlags};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use verbs_api::{Device, LinkLayer, PortState};
 
@@ -190,7 +191,7 @@ pub(crate) fn run(o: ExecOpts) -> Result<(), String> {
             .collect::<Result<Vec<_>, String>>()?;
         // Mounting can still be refused inside the namespace (a security module, a
         // read-only /sys); the namespace is ours alone, so a half-done tree is lost with it.
-        install_tree(&descs).map_err(|e| fallback("cannot mount the device tree", e))?;
+        install_tree(&descs, o.netns).map_err(|e| fallback("cannot mount the device tree", e))?;
     }
     let e = cmd.exec();
     Err(format!("cannot run {:?}: {e}", o.command[0]))
@@ -276,7 +277,8 @@ fn enter_namespaces(netns: bool) -> Result<(), String> {
     .map_err(|e| format!("making / private: {e}"))
 }
 
-/// `lo` up, and `emunet0` (one end of a veth pair) up with `addrs` as /32 addresses.
+/// `lo` up, and `emunet0` (one end of a veth pair, MTU 65535) up with `addrs` as /32
+/// addresses.
 fn setup_netns(addrs: &[Ipv4Addr]) -> Result<(), String> {
     let peer = format!("{NETNS_IF}p");
     let mut steps: Vec<Vec<String>> = vec![
@@ -295,8 +297,16 @@ fn setup_netns(addrs: &[Ipv4Addr]) -> Result<(), String> {
                 .to_vec(),
         );
     }
-    steps.push(["link", "set", &peer, "up"].map(String::from).to_vec());
-    steps.push(["link", "set", NETNS_IF, "up"].map(String::from).to_vec());
+    // Traffic between addresses of one host goes through `lo` whatever interface
+    // holds them; the pair gets the largest MTU a veth takes, so that the device, whose
+    // port MTU follows its interface's, keeps lo's (4096) like a device on 127.x.
+    for dev in [NETNS_IF, peer.as_str()] {
+        steps.push(
+            ["link", "set", dev, "mtu", "65535", "up"]
+                .map(String::from)
+                .to_vec(),
+        );
+    }
     for s in steps {
         let out = Command::new("ip")
             .args(&s)
@@ -354,42 +364,31 @@ fn describe(cfg: &DeviceConfig, index: usize) -> Result<DeviceDesc, String> {
     })
 }
 
-/// The interface carrying `ip`: one with exactly that address (a non-loopback one
-/// first), else one whose subnet holds it (127.0.0.x: `lo`).
+/// The interface carrying `ip`, by the rule the emulated device follows its
+/// interface with (emu-core `nic::netdev::interface_of`, whose port MTU, speed and
+/// state come from it): the first, in `getifaddrs` order, holding exactly that
+/// address, else the first whose subnet holds it (127.0.0.x: `lo`).
 pub(crate) fn netdev_of(ip: Ipv4Addr) -> Option<String> {
-    let addrs: Vec<(String, bool, Ipv4Addr, Ipv4Addr)> = nix::ifaddrs::getifaddrs()
+    let addrs: Vec<(String, Ipv4Addr, Ipv4Addr)> = nix::ifaddrs::getifaddrs()
         .ok()?
         .filter_map(|a| {
             let addr = a.address?.as_sockaddr_in()?.ip();
-            let mask = a
-                .netmask
-                .and_then(|m| m.as_sockaddr_in().map(|m| m.ip()))
-                .unwrap_or(Ipv4Addr::BROADCAST);
-            let lo = a
-                .flags
-                .contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK);
-            Some((a.interface_name, lo, addr, mask))
+            let mask = a.netmask?.as_sockaddr_in()?.ip();
+            Some((a.interface_name, addr, mask))
         })
         .collect();
     pick_netdev(ip, &addrs)
 }
 
-/// [`netdev_of`]'s choice among `(name, is_loopback, address, netmask)`.
-fn pick_netdev(ip: Ipv4Addr, addrs: &[(String, bool, Ipv4Addr, Ipv4Addr)]) -> Option<String> {
-    let exact = |lo: bool| {
-        addrs
-            .iter()
-            .find(|(_, l, a, _)| *l == lo && *a == ip)
-            .map(|x| x.0.clone())
-    };
-    let within = || {
-        addrs
-            .iter()
-            .filter(|(_, _, a, m)| u32::from(*a) & u32::from(*m) == u32::from(ip) & u32::from(*m))
-            .max_by_key(|(_, _, _, m)| u32::from(*m).count_ones())
-            .map(|x| x.0.clone())
-    };
-    exact(false).or_else(|| exact(true)).or_else(within)
+/// [`netdev_of`]'s choice among `(name, address, netmask)`, in `getifaddrs` order.
+fn pick_netdev(ip: Ipv4Addr, addrs: &[(String, Ipv4Addr, Ipv4Addr)]) -> Option<String> {
+    let within =
+        |a: Ipv4Addr, m: Ipv4Addr| u32::from(a) & u32::from(m) == u32::from(ip) & u32::from(m);
+    addrs
+        .iter()
+        .find(|(_, a, _)| *a == ip)
+        .or_else(|| addrs.iter().find(|(_, a, m)| within(*a, *m)))
+        .map(|x| x.0.clone())
 }
 
 /// The kernel's `%pI6` (eight groups of four hex digits).
@@ -639,8 +638,42 @@ fn shadow(
     Ok(())
 }
 
-/// Mounts the generated entries over `/sys/class` and `/dev`.
-fn install_tree(devs: &[DeviceDesc]) -> Result<(), String> {
+/// Puts the network namespace's own view of its interfaces on `/sys/class/net` and
+/// `/sys/devices/virtual/net` (sysfs shows the network namespace of whoever mounted it,
+/// so the host's `/sys` lists the host's interfaces): a sysfs mounted from inside
+/// the namespace, at `scratch` for as long as it takes to bind those two directories.
+fn netns_sysfs_net(scratch: &Path) -> Result<(), String> {
+    let err =
+        |what: &str, e: &dyn std::fmt::Display| format!("sysfs of the namespace: {what}: {e}");
+    fs::create_dir(scratch).map_err(|e| err("mkdir", &e))?;
+    mount(
+        Some("sysfs"),
+        scratch,
+        Some("sysfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| err("mount", &e))?;
+    for (from, to) in [
+        ("class/net", "/sys/class/net"),
+        ("devices/virtual/net", "/sys/devices/virtual/net"),
+    ] {
+        mount(
+            Some(&scratch.join(from)),
+            to,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| err(to, &e))?;
+    }
+    umount2(scratch, MntFlags::MNT_DETACH).map_err(|e| err("umount", &e))?;
+    fs::remove_dir(scratch).map_err(|e| err("rmdir", &e))
+}
+
+/// Mounts the generated entries over `/sys/class` and `/dev` (with `netns`, also the
+/// namespace's own `/sys/class/net`).
+fn install_tree(devs: &[DeviceDesc], netns: bool) -> Result<(), String> {
     fn io(what: &'static str) -> impl Fn(io::Error) -> String {
         move |e| format!("{what}: {e}")
     }
@@ -648,6 +681,9 @@ fn install_tree(devs: &[DeviceDesc]) -> Result<(), String> {
         Path::new("/sys/class"),
         &["infiniband", "infiniband_verbs"],
         |dir, _| {
+            if netns {
+                netns_sysfs_net(&dir.join(".rdma-emu-sysfs"))?;
+            }
             write_infiniband(&dir.join("infiniband"), devs).map_err(io("/sys/class/infiniband"))?;
             write_infiniband_verbs(&dir.join("infiniband_verbs"), devs)
                 .map_err(io("/sys/class/infiniband_verbs"))
@@ -824,44 +860,33 @@ mod tests {
     fn netdev_choice() {
         let lo = (
             "lo".to_string(),
-            true,
             Ipv4Addr::LOCALHOST,
             Ipv4Addr::new(255, 0, 0, 0),
         );
         let eth = (
             "eth0".to_string(),
-            false,
             Ipv4Addr::new(10, 0, 0, 5),
             Ipv4Addr::new(255, 255, 255, 0),
         );
-        let veth = (
-            "emunet0".to_string(),
-            false,
-            Ipv4Addr::new(127, 0, 0, 2),
-            Ipv4Addr::BROADCAST,
-        );
-        let all = [lo.clone(), eth.clone(), veth.clone()];
+        let veth = |a| ("emunet0".to_string(), a, Ipv4Addr::BROADCAST);
+        let all = [
+            lo.clone(),
+            eth.clone(),
+            veth(Ipv4Addr::new(127, 0, 0, 1)),
+            veth(Ipv4Addr::new(127, 0, 0, 2)),
+        ];
+        let pick = |ip| pick_netdev(ip, &all);
+        // An exact address first, in order (lo before emunet0 for 127.0.0.1).
         assert_eq!(
-            pick_netdev(Ipv4Addr::new(127, 0, 0, 2), &all).as_deref(),
+            pick(Ipv4Addr::new(127, 0, 0, 2)).as_deref(),
             Some("emunet0")
         );
-        assert_eq!(
-            pick_netdev(Ipv4Addr::new(127, 0, 0, 3), &all).as_deref(),
-            Some("lo")
-        );
-        assert_eq!(
-            pick_netdev(Ipv4Addr::LOCALHOST, &all).as_deref(),
-            Some("lo")
-        );
-        assert_eq!(
-            pick_netdev(Ipv4Addr::new(10, 0, 0, 5), &all).as_deref(),
-            Some("eth0")
-        );
-        assert_eq!(
-            pick_netdev(Ipv4Addr::new(10, 0, 0, 9), &all).as_deref(),
-            Some("eth0")
-        );
-        assert_eq!(pick_netdev(Ipv4Addr::new(192, 168, 0, 1), &all), None);
+        assert_eq!(pick(Ipv4Addr::LOCALHOST).as_deref(), Some("lo"));
+        assert_eq!(pick(Ipv4Addr::new(10, 0, 0, 5)).as_deref(), Some("eth0"));
+        // Else the subnet.
+        assert_eq!(pick(Ipv4Addr::new(127, 0, 0, 3)).as_deref(), Some("lo"));
+        assert_eq!(pick(Ipv4Addr::new(10, 0, 0, 9)).as_deref(), Some("eth0"));
+        assert_eq!(pick(Ipv4Addr::new(192, 168, 0, 1)), None);
     }
 
     #[test]
