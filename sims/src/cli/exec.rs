@@ -184,14 +184,18 @@ pub(crate) fn run(o: ExecOpts) -> Result<(), String> {
             addrs.extend(&o.netns_addr);
             setup_netns(&addrs)?;
         }
+        // Mounting can still be refused inside the namespace (a security module, a
+        // read-only /sys); the namespace is ours alone, so a half-done tree is lost with it.
+        let mount_err = |e| fallback("cannot mount the device tree", e);
+        // /sys/class first: under --netns it brings the namespace's /sys/class/net,
+        // which the device reads its port's MTU, speed and state from when it opens.
+        shadow_sys_class(o.netns).map_err(mount_err)?;
         let descs = devices
             .iter()
             .enumerate()
             .map(|(i, d)| describe(d, i))
             .collect::<Result<Vec<_>, String>>()?;
-        // Mounting can still be refused inside the namespace (a security module, a
-        // read-only /sys); the namespace is ours alone, so a half-done tree is lost with it.
-        install_tree(&descs, o.netns).map_err(|e| fallback("cannot mount the device tree", e))?;
+        install_tree(&descs).map_err(mount_err)?;
     }
     let e = cmd.exec();
     Err(format!("cannot run {:?}: {e}", o.command[0]))
@@ -671,12 +675,9 @@ fn netns_sysfs_net(scratch: &Path) -> Result<(), String> {
     fs::remove_dir(scratch).map_err(|e| err("rmdir", &e))
 }
 
-/// Mounts the generated entries over `/sys/class` and `/dev` (with `netns`, also the
-/// namespace's own `/sys/class/net`).
-fn install_tree(devs: &[DeviceDesc], netns: bool) -> Result<(), String> {
-    fn io(what: &'static str) -> impl Fn(io::Error) -> String {
-        move |e| format!("{what}: {e}")
-    }
+/// Covers `/sys/class` with a writable copy of its entries except `infiniband` and
+/// `infiniband_verbs` (with `netns`, also the namespace's own `/sys/class/net`).
+fn shadow_sys_class(netns: bool) -> Result<(), String> {
     shadow(
         Path::new("/sys/class"),
         &["infiniband", "infiniband_verbs"],
@@ -684,11 +685,21 @@ fn install_tree(devs: &[DeviceDesc], netns: bool) -> Result<(), String> {
             if netns {
                 netns_sysfs_net(&dir.join(".rdma-emu-sysfs"))?;
             }
-            write_infiniband(&dir.join("infiniband"), devs).map_err(io("/sys/class/infiniband"))?;
-            write_infiniband_verbs(&dir.join("infiniband_verbs"), devs)
-                .map_err(io("/sys/class/infiniband_verbs"))
+            Ok(())
         },
-    )?;
+    )
+}
+
+/// Writes the generated entries into the `/sys/class` copy ([`shadow_sys_class`]) and
+/// mounts `/dev`'s.
+fn install_tree(devs: &[DeviceDesc]) -> Result<(), String> {
+    fn io(what: &'static str) -> impl Fn(io::Error) -> String {
+        move |e| format!("{what}: {e}")
+    }
+    write_infiniband(Path::new("/sys/class/infiniband"), devs)
+        .map_err(io("/sys/class/infiniband"))?;
+    write_infiniband_verbs(Path::new("/sys/class/infiniband_verbs"), devs)
+        .map_err(io("/sys/class/infiniband_verbs"))?;
     shadow(Path::new("/dev"), &["infiniband"], |dir, old| {
         let ib = dir.join("infiniband");
         fs::create_dir(&ib).map_err(io("/dev/infiniband"))?;
