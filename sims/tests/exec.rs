@@ -254,8 +254,9 @@ fn ibv_devinfo_through_the_launcher() {
 }
 
 /// `--netns`: the program runs as root of a new network namespace whose `emunet0`
-/// carries the device's address, and the tree names `emunet0` as its interface; a
-/// nested `exec --ip` there (the second process of a pair) gets its own device.
+/// carries the device's address (127.x allowed there: route_localnet), the tree names
+/// `emunet0` as its interface, and /sys/class/net is the namespace's; a nested
+/// `exec --ip` there (the second process of a pair) gets its own device.
 #[test]
 fn netns_gives_the_device_a_non_loopback_interface() {
     let lib = stand_in_lib();
@@ -274,6 +275,7 @@ fn netns_gives_the_device_a_non_loopback_interface() {
              cat /sys/class/infiniband/emu0/ports/1/gid_attrs/ndevs/0; \
              cat /sys/class/infiniband/emu0/device/net/emunet0/operstate; \
              ls /sys/class/net | sort | tr '\\n' ' '; echo; \
+             cat /proc/sys/net/ipv4/conf/emunet0/route_localnet; \
              ip -o -4 addr show emunet0 | awk '{{print $4}}'; \
              {BIN} exec --lib {lib} --ip 10.77.0.2 -- \
                cat /sys/class/infiniband/emu0/ports/1/gids/0",
@@ -282,7 +284,7 @@ fn netns_gives_the_device_a_non_loopback_interface() {
     );
     assert_eq!(
         text(&out),
-        "0\nemunet0\nemunet0\nup\nemunet0 emunet0p lo \n10.77.0.1/32\n10.77.0.2/32\n\
+        "0\nemunet0\nemunet0\nup\nemunet0 emunet0p lo \n1\n10.77.0.1/32\n10.77.0.2/32\n\
          0000:0000:0000:0000:0000:ffff:0a4d:0002\n"
     );
 }

@@ -282,9 +282,16 @@ fn enter_namespaces(netns: bool) -> Result<(), String> {
 }
 
 /// `lo` up, and `emunet0` (one end of a veth pair, MTU 65535) up with `addrs` as /32
-/// addresses.
+/// addresses, where 127.x addresses are not martians.
 fn setup_netns(addrs: &[Ipv4Addr]) -> Result<(), String> {
     let peer = format!("{NETNS_IF}p");
+    // Packets with 127.x addresses arriving on an interface other than lo are dropped
+    // as martians unless route_localnet is set: the emulator's multicast, which leaves
+    // through the device address's interface and is looped back there, would be lost.
+    for conf in ["all", "default"] {
+        let f = format!("/proc/sys/net/ipv4/conf/{conf}/route_localnet");
+        fs::write(&f, "1").map_err(|e| format!("{f}: {e}"))?;
+    }
     let mut steps: Vec<Vec<String>> = vec![
         vec!["link".into(), "set".into(), "lo".into(), "up".into()],
         [
