@@ -97,14 +97,15 @@ int main(int argc, char **argv)
 	union ibv_gid gid, zero = {};
 	CHECK(query_gid(ctx, 1, 0, &gid) == 0 && memcmp(&gid, &zero, sizeof(gid)) != 0, "gid 0");
 	CHECK(gid.raw[10] == 0xff && gid.raw[11] == 0xff, "gid 0 is IPv4-mapped");
-	CHECK(query_gid(ctx, 1, 1, &gid) == 0 && memcmp(&gid, &zero, sizeof(gid)) == 0, "gid 1 empty");
+	CHECK(query_gid(ctx, 1, 2, &gid) == 0 && memcmp(&gid, &zero, sizeof(gid)) == 0, "gid 2 empty");
 	CHECK(query_gid(ctx, 1, -1, &gid) == -1, "negative index");
 	int (*query_gid_ex)(struct ibv_context *, uint32_t, uint32_t, struct ibv_gid_entry *,
 			    uint32_t, size_t) = sym("_ibv_query_gid_ex", "IBVERBS_1.11");
 	struct ibv_gid_entry ge;
 	CHECK(query_gid_ex(ctx, 1, 0, &ge, 0, sizeof(ge)) == 0 && ge.gid_type == IBV_GID_TYPE_ROCE_V2,
 	      "gid_ex 0");
-	CHECK(query_gid_ex(ctx, 1, 1, &ge, 0, sizeof(ge)) == ENODATA, "gid_ex 1 is ENODATA");
+	CHECK(query_gid_ex(ctx, 1, 2, &ge, 0, sizeof(ge)) == ENODATA, "gid_ex 2 is ENODATA");
+	CHECK(query_gid_ex(ctx, 1, 1, &ge, 0, sizeof(ge)) == 0 && ge.ndev_ifindex != 0, "gid_ex 1");
 
 	/* ibv_query_pkey@IBVERBS_1.1 (network order) and ibv_get_pkey_index@IBVERBS_1.5. */
 	int (*query_pkey)(struct ibv_context *, uint8_t, int, __be16 *) = sym("ibv_query_pkey", "IBVERBS_1.1");

@@ -279,6 +279,13 @@ impl Context {
                 // SAFETY: the context's own descriptor, closed once here.
                 unsafe { libc::close(ctx.cmd_fd) };
             }
+            // The last context of a device takes its NIC down (thread, socket) as it
+            // goes: under the device's lock, so that an `ibv_open_device` of the same
+            // device meanwhile waits for the socket to close instead of failing to
+            // bind its address (EADDRINUSE).
+            // SAFETY: the context's device is one of the list's (ibv_open_device).
+            let dev = unsafe { from_ptr::<_, Device>(ctx.vctx.context.device) };
+            let _held = dev.map(|d| d.nic.lock());
             // SAFETY: made by Box::leak in `open`; removed from the set above, so
             // this is the only release.
             drop(unsafe { Box::from_raw(std::ptr::from_ref(ctx).cast_mut()) });

@@ -383,23 +383,28 @@ fn queries_answer_as_rdma_core_does() {
             let cq = ibv_create_cq(ctx, 4, null_mut(), null_mut(), n - 1);
             assert!(!cq.is_null());
 
-            // GIDs: index 0 is the device's; an empty slot is ENODATA for the extended
-            // query and reads as zero through ibv_query_gid; a table that does not fit is
-            // EINVAL.
+            // GIDs: indices 0 and 1 are the device's address (1 is where kernel rxe
+            // lists IPv4), each naming the interface that carries it; an empty slot is
+            // ENODATA for the extended query and reads as zero through ibv_query_gid; a
+            // table that does not fit is EINVAL.
             let mut e = ibv_gid_entry::default();
             let sz = std::mem::size_of::<ibv_gid_entry>();
             assert_eq!(_ibv_query_gid_ex(ctx, 1, 0, &mut e, 0, sz), 0);
             assert_eq!(e.gid_type, IBV_GID_TYPE_ROCE_V2);
-            assert_eq!(_ibv_query_gid_ex(ctx, 1, 1, &mut e, 0, sz), libc::ENODATA);
+            assert_eq!(e.ndev_ifindex, libc::if_nametoindex(c"lo".as_ptr()));
+            let g0 = e.gid;
+            assert_eq!(_ibv_query_gid_ex(ctx, 1, 1, &mut e, 0, sz), 0);
+            assert_eq!(e.gid.raw, g0.raw);
+            assert_eq!(_ibv_query_gid_ex(ctx, 1, 2, &mut e, 0, sz), libc::ENODATA);
             let mut g = ibv_gid::default();
-            assert_eq!(ibv_query_gid(ctx, 1, 1, &mut g), 0);
+            assert_eq!(ibv_query_gid(ctx, 1, 2, &mut g), 0);
             assert_eq!(g.raw, [0; 16]);
             let mut table = vec![ibv_gid_entry::default(); 16];
             assert_eq!(
                 _ibv_query_gid_table(ctx, table.as_mut_ptr(), 0, 0, sz),
                 -(libc::EINVAL as isize)
             );
-            assert_eq!(_ibv_query_gid_table(ctx, table.as_mut_ptr(), 16, 0, sz), 1);
+            assert_eq!(_ibv_query_gid_table(ctx, table.as_mut_ptr(), 16, 0, sz), 2);
 
             // The command fd is a real descriptor (programs duplicate it).
             assert!((*ctx).cmd_fd >= 0);
@@ -673,4 +678,37 @@ fn an_address_in_use_names_its_holder() {
     );
     assert!(text.contains(&line), "{text}");
     drop(held);
+}
+
+#[test]
+fn concurrent_opens_and_closes_of_one_device() {
+    in_child(
+        "concurrent_opens_and_closes_of_one_device",
+        "127.0.0.66",
+        || {
+            // Threads that each open the device, use it and close it again, as
+            // rstest's parallel cases do: the last close takes the NIC down while
+            // another thread opens it anew, which must wait for the old socket.
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    std::thread::spawn(|| unsafe {
+                        for _ in 0..100 {
+                            let mut n = 0;
+                            let list = ibv_get_device_list(&mut n);
+                            let ctx = ibv_open_device(*list);
+                            ibv_free_device_list(list);
+                            assert!(!ctx.is_null(), "open failed: errno {}", errno());
+                            let pd = ibv_alloc_pd(ctx);
+                            assert!(!pd.is_null());
+                            assert_eq!(ibv_dealloc_pd(pd), 0);
+                            assert_eq!(ibv_close_device(ctx), 0);
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+        },
+    );
 }

@@ -27,6 +27,8 @@ const BUF: usize = 1 << 20;
 
 fn nic(name: &'static str, ip: [u8; 4]) -> Nic {
     let mut engine = Engine::default();
+    // The port's GID: the address its packets leave from (a QP's path names it by index).
+    engine.set_gid(Gid::from_ipv4(ip.into()));
     let pd = engine.alloc_pd().expect("alloc_pd");
     let cq = engine.create_cq(4096).unwrap();
     let cap = QpCap {

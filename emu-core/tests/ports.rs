@@ -92,6 +92,7 @@ fn a_receiver_port_that_comes_back_in_time_loses_nothing() {
 #[test]
 fn tables_lid_and_sm_changes_raise_port_events_and_show_in_queries() {
     let mut e = Engine::default();
+    e.set_gid(gid(Side::A));
     let own = Gid::from_ipv4([10, 0, 0, 1].into());
     e.set_gid(own);
     // The driver saying where the device lives is not a change.
@@ -273,4 +274,24 @@ fn an_adapter_qp_error_completes_the_wqe_under_way_with_its_status() {
     p.a.fail_qp(now, a.qpn, WcStatus::RespTimeoutErr).unwrap();
     assert!(a.poll(&mut p).is_empty());
     assert_eq!(b.state(&mut p), QpState::Rts);
+}
+
+/// The GID table: entries 0 and 1 both hold the device's address (programs written
+/// for kernel rxe, whose index 1 is the IPv4 address, and programs that use index 0
+/// both reach it); an empty entry named as a source GID is ENODATA, as the kernel
+/// refuses it, in `create_ah` and in `modify_qp`.
+#[test]
+fn gid_indices_0_and_1_are_the_address_and_empty_ones_are_enodata() {
+    let (mut p, a, _b) = connected(Config::default());
+    let e = p.engine(a.side);
+    let g0 = e.query_gid(1, 0).unwrap();
+    assert_ne!(g0, Gid::ZERO);
+    assert_eq!(e.query_gid(1, 1).unwrap(), g0);
+    assert_eq!(e.query_gid(1, 2).unwrap(), Gid::ZERO);
+    let pd = e.alloc_pd().unwrap();
+    let mut ah = ah_attr_to(g0);
+    ah.grh.sgid_index = 1;
+    assert!(e.create_ah(pd, &ah).is_ok());
+    ah.grh.sgid_index = 2;
+    assert_eq!(e.create_ah(pd, &ah).unwrap_err().errno(), 61);
 }

@@ -87,7 +87,8 @@ fn send_is_segmented_by_path_mtu() {
     );
     let rc = b.poll(&mut p);
     assert_eq!(rc[0].byte_len, 3000);
-    assert!(rc[0].wc_flags.contains(WcFlags::WITH_IMM));
+    // As kernel rxe reports an RC receive with immediate: GRH | WITH_IMM (3).
+    assert_eq!(rc[0].wc_flags, WcFlags::GRH | WcFlags::WITH_IMM);
     assert_eq!(rc[0].imm_data, 0xdead_beef);
     assert_eq!(b.read_bytes(0, 3000), data);
     assert_eq!(a.poll(&mut p)[0].status, WcStatus::Success);

@@ -40,6 +40,7 @@ fn fresh_qp(e: &mut Engine) -> u32 {
 #[test]
 fn modify_qp_rules() {
     let mut e = Engine::default();
+    e.set_gid(gid(Side::A));
     let now = std::time::Instant::now();
     let qpn = fresh_qp(&mut e);
     let init = QpAttr {
@@ -166,6 +167,7 @@ fn modify_qp_rules() {
 #[test]
 fn post_errors() {
     let mut e = Engine::default();
+    e.set_gid(gid(Side::A));
     let now = std::time::Instant::now();
     let qpn = fresh_qp(&mut e);
     let send = signaled(1, WrOperation::Send, vec![]);
@@ -610,6 +612,7 @@ fn psn_wraps_inside_a_message() {
 #[test]
 fn destroy_order_is_enforced() {
     let mut e = Engine::default();
+    e.set_gid(gid(Side::A));
     let pd = e.alloc_pd().unwrap();
     let cq = e.create_cq(4).unwrap();
     let qpn = e

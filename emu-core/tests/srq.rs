@@ -265,6 +265,7 @@ fn srq_limit_fires_exactly_once_per_arming() {
 #[test]
 fn post_srq_recv_errors_name_the_first_rejected_wr() {
     let mut e = Engine::default();
+    e.set_gid(gid(Side::A));
     let now = std::time::Instant::now();
     let pd = e.alloc_pd().unwrap();
     let srq = e
@@ -304,6 +305,7 @@ fn post_srq_recv_errors_name_the_first_rejected_wr() {
 #[test]
 fn create_modify_query_srq_attribute_rules() {
     let mut e = Engine::default();
+    e.set_gid(gid(Side::A));
     let now = std::time::Instant::now();
     let l = *e.limits();
     let pd = e.alloc_pd().unwrap();

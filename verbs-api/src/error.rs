@@ -41,6 +41,8 @@ pub mod errno {
     pub const EINVAL: i32 = 22;
     /// Function not implemented.
     pub const ENOSYS: i32 = 38;
+    /// No data available (e.g. an empty GID table entry).
+    pub const ENODATA: i32 = 61;
     /// Operation not supported on transport endpoint.
     pub const EOPNOTSUPP: i32 = 95;
     /// Connection timed out.
@@ -64,6 +66,7 @@ pub mod errno {
             ENODEV => "ENODEV",
             EINVAL => "EINVAL",
             ENOSYS => "ENOSYS",
+            ENODATA => "ENODATA",
             EOPNOTSUPP => "EOPNOTSUPP",
             ETIMEDOUT => "ETIMEDOUT",
             _ => return None,

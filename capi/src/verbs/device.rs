@@ -359,6 +359,20 @@ pub unsafe extern "C" fn ibv_query_gid(
     }
 }
 
+/// The interface index of the network interface that carries the device's address
+/// (`ndev_ifindex` of its GID entries, as kernel rxe gives its netdev's); 0 if none.
+fn netdev_index(ctx: &Context) -> u32 {
+    let Some(name) = ctx
+        .dev
+        .netdev()
+        .and_then(|n| std::ffi::CString::new(n).ok())
+    else {
+        return 0;
+    };
+    // SAFETY: a NUL-terminated name; if_nametoindex only reads it.
+    unsafe { libc::if_nametoindex(name.as_ptr()) }
+}
+
 /// The GID table entry `index` of `port`: RoCEv2, as every emulated GID is. ENODATA
 /// for an empty slot (an all-zero GID), as the kernel answers `ibv_query_gid_ex`.
 fn gid_entry(ctx: &Context, port: u8, index: u32) -> Result<sys::ibv_gid_entry, c_int> {
@@ -371,7 +385,7 @@ fn gid_entry(ctx: &Context, port: u8, index: u32) -> Result<sys::ibv_gid_entry, 
         gid_index: index,
         port_num: u32::from(port),
         gid_type: sys::IBV_GID_TYPE_ROCE_V2,
-        ndev_ifindex: 0,
+        ndev_ifindex: netdev_index(ctx),
     })
 }
 

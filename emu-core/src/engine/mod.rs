@@ -256,7 +256,13 @@ impl Engine {
     /// Raises no event: this is the driver saying where the device lives, not a
     /// change of a running port (see [`Engine::set_gid_entry`]).
     pub fn set_gid(&mut self, gid: Gid) {
-        if let Some(g) = self.port.gids.first_mut() {
+        // Entries 0 and 1 both hold the device's address. A RoCE port of kernel rxe
+        // lists its interface's IPv6 link-local default GID first and the IPv4 address
+        // after it (ib_cache's default GID), so programs written against rxe ask for
+        // index 1 for IPv4 (the ibverbs and async-rdma crates, `-g 1`); programs for
+        // any RoCE device commonly ask for 0. The emulator carries IPv4 only, so both
+        // indices name the one address.
+        for g in self.port.gids.iter_mut().take(2) {
             *g = gid;
         }
     }
@@ -863,6 +869,11 @@ impl Engine {
         if self.ahs.len() >= self.limits.max_ah as usize {
             return Err(Error::NoMemory("max_ah reached"));
         }
+        if !self.port.gid_valid(attr.grh.sgid_index)
+            && u32::from(attr.grh.sgid_index) < self.limits.gid_tbl_len
+        {
+            return Err(empty_sgid());
+        }
         self.ahs.create(&mut self.mrs, &self.limits, pd, attr)
     }
 
@@ -1109,5 +1120,14 @@ fn next_qpn(qpn: u32) -> u32 {
         FIRST_QPN
     } else {
         qpn + 1
+    }
+}
+
+/// ENODATA: a source GID index that names an empty GID table entry, as the kernel
+/// refuses it in `ibv_create_ah` and `ibv_modify_qp` (`rdma_get_gid_attr`).
+pub(crate) fn empty_sgid() -> verbs_api::Error {
+    verbs_api::Error::Os {
+        errno: verbs_api::errno::ENODATA,
+        context: "sgid_index names an empty GID table entry",
     }
 }

@@ -6,9 +6,10 @@
 //! Without `STATE` in the mask the call is a transition from the current state to
 //! itself (so RTS->RTS may change the allowed attributes, and RTR->RTR is illegal).
 
-use verbs_api::{AccessFlags, Error, Mtu, QpAttr, QpAttrMask, QpState, QpType, Result};
+use verbs_api::{AccessFlags, Error, QpAttr, QpAttrMask, QpState, QpType, Result};
 
 use super::ctx::Ctx;
+use super::port::Port;
 use super::qp::QueuePair;
 use super::retry::RetryBudget;
 use super::rnr::RnrState;
@@ -90,7 +91,8 @@ const QP_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::MW_BIND);
 
 /// Checks the values of the attributes in `mask` (manual 3.5, `struct ibv_qp_attr`).
-fn check_values(attr: &QpAttr, mask: M, limits: &Limits, active_mtu: Mtu) -> Result<()> {
+fn check_values(attr: &QpAttr, mask: M, limits: &Limits, port: &Port) -> Result<()> {
+    let active_mtu = port.link.active_mtu;
     let bad = |what| Err(Error::InvalidArgument(what));
     if mask.contains(M::PORT) && attr.port_num != 1 {
         return bad("port_num must be 1");
@@ -111,6 +113,9 @@ fn check_values(attr: &QpAttr, mask: M, limits: &Limits, active_mtu: Mtu) -> Res
         }
         if u32::from(ah.grh.sgid_index) >= limits.gid_tbl_len {
             return bad("sgid_index outside the GID table");
+        }
+        if !port.gid_valid(ah.grh.sgid_index) {
+            return Err(super::empty_sgid());
         }
         if ah.port_num > 1 {
             return bad("ah_attr.port_num must be 1");
@@ -185,7 +190,7 @@ impl QueuePair {
         if mask.contains(M::CUR_STATE) && attr.cur_qp_state != cur {
             return Err(Error::InvalidArgument("cur_qp_state is not the QP's state"));
         }
-        check_values(attr, mask, ctx.limits, ctx.port.link.active_mtu)?;
+        check_values(attr, mask, ctx.limits, ctx.port)?;
         self.check_mig_state(attr, mask)?;
 
         self.apply(attr, mask);

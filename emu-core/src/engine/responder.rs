@@ -482,6 +482,12 @@ impl QueuePair {
                 WorkCompletion::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
             wc.byte_len = received as u32;
             wc.src_qp = self.attr.dest_qp_num;
+            // Every RoCE packet carries its routing header (the IP header standing in
+            // for the GRH, IBTA Annex A17.4.5), and RoCE devices say so on every
+            // successful receive, RC and UC too: kernel rxe's `do_complete` starts from
+            // IB_WC_GRH; software written against it (async-rdma) compares the flags
+            // whole. Only UD places the GRH in the receive buffer.
+            wc.wc_flags = WcFlags::GRH;
             if let Some(imm) = repr.imm_dt {
                 wc.imm_data = imm;
                 wc.wc_flags |= WcFlags::WITH_IMM;
@@ -580,7 +586,8 @@ impl QueuePair {
                 );
                 wc.byte_len = total as u32;
                 wc.imm_data = imm;
-                wc.wc_flags = WcFlags::WITH_IMM;
+                // GRH as for a SEND's receive completion (see `Recv` above).
+                wc.wc_flags = WcFlags::GRH | WcFlags::WITH_IMM;
                 wc.src_qp = self.attr.dest_qp_num;
                 ctx.complete(self.init.recv_cq, wc, repr.bth.solicited);
             }

@@ -363,6 +363,14 @@ impl EmuDevice {
         })
     }
 
+    /// The network interface that carries the device's address (a UDP device's port
+    /// follows its MTU and state), once found; None on other links.
+    pub fn netdev(&self) -> Option<String> {
+        let f = self.inner.netdev.as_ref()?;
+        let name = f.lock().name().map(str::to_owned);
+        name
+    }
+
     /// The device's management handle: what a subnet manager, a cable or a hardware
     /// fault does to it (port state, GID/P_Key tables, LID, SM, device and SRQ
     /// failures), each with its asynchronous event.

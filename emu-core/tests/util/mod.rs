@@ -105,11 +105,16 @@ pub fn gid(side: Side) -> Gid {
 impl Default for Pair {
     fn default() -> Self {
         let t0 = Instant::now();
+        let engine = |side| {
+            let mut e = Engine::default();
+            e.set_gid(gid(side));
+            e
+        };
         Pair {
             t0,
             now: t0,
-            a: Engine::default(),
-            b: Engine::default(),
+            a: engine(Side::A),
+            b: engine(Side::B),
             latency: Duration::from_micros(5),
             wire: Vec::new(),
             seq: 0,

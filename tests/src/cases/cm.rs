@@ -303,7 +303,14 @@ fn addr_change(env: &Env) -> Outcome {
     let faults = env.faults.as_ref().expect("a faulty case runs with faults");
     let ch = cm.create_event_channel().unwrap();
     let (l, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 20);
-    faults.set_gid(u32::from(env.gid_index), Gid::ZERO);
+    // The address leaves the port: every GID entry that holds it.
+    let addr = env.dev.query_gid(1, u32::from(env.gid_index)).unwrap();
+    let len = env.dev.query_port(1).unwrap().gid_tbl_len;
+    for i in 0..len {
+        if env.dev.query_gid(1, i).is_ok_and(|g| g == addr) {
+            faults.set_gid(i, Gid::ZERO);
+        }
+    }
     let mut got = [0u8; 2].map(|_| {
         let e = ev(&cm, ch, CmEventType::AddrChange);
         assert_eq!(e.status, 0);
