@@ -33,14 +33,9 @@ T=${CRATES_TIMEOUT:-120}
 SRV_IP=127.0.0.91
 CLI_IP=127.0.0.92
 
-# Examples that fail today, each with its cause (see docs/rust-verbs-crates.md).
-declare -A KNOWN=(
-  [ibverbs-loopback]="GID index 1 is empty on the emulator: the example's set_gid_index(1) asserts against the GID table (rxe has a RoCE v2 GID there)"
-  [sideway-show_gids]="every GID entry has ndev_ifindex 0, so if_indextoname fails (rxe names the netdev of each GID)"
-  [async-rdma-server-client]="the crate's default GID index 1 is empty (zero GID, RETRY_EXC_ERR), and RC receive completions lack IBV_WC_GRH that rxe sets (the crate wants wc_flags == 3 for immediate data)"
-  [async-rdma-rpc]="the crate's default GID index 1 is empty (zero GID, RETRY_EXC_ERR)"
-  [sideway-test_post_send]="ibv_open_device from one thread while another closes the device's last context fails with EADDRINUSE (the old NIC's UDP socket is still bound while it is dropped)"
-)
+# Examples that fail for a known difference from kernel rxe, each with its cause
+# (see docs/rust-verbs-crates.md): none now.
+declare -A KNOWN=()
 
 work=$(mktemp -d /tmp/ci-crates.XXXXXX)
 trap 'rm -rf "$work"' EXIT
