@@ -41,6 +41,8 @@ fn ud_ping_pong_with_grh_and_src_qp() {
     );
     assert_eq!(wc.byte_len, 340);
     assert_eq!(wc.wc_flags, WcFlags::GRH | WcFlags::WITH_IMM);
+    // IBTA A17.4.5.1, in `sl` as RoCE devices report it: RoCEv2 (UDP) over IPv4.
+    assert_eq!(wc.sl, 0x8 | 0x2);
     assert_eq!(
         (wc.src_qp, wc.qp_num, wc.imm_data),
         (a.qpn, b.qpn, 0xC0FFEE)

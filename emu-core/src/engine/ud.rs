@@ -211,6 +211,13 @@ impl QueuePair {
         wc.byte_len = byte_len as u32;
         wc.src_qp = deth.src_qp;
         wc.wc_flags = WcFlags::GRH;
+        // IBTA A17.4.5.1: a RoCEv2 UD completion says whether the frame was IPv4 or
+        // IPv6. libibverbs has no field for it; RoCE devices put it in `sl` as
+        // Mellanox's PRM defines it (bit 3: a UDP header, i.e. RoCEv2; bits 2-0: 2
+        // for IPv4, 1 for IPv6), and UCX's UD transport reads it there to find the
+        // destination address in the GRH area. An IPv6 header starts with version 6;
+        // the IPv4 layout starts with 20 zero bytes (then the IPv4 header).
+        wc.sl = if grh[0] >> 4 == 6 { 0x8 | 0x1 } else { 0x8 | 0x2 };
         if let Some(imm) = repr.imm_dt {
             wc.imm_data = imm;
             wc.wc_flags |= WcFlags::WITH_IMM;
