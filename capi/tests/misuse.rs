@@ -712,3 +712,60 @@ fn concurrent_opens_and_closes_of_one_device() {
         },
     );
 }
+
+#[test]
+fn events_of_destroyed_qps_are_not_delivered() {
+    in_child(
+        "events_of_destroyed_qps_are_not_delivered",
+        "127.0.0.67",
+        || unsafe {
+            let ctx = open();
+            let fd = (*ctx).async_fd;
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK), 0);
+            let pd = ibv_alloc_pd(ctx);
+            let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+            let mut sattr = ibv_srq_init_attr {
+                attr: ibv_srq_attr {
+                    max_wr: 8,
+                    max_sge: 1,
+                    srq_limit: 0,
+                },
+                ..Default::default()
+            };
+            let srq = ibv_create_srq(pd, &mut sattr);
+            let to_err = |qp: *mut ibv_qp| {
+                let mut attr = ibv_qp_attr {
+                    qp_state: IBV_QPS_INIT,
+                    port_num: 1,
+                    ..Default::default()
+                };
+                let m = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+                assert_eq!(ibv_modify_qp(qp, &mut attr, m as c_int), 0);
+                attr.qp_state = IBV_QPS_ERR;
+                assert_eq!(ibv_modify_qp(qp, &mut attr, IBV_QP_STATE as c_int), 0);
+            };
+            // A QP on an SRQ that enters ERR raises LAST_WQE_REACHED (IBTA 11.6.3.2);
+            // destroyed before the program reads it, the event is gone with it.
+            let qp = rc_qp(pd, cq, srq);
+            assert!(!qp.is_null());
+            to_err(qp);
+            assert_eq!(ibv_destroy_qp(qp), 0);
+            let mut ev = std::mem::zeroed::<ibv_async_event>();
+            assert_eq!(ibv_get_async_event(ctx, &mut ev), -1);
+            assert_eq!(errno(), libc::EAGAIN);
+            // A live QP's event comes with its pointer.
+            let qp = rc_qp(pd, cq, srq);
+            to_err(qp);
+            assert_eq!(ibv_get_async_event(ctx, &mut ev), 0);
+            assert_eq!(ev.event_type, IBV_EVENT_QP_LAST_WQE_REACHED);
+            assert_eq!(ev.element.qp, qp);
+            ibv_ack_async_event(&mut ev);
+            assert_eq!(ibv_destroy_qp(qp), 0);
+            assert_eq!(ibv_destroy_srq(srq), 0);
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+        },
+    );
+}

@@ -4,7 +4,8 @@
 use super::*;
 
 /// `ibv_get_async_event`: waits for the next asynchronous event; 0, or -1 with
-/// errno (EAGAIN when `async_fd` is non-blocking and nothing is pending).
+/// errno (EAGAIN when `async_fd` is non-blocking and nothing is pending). Events of a
+/// QP or SRQ destroyed meanwhile are skipped.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_async_event(
     context: *mut sys::ibv_context,
@@ -19,15 +20,33 @@ pub unsafe extern "C" fn ibv_get_async_event(
         return -1;
     }
     let timeout = nonblocking(ctx.vctx.context.async_fd).then_some(Duration::ZERO);
-    let ev = match ctx.dev.get_async_event(timeout) {
-        Ok(ev) => ev,
-        Err(Error::TimedOut) => {
-            set_errno(libc::EAGAIN);
-            return -1;
-        }
-        Err(e) => {
-            set_errno(e.errno());
-            return -1;
+    let ev = loop {
+        let ev = match ctx.dev.get_async_event(timeout) {
+            Ok(ev) => ev,
+            Err(Error::TimedOut) => {
+                set_errno(libc::EAGAIN);
+                return -1;
+            }
+            Err(e) => {
+                set_errno(e.errno());
+                return -1;
+            }
+        };
+        // An event of a QP or SRQ destroyed since it was raised is not delivered: the
+        // kernel drops an object's pending events when the object is destroyed
+        // (`ib_uverbs_release_uevent`), so no program gets a pointer to freed memory.
+        let gone = match ev.element {
+            EventElement::Qp(n) => {
+                ctx.lookup(Kind::Qp, n).is_none() && ctx.dev.query_qp(n).is_err()
+            }
+            EventElement::Srq(n) => {
+                ctx.lookup(Kind::Srq, n).is_none()
+                    && ctx.dev.query_srq(verbs_api::SrqId(n)).is_err()
+            }
+            _ => false,
+        };
+        if !gone {
+            break ev;
         }
     };
     let lookup = |kind, k| ctx.lookup(kind, k).unwrap_or(0) as *mut c_void;
