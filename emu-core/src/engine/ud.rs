@@ -217,7 +217,11 @@ impl QueuePair {
         // for IPv4, 1 for IPv6), and UCX's UD transport reads it there to find the
         // destination address in the GRH area. An IPv6 header starts with version 6;
         // the IPv4 layout starts with 20 zero bytes (then the IPv4 header).
-        wc.sl = if grh[0] >> 4 == 6 { 0x8 | 0x1 } else { 0x8 | 0x2 };
+        wc.sl = if grh[0] >> 4 == 6 {
+            0x8 | 0x1
+        } else {
+            0x8 | 0x2
+        };
         if let Some(imm) = repr.imm_dt {
             wc.imm_data = imm;
             wc.wc_flags |= WcFlags::WITH_IMM;
