@@ -214,6 +214,19 @@ int main(int argc, char **argv)
 	      ((struct sockaddr_in *)res->ai_src_addr)->sin_addr.s_addr == want.sin_addr.s_addr,
 	      "getaddrinfo: passive address %s:7391", SRV_IP);
 	rdma_freeaddrinfo(res);
+	/* No node or service: the hints' own addresses (librdmacm copies them; libfabric's
+	 * verbs provider asks this way). Nothing at all: EINVAL. */
+	struct sockaddr_in hsrc = sin_of(CLI_IP, 7392);
+	struct rdma_addrinfo h2 = { .ai_port_space = RDMA_PS_UDP,
+				    .ai_src_addr = (struct sockaddr *)&hsrc,
+				    .ai_src_len = sizeof(hsrc) };
+	CHECK(rdma_getaddrinfo(NULL, NULL, &h2, &res) == 0 && res->ai_src_addr &&
+	      !res->ai_dst_addr && res->ai_port_space == RDMA_PS_UDP &&
+	      ((struct sockaddr_in *)res->ai_src_addr)->sin_addr.s_addr == hsrc.sin_addr.s_addr &&
+	      ((struct sockaddr_in *)res->ai_src_addr)->sin_port == hsrc.sin_port,
+	      "getaddrinfo from hints");
+	rdma_freeaddrinfo(res);
+	CHECK(rdma_getaddrinfo(NULL, NULL, NULL, &res) != 0 && errno == EINVAL, "no node, service, hints");
 	CHECK(strcmp(rdma_event_str(RDMA_CM_EVENT_ESTABLISHED), "RDMA_CM_EVENT_ESTABLISHED") == 0,
 	      "event_str");
 

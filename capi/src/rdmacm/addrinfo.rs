@@ -43,7 +43,10 @@ unsafe fn lookup(
 /// `rdma_getaddrinfo`: one entry. `RAI_PASSIVE` makes `node:service` (or
 /// 0.0.0.0:service) the source address; otherwise it is the destination and the
 /// source comes from `hints->ai_src_addr` if given. The port space and QP type
-/// come from the hints (default `RDMA_PS_TCP`, RC).
+/// come from the hints (default `RDMA_PS_TCP`, RC). With neither node nor service,
+/// the entry is the hints' own addresses (librdmacm copies them; libfabric's verbs
+/// provider and pyverbs' `AddrInfo(src=...)` ask this way); EINVAL only when the hints
+/// are missing too.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_getaddrinfo(
     node: *const c_char,
@@ -51,18 +54,22 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     hints: *const r::rdma_addrinfo,
     res: *mut *mut r::rdma_addrinfo,
 ) -> c_int {
-    if res.is_null() || (node.is_null() && service.is_null()) {
+    if res.is_null() || (node.is_null() && service.is_null() && hints.is_null()) {
         return err(libc::EINVAL);
     }
     // SAFETY: the caller's hints or null.
     let h = unsafe { hints.as_ref() };
+    let from_hints = node.is_null() && service.is_null();
     let flags = h.map_or(0, |h| h.ai_flags);
     if h.is_some_and(|h| h.ai_family != 0 && h.ai_family != libc::AF_INET) {
         return err(libc::EAFNOSUPPORT);
     }
     let passive = flags & r::RAI_PASSIVE as c_int != 0;
     let numeric = flags & r::RAI_NUMERICHOST as c_int != 0;
-    let addr = if node.is_null() {
+    let addr = if from_hints {
+        // No name to resolve: the hints' addresses are the entry's (below).
+        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)
+    } else if node.is_null() {
         // SAFETY: as lookup's contract.
         match unsafe { lookup(c"0.0.0.0".as_ptr(), service, true) } {
             Ok(a) => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, a.port()),
@@ -82,17 +89,27 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         0 => sys::IBV_QPT_RC as c_int,
         t => t,
     };
-    let src = if passive {
+    // SAFETY (both): the hints' addresses, each a sockaddr of its family, or null.
+    let hint_src = match h.map(|h| unsafe { sockaddr_from_c(h.ai_src_addr) }) {
+        Some(Err(e)) => return err(e),
+        Some(Ok(a)) => a,
+        None => None,
+    };
+    let hint_dst = match h.map(|h| unsafe { sockaddr_from_c(h.ai_dst_addr) }) {
+        Some(Err(e)) => return err(e),
+        Some(Ok(a)) => a,
+        None => None,
+    };
+    let src = if passive && !from_hints {
         Some(SocketAddr::V4(addr))
     } else {
-        // SAFETY: the hints' source address, a sockaddr of its family, or null.
-        match h.map(|h| unsafe { sockaddr_from_c(h.ai_src_addr) }) {
-            Some(Err(e)) => return err(e),
-            Some(Ok(a)) => a,
-            None => None,
-        }
+        hint_src
     };
-    let dst = (!passive).then_some(SocketAddr::V4(addr));
+    let dst = if from_hints {
+        hint_dst
+    } else {
+        (!passive).then_some(SocketAddr::V4(addr))
+    };
     let p = into_ptr::<r::rdma_addrinfo, AddrInfoObj>(AddrInfoObj {
         raw: r::rdma_addrinfo {
             ai_flags: flags,
