@@ -83,8 +83,8 @@ fn the_program_sees_the_device_in_sys_and_dev() {
         lines,
         [
             "1: CA",
-            // capi's guid_of: 02:00:00:ff:fe:00:00:00 | the IPv4 address.
-            "0200:00ff:ff00:003d",
+            // emu_core::nic::node_guid: 02:00:ff:fe, then the IPv4 address.
+            "0200:fffe:7f00:003d",
             env!("CARGO_PKG_VERSION"),
             "4: ACTIVE",
             "5: LinkUp",

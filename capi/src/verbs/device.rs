@@ -27,8 +27,10 @@ fn device_entry(cfg: DeviceConfig, index: usize) -> Dev {
             node_type: sys::IBV_NODE_CA,
             transport_type: sys::IBV_TRANSPORT_IB,
             name: convert::c_string(&cfg.name),
-            dev_name: convert::c_string(&format!("uverbs-{}", cfg.name)),
-            dev_path: convert::c_string("/dev/null"),
+            // The kernel's names: the uverbs character device and its sysfs class
+            // directory (which `rdma-emu exec` provides; UCX looks the node up).
+            dev_name: convert::c_string(&format!("uverbs{index}")),
+            dev_path: convert::c_string(&format!("/sys/class/infiniband_verbs/uverbs{index}")),
             ibdev_path: convert::c_string(&path),
         },
         cfg,
@@ -40,7 +42,7 @@ fn device_entry(cfg: DeviceConfig, index: usize) -> Dev {
 /// The node GUID `EmuDevice` reports for the configured address (before the device
 /// is opened; an automatically addressed device may end up on another address).
 fn guid_of(cfg: &DeviceConfig) -> u64 {
-    u64::from_be_bytes([0x02, 0, 0, 0xFF, 0xFE, 0, 0, 0]) | u64::from(u32::from(cfg.ip))
+    emu_core::nic::node_guid(cfg.ip)
 }
 
 /// `ibv_get_device_list`: the configured emulated devices, NULL-terminated.

@@ -1148,6 +1148,15 @@ fn cq(c: CqId) -> CqHandle {
     CqHandle(c.0)
 }
 
+/// The node GUID of a device on `ip`: a locally administered EUI-64 (`02:00:ff:fe`)
+/// followed by the four bytes of the address, so each device's GUID is its own and
+/// says which address it has.
+#[must_use]
+pub fn node_guid(ip: Ipv4Addr) -> u64 {
+    let [a, b, c, d] = ip.octets();
+    u64::from_be_bytes([0x02, 0x00, 0xFF, 0xFE, a, b, c, d])
+}
+
 impl Device for EmuDevice {
     fn name(&self) -> &str {
         &self.inner.cfg.name
@@ -1155,8 +1164,7 @@ impl Device for EmuDevice {
 
     fn query_device(&self) -> Result<DeviceAttr> {
         let l = self.inner.cfg.limits;
-        let guid = u64::from_be_bytes([0x02, 0, 0, 0xFF, 0xFE, 0, 0, 0])
-            | u64::from(u32::from(self.inner.cfg.ip));
+        let guid = node_guid(self.inner.cfg.ip);
         Ok(DeviceAttr {
             fw_ver: env!("CARGO_PKG_VERSION").into(),
             node_guid: guid,

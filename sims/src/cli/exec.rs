@@ -572,12 +572,10 @@ pub(crate) fn write_infiniband_verbs(dir: &Path, devs: &[DeviceDesc]) -> io::Res
     Ok(())
 }
 
-/// The names under `/dev/infiniband`: `uverbsN` per device, `uverbs-NAME` (the
-/// `dev_name` the emulator's libibverbs reports today, which UCX looks up there), and
-/// `rdma_cm`.
+/// The names under `/dev/infiniband`: `uverbsN` per device (the `dev_name` the
+/// emulator's libibverbs reports, which UCX looks up there) and `rdma_cm`.
 pub(crate) fn dev_nodes(devs: &[DeviceDesc]) -> Vec<String> {
     let mut v: Vec<String> = devs.iter().map(uverbs_name).collect();
-    v.extend(devs.iter().map(|d| format!("uverbs-{}", d.name)));
     v.push("rdma_cm".into());
     v
 }
@@ -840,16 +838,7 @@ mod tests {
         assert_eq!(read(dir.join("uverbs1/abi_version")), "6\n");
         assert_eq!(read(dir.join("uverbs0/dev")), "231:192\n");
         assert_eq!(read(dir.join("uverbs1/dev")), "231:193\n");
-        assert_eq!(
-            dev_nodes(&devs),
-            [
-                "uverbs0",
-                "uverbs1",
-                "uverbs-emu0",
-                "uverbs-emu1",
-                "rdma_cm"
-            ]
-        );
+        assert_eq!(dev_nodes(&devs), ["uverbs0", "uverbs1", "rdma_cm"]);
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -863,9 +852,7 @@ mod tests {
         };
         let d = describe(&cfg, 0).unwrap();
         // The library's node GUID (capi `guid_of`, emu-core `query_device`).
-        let guid =
-            u64::from_be_bytes([0x02, 0, 0, 0xFF, 0xFE, 0, 0, 0]) | u64::from(u32::from(cfg.ip));
-        assert_eq!(d.node_guid, guid);
+        assert_eq!(d.node_guid, 0x0200_FFFE_7F00_0009);
         assert_eq!(d.gids[0][10..], [0xFF, 0xFF, 127, 0, 0, 9]);
         assert_eq!(gid_type_text(&d.gids[0]), Some("RoCE v2"));
         assert_eq!(d.state, 4);
