@@ -241,6 +241,31 @@ int main(int argc, char **argv)
 	CHECK(rdma_get_cm_event(cch, &ev) == -1 && errno == EAGAIN, "empty channel: EAGAIN");
 	CHECK(fcntl(cch->fd, F_SETFL, fl) == 0, "blocking again");
 
+	/* rdma_migrate_id: the id's events, the one already pending too, go to the new
+	 * channel; NULL makes it synchronous on a channel of its own. */
+	struct rdma_event_channel *mch = rdma_create_event_channel();
+	struct rdma_cm_id *mid;
+	CHECK(mch && rdma_create_id(cch, &mid, NULL, RDMA_PS_TCP) == 0, "id to migrate");
+	struct sockaddr_in msrc = sin_of(CLI_IP, 0), mdst = sin_of(SRV_IP, 7399);
+	CHECK(rdma_resolve_addr(mid, (struct sockaddr *)&msrc, (struct sockaddr *)&mdst, 2000) == 0,
+	      "resolve_addr before migrating");
+	struct pollfd mp = { .fd = cch->fd, .events = POLLIN };
+	CHECK(poll(&mp, 1, 5000) == 1, "ADDR_RESOLVED pending on the old channel");
+	CHECK(rdma_migrate_id(mid, mch) == 0 && mid->channel == mch, "migrate");
+	CHECK(fcntl(cch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "non-blocking");
+	errno = 0;
+	CHECK(rdma_get_cm_event(cch, &ev) == -1 && errno == EAGAIN, "the old channel has nothing");
+	CHECK(fcntl(cch->fd, F_SETFL, fl) == 0, "blocking again");
+	CHECK(rdma_get_cm_event(mch, &ev) == 0 && ev->id == mid &&
+	      ev->event == RDMA_CM_EVENT_ADDR_RESOLVED, "the pending event moved");
+	CHECK(rdma_ack_cm_event(ev) == 0, "ack");
+	CHECK(rdma_migrate_id(mid, NULL) == 0 && mid->channel && mid->channel != mch &&
+	      mid->channel != cch, "migrate to synchronous");
+	CHECK(rdma_resolve_route(mid, 2000) == 0, "a synchronous resolve_route");
+	CHECK(rdma_destroy_id(mid) == 0, "destroy the migrated id");
+	rdma_destroy_event_channel(mch);
+	CHECK(rdma_migrate_id(NULL, cch) == -1 && errno == EINVAL, "migrate NULL");
+
 	/* Server: bind, listen. */
 	struct rdma_cm_id *listen_id, *cid, *sid;
 	CHECK(rdma_create_id(sch, &listen_id, NULL, RDMA_PS_TCP) == 0 && listen_id->channel == sch,

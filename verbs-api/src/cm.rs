@@ -298,6 +298,13 @@ pub trait ConnectionManager: Send + Sync {
 
     /// `rdma_create_id` (manual 4.2.2): an id reporting to `ch`.
     fn create_id(&self, ch: CmChannelId, ps: PortSpace) -> Result<CmId>;
+    /// `rdma_migrate_id` (man page `rdma_migrate_id(3)`): the id, and the
+    /// connection requests of a listening id, report to `ch` from now on; its events
+    /// not yet taken move there too. EOPNOTSUPP where the backend lacks it.
+    fn migrate_id(&self, id: CmId, ch: CmChannelId) -> Result<()> {
+        let _ = (id, ch);
+        Err(Error::Unsupported("rdma_migrate_id"))
+    }
     /// `rdma_destroy_id` (manual 4.2.3): EBUSY while the id has a QP.
     fn destroy_id(&self, id: CmId) -> Result<()>;
 

@@ -564,6 +564,50 @@ pub unsafe extern "C" fn rdma_create_id(
     }
 }
 
+/// `rdma_migrate_id`: the id (and, for a listening id, its connection requests)
+/// reports to `channel` from now on, with the events it has not taken yet; a null
+/// `channel` makes it synchronous on a channel of its own, as librdmacm does. The
+/// id's own channel, if it had one, goes (librdmacm `rdma_migrate_id`). libfabric's
+/// verbs provider moves its ids this way (`vrb_pep_bind`, `vrb_ep_bind`).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_migrate_id(
+    id: *mut r::rdma_cm_id,
+    channel: *mut r::rdma_event_channel,
+) -> c_int {
+    let cm = cm_or!(-1);
+    let o = id_or!(cm, id, -1);
+    let sync = channel.is_null();
+    let channel = if sync {
+        // SAFETY: no arguments.
+        let ch = unsafe { rdma_create_event_channel() };
+        if ch.is_null() {
+            return -1;
+        }
+        ch
+    } else {
+        channel
+    };
+    // SAFETY: a channel of ours (the caller's, or made above).
+    let ch = unsafe { &*channel.cast::<ChannelObj>() };
+    if let Err(e) = cm.cm.migrate_id(o.id, ch.id) {
+        if sync {
+            // SAFETY: made above, used by nothing.
+            unsafe { rdma_destroy_event_channel(channel) };
+        }
+        fail(&e);
+        return -1;
+    }
+    let (old, old_own) = (o.raw.channel, o.own_channel);
+    o.raw.channel = channel;
+    o.sync = sync;
+    o.own_channel = sync;
+    if old_own && old != channel {
+        // SAFETY: the id's own channel, which nothing reports to any more.
+        unsafe { rdma_destroy_event_channel(old) };
+    }
+    0
+}
+
 /// `rdma_destroy_id`. An id whose QP is still there goes when the QP does
 /// (`rdma_destroy_qp` or `ibv_destroy_qp`), as the program may destroy them in either
 /// order with librdmacm.
@@ -1477,7 +1521,7 @@ macro_rules! unsupported_calls {
 }
 
 unsupported_calls!(libc::EOPNOTSUPP, "not in the emulator's CM":
-    rdma_notify, rdma_migrate_id);
+    rdma_notify);
 unsupported_calls!(libc::EOPNOTSUPP, "SRQs through the CM; use ibv_create_srq":
     rdma_create_srq, rdma_create_srq_ex, rdma_destroy_srq);
 unsupported_calls!(libc::EOPNOTSUPP, "ECE":

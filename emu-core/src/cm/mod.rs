@@ -405,6 +405,10 @@ impl ConnectionManager for EmuCm {
         self.with(|s, _| s.create_id(ch.0, ps))
     }
 
+    fn migrate_id(&self, id: CmId, ch: CmChannelId) -> Result<()> {
+        self.with(|s, _| s.migrate_id(id, ch.0))
+    }
+
     fn destroy_id(&self, id: CmId) -> Result<()> {
         self.with(|s, now| s.destroy_id(id, now))
     }

@@ -1029,6 +1029,31 @@ impl State {
             .ok_or(Error::NoDevice("the id is not bound to a device".into()))
     }
 
+    /// `rdma_migrate_id`: `id` reports to channel `ch` from now on, and so do the
+    /// connection requests of a listening id (new ids take their listener's channel);
+    /// the events it has not taken yet move along, as the kernel's `ucma_migrate_id`
+    /// moves them to the new file.
+    pub(crate) fn migrate_id(&mut self, id: CmId, ch: u32) -> Result<()> {
+        let new = self
+            .channels
+            .get(&ch)
+            .ok_or(einval("no such event channel"))?
+            .clone();
+        let i = self.id(id)?;
+        let old_ch = std::mem::replace(&mut i.ch, ch);
+        if old_ch == ch {
+            return Ok(());
+        }
+        if let Some(old) = self.channels.get(&old_ch) {
+            while let Some(e) =
+                old.try_pop_where(&|e: &CmEvent| e.id == id || e.listen_id == Some(id))
+            {
+                new.push(e);
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn channel_of(&self, id: CmId) -> Result<u32> {
         Ok(self.ids.get(&id.0).ok_or(einval("no such CM id"))?.ch)
     }
