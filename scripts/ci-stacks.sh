@@ -100,7 +100,7 @@ ucx_pair() {
   # UD: emu-core reports wc.sl = 0 for RoCEv2/IPv4 UD receives, which UCX reads as
   # "GRH layout" and so drops every packet in its destination-GID check
   # (docs/clients.md); the check is switched off until the emulator says IPv4.
-  local env=(UCX_TLS="$tls" UCX_NET_DEVICES=emu0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n)
+  local env=(UCX_TLS="$tls" UCX_NET_DEVICES=emu0:1)
   # (Subshells, so that bash's "Segmentation fault" notices stay out of the output.)
   (env "${env[@]}" timeout "$T" "$emu" exec --ip 127.0.0.1 -- ucx_perftest -p $ucx_port >"$s" 2>&1; exit $?) 2>/dev/null &
   local spid=$!
@@ -114,10 +114,6 @@ ucx_pair() {
   final=$(grep -m1 '^Final:' "$c" | tr -s ' ')
   if [ $crc = 0 ] && [ $src = 0 ] && [ -n "$final" ]; then
     result "$name" PASS "$final"
-  elif [ -n "$final" ] && grep -q "address 0x34" "$c" "$s"; then
-    # A QP async event (LAST_WQE_REACHED) for a QP already destroyed comes with
-    # element.qp NULL; UCX's async thread reads qp->qp_num (offset 0x34).
-    result "$name" KNOWN "$final; then SIGSEGV at exit (async event for a destroyed QP: element.qp NULL)"
   else
     result "$name" FAIL "client exit $crc, server exit $src"; show "$c"; show "$s" 5
   fi
@@ -173,8 +169,10 @@ fi_pair() {
   last=$(grep -E '^[0-9]+[kmg]? ' "$c" | tail -1 | tr -s ' ')
   if [ $rc = 0 ] && [ -n "$last" ]; then
     result "$name" PASS "largest size: $last"
-  elif grep -q "rdma_migrate_id" "$s" "$c"; then
-    result "$name" KNOWN "the emulator's librdmacm has no rdma_migrate_id (fi_pep_bind)"
+  elif grep -q "Unable to create verbs CQ" "$s" "$c"; then
+    result "$name" KNOWN "rxm's MSG CQ, (rx + tx size) x FI_UNIVERSE_SIZE (256) entries, exceeds max_cqe 32767 (kernel rxe's too)"
+  elif grep -q "eq_readerr" "$s" "$c"; then
+    result "$name" KNOWN "the connection is rejected (REJ 28, consumer reject) after the ids migrate; cause not found yet (docs/clients.md)"
   elif grep -q "rdma_getaddrinfo: Invalid argument" "$s" "$c"; then
     result "$name" KNOWN "rdma_getaddrinfo(NULL, NULL, hints) is EINVAL in the emulator's librdmacm"
   else
@@ -239,7 +237,7 @@ mpi_pair() {
   local name=$1 tls=$2 log=$work/$1.log
   (timeout $((T * 2)) mpirun --allow-run-as-root --oversubscribe -np 2 --mca pml ucx \
     --mca btl self,vader,tcp -x RDMA_EMU_LIB -x UCX_TLS="$tls,self" -x UCX_NET_DEVICES=emu0:1 \
-    -x UCX_UD_VERBS_ETH_DGID_CHECK=n sh -c \
+    sh -c \
     "exec '$emu' exec --ip 127.0.0.\$((OMPI_COMM_WORLD_RANK + 11)) -- '$work/mpi_pingpong'" \
     >"$log" 2>&1; exit $?) 2>/dev/null
   local rc=$?
@@ -247,8 +245,6 @@ mpi_pair() {
   last=$(grep -E '^ *1048576 bytes' "$log" | tr -s ' ')
   if [ $rc = 0 ] && [ -n "$last" ]; then
     result "$name" PASS "$last"
-  elif [ -n "$last" ] && grep -q "address 0x34" "$log"; then
-    result "$name" KNOWN "$last; then SIGSEGV at exit (async event for a destroyed QP: element.qp NULL)"
   else
     result "$name" FAIL "exit $rc"; show "$log"
   fi
