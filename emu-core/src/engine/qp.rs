@@ -364,6 +364,17 @@ impl QueuePair {
             WrOperation::AtomicCmpAndSwp { .. } | WrOperation::AtomicFetchAndAdd { .. } => 8,
             _ => wqe.length,
         };
+        // The sender's completion of a message with immediate data carries WITH_IMM
+        // when it succeeds, as kernel rxe's completer writes it (`make_send_cqe`);
+        // `imm_data` itself is the receiver's (manual 3.6.10).
+        if status == WcStatus::Success
+            && matches!(
+                wqe.op,
+                WrOperation::SendWithImm { .. } | WrOperation::RdmaWriteWithImm { .. }
+            )
+        {
+            wc.wc_flags = verbs_api::WcFlags::WITH_IMM;
+        }
         wc
     }
 
