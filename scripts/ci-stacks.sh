@@ -154,7 +154,8 @@ fi_pair() {
   want libfabric || return 0
   local name=$1 prov=$2 ep=$3
   local s=$work/$name.server.log c=$work/$name.client.log
-  timeout $((T + 10)) "$emu" exec --netns --ip 127.0.0.1 --netns-addr 127.0.0.2 -- sh -c '
+  # In the work folder: a crashing fi_pingpong leaves a backtrace file where it runs.
+  (cd "$work" && timeout $((T + 10)) "$emu" exec --netns --ip 127.0.0.1 --netns-addr 127.0.0.2 -- sh -c '
     emu=$1 prov=$2 ep=$3 s=$4 c=$5 t=$6
     FI_LOG_LEVEL=warn timeout "$t" fi_pingpong -p "$prov" -e "$ep" -I 1000 >"$s" 2>&1 &
     sleep 1
@@ -163,7 +164,7 @@ fi_pair() {
     crc=$?
     wait $!
     src=$?
-    exit $((crc != 0 || src != 0))' sh "$emu" "$prov" "$ep" "$s" "$c" "$T" >/dev/null 2>&1
+    exit $((crc != 0 || src != 0))' sh "$emu" "$prov" "$ep" "$s" "$c" "$T" >/dev/null 2>&1)
   local rc=$?
   local last
   last=$(grep -E '^[0-9]+[kmg]? ' "$c" | tail -1 | tr -s ' ')
