@@ -90,6 +90,18 @@ unsafe fn rc_qp(pd: *mut ibv_pd, cq: *mut ibv_cq, srq: *mut ibv_srq) -> *mut ibv
     unsafe { ibv_create_qp(pd, &mut init) }
 }
 
+/// SRQ attributes for `max_wr` one-SGE receives.
+fn srq_attr(max_wr: u32) -> ibv_srq_init_attr {
+    ibv_srq_init_attr {
+        attr: ibv_srq_attr {
+            max_wr,
+            max_sge: 1,
+            srq_limit: 0,
+        },
+        ..Default::default()
+    }
+}
+
 /// Overwrites `*handle` for the scope of `f`, as rdma-unit-test's `HandleGarble` does.
 unsafe fn garbled<R>(handle: *mut u32, f: impl FnOnce() -> R) -> R {
     unsafe {
@@ -114,14 +126,7 @@ fn objects_with_foreign_handles_are_refused() {
             let mut buf = vec![0u8; 4096];
             let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND;
             let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), 4096, access as c_int);
-            let mut sattr = ibv_srq_init_attr {
-                attr: ibv_srq_attr {
-                    max_wr: 8,
-                    max_sge: 1,
-                    srq_limit: 0,
-                },
-                ..Default::default()
-            };
+            let mut sattr = srq_attr(8);
             let srq = ibv_create_srq(pd, &mut sattr);
             let qp = rc_qp(pd, cq, null_mut());
             let mw = ops.alloc_mw.unwrap()(pd, IBV_MW_TYPE_1);
@@ -274,14 +279,7 @@ fn endless_work_request_lists_stop_at_the_queue() {
                 64,
                 IBV_ACCESS_LOCAL_WRITE as c_int,
             );
-            let mut sattr = ibv_srq_init_attr {
-                attr: ibv_srq_attr {
-                    max_wr: 8,
-                    max_sge: 1,
-                    srq_limit: 0,
-                },
-                ..Default::default()
-            };
+            let mut sattr = srq_attr(8);
             let srq = ibv_create_srq(pd, &mut sattr);
             let qp = rc_qp(pd, cq, null_mut());
             assert!(!srq.is_null() && !qp.is_null() && !mr.is_null());
@@ -518,6 +516,32 @@ unsafe fn wait(cq: *mut ibv_cq) -> ibv_wc {
     }
 }
 
+/// An RDMA READ of 8 bytes at `base` through `rkey` into `base + 2048` (both in `mr`),
+/// on the loopback QP `qp`: its completion status.
+unsafe fn read_8(qp: *mut ibv_qp, cq: *mut ibv_cq, mr: *mut ibv_mr, base: u64, rkey: u32) -> u32 {
+    unsafe {
+        let mut sge = ibv_sge {
+            addr: base + 2048,
+            length: 8,
+            lkey: (*mr).lkey,
+        };
+        let mut wr = ibv_send_wr {
+            wr_id: 9,
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: IBV_WR_RDMA_READ,
+            send_flags: IBV_SEND_SIGNALED,
+            ..Default::default()
+        };
+        wr.wr.rdma.remote_addr = base;
+        wr.wr.rdma.rkey = rkey;
+        let mut bad = null_mut();
+        let post_send = (*(*qp).context).ops.post_send.unwrap();
+        assert_eq!(post_send(qp, &mut wr, &mut bad), 0);
+        wait(cq).status
+    }
+}
+
 #[test]
 fn type_2_windows_bind_by_work_request() {
     in_child(
@@ -540,26 +564,7 @@ fn type_2_windows_bind_by_work_request() {
             loopback_rts(ctx, qp);
             let window_access =
                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
-            let read_through = |rkey: u32| {
-                let mut sge = ibv_sge {
-                    addr: buf.as_ptr() as u64 + 2048,
-                    length: 8,
-                    lkey: (*mr).lkey,
-                };
-                let mut wr = ibv_send_wr {
-                    wr_id: 9,
-                    sg_list: &mut sge,
-                    num_sge: 1,
-                    opcode: IBV_WR_RDMA_READ,
-                    send_flags: IBV_SEND_SIGNALED,
-                    ..Default::default()
-                };
-                wr.wr.rdma.remote_addr = buf.as_ptr() as u64;
-                wr.wr.rdma.rkey = rkey;
-                let mut bad = null_mut();
-                assert_eq!(ops.post_send.unwrap()(qp, &mut wr, &mut bad), 0);
-                wait(cq).status
-            };
+            let read_through = |rkey: u32| read_8(qp, cq, mr, buf.as_ptr() as u64, rkey);
 
             // ibv_post_send(IBV_WR_BIND_MW) with a key byte of the consumer's choice
             // (rdma-unit-test passes 1024: key byte 0).
@@ -622,24 +627,10 @@ fn type_2_windows_bind_by_work_request() {
             let wc = wait(cq);
             assert_eq!((wc.status, wc.wr_id), (IBV_WC_SUCCESS, 3));
             assert_eq!((*mw2).rkey & 0xFF, 0x77);
-            let mut sge = ibv_sge {
-                addr: buf.as_ptr() as u64 + 2048,
-                length: 8,
-                lkey: (*mr).lkey,
-            };
-            let mut rd = ibv_send_wr {
-                wr_id: 4,
-                sg_list: &mut sge,
-                num_sge: 1,
-                opcode: IBV_WR_RDMA_READ,
-                send_flags: IBV_SEND_SIGNALED,
-                ..Default::default()
-            };
-            rd.wr.rdma.remote_addr = buf.as_ptr() as u64;
-            rd.wr.rdma.rkey = (*mw2).rkey;
-            let mut sbad = null_mut();
-            assert_eq!(ops.post_send.unwrap()(qp, &mut rd, &mut sbad), 0);
-            assert_eq!(wait(cq).status, IBV_WC_SUCCESS);
+            assert_eq!(
+                read_8(qp, cq, mr, buf.as_ptr() as u64, (*mw2).rkey),
+                IBV_WC_SUCCESS
+            );
 
             assert_eq!(ibv_destroy_qp(qp), 0);
             assert_eq!(ops.dealloc_mw.unwrap()(mw2), 0);
@@ -725,14 +716,7 @@ fn events_of_destroyed_qps_are_not_delivered() {
             assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK), 0);
             let pd = ibv_alloc_pd(ctx);
             let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
-            let mut sattr = ibv_srq_init_attr {
-                attr: ibv_srq_attr {
-                    max_wr: 8,
-                    max_sge: 1,
-                    srq_limit: 0,
-                },
-                ..Default::default()
-            };
+            let mut sattr = srq_attr(8);
             let srq = ibv_create_srq(pd, &mut sattr);
             let to_err = |qp: *mut ibv_qp| {
                 let mut attr = ibv_qp_attr {
