@@ -343,3 +343,27 @@ fn a_rep_that_cannot_be_used_is_connect_error() {
     let e = ev(&s, CmEventType::Rejected);
     assert_eq!((e.id, e.status), (req.id, REJECT_CONSUMER));
 }
+
+/// Retry counts above the REQ's 3 bits connect as 7, as the kernel's `cma_connect_ib`
+/// takes min(7, ...) (libfabric asks for 15); the active side's QP gets the same.
+#[test]
+fn retry_counts_above_7_connect_as_7() {
+    let (_fabric, _net, s, c) = world();
+    let l = listen(&s, PortSpace::Tcp, 5011);
+    let cid = resolve(&c, PortSpace::Tcp, 5011);
+    let qpn = c.cm.create_qp(cid, &qp_init(&*c.dev, QpType::Rc)).unwrap();
+    let param = ConnParam {
+        retry_count: 15,
+        rnr_retry_count: 15,
+        ..ConnParam::default()
+    };
+    c.cm.connect(cid, &param).unwrap();
+    let req = s.cm.get_request(l, None).unwrap();
+    s.cm.create_qp(req.id, &qp_init(&*s.dev, QpType::Rc))
+        .unwrap();
+    s.cm.accept(req.id, &ConnParam::default()).unwrap();
+    ev(&c, CmEventType::Established);
+    ev(&s, CmEventType::Established);
+    let (attr, _) = c.dev.query_qp(qpn).unwrap();
+    assert_eq!((attr.retry_cnt, attr.rnr_retry), (7, 7));
+}

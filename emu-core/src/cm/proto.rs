@@ -762,7 +762,14 @@ impl State {
         };
         let psn = {
             let i = self.id(id)?;
-            i.param = param.clone();
+            // The REQ carries 3-bit retry counts and the QP takes them from there:
+            // larger values mean 7 (kernel cma.c `cma_connect_ib`: min(7, ...); libfabric
+            // asks for 15).
+            i.param = ConnParam {
+                retry_count: param.retry_count.min(7),
+                rnr_retry_count: param.rnr_retry_count.min(7),
+                ..param.clone()
+            };
             i.psn = i.comm.wrapping_mul(0x9E37_79B9) & 0x00FF_FFFF;
             i.psn
         };
