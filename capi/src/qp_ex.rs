@@ -104,8 +104,9 @@ unsafe extern "C" fn wr_complete(qp: *mut sys::ibv_qp_ex) -> c_int {
     if let Some(e) = batch.error {
         return e;
     }
-    // SAFETY: the QP's context pointer is its live context.
-    let Some(ctx) = (unsafe { Context::from_ptr(q.raw.qp_base.context) }) else {
+    // SAFETY: the QP's context pointer is its live context. Posting is the data path:
+    // not looked up among the open contexts (crate::objects).
+    let Some(ctx) = (unsafe { Context::from_ptr_unchecked(q.raw.qp_base.context) }) else {
         return libc::EINVAL;
     };
     let r = crate::verbs::post_send_staged(ctx, q, batch.wrs);
