@@ -167,6 +167,125 @@ pub fn check_icrc(ep: &Ipv4Endpoints, udp_payload: &[u8]) -> bool {
     stored(udp_payload) == Some(icrc_for(ep, udp_payload))
 }
 
+/// The IPv4 identification with which the ICRC stored in `udp_payload` is right for
+/// `ep` (whose own `ip_id` is not used), if any: 0 when it is right with 0.
+///
+/// A receiver holding only a UDP socket sees the addresses and ports but not the IP
+/// identification, which the ICRC covers (Annex A17.4 masks TOS, TTL and checksum, not
+/// the ID). Linux numbers it per socket or per GSO segment (docs/roce-wire.md), kernel
+/// rxe by its own counter; a CRC is linear, so the ID is solved for instead of assumed:
+/// the stored ICRC XOR the one computed with ID 0 is the CRC, from a zero state, of the
+/// ID's two bytes followed by every byte after them (`solve`). The check is then as
+/// strong as the 16 bits the ID leaves of the 32: a corrupted packet passes with
+/// probability 2^-16 (the UDP checksum, which the kernel verified before we see the
+/// datagram, covers the same bytes).
+pub fn icrc_ip_id(ep: &Ipv4Endpoints, udp_payload: &[u8]) -> Option<u16> {
+    let stored = stored(udp_payload)?;
+    let zero = Ipv4Endpoints { ip_id: 0, ..*ep };
+    let delta = stored ^ icrc_for(&zero, udp_payload);
+    if delta == 0 {
+        return Some(0);
+    }
+    // The CRC runs over 8 bytes of LRH, 20 of IPv4, 8 of UDP and the payload less its
+    // ICRC; the ID is bytes 12 and 13 of that, so `18 + len` bytes follow it.
+    solve::ip_id(delta, 18 + udp_payload.len())
+}
+
+/// Inverting the CRC-32 over the IPv4 identification (see [`icrc_ip_id`]).
+///
+/// Reflected CRC-32 (zlib's): one byte `b` takes the state `s` to
+/// `(s >> 8) ^ T[(s ^ b) & 0xFF]`, with zero init and final XOR in the difference of two
+/// CRCs of equal length. The top byte of `T[i]` differs for every `i`, so a step can be
+/// undone: the top byte of the new state names `i`. Undoing `n` zero bytes is a linear
+/// map, applied as a product of precomputed powers (`n`'s bits), each as four byte
+/// tables: a few dozen lookups per packet instead of one step per byte.
+mod solve {
+    use std::sync::OnceLock;
+
+    /// The reflected CRC-32 polynomial.
+    const POLY: u32 = 0xEDB8_8320;
+    /// Powers of two of "undo one zero byte" kept: enough for 2^17 - 1 bytes, more than
+    /// any IPv4 datagram.
+    const POWERS: usize = 17;
+
+    struct Tables {
+        /// The byte table `T`.
+        t: [u32; 256],
+        /// `i` by the top byte of `T[i]`.
+        by_top: [u8; 256],
+        /// `undo[k][j][b]`: undoing `2^k` zero bytes applied to byte `b` at byte `j`
+        /// of the state.
+        undo: Vec<[[u32; 256]; 4]>,
+    }
+
+    fn tables() -> &'static Tables {
+        static TABLES: OnceLock<Tables> = OnceLock::new();
+        TABLES.get_or_init(|| {
+            let mut t = [0u32; 256];
+            for (i, e) in t.iter_mut().enumerate() {
+                let mut c = i as u32;
+                for _ in 0..8 {
+                    c = if c & 1 == 1 { (c >> 1) ^ POLY } else { c >> 1 };
+                }
+                *e = c;
+            }
+            let mut by_top = [0u8; 256];
+            for (i, e) in t.iter().enumerate() {
+                by_top[(e >> 24) as usize] = i as u8;
+            }
+            // The map as the images of the 32 unit vectors; squared for each power.
+            let back = |s: u32| -> u32 {
+                let i = by_top[(s >> 24) as usize];
+                ((s ^ t[i as usize]) << 8) | u32::from(i)
+            };
+            let apply = |m: &[u32; 32], v: u32| -> u32 {
+                (0..32).filter(|j| v >> j & 1 == 1).fold(0, |a, j| a ^ m[j])
+            };
+            let mut m: [u32; 32] = std::array::from_fn(|j| back(1 << j));
+            let mut undo = Vec::with_capacity(POWERS);
+            for _ in 0..POWERS {
+                let mut tab = [[0u32; 256]; 4];
+                for (j, row) in tab.iter_mut().enumerate() {
+                    for (b, e) in row.iter_mut().enumerate() {
+                        *e = apply(&m, (b as u32) << (8 * j));
+                    }
+                }
+                undo.push(tab);
+                m = std::array::from_fn(|j| apply(&m, m[j]));
+            }
+            Tables { t, by_top, undo }
+        })
+    }
+
+    /// The two bytes whose CRC from a zero state, followed by `after` zero bytes, is
+    /// `delta`, as a big-endian `u16`; `None` when no two bytes give it.
+    pub(super) fn ip_id(delta: u32, after: usize) -> Option<u16> {
+        let tb = tables();
+        let mut v = delta;
+        for (k, tab) in tb.undo.iter().enumerate() {
+            if after >> k & 1 == 1 {
+                v = tab[0][(v & 0xFF) as usize]
+                    ^ tab[1][(v >> 8 & 0xFF) as usize]
+                    ^ tab[2][(v >> 16 & 0xFF) as usize]
+                    ^ tab[3][(v >> 24) as usize];
+            }
+        }
+        if after >> POWERS != 0 {
+            return None;
+        }
+        // `v` is the state after two bytes b0, b1 from zero: (T[b0] >> 8) ^ T[j] with
+        // j = (T[b0] ^ b1) & 0xFF.
+        let j = tb.by_top[(v >> 24) as usize];
+        let high = v ^ tb.t[j as usize];
+        let b0 = tb.by_top[(high >> 16 & 0xFF) as usize];
+        if tb.t[b0 as usize] >> 8 != high {
+            return None;
+        }
+        let b1 = j ^ (tb.t[b0 as usize] & 0xFF) as u8;
+        Some(u16::from_be_bytes([b0, b1]))
+    }
+}
+
 /// Checks the ICRC of a whole Ethernet II frame carrying IPv4 or IPv6 and UDP; lengths
 /// come from the IP and UDP headers (see [`split_frame`]), so captured frames shorter
 /// than the Ethernet minimum and padded ones both work. Errors when the frame cannot
@@ -272,6 +391,40 @@ mod tests {
         let mut other = ep();
         other.ip_id = 1;
         assert!(!check_icrc(&other, &p));
+    }
+
+    #[test]
+    fn the_ip_id_is_solved_from_the_icrc() {
+        let mut p = packet();
+        assert_eq!(icrc_ip_id(&ep(), &p), Some(0));
+        for len in [0usize, 1, 7, 64, 1000, 4096, 9000, 65_000] {
+            let mut q = vec![0u8; 20 + len];
+            let n = PacketRepr::new(Opcode::RcSendOnly, 0x11, Psn::new(5))
+                .emit(&mut q, &vec![0x5A; len]);
+            q.truncate(n);
+            for id in [1u16, 2, 0x00FF, 0x0100, 0xBEEF, 0xFFFF] {
+                let e = Ipv4Endpoints { ip_id: id, ..ep() };
+                write_icrc(&e, &mut q);
+                assert_eq!(icrc_ip_id(&ep(), &q), Some(id), "len {len} id {id}");
+                // Any one flipped bit elsewhere: either no ID fits, or (2^-16 of
+                // corruptions) another one; never the right one.
+                q[n / 2] ^= 0x10;
+                assert_ne!(icrc_ip_id(&ep(), &q), Some(id), "len {len} id {id}");
+                q[n / 2] ^= 0x10;
+            }
+        }
+        // Of many random corruptions of the ICRC, about 2^-16 fit some ID.
+        let mut fits = 0;
+        for i in 0..20_000u32 {
+            let n = p.len();
+            let bad = i.wrapping_mul(0x9E37_79B9) | 1;
+            let c = u32::from_le_bytes(p[n - 4..].try_into().unwrap());
+            p[n - 4..].copy_from_slice(&(c ^ bad).to_le_bytes());
+            fits += usize::from(icrc_ip_id(&ep(), &p).is_some());
+            p[n - 4..].copy_from_slice(&c.to_le_bytes());
+        }
+        assert!(fits <= 3, "{fits} of 20000 random ICRCs fit an ID");
+        assert_eq!(icrc_ip_id(&ep(), &[1, 2, 3]), None);
     }
 
     #[test]

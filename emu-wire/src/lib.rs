@@ -65,7 +65,8 @@ pub use error::{Error, Result};
 pub use frame::{build_frame, split_frame, split_ipv4, FrameParts, ROCEV2_PORT};
 pub use grh::{GrhPacket, GrhRepr};
 pub use icrc::{
-    check_icrc, check_icrc_frame, icrc_for, icrc_ipv4, icrc_ipv6, write_icrc, Ipv4Endpoints,
+    check_icrc, check_icrc_frame, icrc_for, icrc_ip_id, icrc_ipv4, icrc_ipv6, write_icrc,
+    Ipv4Endpoints,
 };
 pub use imm::{IethPacket, ImmDtPacket};
 pub use opcode::{Opcode, Position, Transport};

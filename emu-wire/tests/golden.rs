@@ -7,7 +7,12 @@
 
 use std::collections::HashMap;
 
-use emu_wire::{check_icrc_frame, icrc_ipv4, split_frame, Error, Opcode, PacketRepr, ICRC_LEN};
+use std::net::Ipv4Addr;
+
+use emu_wire::{
+    check_icrc_frame, icrc_ip_id, icrc_ipv4, split_frame, Error, Ipv4Endpoints, Opcode, PacketRepr,
+    ICRC_LEN,
+};
 
 struct Entry {
     /// key=value pairs from the comments; extended-header fields as "RETH.va" etc.
@@ -265,4 +270,35 @@ fn icrc_catches_corruption_but_not_masked_fields() {
     let mut f = e.frame.clone();
     f[14 + 4] ^= 1; // IP identification is not masked
     assert!(!check_icrc_frame(&f).unwrap());
+}
+
+/// A receiver with a UDP socket sees addresses and ports but not the IP identification
+/// rxe gave each frame: solved from the ICRC, it is the one on the wire, for every frame
+/// whose ICRC rxe computed right.
+#[test]
+fn the_ip_id_solved_from_the_icrc_is_the_one_rxe_sent() {
+    let mut nonzero = 0;
+    let mut checked = 0;
+    for e in load() {
+        if e.text("match") != "yes" {
+            continue;
+        }
+        let p = split_frame(&e.frame).unwrap();
+        let (ip, udp) = (p.ip_header, p.udp_header);
+        let ep = Ipv4Endpoints {
+            src: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+            dst: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+            ip_id: 0,
+            src_port: u16::from_be_bytes([udp[0], udp[1]]),
+            dst_port: u16::from_be_bytes([udp[2], udp[3]]),
+        };
+        let id = u16::from_be_bytes([ip[4], ip[5]]);
+        assert_eq!(icrc_ip_id(&ep, p.udp_payload), Some(id), "{}", e.header);
+        nonzero += usize::from(id != 0);
+        checked += 1;
+    }
+    assert!(
+        checked >= 50 && nonzero >= 40,
+        "{checked} frames, {nonzero} IDs non-zero"
+    );
 }
