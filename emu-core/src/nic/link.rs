@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use emu_wire::{check_icrc, write_icrc, Ipv4Endpoints};
+use emu_wire::{check_icrc, icrc_ip_id, write_icrc, Ipv4Endpoints};
 use nix::errno::Errno;
 use nix::sys::socket::{
     setsockopt, sockopt, ControlMessage, ControlMessageOwned, MsgFlags, SockaddrIn,
@@ -58,6 +58,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use super::gro::Gro;
 use super::interop::{parse_raw_udp, LinkOptions, PacketHook, Verdict};
+use super::ip_id::{self, IpIds};
 
 /// What carries an emulated device's packets and tells its time: the UDP socket of a
 /// real deployment, or a simulated fabric with virtual time (crate `sims`).
@@ -204,6 +205,8 @@ struct PeerSocket {
     socket: Option<(UdpSocket, u16)>,
     /// The TOS byte the socket sends with now.
     tos: AtomicU8,
+    /// The IP ID of the socket's next datagram (see `ip_id`).
+    ids: IpIds,
 }
 
 /// Where a datagram leaves from: a socket, the address to give `sendto` (none for a
@@ -214,6 +217,8 @@ struct Out<'a> {
     src_port: u16,
     /// The TOS byte `socket` sends with now (`IP_TOS`).
     tos: &'a AtomicU8,
+    /// The IP IDs of a connected socket; none for the bound one, which sends with ID 0.
+    ids: Option<&'a IpIds>,
 }
 
 /// The most UDP payload one GSO send may carry: an IPv4 datagram is at most 65535
@@ -693,9 +698,11 @@ impl UdpLink {
         got.len()
     }
 
-    /// Whether the ICRC of a received datagram is right (with the IP ID it carried,
-    /// in interop mode; with 0 otherwise).
-    pub(crate) fn icrc_ok(&self, d: &Rx, packet: &[u8]) -> bool {
+    /// The IP ID of a received datagram if its ICRC is right: in interop mode the ID
+    /// it carried (the raw socket sees it); otherwise the ID the ICRC was computed with
+    /// (a UDP socket does not tell it: solved from the ICRC, see
+    /// [`emu_wire::icrc_ip_id`]). `None` when the ICRC is wrong.
+    pub(crate) fn icrc_ip_id(&self, d: &Rx, packet: &[u8]) -> Option<u16> {
         let ep = Ipv4Endpoints {
             src: *d.from.ip(),
             dst: d.dst,
@@ -703,7 +710,11 @@ impl UdpLink {
             src_port: d.from.port(),
             dst_port: self.port,
         };
-        check_icrc(&ep, packet)
+        if self.interop() {
+            check_icrc(&ep, packet).then_some(d.ip_id)
+        } else {
+            icrc_ip_id(&ep, packet)
+        }
     }
 
     /// The bound socket, as the way out to `dst` (interop mode, a hook, multicast).
@@ -713,6 +724,7 @@ impl UdpLink {
             to: Some(SockaddrIn::from(SocketAddrV4::new(dst, self.port))),
             src_port: self.port,
             tos: &self.bound_tos,
+            ids: None,
         }
     }
 
@@ -731,15 +743,31 @@ impl UdpLink {
         let i = match peers.iter().position(|p| p.dst == dst) {
             Some(i) => i,
             None if peers.len() < MAX_PEER_SOCKETS => {
+                let (socket, ids) = match self.connect_to(dst) {
+                    Ok((s, port, next)) => (Some((s, port)), IpIds::new(next)),
+                    Err(_) => (None, IpIds::new(0)),
+                };
                 peers.push(PeerSocket {
                     dst,
-                    socket: self.connect_to(dst).ok(),
+                    socket,
                     tos: AtomicU8::new(0),
+                    ids,
                 });
                 peers.len() - 1
             }
             None => return self.bound_out(dst),
         };
+        let peer = &mut peers[i];
+        if let Some((socket, port)) = &peer.socket {
+            if peer.ids.next().is_none() {
+                // A send failed after the kernel may have numbered it: ask again, or
+                // send from the bound socket from now on.
+                match ip_id::probe(socket, self.ip, *port) {
+                    Some(next) => peer.ids.set(next),
+                    None => peer.socket = None,
+                }
+            }
+        }
         let peer = &peers[i];
         match &peer.socket {
             Some((socket, port)) => Out {
@@ -747,14 +775,16 @@ impl UdpLink {
                 to: None,
                 src_port: *port,
                 tos: &peer.tos,
+                ids: Some(&peer.ids),
             },
             None => self.bound_out(dst),
         }
     }
 
     /// A send-only socket on our address (an ephemeral port), connected to `dst` on
-    /// the device port, with the bound socket's DF and send buffer.
-    fn connect_to(&self, dst: Ipv4Addr) -> io::Result<(UdpSocket, u16)> {
+    /// the device port, with the bound socket's DF and send buffer; its port and the IP
+    /// ID of its first datagram. An error when the kernel does not tell the ID.
+    fn connect_to(&self, dst: Ipv4Addr) -> io::Result<(UdpSocket, u16, u16)> {
         let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
         large_send_buffer(&s);
         // Nothing is sent to it: the smallest receive buffer the kernel allows.
@@ -768,14 +798,39 @@ impl UdpLink {
             rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
         )?;
         let port = socket.local_addr()?.port();
-        Ok((socket, port))
+        let next = ip_id::probe(&socket, self.ip, port).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the kernel did not tell the IP ID",
+            )
+        })?;
+        Ok((socket, port, next))
     }
 
-    /// Hands `contents` to the kernel through `out` (as GSO segments of `segment`
-    /// bytes when it holds more than one); waits for room in the socket buffer if it
-    /// is full.
-    fn transmit(&self, out: &Out<'_>, contents: &[u8], segment: usize) -> io::Result<()> {
+    /// Writes the ICRC of each `segment`-byte packet of `contents` (the last may be
+    /// shorter) for the IP ID the kernel will give it when `out` sends `contents` in one
+    /// call: the socket's next ID, counting up per GSO segment (see `ip_id`).
+    fn seal(&self, out: &Out<'_>, dst: Ipv4Addr, contents: &mut [u8], segment: usize) {
+        let first = out.ids.and_then(IpIds::next).unwrap_or(0);
+        let ep = self.endpoints(dst, out.src_port);
+        for (k, p) in contents.chunks_mut(segment.max(1)).enumerate() {
+            let ip_id = first.wrapping_add(k as u16);
+            write_icrc(&Ipv4Endpoints { ip_id, ..ep }, p);
+        }
+    }
+
+    /// Writes the ICRCs of `contents` and hands it to the kernel through `out` (as GSO
+    /// segments of `segment` bytes when it holds more than one); waits for room in the
+    /// socket buffer if it is full.
+    fn transmit(
+        &self,
+        out: &Out<'_>,
+        dst: Ipv4Addr,
+        contents: &mut [u8],
+        segment: usize,
+    ) -> io::Result<()> {
         self.apply_tos(out);
+        self.seal(out, dst, contents, segment);
         let fd = out.socket.as_raw_fd();
         // A full send buffer: wait for room, a bounded number of times (the receiver
         // is on this host or the datagram can be dropped: RC retransmits).
@@ -796,8 +851,14 @@ impl UdpLink {
             } else {
                 nix::sys::socket::send(fd, contents, MsgFlags::empty())
             };
+            // Refused before the packet was built: no IP ID taken (see `ip_id`).
             match r {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    if let Some(i) = out.ids {
+                        i.advance(1);
+                    }
+                    return Ok(());
+                }
                 Err(Errno::EAGAIN) => {
                     let mut fds = [PollFd::new(out.socket, PollFlags::OUT)];
                     let ts = rustix::event::Timespec {
@@ -811,12 +872,22 @@ impl UdpLink {
                 // the error is cleared, so send again (UDP loses what the peer missed).
                 Err(Errno::EINTR | Errno::ECONNREFUSED) => {}
                 Err(Errno::EIO) if contents.len() > segment => {
-                    // The device under the route cannot segment: send this run and
-                    // every later one datagram by datagram.
+                    // The device under the route cannot segment (the packet was built,
+                    // with an IP ID): send this run and every later one datagram by
+                    // datagram.
+                    if let Some(i) = out.ids {
+                        i.advance(1);
+                    }
                     self.gso_failed.store(true, Ordering::Relaxed);
-                    return self.transmit_each(out, contents, segment);
+                    return self.transmit_each(out, dst, contents, segment);
                 }
-                Err(e) => return Err(e.into()),
+                Err(Errno::EMSGSIZE) => return Err(Errno::EMSGSIZE.into()),
+                Err(e) => {
+                    if let Some(i) = out.ids {
+                        i.lose_track();
+                    }
+                    return Err(e.into());
+                }
             }
         }
         Err(io::ErrorKind::WouldBlock.into())
@@ -837,10 +908,16 @@ impl UdpLink {
 
     /// Sends the `segment`-byte packets of `contents` (the last may be shorter) one
     /// datagram each; the last error, if any.
-    fn transmit_each(&self, out: &Out<'_>, contents: &[u8], segment: usize) -> io::Result<()> {
+    fn transmit_each(
+        &self,
+        out: &Out<'_>,
+        dst: Ipv4Addr,
+        contents: &mut [u8],
+        segment: usize,
+    ) -> io::Result<()> {
         let mut r = Ok(());
-        for p in contents.chunks(segment) {
-            if let Err(e) = self.transmit(out, p, segment) {
+        for p in contents.chunks_mut(segment) {
+            if let Err(e) = self.transmit(out, dst, p, segment) {
                 r = Err(e);
             }
         }
@@ -854,24 +931,18 @@ impl UdpLink {
         dst: Ipv4Addr,
         packet: &mut [u8],
     ) -> io::Result<()> {
-        // A hook sends from the bound socket (see `out`).
+        // A hook sends from the bound socket (see `out`), whose datagrams carry IP ID 0.
         let out = self.bound_out(dst);
         let ep = self.endpoints(dst, out.src_port);
+        let one = |p: &mut [u8]| self.transmit(&out, dst, p, p.len().max(1));
         match hook.on_send(dst, packet) {
-            Verdict::Pass => {
-                write_icrc(&ep, packet);
-                self.transmit(&out, packet, packet.len().max(1))
-            }
+            Verdict::Pass => one(packet),
             Verdict::Drop => Ok(()),
             Verdict::Duplicate => {
-                write_icrc(&ep, packet);
-                self.transmit(&out, packet, packet.len().max(1))?;
-                self.transmit(&out, packet, packet.len().max(1))
+                one(packet)?;
+                one(packet)
             }
-            Verdict::Replace(mut p) => {
-                write_icrc(&ep, &mut p);
-                self.transmit(&out, &p, p.len().max(1))
-            }
+            Verdict::Replace(mut p) => one(&mut p),
             Verdict::Delay(d) => {
                 write_icrc(&ep, packet);
                 let sock = self.socket.try_clone()?;
@@ -966,9 +1037,8 @@ impl Link for UdpLink {
         }
         let mut peers = self.peers.lock();
         let out = self.out(&mut peers, dst);
-        write_icrc(&self.endpoints(dst, out.src_port), packet);
         let n = packet.len();
-        self.transmit(&out, packet, n.max(1))
+        self.transmit(&out, dst, packet, n.max(1))
     }
 
     fn send_batch(
@@ -990,17 +1060,12 @@ impl Link for UdpLink {
         }
         let mut peers = self.peers.lock();
         let out = self.out(&mut peers, dst);
-        let ep = self.endpoints(dst, out.src_port);
-        for p in packets.chunks_mut(segment) {
-            write_icrc(&ep, p);
-        }
-        // GSO cuts a run into datagrams with the IP ID counting up from the first's;
-        // every segment's ICRC is computed with ID 0 as a receiver that sees only the
-        // UDP payload checks it (exact between emulated devices; see the module docs).
+        // GSO cuts a run into datagrams with the IP ID counting up from the send's;
+        // `transmit` computes each segment's ICRC with its own.
         if packets.len() <= segment || self.max_batch() == 1 {
-            return self.transmit_each(&out, packets, segment);
+            return self.transmit_each(&out, dst, packets, segment);
         }
-        self.transmit(&out, packets, segment)
+        self.transmit(&out, dst, packets, segment)
     }
 
     fn send_two(
@@ -1016,9 +1081,16 @@ impl Link for UdpLink {
         }
         let mut peers = self.peers.lock();
         let out = self.out(&mut peers, dst);
+        // Two sends: the second takes the ID after the first's.
+        let next = out.ids.and_then(IpIds::next).unwrap_or(0);
         let ep = self.endpoints(dst, out.src_port);
-        write_icrc(&ep, first);
-        write_icrc(&ep, second);
+        write_icrc(&Ipv4Endpoints { ip_id: next, ..ep }, first);
+        let ip_id = if out.ids.is_some() {
+            next.wrapping_add(1)
+        } else {
+            0
+        };
+        write_icrc(&Ipv4Endpoints { ip_id, ..ep }, second);
         self.apply_tos(&out);
         // One system call for both (a ping-pong's answer and the ACK of the question:
         // busy-poll send_lat, see the README). The kernel delivers the first on
@@ -1043,20 +1115,23 @@ impl Link for UdpLink {
             rustix::net::sendmmsg(out.socket, &mut msgs, rustix::net::SendFlags::empty())
                 .unwrap_or(0)
         };
+        if let Some(i) = out.ids {
+            i.advance(sent as u16);
+        }
         // What did not go (a full send buffer, an earlier datagram's ICMP error) goes
         // the way a single send does, which waits for room and sends again.
         let mut r = Ok(());
         if sent < 1 {
-            r = self.transmit(&out, first, first.len().max(1));
+            r = self.transmit(&out, dst, first, first.len().max(1));
         }
         if sent < 2 {
-            r = self.transmit(&out, second, second.len().max(1)).and(r);
+            r = self.transmit(&out, dst, second, second.len().max(1)).and(r);
         }
         r
     }
 
     fn max_batch(&self) -> usize {
-        // GSO numbers the segments' IP IDs upward, which a real peer's ICRC check sees.
+        // Interop mode and a hook see every datagram on its own.
         if self.interop() || self.hook.is_some() || self.gso_failed.load(Ordering::Relaxed) {
             1
         } else {
@@ -1133,7 +1208,11 @@ mod tests {
                 assert_eq!(*d.from.ip(), Ipv4Addr::new(127, 0, 0, 1));
                 assert_eq!(d.from.port(), from);
                 let bytes = rx.bytes(d);
-                out.push((bytes.len(), b.icrc_ok(d, bytes), bytes.to_vec()));
+                out.push((
+                    bytes.len(),
+                    b.icrc_ip_id(d, bytes).is_some(),
+                    bytes.to_vec(),
+                ));
             }
         }
         (out, calls)
@@ -1181,7 +1260,7 @@ mod tests {
         let d = rx.got[0];
         let mut bytes = rx.bytes(&d).to_vec();
         bytes[3] ^= 1;
-        assert!(!b.icrc_ok(&d, &bytes));
+        assert!(b.icrc_ip_id(&d, &bytes).is_none());
     }
 
     /// Nothing waiting: the one-slot receive returns nothing and does not block.
@@ -1231,7 +1310,11 @@ mod tests {
                 calls += 1;
             }
             for d in &rx.got {
-                assert!(b.icrc_ok(d, rx.bytes(d)), "ICRC of datagram {}", lens.len());
+                assert!(
+                    b.icrc_ip_id(d, rx.bytes(d)).is_some(),
+                    "ICRC of datagram {}",
+                    lens.len()
+                );
                 lens.push(d.len);
             }
         }
@@ -1416,7 +1499,7 @@ mod tests {
         assert_eq!(c.recv_batch(&mut rx), 1);
         let d = rx.got[0];
         assert_eq!(d.from.port(), sent_from(&a, gone));
-        assert!(c.icrc_ok(&d, rx.bytes(&d)));
+        assert!(c.icrc_ip_id(&d, rx.bytes(&d)).is_some());
     }
 
     /// At most `MAX_PEER_SOCKETS` peers get a socket of their own; the rest are sent

@@ -35,6 +35,7 @@
 
 mod gro;
 pub mod interop;
+mod ip_id;
 mod link;
 mod manage;
 mod netdev;
@@ -989,9 +990,12 @@ impl Inner {
         let mut bad = 0;
         for i in start..end {
             let d = rx.got[i];
-            if !udp.icrc_ok(&d, rx.bytes(&d)) {
-                rx.got[i].from = std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
-                bad += 1;
+            match udp.icrc_ip_id(&d, rx.bytes(&d)) {
+                Some(id) => rx.got[i].ip_id = id,
+                None => {
+                    rx.got[i].from = std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+                    bad += 1;
+                }
             }
         }
         if bad > 0 {
