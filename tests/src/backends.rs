@@ -1,4 +1,4 @@
-//! The emulator's backends: over UDP loopback, and on the simulated fabric (with the
+//! The emulator's backends: over UDP (loopback or any address of the host), and on the simulated fabric (with the
 //! fault-injection capability).
 
 use std::net::Ipv4Addr;
@@ -30,10 +30,33 @@ fn emu_cm(dev: Arc<dyn Device>, virtual_time: bool) -> CmOpener {
     })
 }
 
-/// The emulator over UDP loopback: each case gets a device of its own on 127.0.0.1 with
-/// a port picked by the OS, its QPs talking to each other through that one device.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct EmuUdp;
+/// The emulator over UDP: each case gets a device of its own on [`EmuUdp::ip`] with a
+/// port picked by the OS, its QPs talking to each other through that one device.
+///
+/// By default the address is 127.0.0.1 (loopback). Any address of the host works: on
+/// a real interface the port follows that interface (its MTU, speed and state), and
+/// whatever routing the host has for datagrams to its own address carries the
+/// device's traffic; `scripts/ci-netns.sh` runs the suite in a network namespace whose
+/// routing sends them across a 1500-byte veth to another namespace and back.
+#[derive(Clone, Debug)]
+pub struct EmuUdp {
+    /// The address each case's device binds.
+    pub ip: Ipv4Addr,
+    /// The network interface that carries [`EmuUdp::ip`], if the cases may take it
+    /// down and up (`ip link`, root) as their one fault: the device's port follows
+    /// it, so the link-fault cases run as on hardware. `None` (the default): no fault
+    /// injection, and those cases are skipped.
+    pub link_faults: Option<String>,
+}
+
+impl Default for EmuUdp {
+    fn default() -> Self {
+        EmuUdp {
+            ip: Ipv4Addr::LOCALHOST,
+            link_faults: None,
+        }
+    }
+}
 
 impl Backend for EmuUdp {
     fn name(&self) -> &str {
@@ -42,15 +65,19 @@ impl Backend for EmuUdp {
 
     fn open(&self) -> Opened {
         let dev = EmuDevice::open(EmuConfig {
+            ip: self.ip,
             port: 0,
             ..EmuConfig::default()
         })
-        .expect("open an emulated device on 127.0.0.1");
+        .unwrap_or_else(|e| panic!("open an emulated device on {}: {e}", self.ip));
         let dev: Arc<dyn Device> = Arc::new(dev);
         Opened {
             cm: Some(emu_cm(dev.clone(), false)),
             dev,
-            faults: None,
+            faults: self
+                .link_faults
+                .as_deref()
+                .map(|netdev| Arc::new(LinkFaults::on(netdev)) as Arc<dyn Faults>),
             virtual_time: false,
             gid_index: 0,
         }
@@ -232,19 +259,29 @@ impl Backend for Hw {
     }
 }
 
-/// Hardware's one natural fault: the port's network interface taken down and up with
-/// `ip link` (root), which the driver reports as PORT_ERR and PORT_ACTIVE. Only with
-/// `RDMA_TEST_LINK_FAULTS=1` (the rxe VM job sets it): on a machine in use it would
-/// cut the link. The link comes back up when the case ends, whatever happened.
-#[cfg(feature = "hw")]
+/// A real port's one natural fault: its network interface taken down and up with
+/// `ip link` (root), which the driver (rxe, or the emulator's device following its
+/// interface) reports as PORT_ERR and PORT_ACTIVE. Hardware has it only with
+/// `RDMA_TEST_LINK_FAULTS=1` (the rxe VM job sets it), the emulator over UDP only with
+/// [`EmuUdp::link_faults`] (ci-netns.sh, in a network namespace): on a machine in use
+/// it would cut the link. The link comes back up when the case ends, whatever
+/// happened.
 #[derive(Debug)]
 struct LinkFaults {
     netdev: String,
     down: std::sync::atomic::AtomicBool,
 }
 
-#[cfg(feature = "hw")]
 impl LinkFaults {
+    /// Faults that take `netdev` down and up.
+    fn on(netdev: &str) -> LinkFaults {
+        LinkFaults {
+            netdev: netdev.to_string(),
+            down: Default::default(),
+        }
+    }
+
+    #[cfg(feature = "hw")]
     fn open(device: &str) -> Option<LinkFaults> {
         if std::env::var("RDMA_TEST_LINK_FAULTS").ok().as_deref() != Some("1") {
             return None;
@@ -253,10 +290,7 @@ impl LinkFaults {
         let path = format!("/sys/class/infiniband/{device}/ports/1/gid_attrs/ndevs/0");
         let netdev = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("RDMA_TEST_LINK_FAULTS=1 but {path}: {e}"));
-        Some(LinkFaults {
-            netdev: netdev.trim().to_string(),
-            down: Default::default(),
-        })
+        Some(LinkFaults::on(netdev.trim()))
     }
 
     /// `ip link set dev NETDEV STATE`.
@@ -278,11 +312,10 @@ impl LinkFaults {
     }
 
     fn unsupported(&self, what: &str) -> ! {
-        panic!("{what}: hardware link faults only take the link down and up")
+        panic!("{what}: link faults only take the link down and up")
     }
 }
 
-#[cfg(feature = "hw")]
 impl Drop for LinkFaults {
     fn drop(&mut self) {
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
@@ -291,7 +324,6 @@ impl Drop for LinkFaults {
     }
 }
 
-#[cfg(feature = "hw")]
 impl Faults for LinkFaults {
     fn link_only(&self) -> bool {
         true

@@ -13,12 +13,14 @@ fn main() {
         .map(|case| {
             let pending = case.needs != tests::FaultNeed::Nothing
                 || EMU_PENDING.iter().any(|p| case.name.starts_with(p));
-            Trial::test(case.name.clone(), move || match run_case(&case, &EmuUdp) {
-                Verdict::Pass => Ok(()),
-                Verdict::Fail(m) => Err(Failed::from(m)),
-                Verdict::Skip(why) => Err(Failed::from(format!(
-                    "skipped on the emulator, which should produce every condition: {why}"
-                ))),
+            Trial::test(case.name.clone(), move || {
+                match run_case(&case, &EmuUdp::default()) {
+                    Verdict::Pass => Ok(()),
+                    Verdict::Fail(m) => Err(Failed::from(m)),
+                    Verdict::Skip(why) => Err(Failed::from(format!(
+                        "skipped on the emulator, which should produce every condition: {why}"
+                    ))),
+                }
             })
             .with_ignored_flag(pending)
         })

@@ -2,8 +2,13 @@
 //! coverage matrix with the results as markdown.
 //!
 //! ```text
-//! conformance [--list] [--backend emu-udp|emu-fabric|hw|hw:NAME] [--markdown FILE] [--save FILE] [--results FILE]... [FILTER]
+//! conformance [--list] [--backend emu-udp|emu-fabric|hw|hw:NAME] [--ip ADDR [--link-faults IFNAME]] [--markdown FILE] [--save FILE] [--results FILE]... [FILTER]
 //! ```
+//!
+//! `--ip ADDR` is the address of the emu-udp backend's devices (127.0.0.1 by default);
+//! `--link-faults IFNAME` lets the link-fault cases take the interface that carries it
+//! down and up (root). `scripts/ci-netns.sh` runs the suite so, in a network namespace
+//! with the devices on a veth.
 //!
 //! `--results FILE` (repeatable) reads earlier runs' result files (one `name<TAB>verdict`
 //! line per case, as `--save` writes them) so one markdown table can compare backends,
@@ -31,6 +36,7 @@ fn parse_results(text: &str) -> Vec<(String, Verdict)> {
 
 fn main() {
     let mut backend_name = "emu-udp".to_string();
+    let mut emu_udp = EmuUdp::default();
     let mut markdown = None;
     let mut save = None;
     let mut earlier = Vec::new();
@@ -39,6 +45,15 @@ fn main() {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--backend" => backend_name = args.next().expect("--backend NAME"),
+            "--ip" => {
+                let ip = args.next().expect("--ip ADDR");
+                emu_udp.ip = ip
+                    .parse()
+                    .unwrap_or_else(|e| panic!("--ip {ip}: not an IPv4 address: {e}"));
+            }
+            "--link-faults" => {
+                emu_udp.link_faults = Some(args.next().expect("--link-faults IFNAME"))
+            }
             "--markdown" => markdown = Some(args.next().expect("--markdown FILE")),
             "--save" => save = Some(args.next().expect("--save FILE")),
             "--results" => {
@@ -57,14 +72,14 @@ fn main() {
                 return;
             }
             "-h" | "--help" => {
-                println!("conformance [--backend emu-udp] [--markdown FILE] [--save FILE] [--results FILE]... [FILTER]");
+                println!("conformance [--backend emu-udp|emu-fabric|hw|hw:NAME] [--ip ADDR [--link-faults IFNAME]] [--markdown FILE] [--save FILE] [--results FILE]... [FILTER]");
                 return;
             }
             f => filter = Some(f.to_string()),
         }
     }
     let backend: Box<dyn Backend> = match backend_name.as_str() {
-        "emu-udp" => Box::new(EmuUdp),
+        "emu-udp" => Box::new(emu_udp),
         "emu-fabric" => Box::new(EmuFabric),
         #[cfg(feature = "hw")]
         hw if hw == "hw" || hw.starts_with("hw:") => Box::new(tests::backends::Hw {
