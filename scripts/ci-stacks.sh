@@ -233,7 +233,8 @@ fi
 
 # --- Open MPI over UCX ---------------------------------------------------------------
 # mpirun starts each rank through rdma-emu exec with its own address (rank r on
-# 127.0.0.(11+r)); the ping-pong is ours, Open MPI and UCX are Debian's.
+# 127.0.0.(11+r)); the ping-pong is ours (scripts/mpi_pingpong.c, also run between
+# hosts by ci-netns.sh), Open MPI and UCX are Debian's.
 mpi_pair() {
   want mpi || return 0
   local name=$1 tls=$2 log=$work/$1.log
@@ -252,43 +253,7 @@ mpi_pair() {
   fi
 }
 if want mpi; then
-  cat >"$work/mpi_pingpong.c" <<'EOF_C'
-#include <mpi.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-/* Rank 0 and 1 bounce a message; rank 0 prints the half round trip and the rate. */
-int main(int argc, char **argv)
-{
-	int rank, sizes[] = { 8, 4096, 65536, 1 << 20 };
-	MPI_Init(&argc, &argv);
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	for (int s = 0; s < 4; s++) {
-		int n = sizes[s], iters = n >= 65536 ? 200 : 2000;
-		char *buf = malloc(n);
-		memset(buf, rank, n);
-		MPI_Barrier(MPI_COMM_WORLD);
-		double t0 = MPI_Wtime();
-		for (int i = 0; i < iters; i++) {
-			if (rank == 0) {
-				MPI_Send(buf, n, MPI_CHAR, 1, 0, MPI_COMM_WORLD);
-				MPI_Recv(buf, n, MPI_CHAR, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-			} else {
-				MPI_Recv(buf, n, MPI_CHAR, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-				MPI_Send(buf, n, MPI_CHAR, 0, 0, MPI_COMM_WORLD);
-			}
-		}
-		double t = MPI_Wtime() - t0;
-		if (rank == 0)
-			printf("%8d bytes %9.2f us %9.2f MB/s\n", n, t / iters / 2 * 1e6,
-			       2.0 * n * iters / t / 1e6);
-		free(buf);
-	}
-	MPI_Finalize();
-	return 0;
-}
-EOF_C
-  if mpicc -O2 -o "$work/mpi_pingpong" "$work/mpi_pingpong.c" >"$work/mpicc.log" 2>&1; then
+  if mpicc -O2 -o "$work/mpi_pingpong" "$root/scripts/mpi_pingpong.c" >"$work/mpicc.log" 2>&1; then
     mpi_pair mpi-ucx-ud ud_verbs
     mpi_pair mpi-ucx-rc "rc_verbs,ud_verbs:aux"
   else
