@@ -6,11 +6,16 @@
 # rc/uc/ud/srq pingpong examples, write_verify (byte-exact, also with random loss on
 # the link by nftables), unmodified perftest (RC WRITE/READ/SEND/atomics, UD SEND;
 # bandwidth and latency), rping, ucmatose and udaddy through capi's libraries, and the
-# same across the router. Each device's port follows its interface: 1024 on the
+# same across the router; the conformance suite (emu-udp backend) with its device on
+# A's veth and its datagrams crossing to B and back; and other people's stacks through
+# `rdma-emu exec` between A and B: ucx_perftest (rc_verbs, ud_verbs), an Open MPI
+# ping-pong over UCX (one rank a host), fi_pingpong (verbs MSG, verbs;ofi_rxm). Each
+# device's port follows its interface: 1024 on the
 # 1500-byte links, 4096 on the 9000-byte one, so a path crossing both needs the
 # smaller MTU chosen by the user (perftest -m 1024), as with kernel rxe.
 #   scripts/ci-netns.sh        # as root (ip netns); installs iproute2, nftables, perftest, ...
-# Env: NETNS_ONLY="step ..." runs only the named steps; NETNS_TIMEOUT (60 s).
+# Env: NETNS_ONLY="step ..." runs only the named steps; NETNS_TIMEOUT (60 s);
+# NETNS_CONFORMANCE_TIMEOUT (900 s, the whole suite).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$(id -u)" != 0 ]; then
@@ -30,7 +35,8 @@ cleanup() {
 trap cleanup EXIT
 
 export DEBIAN_FRONTEND=noninteractive
-PKGS="iproute2 nftables perftest ibverbs-utils rdmacm-utils"
+# The stacks are ci-stacks.sh's packages (UCX, libfabric, Open MPI).
+PKGS="iproute2 nftables perftest ibverbs-utils rdmacm-utils ucx-utils libucx0 libfabric-bin libfabric1 openmpi-bin libopenmpi-dev"
 if ! dpkg -s $PKGS >/dev/null 2>&1; then
   apt-get install -y -qq $PKGS >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $PKGS >/dev/null; } ||
     { echo "FAIL netns: cannot install $PKGS"; exit 1; }
@@ -41,6 +47,11 @@ cargo build --release -q -p emu-core --examples || { echo "FAIL build examples";
 bin=$CARGO_TARGET_DIR/release/examples
 lib=$work/lib
 "$root/capi/build-so.sh" --release "$lib" >/dev/null || { echo "FAIL build libibverbs.so.1"; exit 1; }
+# The conformance suite and the launcher in debug: `cargo test --workspace` (an
+# earlier CI step) has built both already.
+echo "building the conformance suite and rdma-emu (debug)"
+cargo build -q -p tests --bin conformance -p sims --bin rdma-emu || { echo "FAIL build conformance, rdma-emu"; exit 1; }
+dbg=$CARGO_TARGET_DIR/debug
 
 # ---- the hosts ----
 for n in $NS; do ip netns add "$n" && ip -n "$n" link set lo up || { echo "FAIL netns: ip netns add $n"; exit 1; }; done
@@ -62,7 +73,7 @@ want() { [ -z "${NETNS_ONLY:-}" ] || [[ " $NETNS_ONLY " == *" $1 "* ]]; }
 record() { # name rc logs...
   local name=$1 rc=$2; shift 2
   if [ "$rc" = 0 ]; then pass+=("$name"); echo "PASS $name"
-  else fail+=("$name"); echo "FAIL $name (rc=$rc)"; for f in "$@"; do sed 's/^/    /' "$f" | tail -12; done; fi
+  else fail+=("$name"); echo "FAIL $name (rc=$rc)"; for f in "$@"; do [ -f "$f" ] && sed 's/^/    /' "$f" | tail -12; done; fi
 }
 # on NS IP CMD...: runs CMD on host NS with capi's libraries and its device on IP.
 on() { local ns=$1 ip=$2; shift 2; ip netns exec "$ns" env LD_LIBRARY_PATH="$lib" RDMA_EMU_IP="$ip" timeout "$T" "$@"; }
@@ -146,6 +157,129 @@ pair routed_rc_pingpong emuC $C emuD $D "$bin/rc_pingpong --ip $C" "$bin/rc_ping
 pair routed_ib_write_bw emuD $D emuC $C "ib_write_bw -m 1024" "ib_write_bw -m 1024 $D" "^ *65536"
 pair routed_ib_send_lat emuD $D emuC $C "ib_send_lat -m 1024" "ib_send_lat -m 1024 $D" "^ *2 "
 pair routed_rping emuC $C emuD $D "rping -s -v -C 10 -a $C" "rping -c -v -C 10 -a $C" "ping data: rdma-ping-9"
+
+# ---- the conformance suite across the link ----
+# The suite's cases each open one device and connect two of its QPs to each other (as
+# on one NIC; they read the responder's memory in place), so there is one device per
+# case, not two. Here it binds A's veth address, so its port follows a 1500-byte link
+# (active MTU 1024), and A's routing sends every datagram the device sends to itself
+# out of a0 to B, whose kernel forwards it back (TTL - 1, which the ICRC masks): each
+# packet crosses the veth twice and B's network stack once, and a packet too big for
+# the link is refused as it would be between two hosts. The case that takes the link
+# down does it for real (ip link set a0 down; the device follows its interface).
+# NETNS_ONLY name: conformance.
+cf() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3"; }
+if want conformance; then
+  ip -n emuA rule add pref 100 iif lo to $A ipproto udp lookup 100 &&
+    ip -n emuA rule add pref 200 lookup local && ip -n emuA rule del pref 0 lookup local &&
+    ip -n emuA route add $A via $B dev a0 table 100 &&
+    ip netns exec emuA sysctl -qw net.ipv4.conf.all.accept_local=1 net.ipv4.conf.a0.accept_local=1 \
+      net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.a0.rp_filter=0 &&
+    ip netns exec emuB sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.send_redirects=0 \
+      net.ipv4.conf.b0.send_redirects=0 &&
+    ip -n emuA route get $A ipproto udp | grep -q "via $B dev a0"
+  rc=$?
+  t0=$(date +%s) sent=0 back=0
+  if [ "$rc" = 0 ]; then
+    a0=$(cf emuA a0 tx_bytes) b0=$(cf emuB b0 tx_bytes)
+    ip netns exec emuA timeout "${NETNS_CONFORMANCE_TIMEOUT:-900}" "$dbg/conformance" --backend emu-udp \
+      --ip $A --save "$work/conformance.tsv" >"$work/conformance.log" 2>&1
+    rc=$?
+    sent=$(($(cf emuA a0 tx_bytes) - a0)) back=$(($(cf emuB b0 tx_bytes) - b0))
+    # The cases' traffic went out on a0 and came back from B (about 800 kB each way;
+    # on lo nothing would cross).
+    [ "$rc" = 0 ] && { [ "$sent" -lt 500000 ] || [ "$back" -lt 500000 ]; } && rc=98
+    # A case skipped here for any other reason than fault injection fails the step.
+    [ "$rc" = 0 ] && grep -P '\tskip\t' "$work/conformance.tsv" | grep -vq "needs fault injection" && rc=96
+  fi
+  # Then the one case that takes the link down (the kernel drops the routes through
+  # a0 when it goes down, so it runs last, alone).
+  if [ "$rc" = 0 ]; then
+    ip netns exec emuA timeout "$T" "$dbg/conformance" --backend emu-udp --ip $A --link-faults a0 \
+      ports::port_err_and_port_active >"$work/conformance-link.log" 2>&1
+    rc=$?
+    [ "$rc" = 0 ] && ! grep -q "1 passed, 0 failed, 0 skipped" "$work/conformance-link.log" && rc=97
+  fi
+  record conformance "$rc" "$work/conformance.log" "$work/conformance-link.log"
+  echo "    $(tail -1 "$work/conformance.log"), then with the link going down:" \
+    "$(tail -1 "$work/conformance-link.log" 2>/dev/null | sed 's/^emu-udp: //')"
+  echo "    skipped: the cases that need fault injection (the link case runs second, the" \
+    "others on the emu-fabric backend); $(($(date +%s) - t0)) s; a0 sent $sent bytes, b0 sent $back"
+  ip -n emuA rule del pref 100 2>/dev/null
+  ip -n emuA rule add pref 0 lookup local 2>/dev/null && ip -n emuA rule del pref 200 2>/dev/null
+  ip -n emuA route flush table 100 2>/dev/null
+  ip netns exec emuB sysctl -qw net.ipv4.ip_forward=0
+  ip -n emuA link set a0 up
+fi
+
+# ---- other people's stacks through rdma-emu exec, one process a host ----
+# ip netns exec gives each process its host's network and a sysfs mounted there, so
+# the launcher's default mode (as root: a mount namespace only) finds the device's
+# interface (a0 or b0, a real non-loopback interface, as libfabric's MSG endpoints
+# need); --netns would make a namespace of its own, cut off from the veth, and
+# --plain would leave out the sysfs and /dev entries UCX and libfabric look for.
+export RDMA_EMU_LIB=$lib
+emu=$dbg/rdma-emu
+ucx=13500
+ucx_pair() { # NAME TLS ARGS...: ucx_perftest server on A, client on B
+  local name=$1 tls=$2; shift 2
+  ucx=$((ucx + 1))
+  local u="env UCX_TLS=$tls UCX_NET_DEVICES=emu0:1"
+  pair "$name" emuA $A emuB $B "$u $emu exec --ip $A -- ucx_perftest -p $ucx" \
+    "$u $emu exec --ip $B -- ucx_perftest -p $ucx $* $A" "^Final:"
+}
+RC="rc_verbs,ud_verbs:aux"
+ucx_pair ucx-rc-tag_lat "$RC" -t tag_lat -n 10000
+ucx_pair ucx-rc-tag_bw "$RC" -t tag_bw -s 65536 -n 2000
+ucx_pair ucx-rc-put_bw "$RC" -d emu0:1 -x rc_verbs -t put_bw -s 65536 -D zcopy -n 2000
+ucx_pair ucx-ud-tag_lat ud_verbs -t tag_lat -n 10000
+ucx_pair ucx-ud-tag_bw ud_verbs -t tag_bw -s 65536 -n 2000
+
+# libfabric 1.17's verbs provider binds a server's endpoint, given no address (and
+# fi_pingpong has no option for one), to "localhost": 127.0.0.1, where A has no RDMA
+# device. The server's own mount namespace names A's address localhost.
+echo "$A localhost" >"$work/hosts.A"
+printf '#!/bin/sh\nexec unshare -m sh -c "mount --bind %s /etc/hosts && exec \\"\\$@\\"" sh "$@"\n' \
+  "$work/hosts.A" >"$work/localhost-is-A"
+chmod +x "$work/localhost-is-A"
+fi_pair() { # NAME PROVIDER EP [UNIVERSE]
+  local u=env; [ -n "${4:-}" ] && u="env FI_UNIVERSE_SIZE=$4"
+  pair "$1" emuA $A emuB $B \
+    "$u $work/localhost-is-A $emu exec --ip $A -- fi_pingpong -p $2 -e $3 -I 1000" \
+    "$u $emu exec --ip $B -- fi_pingpong -p $2 -e $3 -I 1000 $A" "^1m "
+}
+fi_pair fi_pingpong-verbs-msg verbs msg
+# rxm's MSG CQs are (rx + tx size) x FI_UNIVERSE_SIZE: 4 fits the device's max_cqe.
+fi_pair fi_pingpong-verbs-rxm-rdm "verbs;ofi_rxm" rdm 4
+
+# Open MPI over UCX as on two hosts: mpirun on A, one orted a host started by an rsh
+# agent that enters the host's namespace (hosts "hostA" and "hostB"), rank 0 on A and
+# rank 1 on B, each through rdma-emu exec with its host's address (a device binds its
+# address, which only its own host has).
+if want mpi-ucx-ud || want mpi-ucx-rc; then
+  if mpicc -O2 -o "$work/mpi_pingpong" "$root/scripts/mpi_pingpong.c" >"$work/mpicc.log" 2>&1; then
+    printf '#!/bin/sh\nh=$1; shift\nexec ip netns exec "emu${h#host}" sh -c "$*"\n' >"$work/agent"
+    chmod +x "$work/agent"
+    printf 'hostA slots=1\nhostB slots=1\n' >"$work/hosts"
+  else
+    record mpi-build 1 "$work/mpicc.log"
+  fi
+fi
+mpi_pair() { # NAME TLS
+  want "$1" && [ -x "$work/agent" ] || return 0
+  ip netns exec emuA timeout $((T * 2)) mpirun --allow-run-as-root -np 2 --hostfile "$work/hosts" \
+    --mca plm_rsh_agent "$work/agent" --mca oob_tcp_if_include 10.77.0.0/24 --mca pml ucx \
+    --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24 \
+    -x RDMA_EMU_LIB -x UCX_TLS="$2,self" -x UCX_NET_DEVICES=emu0:1 \
+    sh -c "exec '$emu' exec --ip 10.77.0.\$((OMPI_COMM_WORLD_RANK + 1)) -- '$work/mpi_pingpong'" \
+    >"$work/$1.log" 2>&1
+  local rc=$?
+  [ "$rc" = 0 ] && ! grep -Eq '^ *1048576 bytes' "$work/$1.log" && rc=99
+  record "$1" "$rc" "$work/$1.log"
+  grep -Eh '^ *(8|1048576) bytes' "$work/$1.log" | tr -s ' ' | sed 's/^/    /'
+}
+mpi_pair mpi-ucx-ud ud_verbs
+mpi_pair mpi-ucx-rc "rc_verbs,ud_verbs:aux"
 
 echo "passed (${#pass[@]}): ${pass[*]}"
 echo "failed (${#fail[@]}): ${fail[*]}"
