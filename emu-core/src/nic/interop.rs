@@ -2,16 +2,16 @@
 //! hook through which a test puts faults on the wire toward it.
 //!
 //! # The ICRC with a real peer (Annex A17.4; measurements in docs/interop.md)
-//! The ICRC covers the IPv4 identification field. Our sends leave an unconnected UDP
-//! socket with DF set, which Linux numbers with IP ID 0, one datagram per `sendmsg`:
-//! the ICRC computed with ID 0 is exact, and kernel rxe accepts it. (A GSO send would
-//! not be: the kernel numbers the segments' IDs upward from the first, so interop mode
-//! never batches.) Kernel rxe sends with non-zero, incrementing IDs, which a UDP socket
-//! does not show. With [`LinkOptions::raw_receive`] the link reads its datagrams from a
-//! raw IPv4 socket (`SOCK_RAW`, `IPPROTO_UDP`: a copy of every UDP datagram the host
-//! receives, IP header included), keeps those addressed to its own address and port,
-//! and checks each one's ICRC with the ID it arrived with. That socket needs root or
-//! `CAP_NET_RAW`; the default (loopback, emulator to emulator) mode needs neither.
+//! The ICRC covers the IPv4 identification field. Every mode computes our datagrams'
+//! ICRCs with the ID the kernel gives them (see `ip_id`), so a real peer accepts them
+//! in every mode. Kernel rxe sends with its own, incrementing IDs, which a UDP socket
+//! does not show: the default mode solves each one from the ICRC (a check of 16 bits
+//! fewer, see [`emu_wire::icrc_ip_id`]). With [`LinkOptions::raw_receive`] the link
+//! reads its datagrams from a raw IPv4 socket (`SOCK_RAW`, `IPPROTO_UDP`: a copy of
+//! every UDP datagram the host receives, IP header included), keeps those addressed to
+//! its own address and port, and checks each one's ICRC with the ID it arrived with,
+//! whole. That socket needs root or `CAP_NET_RAW`; the default mode needs neither.
+//! Interop mode sends one datagram per `sendmsg` from the bound socket (ID 0).
 //!
 //! # Faults toward the peer
 //! A [`PacketHook`] sees every packet the link sends (before its ICRC is computed) and
@@ -28,9 +28,9 @@ use std::time::Duration;
 #[derive(Clone, Default)]
 pub struct LinkOptions {
     /// Receive through a raw IPv4 socket, which shows each datagram's IP header, and
-    /// check the ICRC with the IP ID it carried (needed for a kernel rxe peer, whose IDs
-    /// are not 0); send one datagram per system call (no GSO), so every packet leaves
-    /// with IP ID 0. Needs root or `CAP_NET_RAW`.
+    /// check the ICRC with the IP ID it carried (the default mode solves a kernel rxe
+    /// peer's IDs from the ICRC instead); send one datagram per system call (no GSO)
+    /// from the bound socket, with IP ID 0. Needs root or `CAP_NET_RAW`.
     pub raw_receive: bool,
     /// Sees (and may change) every packet sent and received.
     pub hook: Option<Arc<dyn PacketHook>>,

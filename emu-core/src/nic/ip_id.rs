@@ -2,7 +2,7 @@
 //! a receiver computes from the wire (IBTA Annex A17.4 covers the identification; only
 //! TOS, TTL and the header checksum are masked).
 //!
-//! Measured on Linux 6.1 and 6.18 (docs/roce-wire.md), for UDP sockets with DF set
+//! Measured on Linux 6.18 (docs/interop.md), for UDP sockets with DF set
 //! (`IP_PMTUDISC_DO`):
 //! - an unconnected socket gives every datagram ID 0;
 //! - a connected socket numbers its datagrams from a random start, one per `sendmsg`

@@ -21,22 +21,20 @@
 //! crate keeps no `unsafe`.
 //!
 //! The ICRC covers the IPv4 header, identification field included (Annex A17.4), which
-//! a UDP socket does not choose. Measured on Linux (docs/roce-wire.md): an unconnected
-//! UDP socket with `IP_MTU_DISCOVER = IP_PMTUDISC_DO` (DF set) sends every datagram with
-//! IP ID 0, so the sender computes the exact on-wire ICRC with ID 0, and a receiver
-//! that only sees the UDP payload can recompute it with ID 0. This is exact between
-//! emulated devices; a real rxe peer uses non-zero IDs: its datagrams are checked
-//! exactly in the interop mode of [`super::interop`] (a raw receive socket), which
-//! also turns GSO off and runs the fault hook.
+//! a UDP socket neither chooses nor shows. Every datagram's ICRC is computed with the
+//! IP ID the kernel gives it (`ip_id`): 0 from the bound socket (unconnected, DF set),
+//! a connected socket's own count otherwise, and for a GSO run the send's ID plus the
+//! segment's index. A receive through the UDP socket solves the sender's ID from the
+//! ICRC ([`emu_wire::icrc_ip_id`]); the interop mode of [`super::interop`] reads it
+//! from the IP header (a raw receive socket) and also runs the fault hook.
 //!
 //! Sends to a unicast peer leave from a socket of their own, connected to the peer
 //! (`peers`; at most [`MAX_PEER_SOCKETS`]): the kernel keeps the route of a connected
 //! socket, where an unconnected `sendto` looks it up on every call (0.4 us of a 3.9 us
 //! loopback half round trip here). Its source port is an ephemeral one, as rxe's is a
-//! per-QP hash, and its ICRC is computed with it. A connected socket numbers its IP
-//! IDs even with DF set, as GSO numbers its segments', so only the default mode sends
-//! this way: between emulated devices, which compute the ICRC with ID 0. Interop mode
-//! and a fault hook send every datagram from the bound socket.
+//! per-QP hash. Where the kernel does not tell a connected socket's IDs, its peer gets
+//! the bound socket. Interop mode and a fault hook send every datagram from the bound
+//! socket.
 
 use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
