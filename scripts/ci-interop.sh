@@ -104,10 +104,13 @@ step() { # NAME CMD [ARGS...]
   fi
 }
 MY="--interop --ip 192.168.77.1 --timeout 20"
+# How our side runs: interop mode (raw receive socket, root) first; the default mode
+# (a plain UDP socket, no privilege) at the end sets these again.
+PT_MODE="--interop"; AS=""
 # ours as server, rdma-core's as client
 pp_ours_server() { # TOOL ARGS
   local t=$1; shift
-  timeout 60 "$EX/${t}_pingpong" $MY "$@" > "$W/ours.log" 2>&1 & local p=$!
+  $AS timeout 60 "$EX/${t}_pingpong" $MY "$@" > "$W/ours.log" 2>&1 & local p=$!
   sleep 0.5
   vmx "ibv_${t}_pingpong -d rxe0 -g $GIDX $* 192.168.77.1"; local r=$?
   wait $p; local o=$?
@@ -119,7 +122,7 @@ pp_theirs_server() {
   local t=$1; shift
   vmx "ibv_${t}_pingpong -d rxe0 -g $GIDX $*" > "$W/theirs.log" 2>&1 & local p=$!
   sleep 1
-  timeout 60 "$EX/${t}_pingpong" $MY "$@" 192.168.77.2; local o=$?
+  $AS timeout 60 "$EX/${t}_pingpong" $MY "$@" 192.168.77.2; local o=$?
   wait $p; local r=$?
   sed 's/^/  rxe: /' "$W/theirs.log"
   [ $r -eq 0 ] && [ $o -eq 0 ]
@@ -151,7 +154,7 @@ done
 PT="-s 4096 -n 200"
 pt_ours_server() { # VERB ARGS
   local v=$1; shift
-  timeout 90 "$EX/perftest_peer" $v --interop --ip 192.168.77.1 --timeout 60 "$@" > "$W/ours.log" 2>&1 & local p=$!
+  $AS timeout 90 "$EX/perftest_peer" $v $PT_MODE --ip 192.168.77.1 --timeout 60 "$@" > "$W/ours.log" 2>&1 & local p=$!
   sleep 0.5
   vmx "ib_${v}_bw -d rxe0 -x $GIDX -F $* 192.168.77.1" > "$W/theirs.log" 2>&1; local r=$?
   wait $p; local o=$?
@@ -163,7 +166,7 @@ pt_theirs_server() {
   local v=$1; shift
   vmx "ib_${v}_bw -d rxe0 -x $GIDX -F $*" > "$W/theirs.log" 2>&1 & local p=$!
   sleep 1.5
-  timeout 90 "$EX/perftest_peer" $v --interop --ip 192.168.77.1 --timeout 60 "$@" 192.168.77.2; local o=$?
+  $AS timeout 90 "$EX/perftest_peer" $v $PT_MODE --ip 192.168.77.1 --timeout 60 "$@" 192.168.77.2; local o=$?
   wait $p; local r=$?
   grep -E '^ *[0-9]+ +[0-9]+ ' "$W/theirs.log" | sed 's/^/  rxe: /'
   [ $r -eq 0 ] || sed 's/^/  rxe: /' "$W/theirs.log" | tail -8
@@ -194,7 +197,7 @@ CM_ENV="LD_LIBRARY_PATH=$W/capi-lib RDMA_EMU_IP=192.168.77.1 RDMA_EMU_INTEROP=1"
 clean_ours() { ! grep -q "rdma-emu librdmacm:" "$W/ours.log"; }
 cm_ours_server() { # CHECK SERVER-CMD CLIENT-CMD: ours serves, the VM's connects; CHECK in the client's output
   local check=$1 s=$2 c=$3
-  env $CM_ENV timeout 45 $s > "$W/ours.log" 2>&1 & local p=$!
+  $AS env $CM_ENV timeout 45 $s > "$W/ours.log" 2>&1 & local p=$!
   sleep 1
   vmx "timeout 40 $c" > "$W/theirs.log" 2>&1; local r=$?
   wait $p; local o=$?
@@ -205,7 +208,7 @@ cm_theirs_server() { # CHECK SERVER-CMD CLIENT-CMD: the VM's serves, ours connec
   local check=$1 s=$2 c=$3
   vmx "timeout 40 $s" > "$W/theirs.log" 2>&1 & local p=$!
   sleep 1.5
-  env $CM_ENV timeout 45 $c > "$W/ours.log" 2>&1; local o=$?
+  $AS env $CM_ENV timeout 45 $c > "$W/ours.log" 2>&1; local o=$?
   wait $p; local r=$?
   sed 's/^/  ours: /' "$W/ours.log" | tail -4; sed 's/^/  rxe: /' "$W/theirs.log" | tail -4
   [ $r -eq 0 ] && [ $o -eq 0 ] && grep -Eq "$check" "$W/ours.log" && clean_ours
@@ -354,6 +357,47 @@ our_mra() {
   [ $o -eq 0 ] && [ $r -eq 0 ] && grep -q "ping data: rdma-ping-2" "$W/theirs.log" && clean_ours
 }
 step "kernel rping client to our stopped rping server: connects after the REQ resend" our_mra
+
+# The default mode: the same traffic with our side on a plain UDP socket, as a user
+# without privileges (nobody) where the build is readable to one. Our datagrams now
+# leave from a connected socket with non-zero IP IDs and GSO runs, each ICRC computed
+# with its ID (rxe drops any other); rxe's are checked with the ID solved from the ICRC.
+note "default mode (no raw socket)"
+MY="--ip 192.168.77.1 --timeout 20"; PT_MODE=""
+CM_ENV="LD_LIBRARY_PATH=$W/capi-lib RDMA_EMU_IP=192.168.77.1"
+AS=""
+if command -v setpriv >/dev/null \
+   && setpriv --reuid=65534 --regid=65534 --clear-groups -- test -x "$EX/rc_pingpong" -a -r "$W/capi-lib/libibverbs.so.1"; then
+  AS="setpriv --reuid=65534 --regid=65534 --clear-groups --"
+  note "our side runs as nobody"
+else
+  note "our side runs as root: the build is not readable to nobody"
+fi
+ipid_default() {
+  tshark -i rxetap0 -f "udp port 4791" -a duration:15 -c 40 -T fields -e ip.src -e ip.id \
+    > "$W/ipid2.txt" 2>"$W/tshark2.err" & tsp=$!
+  for _ in $(seq 1 100); do grep -q "Capturing on" "$W/tshark2.err" 2>/dev/null && break; sleep 0.2; done
+  pp_ours_server rc -n 10 >/dev/null 2>&1; local o=$?
+  wait $tsp
+  local ours; ours=$(awk '$1=="192.168.77.1"{print $2}' "$W/ipid2.txt" | sort -u | wc -l)
+  echo "  distinct IP IDs of ours: $ours (a connected socket numbers them)"
+  [ $o -eq 0 ] && [ "$ours" -gt 1 ]
+}
+step "ip-id, default mode: ours numbered, and rxe accepts them" ipid_default
+for t in rc uc ud; do
+  args="-n 200"; [ $t = ud ] && args="-n 200 -s 512"
+  step "ibv_${t}_pingpong client -> our ${t}_pingpong server (default mode)" pp_ours_server $t $args
+  step "our ${t}_pingpong client -> ibv_${t}_pingpong server (default mode)" pp_theirs_server $t $args
+done
+for v in write read atomic; do
+  args="-s 65536 -n 200"; [ $v = atomic ] && args="-n 200"
+  step "ib_${v}_bw client -> our perftest_peer $v server (default mode)" pt_ours_server $v $args
+  step "our perftest_peer $v client -> ib_${v}_bw server (default mode)" pt_theirs_server $v $args
+done
+step "rping client (kernel rdma_cm) -> our rping server (capi, default mode)" cm_ours_server "ping data: rdma-ping-9" "rping -s $RP -a 192.168.77.1" "rping -c $RP -a 192.168.77.1"
+step "our rping client (capi, default mode) -> rping server (kernel rdma_cm)" cm_theirs_server "ping data: rdma-ping-9" "rping -s $RP -a 192.168.77.2" "rping -c $RP -a 192.168.77.2"
+step "udaddy client (kernel rdma_cm) -> our udaddy server (capi, default mode)" cm_ours_server "test complete" "udaddy -b 192.168.77.1" "udaddy -s 192.168.77.1"
+step "our udaddy client (capi, default mode) -> udaddy server (kernel rdma_cm)" cm_theirs_server "test complete" "udaddy -b 192.168.77.2" "udaddy -s 192.168.77.2"
 
 note "results: $pass passed ($retried of them on a second run), $fail failed"
 printf '| step | result |\n|---|---|\n%s' "$results" | tee "$W/results.md"

@@ -168,27 +168,28 @@ pub fn check_icrc(ep: &Ipv4Endpoints, udp_payload: &[u8]) -> bool {
 }
 
 /// The IPv4 identification with which the ICRC stored in `udp_payload` is right for
-/// `ep` (whose own `ip_id` is not used), if any: 0 when it is right with 0.
+/// `ep`, if any. `ep.ip_id` is the one tried first: a receiver that guesses the
+/// sender's ID (the one after its last, for a socket that numbers them) pays no more
+/// than [`check_icrc`].
 ///
 /// A receiver holding only a UDP socket sees the addresses and ports but not the IP
 /// identification, which the ICRC covers (Annex A17.4 masks TOS, TTL and checksum, not
-/// the ID). Linux numbers it per socket or per GSO segment (docs/roce-wire.md), kernel
-/// rxe by its own counter; a CRC is linear, so the ID is solved for instead of assumed:
-/// the stored ICRC XOR the one computed with ID 0 is the CRC, from a zero state, of the
-/// ID's two bytes followed by every byte after them (`solve`). The check is then as
-/// strong as the 16 bits the ID leaves of the 32: a corrupted packet passes with
-/// probability 2^-16 (the UDP checksum, which the kernel verified before we see the
-/// datagram, covers the same bytes).
+/// the ID). Linux numbers it per socket or per GSO segment, kernel rxe by its own
+/// counter; a CRC is linear, so the ID is solved for instead of assumed: the stored
+/// ICRC XOR the one computed with the guess is the CRC, from a zero state, of the two
+/// bytes by which the ID differs from the guess, followed by every byte after them
+/// (`solve`). The check is then as strong as the 16 bits the ID leaves of the 32: a
+/// corrupted packet passes with probability 2^-16 (the UDP checksum, which the kernel
+/// or the NIC verified before we see the datagram, covers the same bytes).
 pub fn icrc_ip_id(ep: &Ipv4Endpoints, udp_payload: &[u8]) -> Option<u16> {
     let stored = stored(udp_payload)?;
-    let zero = Ipv4Endpoints { ip_id: 0, ..*ep };
-    let delta = stored ^ icrc_for(&zero, udp_payload);
+    let delta = stored ^ icrc_for(ep, udp_payload);
     if delta == 0 {
-        return Some(0);
+        return Some(ep.ip_id);
     }
     // The CRC runs over 8 bytes of LRH, 20 of IPv4, 8 of UDP and the payload less its
     // ICRC; the ID is bytes 12 and 13 of that, so `18 + len` bytes follow it.
-    solve::ip_id(delta, 18 + udp_payload.len())
+    solve::ip_id(delta, 18 + udp_payload.len()).map(|d| d ^ ep.ip_id)
 }
 
 /// Inverting the CRC-32 over the IPv4 identification (see [`icrc_ip_id`]).
@@ -397,6 +398,14 @@ mod tests {
     fn the_ip_id_is_solved_from_the_icrc() {
         let mut p = packet();
         assert_eq!(icrc_ip_id(&ep(), &p), Some(0));
+        // Whatever the guess, the answer is the same.
+        for guess in [1u16, 0x8000, 0xFFFF] {
+            let e = Ipv4Endpoints {
+                ip_id: guess,
+                ..ep()
+            };
+            assert_eq!(icrc_ip_id(&e, &p), Some(0));
+        }
         for len in [0usize, 1, 7, 64, 1000, 4096, 9000, 65_000] {
             let mut q = vec![0u8; 20 + len];
             let n = PacketRepr::new(Opcode::RcSendOnly, 0x11, Psn::new(5))

@@ -327,12 +327,31 @@ pub(crate) struct RxBufs {
     cmsg: Vec<u8>,
     /// Whether the socket has `UDP_GRO` on, switched with the traffic (see `gro`).
     gro: Gro,
+    /// The sender and IP ID of the last datagram whose ICRC was right (see
+    /// [`RxBufs::guess_ip_id`]).
+    last_ip_id: (SocketAddrV4, u16),
 }
 
 impl RxBufs {
     /// Whether datagrams of the last batch still wait for the engine.
     pub(crate) fn has_left(&self) -> bool {
         self.next < self.got.len()
+    }
+
+    /// The IP ID the next datagram from `from` most likely carries, to be tried first
+    /// ([`emu_wire::icrc_ip_id`]): the one after the last one from there (a connected
+    /// socket and a GSO run number them), 0 after a 0 (an unconnected socket sends
+    /// every datagram with 0) and from another sender.
+    pub(crate) fn guess_ip_id(&self, from: SocketAddrV4) -> u16 {
+        match self.last_ip_id {
+            (f, id) if f == from && id != 0 => id.wrapping_add(1),
+            _ => 0,
+        }
+    }
+
+    /// A datagram from `from` carried IP ID `id`.
+    pub(crate) fn saw_ip_id(&mut self, from: SocketAddrV4, id: u16) {
+        self.last_ip_id = (from, id);
     }
 
     /// The bytes of a received datagram.
@@ -436,6 +455,7 @@ impl UdpLink {
             next: 0,
             cmsg: nix::cmsg_space!(i32, i32),
             gro: Gro::new(self.state.gro_segments() > 1),
+            last_ip_id: (SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), 0),
         }
     }
 
@@ -585,6 +605,7 @@ impl UdpLink {
             next: _,
             cmsg,
             gro,
+            last_ip_id: _,
         } = rx;
         got.clear();
         let n = slots.len();
@@ -698,13 +719,13 @@ impl UdpLink {
 
     /// The IP ID of a received datagram if its ICRC is right: in interop mode the ID
     /// it carried (the raw socket sees it); otherwise the ID the ICRC was computed with
-    /// (a UDP socket does not tell it: solved from the ICRC, see
+    /// (a UDP socket does not tell it: solved from the ICRC, `guess` tried first, see
     /// [`emu_wire::icrc_ip_id`]). `None` when the ICRC is wrong.
-    pub(crate) fn icrc_ip_id(&self, d: &Rx, packet: &[u8]) -> Option<u16> {
+    pub(crate) fn icrc_ip_id(&self, d: &Rx, packet: &[u8], guess: u16) -> Option<u16> {
         let ep = Ipv4Endpoints {
             src: *d.from.ip(),
             dst: d.dst,
-            ip_id: d.ip_id,
+            ip_id: if self.interop() { d.ip_id } else { guess },
             src_port: d.from.port(),
             dst_port: self.port,
         };
@@ -1208,7 +1229,7 @@ mod tests {
                 let bytes = rx.bytes(d);
                 out.push((
                     bytes.len(),
-                    b.icrc_ip_id(d, bytes).is_some(),
+                    b.icrc_ip_id(d, bytes, 0).is_some(),
                     bytes.to_vec(),
                 ));
             }
@@ -1258,7 +1279,7 @@ mod tests {
         let d = rx.got[0];
         let mut bytes = rx.bytes(&d).to_vec();
         bytes[3] ^= 1;
-        assert!(b.icrc_ip_id(&d, &bytes).is_none());
+        assert!(b.icrc_ip_id(&d, &bytes, 0).is_none());
     }
 
     /// Nothing waiting: the one-slot receive returns nothing and does not block.
@@ -1309,7 +1330,7 @@ mod tests {
             }
             for d in &rx.got {
                 assert!(
-                    b.icrc_ip_id(d, rx.bytes(d)).is_some(),
+                    b.icrc_ip_id(d, rx.bytes(d), 0).is_some(),
                     "ICRC of datagram {}",
                     lens.len()
                 );
@@ -1497,11 +1518,30 @@ mod tests {
         assert_eq!(c.recv_batch(&mut rx), 1);
         let d = rx.got[0];
         assert_eq!(d.from.port(), sent_from(&a, gone));
-        assert!(c.icrc_ip_id(&d, rx.bytes(&d)).is_some());
+        assert!(c.icrc_ip_id(&d, rx.bytes(&d), 0).is_some());
     }
 
     /// At most `MAX_PEER_SOCKETS` peers get a socket of their own; the rest are sent
     /// to from the bound socket.
+    /// The receive guesses the ID after the last one from the same sender (a connected
+    /// socket, a GSO run), 0 after a 0 (an unconnected socket) or from another sender.
+    #[test]
+    fn the_next_ip_id_is_guessed_from_the_last() {
+        let (a, _) = pair();
+        let mut rx = a.rx_bufs();
+        let (x, y) = (
+            SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 9), 1000),
+            SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 9), 1001),
+        );
+        assert_eq!(rx.guess_ip_id(x), 0);
+        rx.saw_ip_id(x, 41);
+        assert_eq!((rx.guess_ip_id(x), rx.guess_ip_id(y)), (42, 0));
+        rx.saw_ip_id(x, 0xFFFF);
+        assert_eq!(rx.guess_ip_id(x), 0);
+        rx.saw_ip_id(y, 0);
+        assert_eq!((rx.guess_ip_id(y), rx.guess_ip_id(x)), (0, 0));
+    }
+
     #[test]
     fn peer_sockets_are_capped() {
         let a = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &LinkOptions::default()).unwrap();
