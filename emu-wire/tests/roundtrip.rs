@@ -150,4 +150,14 @@ proptest! {
             prop_assert!(!check_icrc(&ep, &p));
         }
     }
+
+    /// The IP ID a packet's ICRC was computed with is solved from it, whatever ID the
+    /// receiver tries first.
+    #[test]
+    fn the_ip_id_is_solved_whatever_the_guess(payload in proptest::collection::vec(any::<u8>(), 4..9000), id in any::<u16>(), guess in any::<u16>()) {
+        let ep = Ipv4Endpoints { src: [10, 0, 0, 1].into(), dst: [10, 0, 0, 2].into(), ip_id: id, src_port: 49152, dst_port: 4791 };
+        let mut p = payload;
+        write_icrc(&ep, &mut p);
+        prop_assert_eq!(icrc_ip_id(&Ipv4Endpoints { ip_id: guess, ..ep }, &p), Some(id));
+    }
 }
