@@ -270,6 +270,41 @@ fn flood_of_random_datagrams_is_dropped_and_counted() {
     assert!(a.buf.with(|x| b.buf.with(|y| x == y)));
 }
 
+/// A flood faster than the device drains it overflows the socket: what the kernel
+/// dropped shows in `rx_overflow` (loss by overload, not on the path), and with what
+/// the device itself dropped it accounts for every datagram sent.
+#[test]
+fn kernel_drops_on_overload_are_counted() {
+    let db = open(3, 4);
+    let target = (Ipv4Addr::new(127, 0, 3, 4), port());
+    let (threads, each) = (4u64, 20_000u64);
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            scope.spawn(move || {
+                let s = UdpSocket::bind((Ipv4Addr::new(127, 0, 3, 10 + t as u8), 0)).unwrap();
+                let junk = [0xA5u8; 9000];
+                for _ in 0..each {
+                    s.send_to(&junk, target).unwrap();
+                }
+            });
+        }
+    });
+    let sent = threads * each;
+    let accounted = || {
+        let (c, l) = (db.counters(), db.link_counters());
+        let seen = l.icrc_errors.load(Ordering::Relaxed) + c.rx_malformed + c.rx_unknown_qp;
+        (seen, l.rx_overflow.load(Ordering::Relaxed))
+    };
+    // The device reads the kernel's count once a second.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while accounted().0 + accounted().1 < sent && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (seen, overflow) = accounted();
+    eprintln!("{sent} sent: {seen} dropped by the device, {overflow} by the kernel");
+    assert_eq!(seen + overflow, sent);
+}
+
 /// Wrong-state and wrong-argument calls return the errno libibverbs returns.
 #[test]
 fn verbs_return_libibverbs_errnos() {

@@ -54,6 +54,7 @@ use rustix::net::addr::SocketAddrArg;
 use rustix::net::{MMsgHdr, SendAncillaryBuffer};
 use socket2::{Domain, Protocol, Socket, Type};
 
+use super::drops::KernelDrops;
 use super::gro::Gro;
 use super::interop::{parse_raw_udp, LinkOptions, PacketHook, Verdict};
 use super::ip_id::{self, IpIds};
@@ -429,6 +430,15 @@ impl UdpLink {
             bound_tos: AtomicU8::new(0),
             tos_rx: AtomicBool::new(false),
         })
+    }
+
+    /// What the kernel dropped of the datagrams for this link's receive sockets (the
+    /// bound one and the groups') since the last call (see `drops`).
+    pub(crate) fn kernel_drops(&self, d: &mut KernelDrops) -> Option<u64> {
+        let groups = self.groups.lock();
+        let mut socks: Vec<BorrowedFd<'_>> = vec![self.socket.as_fd()];
+        socks.extend(groups.iter().map(|(_, s)| s.as_fd()));
+        d.since_last(&socks)
     }
 
     /// Interop mode: the link reads IP headers and sends one datagram per call.

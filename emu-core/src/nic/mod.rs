@@ -33,6 +33,7 @@
 //! Several devices on one host: give each its own address in 127.0.0.0/8 (Linux answers
 //! on all of it) and the same port, e.g. `emu0` on 127.0.0.1 and `emu1` on 127.0.0.2.
 
+mod drops;
 mod gro;
 pub mod interop;
 mod ip_id;
@@ -128,6 +129,11 @@ pub struct LinkCounters {
     /// receive inline. While the application polls, the thread leaves the socket to
     /// it (see [`EmuConfig::busy_poll`]).
     pub thread_datagrams: AtomicU64,
+    /// Datagrams the kernel dropped on arrival, before the device could read them:
+    /// its socket's receive buffer was full (the host or the device was overloaded:
+    /// not loss on the path) or a UDP checksum was wrong. Read from the kernel once a
+    /// second (see `drops`).
+    pub rx_overflow: AtomicU64,
 }
 
 struct Core {
@@ -290,6 +296,13 @@ struct Inner {
     /// The network interface under the port (UDP devices), which the device thread
     /// follows (`netdev`): MTU, state, width and speed.
     netdev: Option<Mutex<netdev::Follower>>,
+    /// The kernel's drop counts of the UDP sockets, read with the interface (see
+    /// `drops`).
+    kernel_drops: Mutex<drops::KernelDrops>,
+    /// When the device thread next looks at the interface and the kernel's drop count,
+    /// in milliseconds since `born`: one atomic load per loop turn in between.
+    next_watch: AtomicU64,
+    born: Instant,
 }
 
 /// An emulated RDMA device on UDP.
@@ -342,7 +355,7 @@ impl EmuDevice {
             i.netdev = Some(Mutex::new(netdev::Follower::new(ip)));
         }
         // The port reflects its interface from the start.
-        inner.follow_interface(Instant::now());
+        inner.watch(Instant::now());
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{}-nic", inner.cfg.name))
@@ -676,6 +689,9 @@ impl Inner {
             waits: AtomicU64::new(0),
             waiter_mode: AtomicBool::new(false),
             netdev: None,
+            kernel_drops: Mutex::new(drops::KernelDrops::default()),
+            next_watch: AtomicU64::new(0),
+            born: Instant::now(),
         }))
     }
 
@@ -704,9 +720,27 @@ impl Inner {
         }
     }
 
-    /// Applies what the port's network interface says now, if it is time to look and
-    /// it changed (see `netdev`): the link's MTU, width and speed, and the port's state
-    /// (`PORT_ERR` when the interface goes down, `PORT_ACTIVE` when it comes back).
+    /// Once a second (the device thread calls it every turn): follows the interface
+    /// and counts what the kernel dropped (`rx_overflow`).
+    fn watch(&self, now: Instant) {
+        let ms = now.saturating_duration_since(self.born).as_millis() as u64;
+        if ms < self.next_watch.load(Ordering::Relaxed) {
+            return;
+        }
+        self.next_watch.store(ms + 1000, Ordering::Relaxed);
+        self.follow_interface(now);
+        if let Some(udp) = &self.udp {
+            if let Some(n) = udp.kernel_drops(&mut self.kernel_drops.lock()) {
+                self.link_counters
+                    .rx_overflow
+                    .fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Applies what the port's network interface says now, if it changed (see
+    /// `netdev`): the link's MTU, width and speed, and the port's state (`PORT_ERR`
+    /// when the interface goes down, `PORT_ACTIVE` when it comes back).
     fn follow_interface(&self, now: Instant) {
         let Some(follower) = &self.netdev else {
             return;
@@ -1061,7 +1095,7 @@ impl Inner {
         let mut last_rx: Option<Instant> = None;
         let mut skipped = false;
         while !self.stop.load(Ordering::Relaxed) {
-            self.follow_interface(Instant::now());
+            self.watch(Instant::now());
             let (sleep, armed) = {
                 let core = self.core.lock();
                 let now = Instant::now();
