@@ -2,6 +2,8 @@
 //! `rc_pingpong` (server), `rc_pingpong 127.0.0.1` (client), `rc_pingpong --loopback`.
 //! See `common/pingpong.rs` for the options.
 
+#[path = "common/checks.rs"]
+mod checks;
 #[path = "common/pingpong.rs"]
 mod pingpong;
 

@@ -3,6 +3,8 @@
 //! `srq_pingpong --loopback`; `-q N` QPs per side (16 by default). See
 //! `common/pingpong.rs` for the options.
 
+#[path = "common/checks.rs"]
+mod checks;
 #[path = "common/pingpong.rs"]
 mod pingpong;
 

@@ -3,6 +3,8 @@
 //! Messages are one packet (`-s` up to the MTU, 2048 by default); each receive buffer
 //! starts with the 40-byte GRH. See `common/pingpong.rs` for the options.
 
+#[path = "common/checks.rs"]
+mod checks;
 #[path = "common/pingpong.rs"]
 mod pingpong;
 

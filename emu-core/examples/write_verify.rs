@@ -19,24 +19,12 @@ use std::time::{Duration, Instant};
 use emu_core::nic::{EmuConfig, EmuDevice, ROCE_PORT};
 use verbs_api::*;
 
+#[path = "common/checks.rs"]
+mod checks;
+use checks::{check_memory, check_mr, die, positive, OrDie};
+
 fn pattern(i: usize) -> u8 {
     (i as u8).wrapping_mul(13) ^ (i >> 12) as u8
-}
-
-fn die(msg: &str) -> ! {
-    eprintln!("write_verify: {msg}");
-    std::process::exit(1)
-}
-
-/// Ends the program with a one-line error naming `what` failed, never a panic.
-trait OrDie<T> {
-    fn or_die(self, what: &str) -> T;
-}
-
-impl<T, E: std::fmt::Display> OrDie<T> for std::result::Result<T, E> {
-    fn or_die(self, what: &str) -> T {
-        self.unwrap_or_else(|e| die(&format!("{what}: {e}")))
-    }
 }
 
 /// Reads the peer's next line; a peer that went away ends the program with one line.
@@ -49,20 +37,6 @@ fn read_msg(reader: &mut impl BufRead, line: &mut String, what: &str) {
     }
 }
 
-/// The bytes of memory available to this process now (`MemAvailable`), if known.
-fn mem_available() -> Option<usize> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: usize = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    kib.checked_mul(1024)
-}
-
 fn main() {
     let (mut bytes, mut tcp, mut udp, mut host, mut ip) = (
         64usize << 20,
@@ -73,24 +47,24 @@ fn main() {
     );
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut v = || args.next().unwrap_or_else(|| die("missing value"));
+        let mut v = || {
+            args.next()
+                .unwrap_or_else(|| die(&format!("{a} needs a value")))
+        };
         match a.as_str() {
-            "--bytes" => bytes = v().parse().unwrap_or_else(|_| die("bad --bytes")),
-            "-p" => tcp = v().parse().unwrap_or_else(|_| die("bad -p")),
-            "--udp-port" => udp = v().parse().unwrap_or_else(|_| die("bad --udp-port")),
+            "--bytes" => bytes = positive(&a, v()),
+            "-p" => tcp = positive(&a, v()),
+            "--udp-port" => udp = positive(&a, v()),
             "--ip" => ip = Some(v().parse().unwrap_or_else(|_| die("bad --ip"))),
-            h if !h.starts_with('-') => host = Some(h.into()),
+            h if !h.starts_with('-') => {
+                if let Some(first) = host.replace(h.into()) {
+                    die(&format!("one HOST only (got {first} and {h})"));
+                }
+            }
             o => die(&format!("unknown option {o}")),
         }
     }
-    if bytes == 0 {
-        die("--bytes must be at least 1");
-    }
-    if let Some(avail) = mem_available().filter(|&a| bytes > a) {
-        die(&format!(
-            "--bytes {bytes} is more memory than is available ({avail} bytes)"
-        ));
-    }
+    check_memory(&format!("--bytes {bytes}"), bytes as u64).unwrap_or_else(|e| die(&e));
     let client = host.is_some();
     let ip = ip.unwrap_or(if client {
         Ipv4Addr::new(127, 0, 0, 2)
@@ -110,12 +84,7 @@ fn main() {
         .query_port(1)
         .unwrap_or_else(|e| die(&format!("query_port: {e}")))
         .active_mtu;
-    let max_mr = dev.query_device().or_die("query_device").max_mr_size;
-    if bytes as u64 > max_mr {
-        die(&format!(
-            "--bytes {bytes} is larger than the device's max_mr_size ({max_mr})"
-        ));
-    }
+    check_mr(&*dev, &format!("--bytes {bytes}"), bytes as u64).unwrap_or_else(|e| die(&e));
     let ctx = Context::new(dev);
     let pd = ctx.alloc_pd().or_die("alloc_pd");
     let mem = MemBuf::new(bytes);

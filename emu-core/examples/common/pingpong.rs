@@ -5,7 +5,7 @@
 //! ```text
 //! xx_pingpong [options]            server: waits for a client on TCP port 18515
 //! xx_pingpong [options] HOST       client: connects to the server at HOST
-//! xx_pingpong --loopback           both ends in one process
+//! xx_pingpong --loopback           both ends in one process (no HOST, --ip or -p)
 //! options: -s SIZE (4096; UD 2048)  -n ITERS (1000)  -p TCP_PORT (18515)  --ip ADDR
 //!          --udp-port N (4791)  -q NUM_QP (srq_pingpong: 16)
 //! ```
@@ -34,6 +34,8 @@ use std::time::{Duration, Instant};
 use emu_core::nic::interop::LinkOptions;
 use emu_core::nic::{EmuConfig, EmuDevice, ROCE_PORT};
 use verbs_api::*;
+
+use super::checks::{check_memory, check_mr, check_msg, die, positive, OrDie};
 
 /// Which program runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +67,7 @@ struct Opts {
     size: usize,
     num_qp: usize,
     iters: usize,
-    tcp_port: u16,
+    tcp_port: Option<u16>,
     ip: Option<Ipv4Addr>,
     udp_port: u16,
     loopback: bool,
@@ -79,7 +81,7 @@ fn parse_args(mode: Mode, args: Vec<String>) -> Opts {
         size: if mode == Mode::Ud { 2048 } else { 4096 },
         num_qp: if mode == Mode::Srq { 16 } else { 1 },
         iters: 1000,
-        tcp_port: 18515,
+        tcp_port: None,
         ip: None,
         udp_port: ROCE_PORT,
         loopback: false,
@@ -88,58 +90,52 @@ fn parse_args(mode: Mode, args: Vec<String>) -> Opts {
     };
     let mut args = args.into_iter();
     while let Some(a) = args.next() {
-        let mut val = |name: &str| {
+        let mut val = || {
             args.next()
-                .unwrap_or_else(|| die(&format!("{name} needs a value")))
+                .unwrap_or_else(|| die(&format!("{a} needs a value")))
         };
         match a.as_str() {
-            "-s" | "--size" => o.size = val("-s").parse().unwrap_or_else(|_| die("bad size")),
-            "-n" | "--iters" => {
-                o.iters = val("-n")
-                    .parse()
-                    .unwrap_or_else(|_| die("bad iteration count"))
-            }
-            "-q" | "--num_qp" if mode == Mode::Srq => {
-                o.num_qp = val("-q")
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .unwrap_or_else(|| die("bad QP count"))
-            }
-            "-p" | "--port" => o.tcp_port = val("-p").parse().unwrap_or_else(|_| die("bad port")),
+            "-s" | "--size" => o.size = positive("-s", val()),
+            "-n" | "--iters" => o.iters = positive("-n", val()),
+            "-q" | "--num_qp" if mode == Mode::Srq => o.num_qp = positive("-q", val()),
+            "-p" | "--port" => o.tcp_port = Some(positive("-p", val())),
             "--ip" => {
+                let v = val();
                 o.ip = Some(
-                    val("--ip")
-                        .parse()
-                        .unwrap_or_else(|_| die("bad IPv4 address")),
+                    v.parse()
+                        .unwrap_or_else(|_| die(&format!("--ip {v}: not an IPv4 address"))),
                 )
             }
-            "--udp-port" => {
-                o.udp_port = val("--udp-port")
-                    .parse()
-                    .unwrap_or_else(|_| die("bad port"))
-            }
+            "--udp-port" => o.udp_port = positive("--udp-port", val()),
             "--loopback" => o.loopback = true,
             "--interop" => o.interop = true,
-            "--timeout" => {
-                o.timeout = val("--timeout")
-                    .parse()
-                    .unwrap_or_else(|_| die("bad timeout"))
-            }
+            "--timeout" => o.timeout = positive("--timeout", val()),
             "-h" | "--help" => {
                 println!("usage: rc_pingpong|uc_pingpong|ud_pingpong|srq_pingpong [-s SIZE] [-n ITERS] [-q NUM_QP (srq)] [-p TCP_PORT] [--ip ADDR] [--udp-port N] [--timeout SECS] [--loopback] [--interop] [HOST]");
                 std::process::exit(0);
             }
-            h if !h.starts_with('-') => o.server = Some(h.to_string()),
+            h if !h.starts_with('-') => {
+                if let Some(first) = o.server.replace(h.to_string()) {
+                    die(&format!("one HOST only (got {first} and {h})"));
+                }
+            }
             other => die(&format!("unknown option {other}")),
         }
     }
+    if o.loopback {
+        // Both ends are in this process at 127.0.0.1 and 127.0.0.2, with no TCP.
+        let given = [
+            o.server.as_ref().map(|h| format!("HOST {h}")),
+            o.ip.map(|ip| format!("--ip {ip}")),
+            o.tcp_port.map(|p| format!("-p {p}")),
+        ];
+        if let Some(g) = given.into_iter().flatten().next() {
+            die(&format!(
+                "{g} does not go with --loopback (both ends in this process on 127.0.0.1 and 127.0.0.2)"
+            ));
+        }
+    }
     o
-}
-
-fn die(msg: &str) -> ! {
-    eprintln!("pingpong: {msg}");
-    std::process::exit(1)
 }
 
 /// One end's connection data, as rdma-core's examples print it: `LID:QPN:PSN:GID`.
@@ -222,13 +218,25 @@ fn setup(
         ))
     });
     if mode == Mode::Ud {
-        let mtu = dev.query_port(1).unwrap().active_mtu.bytes() as usize;
+        let mtu = dev.query_port(1).or_die("query_port").active_mtu.bytes() as usize;
         if size > mtu {
-            die(&format!("UD messages must fit the MTU: {size} > {mtu}"));
+            die(&format!("UD messages must fit the MTU: -s {size} > {mtu}"));
         }
     }
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq((RX_DEPTH + num_qp) as u32, None).unwrap();
+    // UD receives get the 40-byte GRH first.
+    let len = if mode == Mode::Ud { size + GRH } else { size };
+    check_msg(&dev, &format!("-s {size}"), size as u64).unwrap_or_else(|e| die(&e));
+    check_mr(&dev, &format!("-s {size}"), len as u64).unwrap_or_else(|e| die(&e));
+    let max_qp = dev.query_device().or_die("query_device").max_qp;
+    if num_qp > max_qp as usize {
+        die(&format!(
+            "-q {num_qp} is more QPs than the device's max_qp ({max_qp})"
+        ));
+    }
+    let pd = dev.alloc_pd().or_die("alloc_pd");
+    let cq = dev
+        .create_cq((RX_DEPTH + num_qp) as u32, None)
+        .or_die("create_cq");
     let srq = (mode == Mode::Srq).then(|| {
         dev.create_srq(
             pd,
@@ -238,7 +246,7 @@ fn setup(
                 srq_limit: 0,
             },
         )
-        .unwrap()
+        .or_die("create_srq")
     });
     let cap = QpCap {
         max_send_wr: 1,
@@ -261,12 +269,10 @@ fn setup(
             .unwrap_or_else(|e| die(&format!("couldn't create a QP: {e}")))
         })
         .collect::<Vec<_>>();
-    // UD receives get the 40-byte GRH first.
-    let len = if mode == Mode::Ud { size + GRH } else { size };
-    let buf = MemBuf::new(len.max(1));
+    let buf = MemBuf::new(len);
     let mr = dev
         .reg_mr(pd, &buf, 0, len, AccessFlags::LOCAL_WRITE)
-        .unwrap();
+        .or_die("reg_mr");
     let (init, mask) = params().init(mode.qp_type());
     for &qpn in &qpns {
         dev.modify_qp(qpn, &init, mask)
@@ -405,7 +411,7 @@ fn run(c: &Ctx, client: bool, iters: usize, timeout: u64) {
     let done = |r: &[usize], s: &[usize]| r.iter().chain(s).all(|&k| k >= iters);
     while !done(&rcnt, &scnt) {
         wcs.clear();
-        c.dev.poll_cq(c.cq, 16, &mut wcs).unwrap();
+        c.dev.poll_cq(c.cq, 16, &mut wcs).or_die("poll_cq");
         for wc in &wcs {
             if wc.status != WcStatus::Success {
                 die(&format!(
@@ -446,7 +452,14 @@ fn run(c: &Ctx, client: bool, iters: usize, timeout: u64) {
         }
         if wcs.is_empty() {
             if Instant::now() > deadline {
-                die(&format!("no progress for {timeout} s (UC and UD lose a message for good when a packet is lost)"));
+                die(&format!(
+                    "no message from the peer for {timeout} s: it stopped{}",
+                    match c.mode {
+                        Mode::Rc | Mode::Srq => "",
+                        Mode::Uc | Mode::Ud =>
+                            ", or a packet was lost (UC and UD lose the message)",
+                    }
+                ));
             }
             std::thread::yield_now();
         } else {
@@ -499,7 +512,7 @@ fn recv_dests(stream: &mut TcpStream, n: usize) -> Vec<Dest> {
 }
 
 fn my_dests(c: &Ctx) -> Vec<Dest> {
-    let gid = c.dev.query_gid(1, 0).unwrap();
+    let gid = c.dev.query_gid(1, 0).or_die("query_gid");
     let salt = u32::from_be_bytes([gid.0[12], gid.0[13], gid.0[14], gid.0[15]]);
     c.qpns
         .iter()
@@ -533,6 +546,18 @@ pub(crate) fn main(mode: Mode) {
 /// what `rdma-emu pingpong` runs (crate sims includes this file).
 pub(crate) fn main_with_args(mode: Mode, args: Vec<String>) {
     let o = parse_args(mode, args);
+    // Both devices of --loopback live in this process.
+    let buffers = if o.loopback { 2 } else { 1 };
+    let len = if mode == Mode::Ud {
+        o.size + GRH
+    } else {
+        o.size
+    };
+    check_memory(
+        &format!("-s {}", o.size),
+        (len as u64).saturating_mul(buffers),
+    )
+    .unwrap_or_else(|e| die(&e));
     if o.loopback {
         let port = if o.udp_port == ROCE_PORT {
             20000 + (std::process::id() % 20000) as u16
@@ -564,7 +589,9 @@ pub(crate) fn main_with_args(mode: Mode, args: Vec<String>) {
         let timeout = o.timeout;
         let server = std::thread::spawn(move || run(&b, false, iters, timeout));
         run(&a, true, o.iters, o.timeout);
-        server.join().unwrap();
+        if server.join().is_err() {
+            die("the server's thread failed");
+        }
         return;
     }
     let client = o.server.is_some();
@@ -576,23 +603,24 @@ pub(crate) fn main_with_args(mode: Mode, args: Vec<String>) {
     let mut c = setup(ip, o.udp_port, o.size, mode, o.num_qp, o.interop);
     let mine = my_dests(&c);
     print_dests("local", &mine);
+    let tcp_port = o.tcp_port.unwrap_or(18515);
     let stream = match &o.server {
         Some(host) => {
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
-                match TcpStream::connect((host.as_str(), o.tcp_port)) {
+                match TcpStream::connect((host.as_str(), tcp_port)) {
                     Ok(s) => break s,
                     Err(e) if Instant::now() > deadline => {
-                        die(&format!("couldn't connect to {host}:{}: {e}", o.tcp_port))
+                        die(&format!("couldn't connect to {host}:{tcp_port}: {e}"))
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(50)),
                 }
             }
         }
         None => {
-            let l = TcpListener::bind(("0.0.0.0", o.tcp_port))
-                .unwrap_or_else(|e| die(&format!("couldn't listen on port {}: {e}", o.tcp_port)));
-            l.accept().unwrap().0
+            let l = TcpListener::bind(("0.0.0.0", tcp_port))
+                .unwrap_or_else(|e| die(&format!("couldn't listen on port {tcp_port}: {e}")));
+            l.accept().or_die("accept").0
         }
     };
     let mut stream = stream;

@@ -6,6 +6,9 @@ pub(crate) mod devinfo;
 pub(crate) mod exec;
 pub(crate) mod stats;
 
+/// One-line errors and size checks, shared with emu-core's examples.
+#[path = "../../../emu-core/examples/common/checks.rs"]
+pub(crate) mod checks;
 /// rdma-core's ping-pong programs, shared with the `*_pingpong` examples of emu-core
 /// (one source file, so the tool and the examples cannot drift apart).
 #[path = "../../../emu-core/examples/common/pingpong.rs"]
