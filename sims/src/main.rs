@@ -127,7 +127,36 @@ fn scenario_cmd(action: ScenarioCmd) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version print to stdout and exit 0, as clap does.
+        Err(e) if !e.use_stderr() => e.exit(),
+        // No subcommand: clap would print the whole help to stderr.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let given: Vec<String> = std::iter::once("rdma-emu".into())
+                .chain(std::env::args().skip(1))
+                .collect();
+            let given = given.join(" ");
+            eprintln!("rdma-emu: `{given}` needs a command (see `{given} --help`)");
+            return ExitCode::from(2);
+        }
+        // A usage error on one line: clap's first paragraph (the error, and the
+        // arguments it names on the lines below), without the usage and tips after it.
+        Err(e) => {
+            let text = e.to_string();
+            let error: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let error = error.join(" ");
+            eprintln!(
+                "rdma-emu: {} (see rdma-emu --help)",
+                error.strip_prefix("error: ").unwrap_or(&error)
+            );
+            return ExitCode::from(2);
+        }
+    };
     let r = match cli.command {
         Command::Scenario { action } => scenario_cmd(action),
         Command::Devinfo(o) => cli::devinfo::run(o),

@@ -256,12 +256,13 @@ pub(crate) fn udp_pingpong(datagram: usize, iters: usize, wait: Wait) -> std::io
 /// memcpy of `size`-byte blocks through a working set of at least 64 MiB: memory
 /// bandwidth (6.7 GB/s where the targets were set), not a cache's. The bench's own
 /// buffers hold one message per QP (perftest's layout), which for few QPs stays in
-/// cache. MB/s.
-pub(crate) fn memcpy(size: usize) -> f64 {
+/// cache. MB/s; an error if the two working sets are more memory than is available.
+pub(crate) fn memcpy(size: usize) -> Result<f64, String> {
     let size = size.max(1);
     let blocks = (64usize << 20).div_ceil(size).max(1);
     let len = (blocks * size).min(1 << 30);
     let blocks = (len / size).max(1);
+    super::checks::check_memory("the memcpy baseline", 2 * (blocks * size) as u64)?;
     let src = vec![0x5Au8; blocks * size];
     let mut dst = vec![0u8; blocks * size];
     let mut bytes = 0u64;
@@ -276,5 +277,5 @@ pub(crate) fn memcpy(size: usize) -> f64 {
             bytes += size as u64;
         }
     }
-    bytes as f64 / t.elapsed().as_secs_f64() / 1e6
+    Ok(bytes as f64 / t.elapsed().as_secs_f64() / 1e6)
 }

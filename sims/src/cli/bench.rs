@@ -26,6 +26,7 @@ use verbs_api::{
 };
 
 use super::baseline;
+use super::checks::{check_memory, check_mr};
 use super::stats::{peak_rss_kib, rss_kib, LatStats};
 
 /// The test to run.
@@ -105,9 +106,9 @@ pub(crate) struct BenchOpts {
     /// Path MTU: 256, 512, 1024, 2048 or 4096.
     #[arg(long, short = 'm', default_value_t = 4096)]
     pub(crate) mtu: u32,
-    /// Work requests in flight (bandwidth tests), over all QPs.
-    #[arg(long, short = 't', default_value_t = 128)]
-    pub(crate) tx_depth: u32,
+    /// Work requests in flight (bandwidth tests), over all QPs. Default: 128.
+    #[arg(long, short = 't')]
+    pub(crate) tx_depth: Option<u32>,
     /// Fill the source with a pattern and check the target byte for byte at the end;
     /// exit non-zero on any mismatch.
     #[arg(long)]
@@ -127,9 +128,9 @@ pub(crate) struct BenchOpts {
     /// ping-pong.
     #[arg(long, conflicts_with = "busy_poll")]
     pub(crate) events: bool,
-    /// UDP port of both devices (0: pick one from the process id).
-    #[arg(long, default_value_t = 0)]
-    pub(crate) port: u16,
+    /// UDP port of both devices (UDP only). Default: one picked from the process id.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) port: Option<u16>,
     /// Skip the baselines (no ratios).
     #[arg(long)]
     pub(crate) no_baseline: bool,
@@ -237,7 +238,8 @@ fn open_host(
             .map_err(os("create_qp"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let buf = MemBuf::new(buf_len.max(8));
+    check_mr(&*dev, "the bench's buffer", buf_len as u64)?;
+    let buf = MemBuf::new(buf_len);
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
@@ -263,6 +265,11 @@ fn setup(o: &BenchOpts, size: u64, qps: u32, send_wr: u32, recv_wr: u32) -> Resu
     let region = size.max(8);
     let buf_len = region * u64::from(qps).min((256u64 << 20).div_ceil(region).max(1));
     let buf_len = usize::try_from(buf_len).map_err(|_| "the message does not fit memory")?;
+    // One buffer on each side.
+    check_memory(
+        &format!("--size {size} with --qps {qps}"),
+        (buf_len as u64).saturating_mul(2),
+    )?;
     let (a, b, fabric) = if o.fabric {
         let f = Fabric::new(1);
         f.set_trace_mode(TraceMode::Off);
@@ -274,11 +281,9 @@ fn setup(o: &BenchOpts, size: u64, qps: u32, send_wr: u32, recv_wr: u32) -> Resu
             .map_err(os("fabric"))?;
         (a, b, Some(f))
     } else {
-        let port = if o.port == 0 {
-            20000 + (std::process::id() % 20000) as u16
-        } else {
-            o.port
-        };
+        let port = o
+            .port
+            .unwrap_or(20000 + (std::process::id() % 20000) as u16);
         let open = |name: &str, last: u8| {
             EmuDevice::open(EmuConfig {
                 name: name.into(),
@@ -613,7 +618,7 @@ fn run_bw(
 ) -> Result<BwResult, String> {
     let (c, s) = (&st.client, &st.server);
     let qps = c.qpns.len();
-    let per_qp = (o.tx_depth as usize).div_ceil(qps).max(1);
+    let per_qp = (o.depth() as usize).div_ceil(qps).max(1);
     let total = iters * qps as u64;
     if o.test == Test::SendBw {
         for q in 0..qps {
@@ -969,6 +974,11 @@ impl BenchOpts {
     fn is_lat_marked(&self) -> bool {
         matches!(self.test, Test::SendLat | Test::WriteLat)
     }
+
+    /// `--tx-depth`, or its default.
+    fn depth(&self) -> u32 {
+        self.tx_depth.unwrap_or(128)
+    }
 }
 
 fn line() -> &'static str {
@@ -1028,13 +1038,27 @@ fn median_of(keys: &[f64]) -> usize {
 /// Runs `rdma-emu bench`.
 pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
     let lat = o.test.is_lat();
-    let size = if o.test == Test::AtomicBw {
-        8
-    } else {
-        o.size.unwrap_or(if lat { 8 } else { 65536 })
+    let size = match (o.test, o.size) {
+        (Test::AtomicBw, None | Some(8)) => 8,
+        (Test::AtomicBw, Some(s)) => {
+            return Err(format!("--size {s}: atomic_bw's messages are 8 bytes"))
+        }
+        (_, s) => s.unwrap_or(if lat { 8 } else { 65536 }),
     };
     if size == 0 || size > 1 << 31 {
         return Err("--size must be 1..=2147483648".into());
+    }
+    mtu_of(o.mtu)?;
+    if lat && o.tx_depth.is_some() {
+        return Err(
+            "--tx-depth is for bandwidth tests (a latency test has one message in flight)".into(),
+        );
+    }
+    if o.fabric && o.port.is_some() {
+        return Err("--port is for UDP (the fabric has no ports)".into());
+    }
+    if o.iters == Some(0) {
+        return Err("--iters must be at least 1".into());
     }
     if lat && o.qps != 1 {
         return Err("latency tests use one QP".into());
@@ -1043,7 +1067,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         // An RDMA WRITE or READ completes nothing at the side that waits for it.
         return Err("--events is for send_lat (the answer is a receive completion)".into());
     }
-    if o.qps == 0 || o.tx_depth == 0 || o.rounds == 0 {
+    if o.qps == 0 || o.depth() == 0 || o.rounds == 0 {
         return Err("--qps, --tx-depth and --rounds must be at least 1".into());
     }
     let iters = o.iters.unwrap_or(if lat {
@@ -1079,16 +1103,16 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             }
         );
     } else {
-        println!(" TX depth        : {}", o.tx_depth);
+        println!(" TX depth        : {}", o.depth());
     }
     println!(" ICRC            : computed on send, checked on receive");
     println!("{}", line());
     let rss_before = rss_kib();
-    let per_qp = (o.tx_depth as usize).div_ceil(o.qps as usize).max(1) as u32;
+    let per_qp = (o.depth() as usize).div_ceil(o.qps as usize).max(1) as u32;
     let (send_wr, recv_wr) = if lat {
         (128, 128)
     } else {
-        (per_qp, per_qp * 2)
+        (per_qp, per_qp.saturating_mul(2))
     };
     let st = setup(&o, size, o.qps, send_wr, recv_wr)?;
     let rss_setup = rss_kib();
@@ -1202,7 +1226,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         }
     } else {
         // A QP never has more than its share of the depth to post at once.
-        let post_list = (o.tx_depth as usize).div_ceil(o.qps as usize).max(1);
+        let post_list = (o.depth() as usize).div_ceil(o.qps as usize).max(1);
         let mut first = Some(st);
         let mut rounds: Vec<Round> = Vec::new();
         let mut peak = None;
@@ -1224,11 +1248,11 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
                 // than the many-QP run's (one WR per call when each QP has one in
                 // flight), or the single QP would pay one verb call for up to `depth`
                 // messages.
-                let depth = o.tx_depth.min(4096);
+                let depth = o.depth().min(4096);
                 let st1 = setup(&o, size, 1, depth, depth * 2)?;
                 let mut o1 = o.clone();
                 o1.qps = 1;
-                o1.tx_depth = depth;
+                o1.tx_depth = Some(depth);
                 let r1 = run_bw(&o1, &st1, size, many.msgs, post_list)?;
                 Some(r1)
             } else {
@@ -1239,7 +1263,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             let base = if o.no_baseline {
                 None
             } else if o.fabric {
-                Some(Baselines::Memcpy(baseline::memcpy(size as usize)))
+                Some(Baselines::Memcpy(baseline::memcpy(size as usize)?))
             } else {
                 let d = datagram(size, o.mtu);
                 Some(Baselines::Udp {

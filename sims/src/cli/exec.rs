@@ -72,7 +72,7 @@ pub(crate) struct ExecOpts {
     #[arg(long)]
     ip: Option<String>,
     /// The device's name (with `--ip`).
-    #[arg(long, default_value = "emu0")]
+    #[arg(long, default_value = "emu0", requires = "ip")]
     name: String,
     /// The directory holding the emulator's libibverbs.so.1 and librdmacm.so.1
     /// (`capi/build-so.sh --release DIR`). Default: `$RDMA_EMU_LIB`, else
