@@ -24,6 +24,10 @@ use emu_core::cm::{CmConfig, EmuCm};
 use emu_core::nic::{EmuConfig, EmuDevice};
 use verbs_api::*;
 
+#[path = "common/checks.rs"]
+mod checks;
+use checks::{check_memory, check_mr, die, positive};
+
 const MSG: u32 = 64;
 const FILE_INFO: u8 = 1;
 const MR_INFO: u8 = 2;
@@ -146,7 +150,11 @@ fn receive(ip: Ipv4Addr, udp_port: u16, port: u16) -> Res<bool> {
     expect_cm_event(&s.cm, s.ch, Some(id), CmEventType::Established, WAIT)?;
 
     let info = recv_msg(&s.cm, id, &buf, &mr, FILE_INFO)?;
-    let (len, want) = (u64_at(&info, 8) as usize, u64_at(&info, 16));
+    let (len, want) = (u64_at(&info, 8), u64_at(&info, 16));
+    let what = format!("the sender's file of {len} bytes");
+    check_memory(&what, len)?;
+    check_mr(&*s.cm.device(id)?, &what, len)?;
+    let len = usize::try_from(len)?;
     let file = MemBuf::new(len.max(1));
     let fmr = reg_write(&s.cm, id, &file, 0, len.max(1))?;
     let mut m = vec![MR_INFO; 1];
@@ -172,7 +180,12 @@ fn receive(ip: Ipv4Addr, udp_port: u16, port: u16) -> Res<bool> {
 }
 
 fn send(ip: Ipv4Addr, udp_port: u16, to: SocketAddr, path: &str) -> Res<bool> {
-    let data = std::fs::read(path)?;
+    let size = std::fs::metadata(path)
+        .map_err(|e| format!("{path}: {e}"))?
+        .len();
+    // The file and its registered copy.
+    check_memory(path, size.saturating_mul(2))?;
+    let data = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
     let c = open(ip, udp_port)?;
     let id = c.cm.create_id(c.ch, PortSpace::Tcp)?;
     c.cm.resolve_addr(id, None, to, Duration::from_secs(2))?;
@@ -195,7 +208,8 @@ fn send(ip: Ipv4Addr, udp_port: u16, to: SocketAddr, path: &str) -> Res<bool> {
     if len as usize != data.len() {
         return Err("the receiver's buffer has the wrong length".into());
     }
-    let file = MemBuf::from_vec(data.clone());
+    check_mr(&*c.cm.device(id)?, path, size)?;
+    let file = MemBuf::from_slice(&data);
     let fmr = reg_msgs(&c.cm, id, &file, 0, file.len().max(1))?;
     for (k, off) in (0..data.len()).step_by(CHUNK).enumerate() {
         let n = CHUNK.min(data.len() - off);
@@ -231,59 +245,43 @@ fn send(ip: Ipv4Addr, udp_port: u16, to: SocketAddr, path: &str) -> Res<bool> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opt = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let udp_port = opt("--udp-port")
-        .or_else(|| std::env::var("EMU_PORT").ok())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(4791);
-    let port: u16 = opt("--port").and_then(|p| p.parse().ok()).unwrap_or(7471);
-    let positional: Vec<&String> = {
-        let mut v = Vec::new();
-        let mut skip = false;
-        for a in &args {
-            if skip {
-                skip = false;
-            } else if a.starts_with("--") {
-                skip = true;
-            } else {
-                v.push(a);
+    let (mut udp_port, mut port, mut ip) = (checks::env_port(), 7471u16, None::<Ipv4Addr>);
+    let mut positional = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || {
+            args.next()
+                .unwrap_or_else(|| die(&format!("{a} needs a value")))
+        };
+        match a.as_str() {
+            "--udp-port" => udp_port = positive(&a, val()),
+            "--port" => port = positive(&a, val()),
+            "--ip" => {
+                let v = val();
+                ip = Some(
+                    v.parse()
+                        .unwrap_or_else(|_| die(&format!("--ip {v}: not an IPv4 address"))),
+                );
             }
+            o if o.starts_with('-') => die(&format!("unknown option {o}")),
+            _ => positional.push(a),
         }
-        v
-    };
+    }
+    let positional: Vec<&str> = positional.iter().map(String::as_str).collect();
     let r = match positional.as_slice() {
-        [mode] if *mode == "receive" => {
-            let ip = opt("--ip")
-                .and_then(|a| a.parse().ok())
-                .unwrap_or(Ipv4Addr::LOCALHOST);
-            receive(ip, udp_port, port)
+        ["receive"] => receive(ip.unwrap_or(Ipv4Addr::LOCALHOST), udp_port, port),
+        ["send", to, path] => {
+            let to: Ipv4Addr = to
+                .parse()
+                .unwrap_or_else(|_| die(&format!("{to}: not an IPv4 address")));
+            let ip = ip.unwrap_or(Ipv4Addr::new(127, 0, 0, 2));
+            send(ip, udp_port, SocketAddr::from((to, port)), path)
         }
-        [mode, to, path] if *mode == "send" => {
-            let ip = opt("--ip")
-                .and_then(|a| a.parse().ok())
-                .unwrap_or(Ipv4Addr::new(127, 0, 0, 2));
-            match to.parse::<Ipv4Addr>() {
-                Ok(to) => send(ip, udp_port, SocketAddr::from((to, port)), path),
-                Err(e) => Err(e.into()),
-            }
-        }
-        _ => {
-            eprintln!("usage: cm_file_transfer receive | cm_file_transfer send RECEIVER_IP FILE");
-            std::process::exit(2);
-        }
+        _ => die("usage: cm_file_transfer [--port P] [--udp-port P] [--ip A] receive | send RECEIVER_IP FILE"),
     };
     match r {
         Ok(true) => {}
-        Ok(false) => std::process::exit(1),
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::exit(1);
-        }
+        Ok(false) => die("the file arrived damaged"),
+        Err(e) => die(&e.to_string()),
     }
 }

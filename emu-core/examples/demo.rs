@@ -7,8 +7,12 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use emu_core::nic::{EmuConfig, EmuDevice, ROCE_PORT};
+use emu_core::nic::{EmuConfig, EmuDevice};
 use verbs_api::*;
+
+#[path = "common/checks.rs"]
+mod checks;
+use checks::{die, OrDie};
 
 const BUF: usize = 64 << 20;
 
@@ -28,9 +32,13 @@ fn open(ip: [u8; 4], port: u16) -> Nic {
         port,
         ..EmuConfig::default()
     })
-    .unwrap_or_else(|e| panic!("cannot open an emulated device on {ip}:{port}: {e}"));
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(4096, None).unwrap();
+    .unwrap_or_else(|e| {
+        die(&format!(
+            "cannot open an emulated device on {ip}:{port}: {e}"
+        ))
+    });
+    let pd = dev.alloc_pd().or_die("alloc_pd");
+    let cq = dev.create_cq(4096, None).or_die("create_cq");
     let cap = QpCap {
         max_send_wr: 256,
         max_recv_wr: 256,
@@ -48,13 +56,13 @@ fn open(ip: [u8; 4], port: u16) -> Nic {
             sq_sig_all: false,
             srq: None,
         })
-        .unwrap();
+        .or_die("create_qp");
     let buf = MemBuf::new(BUF);
     let all = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
-    let mr = dev.reg_mr(pd, &buf, 0, BUF, all).unwrap();
+    let mr = dev.reg_mr(pd, &buf, 0, BUF, all).or_die("reg_mr");
     Nic {
         dev,
         cq,
@@ -80,7 +88,7 @@ fn connect(n: &Nic, peer: &Nic) {
         gid: peer.dev.gid(),
         ..Endpoint::default()
     };
-    connect_qp(&n.dev, n.qpn, QpType::Rc, &params, 0, &remote).unwrap();
+    connect_qp(&n.dev, n.qpn, QpType::Rc, &params, 0, &remote).or_die("connect_qp");
 }
 
 impl Nic {
@@ -101,15 +109,20 @@ impl Nic {
                     ud: None,
                 }],
             )
-            .unwrap();
+            .or_die("post_send");
     }
 
     fn wait(&self, n: usize) -> Vec<WorkCompletion> {
         let mut out = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);
         while out.len() < n && Instant::now() < deadline {
-            self.dev.poll_cq(self.cq, n - out.len(), &mut out).unwrap();
+            self.dev
+                .poll_cq(self.cq, n - out.len(), &mut out)
+                .or_die("poll_cq");
             std::thread::yield_now();
+        }
+        if out.len() < n {
+            die(&format!("{} of {n} completions after 10 s", out.len()));
         }
         out
     }
@@ -130,16 +143,14 @@ impl Nic {
 }
 
 fn main() {
-    let port = std::env::var("EMU_PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(ROCE_PORT);
+    checks::no_args();
+    let port = checks::env_port();
     let a = open([127, 0, 0, 1], port);
     let b = open([127, 0, 0, 2], port);
     connect(&a, &b);
     connect(&b, &a);
-    let attr = a.dev.query_device().unwrap();
-    let p = a.dev.query_port(1).unwrap();
+    let attr = a.dev.query_device().or_die("query_device");
+    let p = a.dev.query_port(1).or_die("query_port");
     println!("two emulated RoCEv2 NICs on UDP port {port}:");
     for n in [&a, &b] {
         println!("  {} GID {} QPN 0x{:06x}", n.dev.name(), n.dev.gid(), n.qpn);
@@ -155,7 +166,7 @@ fn main() {
     );
 
     println!("1. SEND with immediate, 10000 bytes (3 packets at MTU 4096):");
-    a.buf.write(0, &[7; 10000]).unwrap();
+    a.buf.write(0, &[7; 10000]).or_die("write");
     b.dev
         .post_recv(
             b.qpn,
@@ -168,7 +179,7 @@ fn main() {
                 }],
             }],
         )
-        .unwrap();
+        .or_die("post_recv");
     a.post(1, WrOperation::SendWithImm { imm_data: 0x1234 }, 0, 10000);
     a.show("emu0", 1);
     b.show("emu1", 1);
@@ -199,7 +210,7 @@ fn main() {
     println!("    the bytes read back are the bytes written: {same}");
 
     println!("4. FETCH_AND_ADD 5, then COMPARE_AND_SWAP 5 -> 99, on a counter in emu1:");
-    b.buf.write_u64(262144, 0).unwrap();
+    b.buf.write_u64(262144, 0).or_die("write_u64");
     a.post(
         4,
         WrOperation::AtomicFetchAndAdd {
@@ -224,9 +235,9 @@ fn main() {
     a.show("emu0", 2);
     println!(
         "    counter: {} (originals returned: {} and {})",
-        b.buf.read_u64(262144).unwrap(),
-        a.buf.read_u64(8).unwrap(),
-        a.buf.read_u64(16).unwrap()
+        b.buf.read_u64(262144).or_die("read_u64"),
+        a.buf.read_u64(8).or_die("read_u64"),
+        a.buf.read_u64(16).or_die("read_u64")
     );
 
     println!(
@@ -251,8 +262,10 @@ fn main() {
             posted += 1;
         }
         wcs.clear();
-        a.dev.poll_cq(a.cq, 16, &mut wcs).unwrap();
-        assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+        a.dev.poll_cq(a.cq, 16, &mut wcs).or_die("poll_cq");
+        if let Some(w) = wcs.iter().find(|w| w.status != WcStatus::Success) {
+            die(&format!("RDMA WRITE {} failed: {}", w.wr_id, w.status));
+        }
         done += wcs.len() as u64;
     }
     let secs = start.elapsed().as_secs_f64();

@@ -13,6 +13,10 @@ use verbs_api::{
     Sge, WorkCompletion, WrOperation,
 };
 
+#[path = "common/checks.rs"]
+mod checks;
+use checks::OrDie;
+
 struct Nic {
     name: &'static str,
     engine: Engine,
@@ -29,8 +33,8 @@ fn nic(name: &'static str, ip: [u8; 4]) -> Nic {
     let mut engine = Engine::default();
     // The port's GID: the address its packets leave from (a QP's path names it by index).
     engine.set_gid(Gid::from_ipv4(ip.into()));
-    let pd = engine.alloc_pd().expect("alloc_pd");
-    let cq = engine.create_cq(4096).unwrap();
+    let pd = engine.alloc_pd().or_die("alloc_pd");
+    let cq = engine.create_cq(4096).or_die("create_cq");
     let cap = QpCap {
         max_send_wr: 1024,
         max_recv_wr: 1024,
@@ -48,13 +52,13 @@ fn nic(name: &'static str, ip: [u8; 4]) -> Nic {
             sq_sig_all: false,
             srq: None,
         })
-        .unwrap();
+        .or_die("create_qp");
     let buf = MemBuf::new(BUF);
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
-    let mr = engine.reg_mr(pd, &buf, 0, BUF, access).unwrap();
+    let mr = engine.reg_mr(pd, &buf, 0, BUF, access).or_die("reg_mr");
     Nic {
         name,
         engine,
@@ -89,7 +93,9 @@ fn connect(n: &mut Nic, peer_qpn: u32, peer_gid: Gid, now: Instant) {
         params.rtr(QpType::Rc, &remote),
         params.rts(QpType::Rc, 0),
     ] {
-        n.engine.modify_qp(now, n.qpn, &attr, mask).unwrap();
+        n.engine
+            .modify_qp(now, n.qpn, &attr, mask)
+            .or_die("modify_qp");
     }
 }
 
@@ -110,8 +116,8 @@ fn run(x: &mut Nic, y: &mut Nic, now: Instant, show: bool) -> usize {
 /// out and checking it on the way in, as a UDP link does.
 fn deliver(from: &mut Nic, to: &mut Nic, now: Instant, show: bool, buf: &mut [u8]) -> usize {
     let ep = Ipv4Endpoints {
-        src: from.gid.to_ipv4().unwrap(),
-        dst: to.gid.to_ipv4().unwrap(),
+        src: from.gid.to_ipv4().or_die("to_ipv4"),
+        dst: to.gid.to_ipv4().or_die("to_ipv4"),
         ip_id: 0,
         src_port: 4791,
         dst_port: 4791,
@@ -121,7 +127,7 @@ fn deliver(from: &mut Nic, to: &mut Nic, now: Instant, show: bool, buf: &mut [u8
         let packet = &mut buf[..t.size];
         write_icrc(&ep, packet);
         if show {
-            let (repr, payload) = PacketRepr::parse(packet).unwrap();
+            let (repr, payload) = PacketRepr::parse(packet).or_die("parse");
             let aeth = repr
                 .aeth
                 .map(|a| format!(" AETH {:?} msn={}", a.syndrome, a.msn))
@@ -145,7 +151,7 @@ fn deliver(from: &mut Nic, to: &mut Nic, now: Instant, show: bool, buf: &mut [u8
 
 fn completions(n: &mut Nic) -> Vec<WorkCompletion> {
     let mut v = Vec::new();
-    n.engine.poll_cq(n.cq, usize::MAX, &mut v).unwrap();
+    n.engine.poll_cq(n.cq, usize::MAX, &mut v).or_die("poll_cq");
     v
 }
 
@@ -159,6 +165,7 @@ fn show(n: &mut Nic) {
 }
 
 fn main() {
+    checks::no_args();
     let now = Instant::now();
     let mut a = nic("A", [10, 0, 0, 1]);
     let mut b = nic("B", [10, 0, 0, 2]);
@@ -193,16 +200,16 @@ fn main() {
                     ud: None,
                 }],
             )
-            .unwrap();
+            .or_die("post_send");
     };
 
     println!("1. SEND 10000 bytes with immediate data (B posted a receive):");
-    a.buf.write(0, &[7u8; 10000]).unwrap();
+    a.buf.write(0, &[7u8; 10000]).or_die("write");
     let recv = RecvWr {
         wr_id: 100,
         sg_list: vec![sge(&b, 0, 16384)],
     };
-    b.engine.post_recv(now, b.qpn, &[recv]).unwrap();
+    b.engine.post_recv(now, b.qpn, &[recv]).or_die("post_recv");
     post(
         &mut a,
         1,
@@ -244,7 +251,7 @@ fn main() {
     show(&mut a);
 
     println!("\n4. FETCH_AND_ADD 5, then COMPARE_AND_SWAP 5 -> 99 on B's counter:");
-    b.buf.write_u64(262144, 0).unwrap();
+    b.buf.write_u64(262144, 0).or_die("write_u64");
     post(
         &mut a,
         4,
@@ -270,7 +277,10 @@ fn main() {
     );
     run(&mut a, &mut b, now, true);
     show(&mut a);
-    println!("    B's counter is now {}", b.buf.read_u64(262144).unwrap());
+    println!(
+        "    B's counter is now {}",
+        b.buf.read_u64(262144).or_die("read_u64")
+    );
 
     println!("\n5. RDMA WRITE with a wrong rkey: NAK, error completion, QP to ERR on both sides:");
     post(

@@ -11,8 +11,12 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use emu_core::nic::{EmuConfig, EmuDevice, ROCE_PORT};
+use emu_core::nic::{EmuConfig, EmuDevice};
 use verbs_api::*;
+
+#[path = "common/checks.rs"]
+mod checks;
+use checks::{die, OrDie};
 
 /// One side: a device and the objects a program needs.
 struct Side {
@@ -32,20 +36,25 @@ fn side(ip: [u8; 4], port: u16) -> Side {
             port,
             ..EmuConfig::default()
         })
-        .expect("open"),
+        .unwrap_or_else(|e| {
+            die(&format!(
+                "cannot open an emulated device on {}:{port}: {e}",
+                Ipv4Addr::from(ip)
+            ))
+        }),
     );
     let gid = dev.gid();
     let ctx = Context::new(dev);
     // 2. A protection domain, and memory registered in it that peers may read and write.
-    let pd = ctx.alloc_pd().unwrap();
+    let pd = ctx.alloc_pd().or_die("alloc_pd");
     let mem = MemBuf::new(4096);
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
-    let mr = pd.reg_mr(&mem, access).unwrap();
+    let mr = pd.reg_mr(&mem, access).or_die("reg_mr");
     // 3. A completion queue and a queue pair that reports to it.
-    let cq = ctx.create_cq(16, None).unwrap();
+    let cq = ctx.create_cq(16, None).or_die("create_cq");
     let cap = QpCap {
         max_send_wr: 8,
         max_recv_wr: 8,
@@ -53,7 +62,9 @@ fn side(ip: [u8; 4], port: u16) -> Side {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let qp = pd.create_qp(&cq, &cq, QpType::Rc, cap, true).unwrap();
+    let qp = pd
+        .create_qp(&cq, &cq, QpType::Rc, cap, true)
+        .or_die("create_qp");
     Side {
         gid,
         mem,
@@ -84,7 +95,7 @@ fn connect(me: &Side, peer: &Side) {
         params.rtr(QpType::Rc, &remote),
         params.rts(QpType::Rc, 0),
     ] {
-        me.qp.modify(&attr, mask).unwrap();
+        me.qp.modify(&attr, mask).or_die("modify_qp");
     }
 }
 
@@ -92,17 +103,20 @@ fn connect(me: &Side, peer: &Side) {
 fn poll_one(cq: &Cq) -> WorkCompletion {
     let mut wc = Vec::new();
     while wc.is_empty() {
-        cq.poll(1, &mut wc).unwrap();
+        cq.poll(1, &mut wc).or_die("poll");
     }
-    assert_eq!(wc[0].status, WcStatus::Success, "{:?}", wc[0]);
+    if wc[0].status != WcStatus::Success {
+        die(&format!(
+            "work request {} failed: {}",
+            wc[0].wr_id, wc[0].status
+        ));
+    }
     wc[0]
 }
 
 fn main() {
-    let port = std::env::var("EMU_PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(ROCE_PORT);
+    checks::no_args();
+    let port = checks::env_port();
     let (a, b) = (side([127, 0, 0, 1], port), side([127, 0, 0, 2], port));
     connect(&a, &b);
     connect(&b, &a);
@@ -112,28 +126,28 @@ fn main() {
         wr_id: 1,
         sg_list: vec![b.mr.sge(0, 64)],
     }])
-    .unwrap();
-    a.mem.write(0, b"hello, rdma").unwrap();
+    .or_die("post_recv");
+    a.mem.write(0, b"hello, rdma").or_die("write");
     a.qp.post_send(&[SendWr::send(10, vec![a.mr.sge(0, 11)])])
-        .unwrap();
+        .or_die("post_send");
     poll_one(&a.cq);
     let got = poll_one(&b.cq);
     let mut text = vec![0u8; got.byte_len as usize];
-    b.mem.read(0, &mut text).unwrap();
+    b.mem.read(0, &mut text).or_die("read");
     println!("SEND:  b received {:?}", String::from_utf8_lossy(&text));
 
     // RDMA WRITE: straight into b's memory, b's CPU not involved.
-    a.mem.write(100, b"written by a").unwrap();
+    a.mem.write(100, b"written by a").or_die("write");
     a.qp.post_send(&[SendWr::rdma_write(
         11,
         vec![a.mr.sge(100, 12)],
         b.mr.info().addr + 100,
         b.mr.rkey(),
     )])
-    .unwrap();
+    .or_die("post_send");
     poll_one(&a.cq);
     let mut w = [0u8; 12];
-    b.mem.read(100, &mut w).unwrap();
+    b.mem.read(100, &mut w).or_die("read");
     println!(
         "WRITE: b's memory now holds {:?}",
         String::from_utf8_lossy(&w)
@@ -146,13 +160,13 @@ fn main() {
         b.mr.info().addr + 100,
         b.mr.rkey(),
     )])
-    .unwrap();
+    .or_die("post_send");
     poll_one(&a.cq);
-    a.mem.read(200, &mut w).unwrap();
+    a.mem.read(200, &mut w).or_die("read");
     println!("READ:  a read back {:?}", String::from_utf8_lossy(&w));
 
     // Atomic fetch-and-add on an 8-byte counter in b's memory; the old value comes back.
-    b.mem.write_u64(512, 41).unwrap();
+    b.mem.write_u64(512, 41).or_die("write_u64");
     a.qp.post_send(&[SendWr::atomic_fetch_add(
         13,
         a.mr.sge(512, 8),
@@ -160,11 +174,11 @@ fn main() {
         b.mr.rkey(),
         1,
     )])
-    .unwrap();
+    .or_die("post_send");
     poll_one(&a.cq);
     println!(
         "FETCH_ADD: old value {}, counter now {}",
-        a.mem.read_u64(512).unwrap(),
-        b.mem.read_u64(512).unwrap()
+        a.mem.read_u64(512).or_die("read_u64"),
+        b.mem.read_u64(512).or_die("read_u64")
     );
 }

@@ -72,10 +72,9 @@ struct Opts {
     interop: bool,
 }
 
-fn die(msg: &str) -> ! {
-    eprintln!("perftest_peer: {msg}");
-    std::process::exit(1)
-}
+#[path = "common/checks.rs"]
+mod checks;
+use checks::{check_memory, check_mr, check_msg, die, positive, OrDie};
 
 fn parse_args() -> Opts {
     let mut args = std::env::args().skip(1);
@@ -103,25 +102,31 @@ fn parse_args() -> Opts {
                 .unwrap_or_else(|| die(&format!("{a} needs a value")))
         };
         match a.as_str() {
-            "-s" => o.size = val().parse().unwrap_or_else(|_| die("bad size")),
-            "-n" => o.iters = val().parse().unwrap_or_else(|_| die("bad iterations")),
-            "-p" => o.tcp_port = val().parse().unwrap_or_else(|_| die("bad port")),
+            "-s" => o.size = positive(&a, val()),
+            "-n" => o.iters = positive(&a, val()),
+            "-p" => o.tcp_port = positive(&a, val()),
             "--ip" => o.ip = val().parse().unwrap_or_else(|_| die("bad IPv4 address")),
-            "--udp-port" => o.udp_port = val().parse().unwrap_or_else(|_| die("bad port")),
-            "-t" => o.tx_depth = val().parse().unwrap_or_else(|_| die("bad TX depth")),
-            "--timeout" => o.timeout = val().parse().unwrap_or_else(|_| die("bad timeout")),
+            "--udp-port" => o.udp_port = positive(&a, val()),
+            "-t" => o.tx_depth = positive(&a, val()),
+            "--timeout" => o.timeout = positive(&a, val()),
             "--interop" => o.interop = true,
-            h if !h.starts_with('-') => o.server = Some(h.to_string()),
+            h if !h.starts_with('-') => {
+                if let Some(first) = o.server.replace(h.to_string()) {
+                    die(&format!("one HOST only (got {first} and {h})"));
+                }
+            }
             other => die(&format!("unknown option {other}")),
         }
     }
     if o.verb == Verb::Atomic && o.size != 8 {
         die("atomics are 8 bytes");
     }
-    if o.size == 0 || o.iters == 0 || o.tx_depth == 0 {
-        die("size, iterations and TX depth must be positive");
-    }
     o
+}
+
+/// A big-endian number of up to 8 bytes.
+fn be(b: &[u8]) -> u64 {
+    b.iter().fold(0, |n, &x| n << 8 | u64::from(x))
 }
 
 /// One side's `pingpong_dest`, as exchanged.
@@ -208,7 +213,7 @@ struct Report {
 }
 
 fn xchg_reports(s: &mut TcpStream, client: bool, me: &Report) -> Report {
-    let mut u = |v: u64| u64::from_be_bytes(xchg(s, client, &v.to_be_bytes()).try_into().unwrap());
+    let mut u = |v: u64| be(&xchg(s, client, &v.to_be_bytes()));
     Report {
         size: u(me.size),
         iters: u(me.iters),
@@ -243,6 +248,18 @@ fn main() {
         ..EmuConfig::default()
     })
     .unwrap_or_else(|e| die(&format!("cannot open an emulated device on {}: {e}", o.ip)));
+    // What the options ask of the device and of memory, before the peer is involved
+    // (perftest's buffer is twice the message, at least).
+    let max_qp_wr = dev.query_device().or_die("query_device").max_qp_wr;
+    if o.tx_depth > max_qp_wr as usize {
+        die(&format!(
+            "-t {} is more than the device's max_qp_wr ({max_qp_wr})",
+            o.tx_depth
+        ));
+    }
+    let what = format!("-s {}", o.size);
+    check_msg(&dev, &what, o.size as u64).unwrap_or_else(|e| die(&e));
+    check_memory(&what, (o.size as u64).saturating_mul(2)).unwrap_or_else(|e| die(&e));
 
     let mut s = match &o.server {
         Some(h) => {
@@ -276,10 +293,10 @@ fn main() {
             "peer version {rem_version:?}: perftest older than 5.70 speaks another protocol"
         ));
     }
-    let be32 = |b: Vec<u8>| u32::from_be_bytes(b.try_into().unwrap());
-    let cycle = be32(xchg(&mut s, client, &PAGE.to_be_bytes())).max(PAGE) as usize;
-    let cache_line = be32(xchg(&mut s, client, &CACHE_LINE.to_be_bytes())).max(CACHE_LINE) as usize;
-    let my_mtu = dev.query_port(1).unwrap().active_mtu;
+    let cycle = be(&xchg(&mut s, client, &PAGE.to_be_bytes())).max(PAGE.into()) as usize;
+    let cache_line =
+        be(&xchg(&mut s, client, &CACHE_LINE.to_be_bytes())).max(CACHE_LINE.into()) as usize;
+    let my_mtu = dev.query_port(1).or_die("query_port").active_mtu;
     let rm = xchg(&mut s, client, &[b'0' + my_mtu as u8, 0]);
     let mtu = match (rm[1], rm[0].checked_sub(b'0').and_then(mtu_from_code)) {
         (0, Some(m)) if (m as u8) < (my_mtu as u8) => m,
@@ -289,6 +306,9 @@ fn main() {
     // Resources: perftest's buffer (the larger of SIZE and the cycle buffer, to a cache
     // line, twice), all of it remote-accessible.
     let per = o.size.max(cycle).div_ceil(cache_line) * cache_line;
+    let what = format!("-s {} (the peer's cycle buffer {cycle})", o.size);
+    check_memory(&what, 2 * per as u64).unwrap_or_else(|e| die(&e));
+    check_mr(&dev, &what, 2 * per as u64).unwrap_or_else(|e| die(&e));
     let buf = MemBuf::new(per * 2);
     // The server's bytes start as 0xEE (atomics: 0), so it can tell what was written;
     // the client's WRITE source is 0x5A.
@@ -297,14 +317,14 @@ fn main() {
         (Verb::Write, true) => 0x5A,
         _ => 0xEE,
     });
-    let pd = dev.alloc_pd().unwrap();
+    let pd = dev.alloc_pd().or_die("alloc_pd");
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
-    let mr = dev.reg_mr(pd, &buf, 0, buf.len(), access).unwrap();
+    let mr = dev.reg_mr(pd, &buf, 0, buf.len(), access).or_die("reg_mr");
     let depth = o.tx_depth as u32;
-    let cq = dev.create_cq(depth * 2, None).unwrap();
+    let cq = dev.create_cq(depth * 2, None).or_die("create_cq");
     let qpn = dev
         .create_qp(&QpInitAttr {
             pd,
@@ -322,7 +342,7 @@ fn main() {
             srq: None,
         })
         .unwrap_or_else(|e| die(&format!("create QP: {e}")));
-    let gid = dev.query_gid(1, 0).unwrap();
+    let gid = dev.query_gid(1, 0).or_die("query_gid");
     let me = Keys {
         lid: 0,
         out_reads: if o.verb == Verb::Write { 1 } else { OUT_READS },
@@ -458,7 +478,7 @@ fn run(
             in_flight += 1;
         }
         wcs.clear();
-        dev.poll_cq(cq, 64, &mut wcs).unwrap();
+        dev.poll_cq(cq, 64, &mut wcs).or_die("poll_cq");
         for wc in &wcs {
             if wc.status != WcStatus::Success {
                 die(&format!(
@@ -497,7 +517,7 @@ fn check_server(verb: Verb, buf: &MemBuf, theirs: &Report) -> bool {
         }
         Verb::Atomic => {
             let sum: u64 = (0..buf.len() / 8)
-                .map(|i| buf.read_u64(i * 8).unwrap())
+                .map(|i| buf.read_u64(i * 8).or_die("read_u64"))
                 .fold(0, u64::wrapping_add);
             println!(
                 " ATOMIC: our 64-bit words add up to {sum}; the peer reports {} FETCH_ADD(1)s",
