@@ -15,6 +15,10 @@
 //!   `LinkOptions::interop`: raw receive socket, so root or `CAP_NET_RAW`), with an
 //!   active MTU of 1024, the largest IBTA MTU an Ethernet MTU of 1500 carries (what
 //!   rxe reports on such a link). `0` or unset: the loopback mode.
+//! * `RDMA_EMU_STRICT_PORT=1`: every device's connected QPs take packets only from
+//!   the UDP source port their peer first sent from (emu-core's
+//!   `LinkOptions::strict_source_port`). `0` or unset: any port of the peer's address,
+//!   as kernel rxe.
 
 use std::net::Ipv4Addr;
 
@@ -105,10 +109,15 @@ fn parse_addr(s: &str) -> Result<(Ipv4Addr, u16), String> {
 
 /// Whether `RDMA_EMU_INTEROP` asks for interop mode (see the module docs).
 pub fn interop_from_env(get: impl Fn(&str) -> Option<String>) -> Result<bool, String> {
-    match get("RDMA_EMU_INTEROP").as_deref().map(str::trim) {
+    flag_from_env(get, "RDMA_EMU_INTEROP")
+}
+
+/// Whether the variable `name` (`0`, `1` or unset) is set to 1.
+pub fn flag_from_env(get: impl Fn(&str) -> Option<String>, name: &str) -> Result<bool, String> {
+    match get(name).as_deref().map(str::trim) {
         None | Some("" | "0") => Ok(false),
         Some("1") => Ok(true),
-        Some(v) => Err(format!("RDMA_EMU_INTEROP={v:?}: expected 0 or 1")),
+        Some(v) => Err(format!("{name}={v:?}: expected 0 or 1")),
     }
 }
 
@@ -207,6 +216,9 @@ mod tests {
             Ok(true)
         );
         assert!(interop_from_env(env(&[("RDMA_EMU_INTEROP", "yes")])).is_err());
+        let strict = |v| flag_from_env(env(&[("RDMA_EMU_STRICT_PORT", v)]), "RDMA_EMU_STRICT_PORT");
+        assert_eq!((strict("1"), strict("0")), (Ok(true), Ok(false)));
+        assert!(strict("on").unwrap_err().contains("RDMA_EMU_STRICT_PORT"));
     }
 
     #[test]

@@ -275,13 +275,15 @@ fn flood_of_random_datagrams_is_dropped_and_counted() {
 /// the device itself dropped it accounts for every datagram sent.
 #[test]
 fn kernel_drops_on_overload_are_counted() {
-    let db = open(3, 4);
-    let target = (Ipv4Addr::new(127, 0, 3, 4), port());
-    let (threads, each) = (4u64, 20_000u64);
+    let db = open(11, 1);
+    let target = (Ipv4Addr::new(127, 0, 11, 1), port());
+    // About 100 MB: several times what the socket buffer holds, in a burst short
+    // enough not to starve the tests running beside it.
+    let (threads, each) = (4u64, 3_000u64);
     std::thread::scope(|scope| {
         for t in 0..threads {
             scope.spawn(move || {
-                let s = UdpSocket::bind((Ipv4Addr::new(127, 0, 3, 10 + t as u8), 0)).unwrap();
+                let s = UdpSocket::bind((Ipv4Addr::new(127, 0, 11, 10 + t as u8), 0)).unwrap();
                 let junk = [0xA5u8; 9000];
                 for _ in 0..each {
                     s.send_to(&junk, target).unwrap();
@@ -303,6 +305,68 @@ fn kernel_drops_on_overload_are_counted() {
     let (seen, overflow) = accounted();
     eprintln!("{sent} sent: {seen} dropped by the device, {overflow} by the kernel");
     assert_eq!(seen + overflow, sent);
+}
+
+/// A WRITE forged from the peer's address but another UDP port, with the right QP,
+/// PSN, rkey and ICRC: accepted by default, as kernel rxe accepts it (RoCEv2 source
+/// ports vary), and dropped and counted on a device with strict source checks, which
+/// keeps taking the peer's own packets.
+#[test]
+fn strict_source_checks_pin_the_peers_port() {
+    for (host, strict) in [(5u8, false), (6, true)] {
+        let da = open(5, host * 10 + 1);
+        let db = EmuDevice::open(EmuConfig {
+            name: format!("strict{host}"),
+            ip: Ipv4Addr::new(127, 0, 5, host * 10 + 2),
+            port: port(),
+            link: emu_core::nic::interop::LinkOptions {
+                strict_source_port: strict,
+                ..Default::default()
+            },
+            ..EmuConfig::default()
+        })
+        .unwrap();
+        let (a, b) = (end(&da, 4096, None), end(&db, 4096, None));
+        connect(&da, &a, b.qpn, db.gid());
+        connect(&db, &b, a.qpn, da.gid());
+        // The peer's first WRITE (PSN 0) pins its port on the strict device.
+        write_all(&da, &a, &b, 64, 64, 1);
+        // The forged WRITE: PSN 1, the next one B expects.
+        let mut repr = emu_wire::PacketRepr::new(
+            emu_wire::Opcode::RcRdmaWriteOnly,
+            b.qpn,
+            emu_wire::Psn::new(1),
+        );
+        repr.reth = Some(emu_wire::RethRepr {
+            va: b.mr.addr + 1024,
+            rkey: b.mr.rkey,
+            dma_len: 8,
+        });
+        let mut pkt = vec![0u8; repr.buffer_len(8)];
+        let n = repr.emit(&mut pkt, b"FORGED!!");
+        pkt.truncate(n);
+        let forger = UdpSocket::bind((Ipv4Addr::new(127, 0, 5, host * 10 + 1), 0)).unwrap();
+        let ep = emu_wire::Ipv4Endpoints {
+            src: Ipv4Addr::new(127, 0, 5, host * 10 + 1),
+            dst: Ipv4Addr::new(127, 0, 5, host * 10 + 2),
+            ip_id: 0,
+            src_port: forger.local_addr().unwrap().port(),
+            dst_port: port(),
+        };
+        emu_wire::write_icrc(&ep, &mut pkt);
+        forger.send_to(&pkt, (ep.dst, port())).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut got = [0u8; 8];
+        b.buf.read(1024, &mut got).unwrap();
+        let wrong = db.link_counters().wrong_source_port.load(Ordering::Relaxed);
+        if strict {
+            assert_eq!((&got, wrong), (&[0u8; 8], 1), "strict: dropped and counted");
+        } else {
+            assert_eq!((&got, wrong), (b"FORGED!!", 0), "default: accepted, as rxe");
+        }
+        // The peer itself still gets through (its PSN 1 on the strict device).
+        write_all(&da, &a, &b, 64, 64, 1);
+    }
 }
 
 /// Wrong-state and wrong-argument calls return the errno libibverbs returns.

@@ -235,8 +235,8 @@ fn device(ip: [u8; 4], hook: Option<Arc<dyn PacketHook>>) -> EmuDevice {
         name: format!("w{}", ip[3]),
         ip: Ipv4Addr::from(ip),
         link: LinkOptions {
-            raw_receive: false,
             hook,
+            ..LinkOptions::default()
         },
         ..EmuConfig::default()
     })

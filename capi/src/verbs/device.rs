@@ -103,6 +103,11 @@ fn open_emu(cfg: &DeviceConfig) -> verbs_api::Result<EmuDevice> {
         eprintln!("rdma-emu libibverbs: {e}; loopback mode");
         false
     });
+    let strict = config::flag_from_env(|k| std::env::var(k).ok(), "RDMA_EMU_STRICT_PORT")
+        .unwrap_or_else(|e| {
+            eprintln!("rdma-emu libibverbs: {e}; any source port");
+            false
+        });
     let open = |ip| {
         let mut c = EmuConfig {
             name: cfg.name.clone(),
@@ -114,6 +119,7 @@ fn open_emu(cfg: &DeviceConfig) -> verbs_api::Result<EmuDevice> {
             c.link = LinkOptions::interop();
             c.limits.active_mtu = verbs_api::Mtu::Mtu1024;
         }
+        c.link.strict_source_port = strict;
         EmuDevice::open(c)
     };
     if !cfg.auto_ip {

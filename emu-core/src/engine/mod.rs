@@ -958,26 +958,34 @@ impl Engine {
     /// Malformed packets, packets for unknown QPs and packets the QP cannot take are
     /// dropped and counted; none of them disturbs a live QP. Packets are routed by the
     /// BTH destination QP; a UD packet to QP 0xFFFFFF and a multicast `dst` goes to
-    /// every QP attached to that group.
-    pub fn handle_datagram_tos(&mut self, now: Instant, src: Gid, dst: Gid, tos: u8, data: &[u8]) {
+    /// every QP attached to that group. Returns whether a QP took the packet (it passed
+    /// the port, transport, P_Key and address checks; the QP's own PSN and key checks
+    /// may still refuse it).
+    pub fn handle_datagram_tos(
+        &mut self,
+        now: Instant,
+        src: Gid,
+        dst: Gid,
+        tos: u8,
+        data: &[u8],
+    ) -> bool {
         self.counters.rx_packets += 1;
         // A port that is not ACTIVE, or a failed device, receives nothing (IBTA 7.2).
         if self.fatal || !self.port.is_active() {
             self.counters.rx_port_down += 1;
-            return;
+            return false;
         }
         let Ok((repr, payload)) = PacketRepr::parse(data) else {
             self.counters.rx_malformed += 1;
-            return;
+            return false;
         };
         if repr.bth.opcode.transport() == Transport::Ud {
-            self.handle_ud(now, (src, dst, tos), &repr, payload, data.len());
-            return;
+            return self.handle_ud(now, (src, dst, tos), &repr, payload, data.len());
         }
         let qpn = repr.bth.dest_qp;
         let Some(qp) = self.qps.get(&qpn) else {
             self.counters.rx_unknown_qp += 1;
-            return;
+            return false;
         };
         let transport_ok = matches!(
             (qp.init.qp_type, repr.bth.opcode.transport()),
@@ -985,7 +993,7 @@ impl Engine {
         );
         if !self.port.admits(qpn, qp.attr.pkey_index, repr.bth.pkey) {
             self.counters.bad_pkey += 1;
-            return;
+            return false;
         }
         // A connected QP takes packets only from its peer (kernel rxe's check_addr),
         // over its path or its armed alternate path (IBTA 17.2.8, module `apm`).
@@ -993,7 +1001,7 @@ impl Engine {
         let from_alternate = !from_primary && qp.came_over_alternate(&src);
         if !transport_ok || !(from_primary || from_alternate) {
             self.counters.rx_dropped += 1;
-            return;
+            return false;
         }
         self.with_qp(now, qpn, |qp, ctx| {
             if from_alternate && !qp.migrate(ctx) {
@@ -1006,6 +1014,7 @@ impl Engine {
                 qp.handle_response(ctx, &repr, payload);
             }
         });
+        true
     }
 
     /// Routes a UD packet to its QP, or to every member of its multicast group, each
@@ -1017,12 +1026,12 @@ impl Engine {
         repr: &PacketRepr,
         payload: &[u8],
         len: usize,
-    ) {
+    ) -> bool {
         let qpn = repr.bth.dest_qp;
         let targets = if qpn == ud::MULTICAST_QPN {
             if !is_multicast(&dst) {
                 self.counters.rx_dropped += 1;
-                return;
+                return false;
             }
             self.mcast.members(&dst)
         } else {
@@ -1030,9 +1039,10 @@ impl Engine {
         };
         if targets.is_empty() {
             self.counters.rx_unknown_qp += 1;
-            return;
+            return false;
         }
         let grh = ah::grh_bytes(&src, &dst, tos, len);
+        let mut taken = false;
         for qpn in targets {
             match self.qps.get(&qpn) {
                 None => self.counters.rx_unknown_qp += 1,
@@ -1041,12 +1051,14 @@ impl Engine {
                     self.counters.bad_pkey += 1
                 }
                 Some(_) => {
+                    taken = true;
                     self.with_qp(now, qpn, |qp, ctx| {
                         qp.handle_ud_request(ctx, repr, payload, &grh)
                     });
                 }
             }
         }
+        taken
     }
 
     /// The next packet to send, written into `buf` (at least [`MAX_PACKET`] bytes).

@@ -34,6 +34,16 @@ pub struct LinkOptions {
     pub raw_receive: bool,
     /// Sees (and may change) every packet sent and received.
     pub hook: Option<Arc<dyn PacketHook>>,
+    /// Strict source checks: an RC or UC QP takes packets only from the UDP source
+    /// port its peer first sent from (learnt from the first packet the QP took, and
+    /// again after the QP is reset or reconnected); packets from the peer's address and
+    /// another port are dropped and counted (`LinkCounters::wrong_source_port`). Off by
+    /// default, as in kernel rxe, which accepts any source port: RoCEv2 senders pick
+    /// it per QP or per flow (IBTA Annex A17.3.1), and only the address is the peer's.
+    /// On, another process on the peer's host cannot inject into a connection; a peer
+    /// must then keep its source port for the life of a connection, as kernel rxe
+    /// (a hash of the QPNs) and this emulator (one socket per peer) do.
+    pub strict_source_port: bool,
 }
 
 impl LinkOptions {
@@ -41,7 +51,7 @@ impl LinkOptions {
     pub fn interop() -> LinkOptions {
         LinkOptions {
             raw_receive: true,
-            hook: None,
+            ..LinkOptions::default()
         }
     }
 }
@@ -51,6 +61,7 @@ impl fmt::Debug for LinkOptions {
         f.debug_struct("LinkOptions")
             .field("raw_receive", &self.raw_receive)
             .field("hook", &self.hook.as_ref().map(|_| "PacketHook"))
+            .field("strict_source_port", &self.strict_source_port)
             .finish()
     }
 }
@@ -58,6 +69,7 @@ impl fmt::Debug for LinkOptions {
 impl PartialEq for LinkOptions {
     fn eq(&self, o: &Self) -> bool {
         self.raw_receive == o.raw_receive
+            && self.strict_source_port == o.strict_source_port
             && match (&self.hook, &o.hook) {
                 (None, None) => true,
                 (Some(a), Some(b)) => Arc::ptr_eq(a, b),

@@ -1494,8 +1494,8 @@ mod tests {
             }
         }
         let opts = LinkOptions {
-            raw_receive: false,
             hook: Some(Arc::new(Pass)),
+            ..LinkOptions::default()
         };
         let h = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &opts).unwrap();
         let c = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 2), h.port(), &opts).unwrap();

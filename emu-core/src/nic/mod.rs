@@ -134,6 +134,10 @@ pub struct LinkCounters {
     /// not loss on the path) or a UDP checksum was wrong. Read from the kernel once a
     /// second (see `drops`).
     pub rx_overflow: AtomicU64,
+    /// Packets dropped because they came from the address of a connected QP's peer
+    /// but not from the port it sends from
+    /// ([`interop::LinkOptions::strict_source_port`]).
+    pub wrong_source_port: AtomicU64,
 }
 
 struct Core {
@@ -147,6 +151,10 @@ struct Core {
     /// On a link that lends packet buffers ([`Link::lend`]), the one the next packet
     /// is written into.
     lent: Option<Vec<u8>>,
+    /// With [`interop::LinkOptions::strict_source_port`]: the sender each connected QP
+    /// takes packets from, learnt from the first packet it took; forgotten when the QP
+    /// is reset, reconnected or destroyed.
+    peers: HashMap<u32, std::net::SocketAddrV4>,
 }
 
 impl TxBatch {
@@ -671,6 +679,7 @@ impl Inner {
                 tx: TxBatch::new(GSO_MAX_BYTES),
                 acks: TxBatch::new(if link.max_batch() > 1 { 4096 } else { 0 }),
                 lent: None,
+                peers: HashMap::new(),
             }),
             cfg,
             link,
@@ -821,6 +830,7 @@ impl Inner {
             tx,
             acks,
             lent,
+            peers: _,
         } = core;
         if let Some(buf) = lent.take().or_else(|| self.link.lend()) {
             self.send_lent(engine, now, buf, lent);
@@ -1042,17 +1052,31 @@ impl Inner {
         }
         let mut core = self.core.lock();
         let now = Instant::now();
+        let strict = self.cfg.link.strict_source_port;
         for d in &rx.got[start..end] {
             if d.from.port() == 0 && d.from.ip().is_unspecified() {
                 continue;
             }
-            core.engine.handle_datagram_tos(
+            let bytes = rx.bytes(d);
+            let pinned = strict.then(|| connected_qpn(bytes)).flatten();
+            if let Some(peer) = pinned.and_then(|q| core.peers.get(&q)) {
+                if peer.ip() == d.from.ip() && peer.port() != d.from.port() {
+                    self.link_counters
+                        .wrong_source_port
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            }
+            let taken = core.engine.handle_datagram_tos(
                 now,
                 Gid::from_ipv4(*d.from.ip()),
                 Gid::from_ipv4(d.dst),
                 d.tos,
-                rx.bytes(d),
+                bytes,
             );
+            if let (Some(qpn), true) = (pinned, taken) {
+                core.peers.entry(qpn).or_insert(d.from);
+            }
         }
         rx.next = end;
         core.engine.handle_timeout(now);
@@ -1442,7 +1466,17 @@ impl Device for EmuDevice {
     }
 
     fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        self.live(|e, now| e.modify_qp(now, qpn, attr, mask))
+        self.live(|e, now| e.modify_qp(now, qpn, attr, mask))?;
+        // A QP reset or (re)connected learns its peer's source port again.
+        if mask.contains(QpAttrMask::STATE)
+            && matches!(
+                attr.qp_state,
+                verbs_api::QpState::Reset | verbs_api::QpState::Init | verbs_api::QpState::Rtr
+            )
+        {
+            self.inner.core.lock().peers.remove(&qpn);
+        }
+        Ok(())
     }
 
     fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpInitAttr)> {
@@ -1461,6 +1495,7 @@ impl Device for EmuDevice {
 
     fn destroy_qp(&self, qpn: u32) -> Result<()> {
         self.with_engine(|e, _| e.destroy_qp(qpn))?;
+        self.inner.core.lock().peers.remove(&qpn);
         self.receive_traffic_class();
         Ok(())
     }
@@ -1578,6 +1613,15 @@ impl Device for EmuDevice {
 
     fn async_fd(&self) -> Result<i32> {
         Ok(self.inner.events.fd())
+    }
+}
+
+/// The destination QP of an RC or UC packet (IBTA 9.2: the BTH opcode's top three bits
+/// name the transport, 0 RC and 1 UC; bytes 5 to 7 the QP), `None` for any other.
+fn connected_qpn(packet: &[u8]) -> Option<u32> {
+    match packet {
+        [op, _, _, _, _, a, b, c, ..] if op >> 5 <= 1 => Some(u32::from_be_bytes([0, *a, *b, *c])),
+        _ => None,
     }
 }
 
