@@ -43,7 +43,7 @@ fn die(msg: &str) -> ! {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("agent") => agent(args.get(1).map_or("0.0.0.0:7000", String::as_str)),
+        Some("agent") if args.len() <= 2 => agent(args.get(1).map_or("0.0.0.0:7000", String::as_str)),
         Some("vm") if args.len() >= 3 => std::process::exit(vm(&args[1], &args[2..].join(" "))),
         Some("peer") if args.len() == 2 => peer_main(&args[1]),
         Some("probe") if args.len() >= 3 => {
@@ -114,8 +114,8 @@ fn vm(addr: &str, cmd: &str) -> i32 {
             Err(e) => die(&format!("no agent at {addr}: {e}")),
         }
     };
-    let mut w = s.try_clone().unwrap();
-    writeln!(w, "{cmd}").unwrap();
+    let sent = s.try_clone().and_then(|mut w| writeln!(w, "{cmd}"));
+    sent.unwrap_or_else(|e| die(&format!("send the command to {addr}: {e}")));
     let mut code = 3;
     for line in BufReader::new(s).lines() {
         let Ok(line) = line else { break };

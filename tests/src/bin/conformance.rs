@@ -16,6 +16,10 @@
 
 use std::io::Write;
 
+#[path = "../../../emu-core/examples/common/checks.rs"]
+mod checks;
+use checks::{die, OrDie};
+
 use tests::matrix::{render, Verdict};
 use tests::{all_cases, run_case, Backend, EmuFabric, EmuUdp, EMU_PENDING, FABRIC_PENDING};
 
@@ -43,22 +47,22 @@ fn main() {
     let mut filter = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
+        let mut val = || {
+            args.next()
+                .unwrap_or_else(|| die(&format!("{a} needs a value")))
+        };
         match a.as_str() {
-            "--backend" => backend_name = args.next().expect("--backend NAME"),
+            "--backend" => backend_name = val(),
             "--ip" => {
-                let ip = args.next().expect("--ip ADDR");
-                emu_udp.ip = ip
-                    .parse()
-                    .unwrap_or_else(|e| panic!("--ip {ip}: not an IPv4 address: {e}"));
+                let ip = val();
+                emu_udp.ip = ip.parse().or_die(&format!("--ip {ip}"));
             }
-            "--link-faults" => {
-                emu_udp.link_faults = Some(args.next().expect("--link-faults IFNAME"))
-            }
-            "--markdown" => markdown = Some(args.next().expect("--markdown FILE")),
-            "--save" => save = Some(args.next().expect("--save FILE")),
+            "--link-faults" => emu_udp.link_faults = Some(val()),
+            "--markdown" => markdown = Some(val()),
+            "--save" => save = Some(val()),
             "--results" => {
-                let f = args.next().expect("--results FILE");
-                let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{f}: {e}"));
+                let f = val();
+                let text = std::fs::read_to_string(&f).or_die(&f);
                 let label = std::path::Path::new(&f)
                     .file_stem()
                     .map(|s| s.to_string_lossy().into_owned())
@@ -75,7 +79,12 @@ fn main() {
                 println!("conformance [--backend emu-udp|emu-fabric|hw|hw:NAME] [--ip ADDR [--link-faults IFNAME]] [--markdown FILE] [--save FILE] [--results FILE]... [FILTER]");
                 return;
             }
-            f => filter = Some(f.to_string()),
+            o if o.starts_with('-') => die(&format!("unknown option {o}")),
+            f => {
+                if let Some(first) = filter.replace(f.to_string()) {
+                    die(&format!("one FILTER only (got {first} and {f})"));
+                }
+            }
         }
     }
     let backend: Box<dyn Backend> = match backend_name.as_str() {
@@ -98,6 +107,12 @@ fn main() {
         }
     };
     let cases = all_cases();
+    if let Some(f) = filter
+        .as_ref()
+        .filter(|f| !cases.iter().any(|c| c.name.contains(f.as_str())))
+    {
+        die(&format!("no case matches {f} (see --list)"));
+    }
     let mut results = Vec::new();
     let (mut pass, mut fail, mut skip) = (0, 0, 0);
     let stdout = std::io::stdout();
@@ -152,12 +167,12 @@ fn main() {
                 Verdict::Skip(r) => format!("{n}\tskip\t{}\n", r.replace('\t', " ")),
             })
             .collect();
-        std::fs::write(&f, text).unwrap_or_else(|e| panic!("{f}: {e}"));
+        std::fs::write(&f, text).or_die(&f);
     }
     if let Some(f) = markdown {
         let mut all = vec![(backend.name().to_string(), results)];
         all.extend(earlier);
-        std::fs::write(&f, render(&cases, &all)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        std::fs::write(&f, render(&cases, &all)).or_die(&f);
         println!("wrote {f}");
     }
     if fail > 0 {
