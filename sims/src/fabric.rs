@@ -828,6 +828,32 @@ impl Fabric {
         Ok(dev)
     }
 
+    /// A new device in the place of one that was on the fabric (same name and address,
+    /// `cfg.name` and `cfg.ip`), as a peer process that restarts opens a new device on
+    /// the same address: packets still in flight to the old one reach the new one.
+    /// Drop the old device first (until then both would be fed). EINVAL if no node has
+    /// that name and address.
+    pub fn replace_device(&self, mut cfg: EmuConfig) -> verbs_api::Result<Arc<EmuDevice>> {
+        cfg.port = self.shared.port;
+        let node = {
+            let st = self.shared.state.lock();
+            st.nodes
+                .iter()
+                .position(|n| n.name == cfg.name && n.ip == cfg.ip)
+                .ok_or(verbs_api::Error::InvalidArgument(
+                    "no device of that name and address",
+                ))?
+        };
+        let link: Arc<dyn Link> = Arc::new(FabricLink {
+            shared: self.shared.clone(),
+            node,
+            tos: std::sync::atomic::AtomicU8::new(0),
+        });
+        let dev = Arc::new(EmuDevice::with_link(cfg, link)?);
+        self.shared.endpoints.write()[node] = Arc::new(Device(dev.driver()));
+        Ok(dev)
+    }
+
     /// Attaches any [`Endpoint`]; returns the link it sends through.
     pub fn add_endpoint(
         &self,

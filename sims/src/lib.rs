@@ -14,6 +14,7 @@
 //!   the transport and check that the engine follows it.
 #![forbid(unsafe_code)]
 
+pub mod chaos;
 pub mod fabric;
 pub mod hook;
 pub mod ladder;
