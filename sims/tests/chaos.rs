@@ -123,3 +123,35 @@ fn a_failure_names_the_seed_and_the_replay() {
         "the seed is always chosen and printed"
     );
 }
+
+#[test]
+fn a_fabric_device_restarts_on_its_name_and_address() {
+    use emu_core::nic::EmuConfig;
+    use std::net::Ipv4Addr;
+    use verbs_api::Device;
+    let f = sims::Fabric::new(1);
+    let ip = Ipv4Addr::new(10, 0, 0, 1);
+    let old = f.add_device("a", ip).unwrap();
+    let b = f.add_device("b", Ipv4Addr::new(10, 0, 0, 2)).unwrap();
+    drop(old);
+    let cfg = EmuConfig {
+        name: "a".into(),
+        ip,
+        ..EmuConfig::default()
+    };
+    let new = f.replace_device(cfg.clone()).unwrap();
+    assert_eq!(new.gid(), verbs_api::Gid::from_ipv4(ip));
+    assert!(new.alloc_pd().is_ok() && b.alloc_pd().is_ok());
+    for wrong in [
+        EmuConfig {
+            name: "c".into(),
+            ..cfg.clone()
+        },
+        EmuConfig {
+            ip: Ipv4Addr::new(10, 0, 0, 3),
+            ..cfg
+        },
+    ] {
+        assert!(f.replace_device(wrong).is_err());
+    }
+}

@@ -144,6 +144,9 @@ pub struct SoakReport {
     pub faults: [u64; 4],
     /// UDP: junk accounting per device.
     pub junk: Vec<JunkReport>,
+    /// UDP: milliseconds the restarted device's reopen waited for its address, which
+    /// the closed device's delayed packets kept bound (EADDRINUSE).
+    pub reopen_waits: u32,
     /// Every problem found; empty when the soak passed.
     pub failures: Vec<String>,
 }
@@ -221,6 +224,13 @@ impl fmt::Display for SoakReport {
             )?,
             None => writeln!(f, "  no restart")?,
         }
+        if self.reopen_waits > 0 {
+            writeln!(
+                f,
+                "  the reopen waited {} ms for the address: the closed device's delayed packets held its socket",
+                self.reopen_waits
+            )?;
+        }
         writeln!(
             f,
             "  RC connections lost with no restart: {}",
@@ -280,6 +290,8 @@ struct Net {
     counts: Arc<FaultCounts>,
     /// UDP: each device's hook, kept across a restart (as the fabric keeps its rules).
     hooks: Vec<Option<Arc<RuleHook>>>,
+    /// UDP: reopens that found the address still bound (EADDRINUSE) and waited 1 ms.
+    reopen_waits: u32,
 }
 
 impl Net {
@@ -330,7 +342,21 @@ impl Net {
                     hook: Some(hook),
                     ..LinkOptions::default()
                 };
-                EmuDevice::open(cfg).map(Arc::new)
+                // A packet the hook delayed leaves from a thread holding a copy of the
+                // closed device's socket, which keeps its address bound until then
+                // (at most the longest delay, 3 ms): a reopen waits for it.
+                let t0 = Instant::now();
+                loop {
+                    match EmuDevice::open(cfg.clone()) {
+                        Err(verbs_api::Error::Os { errno: 98, .. })
+                            if again && t0.elapsed() < Duration::from_secs(2) =>
+                        {
+                            self.reopen_waits += 1;
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        r => break r.map(Arc::new),
+                    }
+                }
             }
         }
         .map_err(|e| format!("opening {}: {e}", self.ips[d]))?;
@@ -386,6 +412,7 @@ pub fn run(args: &SoakArgs) -> SoakReport {
         restarted_after: None,
         faults: [0; 4],
         junk: Vec::new(),
+        reopen_waits: 0,
         failures: vec![failure],
     };
     let a2 = args.clone();
@@ -452,6 +479,7 @@ fn soak(args: &SoakArgs, seed: u64) -> Result<SoakReport, String> {
         rates,
         counts: Arc::new(FaultCounts::default()),
         hooks: vec![None, None, None],
+        reopen_waits: 0,
     };
     for d in 0..3 {
         net.open(d, false)?;
@@ -514,7 +542,10 @@ fn soak(args: &SoakArgs, seed: u64) -> Result<SoakReport, String> {
             for f in &mut rc {
                 f.closed(2, now);
             }
-            net.open(2, true)?;
+            if let Err(e) = net.open(2, true) {
+                failures.push(format!("restart: {e}"));
+                break;
+            }
             if let Some(j) = &junk {
                 j.up(2);
             }
@@ -655,6 +686,7 @@ fn soak(args: &SoakArgs, seed: u64) -> Result<SoakReport, String> {
             load(&c.delayed),
         ],
         junk: junk_reports,
+        reopen_waits: net.reopen_waits,
         failures,
     })
 }
