@@ -962,7 +962,6 @@ impl UdpLink {
     ) -> io::Result<()> {
         // A hook sends from the bound socket (see `out`), whose datagrams carry IP ID 0.
         let out = self.bound_out(dst);
-        let ep = self.endpoints(dst, out.src_port);
         let one = |p: &mut [u8]| self.transmit(&out, dst, p, p.len().max(1));
         match hook.on_send(dst, packet) {
             Verdict::Pass => one(packet),
@@ -973,8 +972,15 @@ impl UdpLink {
             }
             Verdict::Replace(mut p) => one(&mut p),
             Verdict::Delay(d) => {
-                write_icrc(&ep, packet);
-                let sock = self.socket.try_clone()?;
+                // From a socket of its own (unconnected, DF: IP ID 0): a copy of the
+                // bound one kept the device's address taken after the device closed,
+                // until the delay ran out, so reopening it failed with EADDRINUSE.
+                let sock = UdpSocket::bind(SocketAddrV4::new(self.ip, 0))?;
+                rustix::net::sockopt::set_ip_mtu_discover(
+                    &sock,
+                    rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+                )?;
+                write_icrc(&self.endpoints(dst, sock.local_addr()?.port()), packet);
                 let bytes = packet.to_vec();
                 let to = SocketAddrV4::new(dst, self.port);
                 std::thread::spawn(move || {
@@ -1550,6 +1556,50 @@ mod tests {
         assert_eq!(rx.guess_ip_id(x), 0);
         rx.saw_ip_id(y, 0);
         assert_eq!((rx.guess_ip_id(y), rx.guess_ip_id(x)), (0, 0));
+    }
+
+    /// A packet a hook delays still leaves after its link closed, and the link's
+    /// address can be bound again at once (the delayed send does not hold it).
+    #[test]
+    fn a_delayed_packet_does_not_keep_the_address() {
+        #[derive(Debug)]
+        struct Later;
+        impl PacketHook for Later {
+            fn on_send(&self, _: Ipv4Addr, _: &[u8]) -> Verdict {
+                Verdict::Delay(Duration::from_millis(300))
+            }
+            fn on_receive(&self, _: SocketAddrV4, _: Option<u16>, _: &[u8]) -> Verdict {
+                Verdict::Pass
+            }
+        }
+        let opts = LinkOptions {
+            hook: Some(Arc::new(Later)),
+            ..LinkOptions::default()
+        };
+        let ip = Ipv4Addr::new(127, 0, 0, 71);
+        let peer = UdpSocket::bind((Ipv4Addr::new(127, 0, 0, 72), 0)).unwrap();
+        let a = UdpLink::bind(ip, peer.local_addr().unwrap().port(), &opts).unwrap();
+        let port = a.port();
+        let mut p = vec![0u8; 64];
+        let n = emu_wire::PacketRepr::new(emu_wire::Opcode::UdSendOnly, 1, emu_wire::Psn::new(0))
+            .emit(&mut p, b"late");
+        p.truncate(n);
+        a.send(ip, Ipv4Addr::new(127, 0, 0, 72), &mut p).unwrap();
+        drop(a);
+        let again = UdpLink::bind(ip, port, &opts);
+        assert!(again.is_ok(), "{:?}", again.err());
+        let mut buf = [0u8; 128];
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let (n, from) = peer.recv_from(&mut buf).unwrap();
+        let SocketAddr::V4(from) = from else { panic!() };
+        let ep = Ipv4Endpoints {
+            src: ip,
+            dst: Ipv4Addr::new(127, 0, 0, 72),
+            ip_id: 0,
+            src_port: from.port(),
+            dst_port: peer.local_addr().unwrap().port(),
+        };
+        assert!(check_icrc(&ep, &buf[..n]), "the delayed packet's ICRC");
     }
 
     #[test]
