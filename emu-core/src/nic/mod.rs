@@ -1117,6 +1117,8 @@ impl Inner {
         let mut idle_naps = idle_limit;
         let spin = if self.cfg.busy_poll { SPIN_BUSY } else { SPIN };
         let mut last_rx: Option<Instant> = None;
+        // The last receive found datagrams: more are likely queued.
+        let mut busy = false;
         let mut skipped = false;
         while !self.stop.load(Ordering::Relaxed) {
             self.watch(Instant::now());
@@ -1170,7 +1172,12 @@ impl Inner {
                 self.napping.store(false, Ordering::Release);
                 self.flush_pending();
                 let spinning = !armed && last_rx.is_some_and(|t| t.elapsed() < spin);
-                if spinning {
+                if busy {
+                    // Take the next batch at once. Yielding here handed the core to
+                    // any thread sharing it, for its whole time slice: a junk sender
+                    // on the same core then filled the socket while this thread got a
+                    // twentieth of the core (`rdma-emu bench flood`).
+                } else if spinning {
                     // Traffic within SPIN: look again instead of sleeping, so the
                     // sender does not pay this thread's wake-up (yielding to any
                     // thread that waits for this core).
@@ -1180,6 +1187,7 @@ impl Inner {
                 }
             }
             let got = self.receive(udp, true, false, false);
+            busy = got > 0;
             if got > 0 {
                 last_rx = Some(Instant::now());
                 self.link_counters

@@ -54,6 +54,10 @@ pub(crate) enum Test {
     /// RDMA READ latency.
     #[value(name = "read_lat")]
     ReadLat,
+    /// Junk at the device's port: its discard rate against a raw receive loop, and RC
+    /// WRITE bandwidth and latency with and without junk (module `flood`).
+    #[value(name = "flood")]
+    Flood,
 }
 
 impl Test {
@@ -70,6 +74,7 @@ impl Test {
             Test::SendLat => "Send Latency Test",
             Test::WriteLat => "RDMA_Write Latency Test",
             Test::ReadLat => "RDMA_Read Latency Test",
+            Test::Flood => "Junk flood",
         }
     }
 
@@ -82,6 +87,7 @@ impl Test {
             Test::SendLat => "send_lat",
             Test::WriteLat => "write_lat",
             Test::ReadLat => "read_lat",
+            Test::Flood => "flood",
         }
     }
 }
@@ -981,7 +987,31 @@ impl BenchOpts {
     }
 }
 
-fn line() -> &'static str {
+/// One bandwidth run of `o`'s test on fresh devices, its data checked if `o.verify`:
+/// MB/s.
+pub(super) fn measure_bw(o: &BenchOpts, iters: u64) -> Result<f64, String> {
+    let size = o.size.unwrap_or(65536);
+    let depth = o.depth();
+    let st = setup(o, size, 1, depth, depth * 2)?;
+    if o.verify {
+        verify_fill(o, &st);
+    }
+    let r = run_bw(o, &st, size, iters, depth as usize)?;
+    if o.verify {
+        verify_check(o, &st, size, r.msgs)?;
+    }
+    Ok(r.mbps())
+}
+
+/// One latency run of `o`'s test on fresh devices: its statistics.
+pub(super) fn measure_lat(o: &BenchOpts, iters: u64) -> Result<LatStats, String> {
+    let size = o.size.unwrap_or(8);
+    let st = setup(o, size, 1, 128, 128)?;
+    let mut samples = run_lat(o, &st, size, iters)?;
+    Ok(LatStats::of(&mut samples))
+}
+
+pub(super) fn line() -> &'static str {
     "---------------------------------------------------------------------------------------"
 }
 
@@ -1037,6 +1067,9 @@ fn median_of(keys: &[f64]) -> usize {
 
 /// Runs `rdma-emu bench`.
 pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
+    if o.test == Test::Flood {
+        return super::flood::run(&o);
+    }
     let lat = o.test.is_lat();
     let size = match (o.test, o.size) {
         (Test::AtomicBw, None | Some(8)) => 8,

@@ -1,9 +1,11 @@
-//! The subcommands of `rdma-emu` beyond `scenario`: `devinfo`, `pingpong`, `bench`, `exec`.
+//! The subcommands of `rdma-emu` beyond `scenario`: `devinfo`, `pingpong`, `bench` (with
+//! `bench flood`), `exec`.
 
 pub(crate) mod baseline;
 pub(crate) mod bench;
 pub(crate) mod devinfo;
 pub(crate) mod exec;
+pub(crate) mod flood;
 pub(crate) mod stats;
 
 /// One-line errors and size checks, shared with emu-core's examples.
