@@ -1117,8 +1117,8 @@ impl Inner {
         let mut idle_naps = idle_limit;
         let spin = if self.cfg.busy_poll { SPIN_BUSY } else { SPIN };
         let mut last_rx: Option<Instant> = None;
-        // The last receive found datagrams: more are likely queued.
-        let mut busy = false;
+        // Half or more of the last receive had a wrong ICRC: junk keeps coming.
+        let mut flooded = false;
         let mut skipped = false;
         while !self.stop.load(Ordering::Relaxed) {
             self.watch(Instant::now());
@@ -1172,11 +1172,13 @@ impl Inner {
                 self.napping.store(false, Ordering::Release);
                 self.flush_pending();
                 let spinning = !armed && last_rx.is_some_and(|t| t.elapsed() < spin);
-                if busy {
+                if flooded {
                     // Take the next batch at once. Yielding here handed the core to
                     // any thread sharing it, for its whole time slice: a junk sender
                     // on the same core then filled the socket while this thread got a
-                    // twentieth of the core (`rdma-emu bench flood`).
+                    // twentieth of the core (`rdma-emu bench flood`). Between batches
+                    // of real traffic it still yields: the application's thread on
+                    // this core makes that traffic (10,000 QPs lost a fifth without).
                 } else if spinning {
                     // Traffic within SPIN: look again instead of sleeping, so the
                     // sender does not pay this thread's wake-up (yielding to any
@@ -1186,8 +1188,10 @@ impl Inner {
                     udp.wait_readable(sleep);
                 }
             }
+            let junk_before = self.link_counters.icrc_errors.load(Ordering::Relaxed);
             let got = self.receive(udp, true, false, false);
-            busy = got > 0;
+            let junk = self.link_counters.icrc_errors.load(Ordering::Relaxed) - junk_before;
+            flooded = got > 0 && 2 * junk >= got as u64;
             if got > 0 {
                 last_rx = Some(Instant::now());
                 self.link_counters
