@@ -1128,7 +1128,7 @@ impl Link for UdpLink {
         write_icrc(&Ipv4Endpoints { ip_id, ..ep }, second);
         self.apply_tos(&out);
         // One system call for both (a ping-pong's answer and the ACK of the question:
-        // busy-poll send_lat, see the README). The kernel delivers the first on
+        // busy-poll send_lat, see docs/performance.md). The kernel delivers the first on
         // loopback before it takes the second, so the answer waits for nothing.
         let sent = {
             let iov = [[IoSlice::new(first)], [IoSlice::new(second)]];

@@ -893,7 +893,7 @@ impl Inner {
             if answers && tx.count == 1 && acks.count == 1 && tx.tos == acks.tos {
                 // A ping-pong's answer and the ACK of the question: the order below,
                 // in one system call (busy-poll send_lat, interleaved rounds: 1.58x
-                // against 1.62x for two sends; see the README).
+                // against 1.62x for two sends; see docs/performance.md).
                 self.send_pair(tx, acks);
             }
             if tx.count > 0 {
@@ -901,7 +901,7 @@ impl Inner {
                 // send delivers to the peer's socket before it returns, so the ACK
                 // segment would delay the answer by its own delivery (busy-poll
                 // send_lat, interleaved: medians 1.47-1.54x against 1.55-1.56x the
-                // raw ping-pong; see the README). Held ACKs ride at the end of a
+                // raw ping-pong; see docs/performance.md). Held ACKs ride at the end of a
                 // longer run: one send instead of two.
                 if tx.count > 1 {
                     tx.absorb(acks, max_batch);
