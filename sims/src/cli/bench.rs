@@ -987,6 +987,24 @@ impl BenchOpts {
     }
 }
 
+/// Says what the devices of `st` lost before the engine saw it, if anything: datagrams
+/// the kernel dropped at a full socket (the host did not let the device keep up: loss
+/// by overload, which RC repairs by retransmitting, not loss on the path) and datagrams
+/// with a wrong ICRC. The kernel's count is read once a second, so a run shorter than
+/// that may not show it yet.
+fn report_losses(st: &Setup) {
+    for (side, h) in [("client", &st.client), ("server", &st.server)] {
+        let l = h.dev.link_counters();
+        let overflow = l.rx_overflow.load(Ordering::Relaxed);
+        let icrc = l.icrc_errors.load(Ordering::Relaxed);
+        if overflow > 0 || icrc > 0 {
+            println!(
+                " {side}: {overflow} datagrams dropped by the kernel (socket buffer full: overload), {icrc} with a wrong ICRC"
+            );
+        }
+    }
+}
+
 /// One bandwidth run of `o`'s test on fresh devices, its data checked if `o.verify`:
 /// MB/s.
 pub(super) fn measure_bw(o: &BenchOpts, iters: u64) -> Result<f64, String> {
@@ -1169,6 +1187,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         for _ in 0..o.rounds {
             let st = round_setup(&o, size, send_wr, recv_wr, &mut first)?;
             let mut samples = run_lat(&o, &st, size, iters)?;
+            report_losses(&st);
             let stats = LatStats::of(&mut samples);
             if o.verify {
                 verify_check(&o, &st, size, iters)?;
@@ -1266,6 +1285,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         for _ in 0..o.rounds {
             let st = round_setup(&o, size, send_wr, recv_wr, &mut first)?;
             let many = run_bw(&o, &st, size, iters, post_list)?;
+            report_losses(&st);
             if o.verify {
                 verify_check(&o, &st, size, many.msgs)?;
             }
