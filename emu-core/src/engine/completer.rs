@@ -258,6 +258,18 @@ impl QueuePair {
             return;
         }
         ctx.counters.ack_timeouts += 1;
+        // A peer device on this host that could not run since the timer started could
+        // not answer: go back without spending a retry (module `retry`).
+        let waited = super::retry::local_ack_timeout(self.attr.timeout).unwrap_or_default();
+        let peer = self.attr.ah_attr.grh.dgid;
+        if ctx
+            .liveness
+            .is_some_and(|l| l.stalled_since(&peer, ctx.now.checked_sub(waited).unwrap_or(ctx.now)))
+        {
+            ctx.counters.stalled_peer_timeouts += 1;
+            self.rewind(ctx);
+            return;
+        }
         // IBTA 17.2.8: with an armed alternate path, retry exhaustion migrates.
         if !self.comp.retry.spend() && !self.migrate_on_failure(ctx) {
             self.fail_head(ctx, WcStatus::RetryExcErr);

@@ -30,6 +30,9 @@ pub struct Counters {
     pub rnr_naks_received: u64,
     /// Local ACK timeouts that caused a retransmission.
     pub ack_timeouts: u64,
+    /// ACK timeouts that spent no retry: the peer device, on this host, had not run
+    /// since the timer started (see `PeerLiveness`).
+    pub stalled_peer_timeouts: u64,
     /// Go-back-N rewinds of the requester (timeouts, sequence NAKs, implied NAKs, RNR).
     pub retransmissions: u64,
     /// Completions lost to a full CQ.

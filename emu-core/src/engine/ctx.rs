@@ -34,6 +34,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) limits: &'a Limits,
     /// The port: its GID table decides whether an alternate path is usable.
     pub(crate) port: &'a Port,
+    /// What the driver knows of peer devices on this host (`retry`).
+    pub(crate) liveness: Option<&'a dyn super::retry::PeerLiveness>,
 }
 
 impl Ctx<'_> {

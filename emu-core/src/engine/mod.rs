@@ -30,6 +30,7 @@ mod qp;
 mod requester;
 mod responder;
 mod retry;
+pub use retry::PeerLiveness;
 mod rnr;
 mod srq;
 mod timers;
@@ -202,6 +203,8 @@ pub struct Engine {
     ready: VecDeque<u32>,
     timers: TimerIndex,
     counters: Counters,
+    /// What the driver knows of peer devices on this host (module `retry`).
+    liveness: Option<std::sync::Arc<dyn PeerLiveness>>,
 }
 
 impl Default for Engine {
@@ -233,7 +236,16 @@ impl Engine {
             ready: VecDeque::new(),
             timers: TimerIndex::default(),
             counters: Counters::default(),
+            liveness: None,
         }
+    }
+
+    /// Tells the engine how to know whether a peer device on this host could not run
+    /// (see [`PeerLiveness`]): an ACK timeout during which it could not answer
+    /// then retransmits without spending a retry. A fabric, whose devices always run,
+    /// gives none.
+    pub fn set_peer_liveness(&mut self, l: Option<std::sync::Arc<dyn PeerLiveness>>) {
+        self.liveness = l;
     }
 
     /// The device's limits.
@@ -300,6 +312,7 @@ impl Engine {
             counters: &mut self.counters,
             limits: &self.limits,
             port: &self.port,
+            liveness: self.liveness.as_deref(),
         };
         let r = f(qp, &mut ctx);
         qp.timers.sync(qpn, &mut self.timers);

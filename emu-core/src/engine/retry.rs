@@ -7,8 +7,25 @@
 //! moves to the error state. Unlike `rnr_retry`, IBTA gives 7 no special meaning here
 //! (kernel rxe treats 7 as infinite for both: a deviation recorded in the conformance
 //! notes).
+//!
+//! An emulated device is not a NIC: its host can deschedule it. A driver that can tell
+//! that a peer device on the same host has not run (a [`PeerLiveness`]) makes an
+//! expiry during which the peer could not answer retransmit without spending a retry:
+//! the budget is for loss and delay on the path (and a dead peer), as IBTA means it, not
+//! for time the peer's host kept it off the CPU. A NIC's peer answers even while its
+//! process is stopped; so does an emulated one that is merely starved, once it runs.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use verbs_api::Gid;
+
+/// What a driver knows of its peers' devices (see the module docs): whether the device
+/// at `peer` is on this host, alive, and has not run since `since`. `false` when the
+/// driver cannot tell (a peer on another host), which leaves IBTA's rule as it is.
+pub trait PeerLiveness: Send + Sync + std::fmt::Debug {
+    /// Whether the peer device at `peer` could not run since `since`.
+    fn stalled_since(&self, peer: &Gid, since: Instant) -> bool;
+}
 
 /// The local ACK timeout for the QP attribute `timeout`, or `None` for "infinite".
 pub(crate) fn local_ack_timeout(timeout: u8) -> Option<Duration> {

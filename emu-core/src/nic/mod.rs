@@ -38,6 +38,7 @@ mod gro;
 pub mod interop;
 mod ip_id;
 mod link;
+mod liveness;
 mod manage;
 mod netdev;
 
@@ -364,10 +365,17 @@ impl EmuDevice {
         }
         // The port reflects its interface from the start.
         inner.watch(Instant::now());
+        // Peers on this host tell whether they ran (their heartbeats), and this device
+        // tells them (see `liveness`).
+        let port = inner.cfg.port;
+        inner.with_engine(|e, _| {
+            e.set_peer_liveness(Some(Arc::new(liveness::HostPeers { port })));
+        });
+        let heartbeat = liveness::Heartbeat::publish(ip, port);
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{}-nic", inner.cfg.name))
-            .spawn(move || worker.run(&udp))
+            .spawn(move || worker.run(&udp, heartbeat))
             .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
         Ok(EmuDevice {
             inner,
@@ -1106,7 +1114,7 @@ impl Inner {
     /// agent keeps armed, does not count (`Engine::cq_armed`). Holding the socket, it
     /// looks again for [`SPIN`] ([`SPIN_BUSY`] in busy-poll mode) after each datagram
     /// before it sleeps.
-    fn run(&self, udp: &UdpLink) {
+    fn run(&self, udp: &UdpLink, mut heartbeat: Option<liveness::Heartbeat>) {
         let idle_limit = if self.cfg.busy_poll {
             IDLE_NAPS_BUSY
         } else {
@@ -1121,7 +1129,11 @@ impl Inner {
         let mut flooded = false;
         let mut skipped = false;
         while !self.stop.load(Ordering::Relaxed) {
-            self.watch(Instant::now());
+            let now = Instant::now();
+            self.watch(now);
+            if let Some(h) = &mut heartbeat {
+                h.beat(now);
+            }
             let (sleep, armed) = {
                 let core = self.core.lock();
                 let now = Instant::now();
