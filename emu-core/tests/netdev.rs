@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use emu_core::nic::{EmuConfig, EmuDevice};
 use verbs_api::{AsyncEventType, Device, Mtu, PortAttr, PortState, QpAttr, QpAttrMask, QpType};
 
-const CHILD: &str = "EMU_NETDEV_CHILD";
+mod netns_util;
 
 fn sh(cmd: &str) {
     let st = Command::new("sh").args(["-c", cmd]).status().unwrap();
@@ -41,35 +41,13 @@ fn next_event(dev: &EmuDevice) -> AsyncEventType {
 
 #[test]
 fn the_port_follows_its_interface() {
-    if std::env::var(CHILD).is_ok() {
+    if netns_util::is_child() {
         return in_namespaces();
     }
-    let out = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--net", "--mount", "--"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "the_port_follows_its_interface", "--nocapture"])
-        .env(CHILD, "1")
-        .output();
-    let out = match out {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("SKIPPED: unshare(1) cannot run: {e}");
-            return;
-        }
-    };
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() && text.contains("unshare failed") {
-        eprintln!("SKIPPED: no unprivileged user and network namespaces here: {text}");
+    let Some((ok, text)) = netns_util::run_child("the_port_follows_its_interface", true) else {
         return;
-    }
-    assert!(
-        out.status.success() && text.contains("netdev: all checks passed"),
-        "{text}"
-    );
+    };
+    assert!(ok && text.contains("netdev: all checks passed"), "{text}");
 }
 
 fn in_namespaces() {

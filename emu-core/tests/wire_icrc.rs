@@ -25,7 +25,7 @@ use emu_core::nic::{EmuConfig, EmuDevice};
 use socket2::{Domain, Protocol, Socket, Type};
 use verbs_api::*;
 
-const CHILD: &str = "EMU_WIRE_ICRC_CHILD";
+mod netns_util;
 
 /// CRC-32 (reflected, polynomial 0xEDB88320), one bit at a time.
 fn crc32(bytes: &[u8]) -> u32 {
@@ -130,36 +130,14 @@ fn the_independent_checker_agrees_with_kernel_rxe() {
 
 #[test]
 fn every_datagram_on_the_wire_has_a_valid_icrc() {
-    if std::env::var(CHILD).is_ok() {
+    if netns_util::is_child() {
         return in_namespace();
     }
-    let out = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--net", "--"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "every_datagram_on_the_wire_has_a_valid_icrc"])
-        .args(["--nocapture"])
-        .env(CHILD, "1")
-        .output();
-    let out = match out {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("SKIPPED: unshare(1) cannot run: {e}");
-            return;
-        }
-    };
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() && text.contains("unshare failed") {
-        eprintln!("SKIPPED: no unprivileged user and network namespaces here: {text}");
+    let name = "every_datagram_on_the_wire_has_a_valid_icrc";
+    let Some((ok, text)) = netns_util::run_child(name, false) else {
         return;
-    }
-    assert!(
-        out.status.success() && text.contains("wire: all checks passed"),
-        "{text}"
-    );
+    };
+    assert!(ok && text.contains("wire: all checks passed"), "{text}");
     eprintln!("{}", text.lines().find(|l| l.contains("wire:")).unwrap());
 }
 
