@@ -3,13 +3,14 @@
 //!
 //! Each UDP device's thread, which wakes at least once a millisecond while the device is
 //! open, writes the monotonic time and its process id into a small file named for its
-//! address and port, at most every [`BEAT`], in a folder of the user's own
-//! (`/dev/shm/rdma-emu-UID`, or the temporary folder). A requester whose ACK timer
-//! expires reads its peer's file: a peer on this host whose process is alive and whose
-//! last beat is older than both the timer's start and [`STALE`] has not run, so it
-//! could not answer (its host kept it off the CPU, or its process is stopped, in which
-//! a NIC would still have answered). No file (a peer on another host), or a process
-//! that is gone, leaves IBTA's rule as it is: the timeout spends a retry.
+//! address and port, at most every [`BEAT`], in a folder of the user's own for the
+//! network namespace (`/dev/shm/rdma-emu-UID/NETNS`, or the temporary folder). A
+//! requester whose ACK timer expires reads its peer's file: a peer on this host whose
+//! process is alive and whose last beat is older than both the timer's start and
+//! [`STALE`] has not run, so it could not answer (its host kept it off the CPU, or its
+//! process is stopped, in which a NIC would still have answered). No file (a peer on
+//! another host), or a process that is gone, leaves IBTA's rule as it is: the timeout
+//! spends a retry.
 
 use std::fs::File;
 use std::net::Ipv4Addr;
@@ -27,16 +28,20 @@ pub(crate) const BEAT: Duration = Duration::from_millis(10);
 /// and far more than the device thread ever sleeps.
 pub(crate) const STALE: Duration = Duration::from_millis(50);
 
-/// The folder of this user's heartbeats.
+/// The folder of this user's heartbeats in this network namespace: one address and port
+/// name different devices in different namespaces (`rdma-emu exec --netns` runs
+/// several on 127.0.0.77:4791 at once), so the namespace's inode is part of the path.
 fn folder() -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
     let uid = rustix::process::getuid().as_raw();
+    let netns = std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino());
     let shm = PathBuf::from("/dev/shm");
     let base = if shm.is_dir() {
         shm
     } else {
         std::env::temp_dir()
     };
-    base.join(format!("rdma-emu-{uid}"))
+    base.join(format!("rdma-emu-{uid}")).join(netns.to_string())
 }
 
 /// The heartbeat file of the device at `ip:port`.
