@@ -287,7 +287,7 @@ pub(crate) struct Rx {
     /// Our address or a group's.
     pub(crate) dst: Ipv4Addr,
     /// The IPv4 identification it carried, when the link sees IP headers (interop
-    /// mode); 0 otherwise, as the sender chose it (see the module docs).
+    /// mode); 0 otherwise (a UDP socket does not tell it; see the module docs).
     pub(crate) ip_id: u16,
     /// Its IPv4 TOS byte, when the link reads it (interop mode, or
     /// [`Link::receive_traffic_class`]); 0 otherwise.

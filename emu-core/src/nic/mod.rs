@@ -1043,10 +1043,7 @@ impl Inner {
         for i in start..end {
             let d = rx.got[i];
             match udp.icrc_ip_id(&d, rx.bytes(&d), rx.guess_ip_id(d.from)) {
-                Some(id) => {
-                    rx.got[i].ip_id = id;
-                    rx.saw_ip_id(d.from, id);
-                }
+                Some(id) => rx.saw_ip_id(d.from, id),
                 None => {
                     rx.got[i].from = std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
                     bad += 1;
