@@ -15,6 +15,7 @@ mod ports;
 mod qp_state;
 mod srq;
 mod ud;
+mod wc_flags;
 
 /// Appends every case.
 pub fn register(v: &mut Vec<Case>) {
@@ -23,6 +24,7 @@ pub fn register(v: &mut Vec<Case>) {
     cq::register(v);
     qp_state::register(v);
     data::register(v);
+    wc_flags::register(v);
     errors::register(v);
     adapter::register(v);
     mw::register(v);
