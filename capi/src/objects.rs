@@ -55,9 +55,12 @@ pub(crate) struct Device {
     pub(crate) cfg: DeviceConfig,
     /// Its index in the list (`ibv_get_device_index`).
     pub(crate) index: usize,
-    /// The NIC while any context of this process has it open: every
-    /// `ibv_open_device` of one device shares it, as contexts share one real NIC.
-    pub(crate) nic: Mutex<std::sync::Weak<EmuDevice>>,
+    /// The NIC while any context of this process has it open, and the process that
+    /// opened it: every `ibv_open_device` of one device in that process shares it, as
+    /// contexts share one real NIC. A child made by `fork` opens a NIC of its own (the
+    /// parent's has no thread in the child); both then share the device's address
+    /// (emu-core's `share`), as a parent and child share one kernel device.
+    pub(crate) nic: Mutex<(u32, std::sync::Weak<EmuDevice>)>,
 }
 
 /// An opened device (`ibv_context`).
@@ -75,6 +78,8 @@ pub(crate) struct Context {
     /// `/dev/null`, so a program that duplicates or polls it (pyverbs'
     /// `os.dup(ctx.cmd_fd)`) gets a real fd; -1 if none could be opened.
     pub(crate) cmd_fd: c_int,
+    /// The process that opened it (see [`Device::nic`]).
+    pub(crate) pid: u32,
 }
 
 /// The kinds of object a program names by handle (one table each per context).
@@ -288,7 +293,16 @@ impl Context {
             let _held = dev.map(|d| d.nic.lock());
             // SAFETY: made by Box::leak in `open`; removed from the set above, so
             // this is the only release.
-            drop(unsafe { Box::from_raw(std::ptr::from_ref(ctx).cast_mut()) });
+            let ctx = unsafe { Box::from_raw(std::ptr::from_ref(ctx).cast_mut()) };
+            if ctx.pid == std::process::id() {
+                drop(ctx);
+            } else {
+                // A context the parent opened before `fork`: its NIC's thread is the
+                // parent's, so taking the NIC down here would wait for a thread this
+                // process does not have. It stays as it is (its socket is the
+                // parent's too).
+                std::mem::forget(ctx);
+            }
         }
         0
     }

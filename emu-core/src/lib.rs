@@ -12,6 +12,7 @@
 
 pub mod cm;
 pub mod engine;
+mod host;
 pub mod nic;
 mod notify;
 mod seed;

@@ -571,9 +571,15 @@ fn verbs_return_libibverbs_errnos() {
             .errno(),
         110
     );
+    // A device that keeps its address to itself cannot have one another device
+    // holds (one that shares it can: tests/shared_address.rs).
     let taken = EmuDevice::open(EmuConfig {
         ip: Ipv4Addr::new(127, 0, 4, 1),
         port: port(),
+        link: emu_core::nic::interop::LinkOptions {
+            exclusive: true,
+            ..Default::default()
+        },
         ..EmuConfig::default()
     });
     assert_eq!(taken.unwrap_err().errno(), 98, "EADDRINUSE");

@@ -242,4 +242,14 @@ pub trait Device: Send + Sync {
     /// The async event file descriptor (`ibv_context.async_fd`): readable while an
     /// event is pending.
     fn async_fd(&self) -> Result<i32>;
+
+    /// The block of QP numbers this opened device hands out: the top six bits of every
+    /// QPN it gives. Several processes open one emulated device the way they open one
+    /// kernel rxe device, each with a block of its own, so that a packet reaches the
+    /// process that holds its QP; a connection manager numbers its connections in the
+    /// same block for the same reason. 0 where one device serves every process (a
+    /// kernel driver, the simulated fabric).
+    fn qpn_block(&self) -> u8 {
+        0
+    }
 }

@@ -97,7 +97,8 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut sys::ibv_device) -> c
 }
 
 /// Opens the emulated NIC of `cfg`; an automatically addressed device moves on to the
-/// next 127.0.0.x while the address is taken by another process.
+/// next 127.0.0.x while the address is taken by another process (it does not share
+/// it); a device given its address shares it.
 fn open_emu(cfg: &DeviceConfig) -> verbs_api::Result<EmuDevice> {
     let interop = config::interop_from_env(|k| std::env::var(k).ok()).unwrap_or_else(|e| {
         eprintln!("rdma-emu libibverbs: {e}; loopback mode");
@@ -120,6 +121,11 @@ fn open_emu(cfg: &DeviceConfig) -> verbs_api::Result<EmuDevice> {
             c.limits.active_mtu = verbs_api::Mtu::Mtu1024;
         }
         c.link.strict_source_port = strict;
+        // A device given its address shares it with the other processes that open
+        // it, as processes share one kernel rxe device; one left to pick its address
+        // takes one of its own (the next free 127.0.0.x), so that a program's two
+        // processes talk without passing packets on.
+        c.link.exclusive = cfg.auto_ip;
         EmuDevice::open(c)
     };
     if !cfg.auto_ip {
@@ -174,14 +180,15 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut s
     let Some(d) = (unsafe { from_ptr::<_, Dev>(device) }) else {
         return null(EINVAL);
     };
+    let pid = std::process::id();
     let dev = {
         let mut nic = d.nic.lock();
-        match nic.upgrade() {
+        match nic.1.upgrade().filter(|_| nic.0 == pid) {
             Some(dev) => dev,
             None => match open_emu(&d.cfg) {
                 Ok(dev) => {
                     let dev = std::sync::Arc::new(dev);
-                    *nic = std::sync::Arc::downgrade(&dev);
+                    *nic = (pid, std::sync::Arc::downgrade(&dev));
                     dev
                 }
                 Err(e) => {
@@ -191,9 +198,12 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut s
                                 format!(" by process {pid} ({comm})")
                             });
                         eprintln!(
-                            "rdma-emu libibverbs: cannot open {}: {}:{} is already taken{who}; \
-                             give each process its own address (RDMA_EMU_IP=127.0.0.N, or \
-                             leave it unset to take the next free one)",
+                            "rdma-emu libibverbs: cannot open {}: {}:{} is already taken{who}, \
+                             which does not share it (emulated devices given one address \
+                             share it; one that picked its own address, one in interop \
+                             mode or another program's socket does not); use another \
+                             address (RDMA_EMU_IP=127.0.0.N, or leave it unset to take the \
+                             next free one)",
                             d.cfg.name, d.cfg.ip, d.cfg.port
                         );
                     } else {
@@ -235,6 +245,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut s
         dev,
         tables: Default::default(),
         cmd_fd,
+        pid,
     })
 }
 

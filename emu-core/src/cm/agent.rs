@@ -34,6 +34,9 @@ pub(crate) struct Agent {
     pub(crate) ip: Ipv4Addr,
     pub(crate) guid: u64,
     pub(crate) mtu: Mtu,
+    /// The device's block of QPNs ([`Device::qpn_block`]): the top bits of the
+    /// communication IDs of this device's connections.
+    pub(crate) block: u8,
     pd: PdId,
     cq: CqId,
     pub(crate) channel: ChannelId,
@@ -67,6 +70,7 @@ impl Agent {
             .ok_or(Error::Unsupported("the CM runs on IPv4 RoCEv2 GIDs only"))?;
         let guid = dev.query_device()?.node_guid;
         let mtu = dev.query_port(1)?.active_mtu;
+        let dev_block = dev.qpn_block();
         let pd = dev.alloc_pd()?;
         let channel = dev.create_comp_channel()?;
         let cq = dev.create_cq(4 * (RECV_SLOTS + SEND_SLOTS) as u32, Some(channel))?;
@@ -118,6 +122,7 @@ impl Agent {
             wcs: Vec::with_capacity(64),
             dead: false,
             addr_gone: false,
+            block: dev_block,
         };
         for slot in 0..RECV_SLOTS {
             agent.post_recv(slot)?;

@@ -576,6 +576,57 @@ impl CmMsg {
     }
 }
 
+/// Where a communication ID's top bits start: an emulated CM numbers a device's
+/// connections in the device's block of QPNs ([`verbs_api::Device::qpn_block`]), so
+/// that [`Addressee::Comm`] names the process holding the connection.
+pub const COMM_BLOCK_SHIFT: u32 = 32 - crate::engine::QPN_BLOCK_BITS;
+
+/// Whom a CM MAD is for, among the CMs of the processes that share one device address
+/// (`nic::share`), as the kernel's one CM tells its connections apart (IBTA 12.6):
+/// a request opens a connection to whoever listens on its service ID; every other
+/// message names the receiver's own number, which the receiver's CM chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Addressee {
+    /// REQ and SIDR_REQ: the listener of this service ID.
+    Service(u64),
+    /// The CM that chose this communication ID: the Remote Communication ID of an
+    /// MRA, REJ, REP, RTU, DREQ or DREP, the Request ID of a SIDR_REP, the TID of a
+    /// probe's answer (a probe's TID is its id's communication ID).
+    Comm(u32),
+    /// Any of them: a probe (`Get(ClassPortInfo)`), which only asks whether the
+    /// address has a CM; a REJ that names no communication ID of ours.
+    Any,
+}
+
+impl Addressee {
+    /// Reads whom the MAD `b` is for without parsing the rest; `None` for what is not
+    /// a CM MAD the emulator takes.
+    pub fn of(b: &[u8]) -> Option<Addressee> {
+        if b.len() < MAD_LEN || b[0] != 1 || b[1] != CM_CLASS || b[2] != CM_CLASS_VERSION {
+            return None;
+        }
+        let tid = u64::from_be_bytes(b[8..16].try_into().expect("8 bytes"));
+        let comm = |c: u32| {
+            if c == 0 {
+                Addressee::Any
+            } else {
+                Addressee::Comm(c)
+            }
+        };
+        Some(match (b[3], u16::from_be_bytes([b[16], b[17]])) {
+            (method::GET, attr::CLASS_PORT_INFO) => Addressee::Any,
+            (method::GET_RESP, attr::CLASS_PORT_INFO) => comm(tid as u32),
+            (method::SEND, attr::REQ | attr::SIDR_REQ) => Addressee::Service(get64(b, 8)),
+            (method::SEND, attr::SIDR_REP) => comm(get32(b, 0)),
+            (
+                method::SEND,
+                attr::MRA | attr::REJ | attr::REP | attr::RTU | attr::DREQ | attr::DREP,
+            ) => comm(get32(b, 4)),
+            _ => return None,
+        })
+    }
+}
+
 /// rdma_cm's header at the start of REQ and SIDR_REQ private data (IPv4 only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CmaHdr {

@@ -22,6 +22,7 @@
 
 mod agent;
 pub mod mad;
+pub(crate) mod ports;
 mod proto;
 
 use std::net::SocketAddr;
@@ -260,11 +261,11 @@ impl EmuCm {
     pub fn open(devices: Vec<Arc<dyn Device>>, cfg: CmConfig) -> Result<EmuCm> {
         let shared = Arc::new(Shared {
             // The first Local Communication ID differs per CM (see `crate::seed`).
-            state: Mutex::new(State::new(
-                agents(devices)?,
-                cfg,
-                crate::seed::instance_seed(),
-            )),
+            state: Mutex::new({
+                let mut s = State::new(agents(devices)?, cfg, crate::seed::instance_seed());
+                s.host_ports = true;
+                s
+            }),
             clock: Clock::Real,
             stop: AtomicBool::new(false),
         });

@@ -38,6 +38,7 @@ mod mcast;
 
 use super::agent::Agent;
 use super::mad::{self, reason, CmMsg, CmaHdr, Ids, Mra, Rej, Rep, Req, SidrRep, SidrReq};
+use super::ports;
 use super::EventQueue;
 use super::{CmConfig, CmStats};
 
@@ -57,6 +58,9 @@ const EAFNOSUPPORT: i32 = 97;
 const PROBES: u8 = 4;
 /// The first port `bind_addr` with port 0 picks.
 const EPHEMERAL: u16 = 49152;
+
+/// The bits of a communication ID below the device's block.
+const COMM_COUNTER: u32 = (1 << mad::COMM_BLOCK_SHIFT) - 1;
 
 /// IBTA's time code: 4.096 us * 2^t.
 pub fn cm_time(t: u8) -> Duration {
@@ -178,6 +182,11 @@ pub(crate) struct State {
     cfg: CmConfig,
     pub(crate) stats: CmStats,
     rx: Vec<(Gid, [u8; mad::MAD_LEN])>,
+    /// Ports are claimed host-wide (`ports`), as the kernel's one port space for
+    /// every process: a CM on real time. Virtual-time CMs share a fabric, not a host.
+    pub(crate) host_ports: bool,
+    /// The host-wide claims of the ids that bound a port.
+    claims: BTreeMap<u32, ports::PortClaim>,
 }
 
 fn einval(s: &'static str) -> Error {
@@ -209,6 +218,8 @@ impl State {
             cfg,
             stats: CmStats::default(),
             rx: Vec::new(),
+            host_ports: false,
+            claims: BTreeMap::new(),
         }
     }
 
@@ -267,9 +278,18 @@ impl State {
         i.deadline = Some(now + t);
     }
 
-    fn alloc_comm(&mut self) -> u32 {
-        self.next_comm = self.next_comm.wrapping_add(1).max(1);
-        self.next_comm
+    /// A Local Communication ID for a connection on device `dev`: its top bits are the
+    /// device's block ([`crate::nic`]'s `share`: a MAD naming it reaches the process
+    /// that holds the connection when processes share the device's address).
+    fn alloc_comm(&mut self, dev: usize) -> u32 {
+        let block = u32::from(self.agents.get(dev).map_or(0, |a| a.block));
+        loop {
+            self.next_comm = self.next_comm.wrapping_add(1);
+            let c = (block << mad::COMM_BLOCK_SHIFT) | (self.next_comm & COMM_COUNTER);
+            if c != 0 {
+                return c;
+            }
+        }
     }
 
     // ---- channels and ids ----
@@ -329,6 +349,7 @@ impl State {
             _ => {}
         }
         self.ids.remove(&id.0);
+        self.claims.remove(&id.0);
         Ok(())
     }
 
@@ -345,6 +366,43 @@ impl State {
                         && (l.ip().is_unspecified() || ip.is_unspecified() || *l.ip() == ip)
                 })
         })
+    }
+
+    /// Claims `ip:port` host-wide for `id` (`ports`), bound to device `dev` or to every
+    /// device; false when another process's id holds it. A CM that cannot write the
+    /// claim (no shared folder) keeps the port to itself, as one without claims.
+    fn claim_port(
+        &mut self,
+        id: CmId,
+        ps: PortSpace,
+        ip: Ipv4Addr,
+        port: u16,
+        dev: Option<usize>,
+    ) -> bool {
+        if !self.host_ports {
+            return true;
+        }
+        let member = dev.and_then(|d| self.agents.get(d)).map(|a| a.block);
+        match ports::claim(ps as u16, ip, port, member) {
+            Ok(Some(c)) => {
+                self.claims.insert(id.0, c);
+                true
+            }
+            Ok(None) => false,
+            Err(_) => true,
+        }
+    }
+
+    /// The first free port at or above [`EPHEMERAL`] for `id` on `ip`, claimed.
+    fn ephemeral_port(
+        &mut self,
+        id: CmId,
+        ps: PortSpace,
+        ip: Ipv4Addr,
+        dev: Option<usize>,
+    ) -> Option<u16> {
+        (EPHEMERAL..=u16::MAX)
+            .find(|p| !self.port_taken(ps, ip, *p) && self.claim_port(id, ps, ip, *p, dev))
     }
 
     pub(crate) fn bind(&mut self, id: CmId, addr: SocketAddr) -> Result<()> {
@@ -365,13 +423,13 @@ impl State {
             })?)
         };
         let port = if a.port() == 0 {
-            (EPHEMERAL..=u16::MAX)
-                .find(|p| !self.port_taken(ps, *a.ip(), *p))
-                .ok_or(Error::Os {
-                    errno: EADDRINUSE,
-                    context: "no free port",
-                })?
-        } else if self.port_taken(ps, *a.ip(), a.port()) {
+            self.ephemeral_port(id, ps, *a.ip(), dev).ok_or(Error::Os {
+                errno: EADDRINUSE,
+                context: "no free port",
+            })?
+        } else if self.port_taken(ps, *a.ip(), a.port())
+            || !self.claim_port(id, ps, *a.ip(), a.port(), dev)
+        {
             return Err(Error::Os {
                 errno: EADDRINUSE,
                 context: "the port is bound by another id",
@@ -419,11 +477,11 @@ impl State {
         let ps = self.ids[&id.0].ps;
         let port = match self.ids[&id.0].local.map(|l| l.port()) {
             Some(p) if p != 0 => p,
-            _ => (EPHEMERAL..=u16::MAX)
-                .find(|p| !self.port_taken(ps, ip, *p))
+            _ => self
+                .ephemeral_port(id, ps, ip, Some(dev))
                 .unwrap_or(EPHEMERAL),
         };
-        let comm = self.alloc_comm();
+        let comm = self.alloc_comm(dev);
         let i = self.id(id)?;
         i.dev = Some(dev);
         i.local = Some(SocketAddrV4::new(ip, port));
@@ -1286,7 +1344,7 @@ impl State {
         c.peer = Some(SocketAddrV4::new(hdr.src, hdr.src_port));
         c.dgid = src;
         c.parent = Some(listener);
-        c.comm = self.alloc_comm();
+        c.comm = self.alloc_comm(dev);
         c.psn = c.comm.wrapping_mul(0x9E37_79B9) & 0x00FF_FFFF;
         let id = self.next_id;
         self.next_id += 1;

@@ -262,9 +262,10 @@ impl QueuePair {
         // not answer: go back without spending a retry (module `retry`).
         let waited = super::retry::local_ack_timeout(self.attr.timeout).unwrap_or_default();
         let peer = self.attr.ah_attr.grh.dgid;
+        let since = ctx.now.checked_sub(waited).unwrap_or(ctx.now);
         if ctx
             .liveness
-            .is_some_and(|l| l.stalled_since(&peer, ctx.now.checked_sub(waited).unwrap_or(ctx.now)))
+            .is_some_and(|l| l.stalled_since(&peer, self.attr.dest_qp_num, since))
         {
             ctx.counters.stalled_peer_timeouts += 1;
             self.rewind(ctx);

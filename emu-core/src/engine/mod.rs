@@ -174,6 +174,12 @@ pub struct Transmit {
 /// special QPs).
 const FIRST_QPN: u32 = 0x11;
 
+/// How many top bits of a QP number name its block ([`Engine::set_qpn_block`]): 64
+/// blocks of 2^18 QPNs, each more than `Limits::max_qp`.
+pub const QPN_BLOCK_BITS: u32 = 6;
+/// Where a QPN's block starts: `qpn >> QPN_BLOCK_SHIFT` is its block.
+pub const QPN_BLOCK_SHIFT: u32 = 24 - QPN_BLOCK_BITS;
+
 /// One emulated device's verbs objects and transport.
 #[derive(Debug)]
 pub struct Engine {
@@ -192,6 +198,8 @@ pub struct Engine {
     next_srq: u32,
     qps: QpMap<QueuePair>,
     next_qpn: u32,
+    /// The block QP numbers are handed out from (see [`Engine::set_qpn_block`]).
+    qpn_block: u8,
     /// UD QPs other than QP1: the QPs whose receive buffers show the GRH, and with it
     /// the traffic class the packets came with.
     ud_qps: usize,
@@ -229,6 +237,7 @@ impl Engine {
             next_srq: 0,
             qps: QpMap::default(),
             next_qpn: FIRST_QPN,
+            qpn_block: 0,
             ud_qps: 0,
             events: VecDeque::new(),
             cq_events: VecDeque::new(),
@@ -253,14 +262,25 @@ impl Engine {
         &self.limits
     }
 
-    /// Makes `qpn` the next QP number handed out (folded into the 24-bit range above
-    /// the special QPs), as a driver whose QPNs must differ from an earlier
-    /// process's does: a peer CM that still holds that process's connection would
-    /// take a new REQ from the same QPN and GID for a stale one (IBTA 12.9.8.3.1, REJ
-    /// reason 10). Kernel rxe allocates QPNs cyclically, so a new process rarely gets
-    /// the last one's numbers.
-    pub fn set_next_qpn(&mut self, qpn: u32) {
-        self.next_qpn = FIRST_QPN + qpn % (0x0100_0000 - FIRST_QPN);
+    /// Hands out QP numbers from `block` only (the top [`QPN_BLOCK_BITS`] bits of every
+    /// QPN this engine gives), starting at `seed` folded into the block, above the
+    /// special QPs. Two uses, both by a driver on UDP:
+    /// - several processes open the device of one address, as they open one kernel
+    ///   rxe device: each gets a block of its own, so a packet's destination QPN
+    ///   names the process it is for (`nic::share`);
+    /// - QPNs must differ from an earlier process's: a peer CM that still holds that
+    ///   process's connection would take a new REQ from the same QPN and GID for a
+    ///   stale one (IBTA 12.9.8.3.1, REJ reason 10). Kernel rxe allocates QPNs
+    ///   cyclically, so a new process rarely gets the last one's numbers.
+    pub fn set_qpn_block(&mut self, block: u8, seed: u32) {
+        self.qpn_block = block % (1 << QPN_BLOCK_BITS);
+        let (lo, hi) = qpn_block_range(self.qpn_block);
+        self.next_qpn = lo + seed % (hi - lo);
+    }
+
+    /// The block QP numbers are handed out from ([`Engine::set_qpn_block`]).
+    pub fn qpn_block(&self) -> u8 {
+        self.qpn_block
     }
 
     /// Sets the GID of the device's port (GID index 0; the driver's address). UD
@@ -743,9 +763,9 @@ impl Engine {
         } else {
             let mut qpn = self.next_qpn;
             while self.qps.contains_key(&qpn) {
-                qpn = next_qpn(qpn);
+                qpn = next_qpn(self.qpn_block, qpn);
             }
-            self.next_qpn = next_qpn(qpn);
+            self.next_qpn = next_qpn(self.qpn_block, qpn);
             qpn
         };
         self.mrs.pd_ref(init.pd, 1);
@@ -1140,9 +1160,19 @@ impl Engine {
     }
 }
 
-fn next_qpn(qpn: u32) -> u32 {
-    if qpn >= 0x00FF_FFFF {
-        FIRST_QPN
+/// The QPNs of `block`: its whole range, less the special QPs (0, 1 and the ones below
+/// [`FIRST_QPN`]) in the first block and the multicast QPN (0xFFFFFF) in the last.
+fn qpn_block_range(block: u8) -> (u32, u32) {
+    let lo = (u32::from(block) << QPN_BLOCK_SHIFT).max(FIRST_QPN);
+    let hi = ((u32::from(block) + 1) << QPN_BLOCK_SHIFT).min(0x00FF_FFFF);
+    (lo, hi)
+}
+
+/// The QPN after `qpn`, wrapping within `block`.
+fn next_qpn(block: u8, qpn: u32) -> u32 {
+    let (lo, hi) = qpn_block_range(block);
+    if qpn + 1 >= hi {
+        lo
     } else {
         qpn + 1
     }

@@ -20,11 +20,12 @@ use std::time::{Duration, Instant};
 use verbs_api::Gid;
 
 /// What a driver knows of its peers' devices (see the module docs): whether the device
-/// at `peer` is on this host, alive, and has not run since `since`. `false` when the
-/// driver cannot tell (a peer on another host), which leaves IBTA's rule as it is.
+/// that holds QP `qpn` at `peer` is on this host, alive, and has not run since `since`.
+/// `false` when the driver cannot tell (a peer on another host), which leaves IBTA's
+/// rule as it is.
 pub trait PeerLiveness: Send + Sync + std::fmt::Debug {
-    /// Whether the peer device at `peer` could not run since `since`.
-    fn stalled_since(&self, peer: &Gid, since: Instant) -> bool;
+    /// Whether the peer device at `peer` holding QP `qpn` could not run since `since`.
+    fn stalled_since(&self, peer: &Gid, qpn: u32, since: Instant) -> bool;
 }
 
 /// The local ACK timeout for the QP attribute `timeout`, or `None` for "infinite".

@@ -44,6 +44,12 @@ pub struct LinkOptions {
     /// must then keep its source port for the life of a connection, as kernel rxe
     /// (a hash of the QPNs) and this emulator (one socket per peer) do.
     pub strict_source_port: bool,
+    /// Keep the address to this device: binding fails with EADDRINUSE while another
+    /// device holds it, and a later device cannot join it. Off by default: devices
+    /// that open one address share it, as processes share one kernel rxe device, each
+    /// getting the packets of its own QPs (the `share` module; the interop mode, whose
+    /// raw socket sees every packet, never shares).
+    pub exclusive: bool,
 }
 
 impl LinkOptions {
@@ -62,6 +68,7 @@ impl fmt::Debug for LinkOptions {
             .field("raw_receive", &self.raw_receive)
             .field("hook", &self.hook.as_ref().map(|_| "PacketHook"))
             .field("strict_source_port", &self.strict_source_port)
+            .field("exclusive", &self.exclusive)
             .finish()
     }
 }
@@ -70,6 +77,7 @@ impl PartialEq for LinkOptions {
     fn eq(&self, o: &Self) -> bool {
         self.raw_receive == o.raw_receive
             && self.strict_source_port == o.strict_source_port
+            && self.exclusive == o.exclusive
             && match (&self.hook, &o.hook) {
                 (None, None) => true,
                 (Some(a), Some(b)) => Arc::ptr_eq(a, b),

@@ -52,12 +52,13 @@ use quinn_udp::{RecvMeta, UdpSockRef, UdpSocketState};
 use rustix::event::{PollFd, PollFlags};
 use rustix::net::addr::SocketAddrArg;
 use rustix::net::{MMsgHdr, SendAncillaryBuffer};
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 use super::drops::KernelDrops;
 use super::gro::Gro;
 use super::interop::{parse_raw_udp, LinkOptions, PacketHook, Verdict};
 use super::ip_id::{self, IpIds};
+use super::share;
 
 /// What carries an emulated device's packets and tells its time: the UDP socket of a
 /// real deployment, or a simulated fabric with virtual time (crate `sims`).
@@ -259,6 +260,12 @@ pub(crate) struct UdpLink {
     ip: Ipv4Addr,
     port: u16,
     groups: parking_lot::Mutex<Vec<(Ipv4Addr, UdpSocket)>>,
+    /// Where other devices sharing the address pass on datagrams for this one's QPs
+    /// (`share`); none for a device that keeps its address to itself.
+    inbox: Option<UdpSocket>,
+    /// Another device shares the address: receives look in the inbox too (alone, a
+    /// device spares its receives that system call).
+    inbox_active: AtomicBool,
     /// Connected send sockets, one per unicast peer (see the module docs).
     peers: parking_lot::Mutex<Vec<PeerSocket>>,
     /// Interop mode: the raw socket datagrams are read from (IP header included).
@@ -292,6 +299,9 @@ pub(crate) struct Rx {
     /// Its IPv4 TOS byte, when the link reads it (interop mode, or
     /// [`Link::receive_traffic_class`]); 0 otherwise.
     pub(crate) tos: u8,
+    /// Another device of the address passed it on (`share`): it is not passed on
+    /// again.
+    pub(crate) passed_on: bool,
 }
 
 /// The receive buffers of a device, allocated once: no heap allocation per packet.
@@ -367,11 +377,37 @@ impl RxBufs {
 }
 
 impl UdpLink {
-    /// Binds `ip:port` with DF set (IP ID 0), large buffers, GRO on where the kernel
-    /// has it, and non-blocking I/O; in interop mode (`opts.raw_receive`) also opens
-    /// the raw receive socket.
-    pub(crate) fn bind(ip: Ipv4Addr, port: u16, opts: &LinkOptions) -> io::Result<Self> {
+    /// Whether a device with `opts` on `port` shares its address with other devices
+    /// (`share`): not in interop mode, not when asked to keep it, not on a port the
+    /// kernel picks (nobody else could name it).
+    pub(crate) fn shares(port: u16, opts: &LinkOptions) -> bool {
+        port != 0 && !opts.exclusive && !opts.raw_receive
+    }
+
+    /// The inbox of a device that shares its address: a non-blocking socket on the
+    /// address and a port of the kernel's choice (`share`).
+    pub(crate) fn open_inbox(ip: Ipv4Addr) -> io::Result<UdpSocket> {
         let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        large_recv_buffer(&s);
+        s.bind(&SocketAddr::V4(SocketAddrV4::new(ip, 0)).into())?;
+        s.set_nonblocking(true)?;
+        Ok(s.into())
+    }
+
+    /// Binds `ip:port` with DF set (IP ID 0), large buffers, GRO on where the kernel
+    /// has it, and non-blocking I/O; with an `inbox`, shares the port with the other
+    /// devices of the address (`SO_REUSEPORT`, see `share`); in interop mode
+    /// (`opts.raw_receive`) also opens the raw receive socket.
+    pub(crate) fn bind(
+        ip: Ipv4Addr,
+        port: u16,
+        opts: &LinkOptions,
+        inbox: Option<UdpSocket>,
+    ) -> io::Result<Self> {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        if inbox.is_some() {
+            s.set_reuse_port(true)?;
+        }
         // Large buffers keep a briefly starved device thread from losing datagrams (which
         // costs RC a retransmission and UC a message). SO_*BUFFORCE passes the
         // net.core.*mem_max cap when privileged; otherwise the capped size is used.
@@ -423,6 +459,8 @@ impl UdpLink {
             ip,
             port,
             groups: parking_lot::Mutex::new(Vec::new()),
+            inbox,
+            inbox_active: AtomicBool::new(false),
             peers: parking_lot::Mutex::new(Vec::new()),
             raw,
             hook: opts.hook.clone(),
@@ -438,6 +476,7 @@ impl UdpLink {
         let groups = self.groups.lock();
         let mut socks: Vec<BorrowedFd<'_>> = vec![self.socket.as_fd()];
         socks.extend(groups.iter().map(|(_, s)| s.as_fd()));
+        socks.extend(self.inbox.as_ref().map(AsFd::as_fd));
         d.since_last(&socks)
     }
 
@@ -485,6 +524,33 @@ impl UdpLink {
         self.port
     }
 
+    /// The port of the inbox (`share`); 0 when the device does not share its address.
+    pub(crate) fn inbox_port(&self) -> u16 {
+        self.inbox
+            .as_ref()
+            .and_then(|s| s.local_addr().ok())
+            .map_or(0, |a| a.port())
+    }
+
+    /// Another device shares the address (`share`): receives look in the inbox from
+    /// now on.
+    pub(crate) fn activate_inbox(&self) {
+        if self.inbox.is_some() && !self.inbox_active.load(Ordering::Relaxed) {
+            self.inbox_active.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Passes the datagram `d` (its RoCEv2 payload `bytes`) on to the member of the
+    /// address whose inbox is `to`, from the bound socket, behind the header that
+    /// names its sender (`share`). Returns whether it left.
+    pub(crate) fn relay(&self, to: SocketAddrV4, d: &Rx, bytes: &[u8]) -> bool {
+        let hdr = share::relay_header(d.from, d.tos);
+        let iov = [IoSlice::new(&hdr), IoSlice::new(bytes)];
+        SockRef::from(&self.socket)
+            .send_to_vectored(&iov, &SocketAddr::V4(to).into())
+            .is_ok()
+    }
+
     /// Waits up to `timeout` for the socket to become readable; true if it is.
     pub(crate) fn wait_readable(&self, timeout: Duration) -> bool {
         self.wait_readable_or(None, Some(timeout))
@@ -500,11 +566,15 @@ impl UdpLink {
         let ts = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
         // The UDP socket gets a copy of what the raw one shows: it is drained too.
         let socket = PollFd::new(&self.socket, PollFlags::IN);
-        let mut fds = [socket.clone(), socket.clone(), socket];
+        let mut fds = [socket.clone(), socket.clone(), socket.clone(), socket];
         let mut n = 1;
-        for fd in [self.raw.as_ref().map(AsFd::as_fd), other]
-            .into_iter()
-            .flatten()
+        for fd in [
+            self.raw.as_ref().map(AsFd::as_fd),
+            self.inbox.as_ref().map(AsFd::as_fd),
+            other,
+        ]
+        .into_iter()
+        .flatten()
         {
             fds[n] = PollFd::from_borrowed_fd(fd, PollFlags::IN);
             n += 1;
@@ -554,6 +624,7 @@ impl UdpLink {
                 dst: *d.dst.ip(),
                 ip_id: d.ip_id,
                 tos: d.tos,
+                passed_on: false,
             });
         }
         got.len()
@@ -668,6 +739,7 @@ impl UdpLink {
                         dst: self.ip,
                         ip_id: 0,
                         tos,
+                        passed_on: false,
                     });
                 }
                 while start < m.len {
@@ -680,6 +752,7 @@ impl UdpLink {
                         dst: self.ip,
                         ip_id: 0,
                         tos,
+                        passed_on: false,
                     });
                     start += len;
                 }
@@ -722,7 +795,39 @@ impl UdpLink {
                 dst,
                 ip_id: 0,
                 tos: 0,
+                passed_on: false,
             });
+        }
+        // What other devices of the address passed on (`share`): from their bound
+        // socket only, each behind the header naming its sender.
+        if let Some(inbox) = self
+            .inbox
+            .as_ref()
+            .filter(|_| self.inbox_active.load(Ordering::Relaxed))
+        {
+            let member = SocketAddrV4::new(self.ip, self.port);
+            for slot in n + mcast.len()..n + mslots.len() {
+                let buf = &mut mslots[slot - n];
+                let Ok((len, SocketAddr::V4(by))) = inbox.recv_from(buf) else {
+                    break;
+                };
+                let Some((from, tos)) = share::parse_relay_header(&buf[..len]) else {
+                    continue;
+                };
+                if by != member {
+                    continue;
+                }
+                got.push(Rx {
+                    slot,
+                    start: share::RELAY_HEADER,
+                    len: len - share::RELAY_HEADER,
+                    from,
+                    dst: self.ip,
+                    ip_id: 0,
+                    tos,
+                    passed_on: true,
+                });
+            }
         }
         got.len()
     }
@@ -1208,8 +1313,8 @@ mod tests {
     /// Two links on one port, on 127.0.0.1 and 127.0.0.2.
     fn pair() -> (UdpLink, UdpLink) {
         let opts = LinkOptions::default();
-        let a = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &opts).unwrap();
-        let b = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 2), a.port(), &opts).unwrap();
+        let a = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &opts, None).unwrap();
+        let b = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 2), a.port(), &opts, None).unwrap();
         (a, b)
     }
 
@@ -1503,8 +1608,8 @@ mod tests {
             hook: Some(Arc::new(Pass)),
             ..LinkOptions::default()
         };
-        let h = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &opts).unwrap();
-        let c = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 2), h.port(), &opts).unwrap();
+        let h = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &opts, None).unwrap();
+        let c = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 2), h.port(), &opts, None).unwrap();
         let mut p = vec![1u8; 40];
         h.send(h.ip, c.ip, &mut p).unwrap();
         let (got, _) = receive(&c, true, 1, h.port());
@@ -1517,7 +1622,7 @@ mod tests {
     #[test]
     fn a_closed_peer_port_loses_only_datagrams() {
         let opts = LinkOptions::default();
-        let a = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &opts).unwrap();
+        let a = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &opts, None).unwrap();
         let gone = Ipv4Addr::new(127, 0, 0, 3);
         for _ in 0..3 {
             let mut p = vec![5u8; 40];
@@ -1525,7 +1630,7 @@ mod tests {
             // Let the port unreachable come back before the next send.
             std::thread::sleep(Duration::from_millis(20));
         }
-        let c = UdpLink::bind(gone, a.port(), &opts).unwrap();
+        let c = UdpLink::bind(gone, a.port(), &opts, None).unwrap();
         let mut p = vec![6u8; 40];
         a.send(a.ip, gone, &mut p).unwrap();
         let mut rx = c.rx_bufs();
@@ -1578,7 +1683,7 @@ mod tests {
         };
         let ip = Ipv4Addr::new(127, 0, 0, 71);
         let peer = UdpSocket::bind((Ipv4Addr::new(127, 0, 0, 72), 0)).unwrap();
-        let a = UdpLink::bind(ip, peer.local_addr().unwrap().port(), &opts).unwrap();
+        let a = UdpLink::bind(ip, peer.local_addr().unwrap().port(), &opts, None).unwrap();
         let port = a.port();
         let mut p = vec![0u8; 64];
         let n = emu_wire::PacketRepr::new(emu_wire::Opcode::UdSendOnly, 1, emu_wire::Psn::new(0))
@@ -1586,7 +1691,7 @@ mod tests {
         p.truncate(n);
         a.send(ip, Ipv4Addr::new(127, 0, 0, 72), &mut p).unwrap();
         drop(a);
-        let again = UdpLink::bind(ip, port, &opts);
+        let again = UdpLink::bind(ip, port, &opts, None);
         assert!(again.is_ok(), "{:?}", again.err());
         let mut buf = [0u8; 128];
         peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -1604,7 +1709,13 @@ mod tests {
 
     #[test]
     fn peer_sockets_are_capped() {
-        let a = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &LinkOptions::default()).unwrap();
+        let a = UdpLink::bind(
+            Ipv4Addr::new(127, 0, 0, 1),
+            0,
+            &LinkOptions::default(),
+            None,
+        )
+        .unwrap();
         let n = MAX_PEER_SOCKETS as u8 + 4;
         for i in 1..=n {
             let mut p = vec![i; 40];

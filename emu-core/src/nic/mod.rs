@@ -41,6 +41,7 @@ mod link;
 mod liveness;
 mod manage;
 mod netdev;
+mod share;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -139,6 +140,10 @@ pub struct LinkCounters {
     /// but not from the port it sends from
     /// ([`interop::LinkOptions::strict_source_port`]).
     pub wrong_source_port: AtomicU64,
+    /// Datagrams this device received for a QP of another device of its address and
+    /// passed on to it (devices that open one address share it, as processes share
+    /// one kernel rxe device; see [`interop::LinkOptions::exclusive`]).
+    pub passed_on: AtomicU64,
 }
 
 struct Core {
@@ -305,6 +310,9 @@ struct Inner {
     /// The network interface under the port (UDP devices), which the device thread
     /// follows (`netdev`): MTU, state, width and speed.
     netdev: Option<Mutex<netdev::Follower>>,
+    /// Where datagrams for the QPs of other devices of the address go (`share`); only
+    /// on a UDP device that shares its address.
+    router: Option<Mutex<share::Router>>,
     /// The kernel's drop counts of the UDP sockets, read with the interface (see
     /// `drops`).
     kernel_drops: Mutex<drops::KernelDrops>,
@@ -350,32 +358,74 @@ impl EmuDevice {
     /// Opens a device on UDP: binds its socket and starts its thread. EADDRINUSE and
     /// the like come back as [`Error::Os`].
     pub fn open(cfg: EmuConfig) -> Result<EmuDevice> {
-        let udp = Arc::new(
-            UdpLink::bind(cfg.ip, cfg.port, &cfg.link).map_err(|e| Error::Os {
-                errno: e.raw_os_error().unwrap_or(5),
-                context: "bind the device's UDP socket",
-            })?,
-        );
+        let os = |context: &'static str| {
+            move |e: std::io::Error| Error::Os {
+                errno: e
+                    .raw_os_error()
+                    .unwrap_or(if e.kind() == std::io::ErrorKind::AddrInUse {
+                        nix::errno::Errno::EADDRINUSE as i32
+                    } else {
+                        nix::errno::Errno::EIO as i32
+                    }),
+                context,
+            }
+        };
+        // A member of its address (`share`): its slot is its block of QPNs, and its
+        // record carries its heartbeat (`liveness`).
+        let (udp, member) = if UdpLink::shares(cfg.port, &cfg.link) {
+            let inbox = UdpLink::open_inbox(cfg.ip).map_err(os("open the device's inbox"))?;
+            let inbox_port = inbox.local_addr().map_or(0, |a| a.port());
+            match share::Member::join(cfg.ip, cfg.port, inbox_port) {
+                Ok(m) => (
+                    UdpLink::bind(cfg.ip, cfg.port, &cfg.link, Some(inbox))
+                        .map_err(os("bind the device's UDP socket"))?,
+                    Some(m),
+                ),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    return Err(os("share the device's address")(e))
+                }
+                // No shared folder: the address is this device's alone.
+                Err(_) => (
+                    UdpLink::bind(cfg.ip, cfg.port, &cfg.link, None)
+                        .map_err(os("bind the device's UDP socket"))?,
+                    None,
+                ),
+            }
+        } else {
+            let udp = UdpLink::bind(cfg.ip, cfg.port, &cfg.link, None)
+                .map_err(os("bind the device's UDP socket"))?;
+            let m = share::Member::join(cfg.ip, udp.port(), 0).ok();
+            (udp, m)
+        };
+        let udp = Arc::new(udp);
         let mut cfg = cfg;
         cfg.port = udp.port();
         let ip = cfg.ip;
         let mut inner = Inner::new(cfg, udp.clone(), Some(udp.clone()))?;
         if let Some(i) = Arc::get_mut(&mut inner) {
             i.netdev = Some(Mutex::new(netdev::Follower::new(ip)));
+            if let (Some(m), true) = (&member, udp.inbox_port() != 0) {
+                i.router = Some(Mutex::new(share::Router::new(ip, i.cfg.port, m.slot())));
+                if m.joined_others {
+                    udp.activate_inbox();
+                }
+            }
         }
         // The port reflects its interface from the start.
         inner.watch(Instant::now());
         // Peers on this host tell whether they ran (their heartbeats), and this device
-        // tells them (see `liveness`).
+        // tells them (see `liveness`). Its QPNs are in its slot's block, starting
+        // elsewhere in each process (see `crate::seed`).
         let port = inner.cfg.port;
+        let slot = member.as_ref().map_or(0, share::Member::slot);
         inner.with_engine(|e, _| {
+            e.set_qpn_block(slot, crate::seed::instance_seed());
             e.set_peer_liveness(Some(Arc::new(liveness::HostPeers { port })));
         });
-        let heartbeat = liveness::Heartbeat::publish(ip, port);
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{}-nic", inner.cfg.name))
-            .spawn(move || worker.run(&udp, heartbeat))
+            .spawn(move || worker.run(&udp, member))
             .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
         Ok(EmuDevice {
             inner,
@@ -677,11 +727,8 @@ impl Inner {
                 engine: {
                     let mut e = Engine::new(cfg.limits);
                     e.set_gid(Gid::from_ipv4(cfg.ip));
-                    // Over UDP, each device's QPNs start elsewhere (see `crate::seed`);
-                    // a fabric device keeps the engine's fixed start (reproducible).
-                    if udp.is_some() {
-                        e.set_next_qpn(crate::seed::instance_seed());
-                    }
+                    // A fabric device keeps the engine's fixed start (reproducible); a
+                    // UDP device's block and start are set when it opens.
                     e
                 },
                 tx: TxBatch::new(GSO_MAX_BYTES),
@@ -706,6 +753,7 @@ impl Inner {
             waits: AtomicU64::new(0),
             waiter_mode: AtomicBool::new(false),
             netdev: None,
+            router: None,
             kernel_drops: Mutex::new(drops::KernelDrops::default()),
             next_watch: AtomicU64::new(0),
             born: Instant::now(),
@@ -1055,6 +1103,9 @@ impl Inner {
                 .icrc_errors
                 .fetch_add(bad, Ordering::Relaxed);
         }
+        if let Some(router) = &self.router {
+            self.pass_on(udp, rx, start..end, &mut router.lock());
+        }
         let mut core = self.core.lock();
         let now = Instant::now();
         let strict = self.cfg.link.strict_source_port;
@@ -1089,6 +1140,39 @@ impl Inner {
         end - start
     }
 
+    /// Passes the datagrams of `range` that belong to another device of the address on
+    /// to it (`share`), taking them out of the batch. What another device passed on
+    /// stays here whatever the router says (no datagram goes round in circles).
+    fn pass_on(
+        &self,
+        udp: &UdpLink,
+        rx: &mut RxBufs,
+        range: std::ops::Range<usize>,
+        router: &mut share::Router,
+    ) {
+        let now = Instant::now();
+        let mut passed = 0;
+        for i in range {
+            let d = rx.got[i];
+            if d.passed_on || (d.from.port() == 0 && d.from.ip().is_unspecified()) {
+                continue;
+            }
+            if let share::Route::To(to) = router.route(rx.bytes(&d), d.dst, now) {
+                // It may answer through this one's inbox.
+                udp.activate_inbox();
+                // One that cannot leave is lost, as on a link.
+                udp.relay(to, &d, rx.bytes(&d));
+                rx.got[i].from = std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+                passed += 1;
+            }
+        }
+        if passed > 0 {
+            self.link_counters
+                .passed_on
+                .fetch_add(passed, Ordering::Relaxed);
+        }
+    }
+
     /// Hands the engine the datagrams an inline receive left (see `receive`).
     fn receive_left(&self) {
         if let Some(udp) = &self.udp {
@@ -1111,7 +1195,7 @@ impl Inner {
     /// agent keeps armed, does not count (`Engine::cq_armed`). Holding the socket, it
     /// looks again for [`SPIN`] ([`SPIN_BUSY`] in busy-poll mode) after each datagram
     /// before it sleeps.
-    fn run(&self, udp: &UdpLink, mut heartbeat: Option<liveness::Heartbeat>) {
+    fn run(&self, udp: &UdpLink, mut member: Option<share::Member>) {
         let idle_limit = if self.cfg.busy_poll {
             IDLE_NAPS_BUSY
         } else {
@@ -1128,8 +1212,8 @@ impl Inner {
         while !self.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             self.watch(now);
-            if let Some(h) = &mut heartbeat {
-                h.beat(now);
+            if member.as_mut().is_some_and(|m| m.beat(now)) {
+                udp.activate_inbox();
             }
             let (sleep, armed) = {
                 let core = self.core.lock();
@@ -1634,6 +1718,10 @@ impl Device for EmuDevice {
 
     fn async_fd(&self) -> Result<i32> {
         Ok(self.inner.events.fd())
+    }
+
+    fn qpn_block(&self) -> u8 {
+        self.inner.core.lock().engine.qpn_block()
     }
 }
 

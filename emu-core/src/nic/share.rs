@@ -1,0 +1,415 @@
+//! One address, several devices: processes open the emulated device of one address as
+//! processes open one kernel rxe device, and each gets the packets of its own QPs.
+//!
+//! Each device that opens an address is a **member** of it. It binds the address's
+//! port with `SO_REUSEPORT` (the kernel then gives each datagram to one member's
+//! socket, chosen by a hash of the sender's address and port), holds a slot file in the
+//! host's shared folder (`IP-PORT/SLOT` under `crate::host::folder`, with its process,
+//! its heartbeat and the port of its **inbox**, a socket of its own on the address),
+//! and hands out QP numbers from the block of its slot (`Engine::set_qpn_block`: the
+//! slot is a QPN's top six bits). A member that receives a datagram for another
+//! member's QP passes it on to that member's inbox, unchanged, behind a small header
+//! that says who sent it ([`RELAY_HEADER`]); the owner then checks its ICRC and takes
+//! it as if it had received it itself. QP1 is every member's: a CM MAD goes to the
+//! process whose CM it is for ([`crate::cm::mad::Addressee`]): a request to the
+//! process that claimed its port (`cm::ports`), any other message to the member whose
+//! slot is the top six bits of the communication ID it names (the CM numbers its
+//! connections in its device's block, as it numbers its QPs).
+//!
+//! A slot is held by an exclusive `flock` on its file for as long as the device is
+//! open: the kernel lets go of it when the process ends, however it ends, so a slot is
+//! free exactly when no open device holds it. Slot files are never removed (removing
+//! one would let two processes hold the same slot through two files); a member that
+//! closes zeroes its record, and one whose process is gone is not a member.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::cm::mad::{Addressee, COMM_BLOCK_SHIFT};
+use crate::engine::{QPN_BLOCK_BITS, QPN_BLOCK_SHIFT};
+use crate::host;
+
+/// How many devices may share one address: one per QPN block.
+pub(crate) const MEMBERS: usize = 1 << QPN_BLOCK_BITS;
+
+/// How a passed-on datagram starts: the sender's IPv4 address and UDP port (network
+/// order), the TOS byte it arrived with, and a marker; the RoCEv2 payload follows.
+pub(crate) const RELAY_HEADER: usize = 8;
+const RELAY_MARK: u8 = 0xE1;
+
+/// A slot file's record: heartbeat (monotonic ns), process id, inbox port, and a byte
+/// that a device joining the address sets in the records of those already there.
+const RECORD: usize = 16;
+/// Where the "another device joined" byte is in a record.
+const JOINED: u64 = 14;
+
+fn dir(ip: Ipv4Addr, port: u16) -> PathBuf {
+    host::folder().join(format!("{ip}-{port}"))
+}
+
+/// What a slot file says of its member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// When its device thread last ran (monotonic ns).
+    pub(crate) beat_ns: u64,
+    pub(crate) pid: u32,
+    /// The port of its inbox on the address; 0 when it takes no passed-on datagrams
+    /// (a device that does not share its address).
+    pub(crate) inbox: u16,
+}
+
+/// The record of the member in `slot` of `ip:port`, if that member is alive.
+pub(crate) fn read_member(ip: Ipv4Addr, port: u16, slot: u8) -> Option<Record> {
+    let f = File::open(dir(ip, port).join(slot.to_string())).ok()?;
+    let mut b = [0u8; RECORD];
+    f.read_exact_at(&mut b, 0).ok()?;
+    let r = Record {
+        beat_ns: u64::from_le_bytes(b[..8].try_into().ok()?),
+        pid: u32::from_le_bytes(b[8..12].try_into().ok()?),
+        inbox: u16::from_le_bytes(b[12..14].try_into().ok()?),
+    };
+    host::pid_alive(r.pid).then_some(r)
+}
+
+/// This device's membership of its address: its slot, held while the value lives.
+#[derive(Debug)]
+pub(crate) struct Member {
+    file: File,
+    slot: u8,
+    inbox: u16,
+    last_beat: Instant,
+    /// Other devices shared the address when this one joined.
+    pub(crate) joined_others: bool,
+}
+
+/// How often a device's thread writes its heartbeat (see `liveness`).
+pub(crate) const BEAT: Duration = Duration::from_millis(10);
+
+impl Member {
+    /// Takes the first free slot of `ip:port` for a device whose inbox is `inbox` (0:
+    /// none). Fails when the shared folder cannot be written or every slot is taken.
+    pub(crate) fn join(ip: Ipv4Addr, port: u16, inbox: u16) -> io::Result<Member> {
+        let d = dir(ip, port);
+        std::fs::create_dir_all(&d)?;
+        for slot in 0..MEMBERS as u8 {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(d.join(slot.to_string()))?;
+            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => {
+                    let mut m = Member {
+                        file,
+                        slot,
+                        inbox,
+                        last_beat: Instant::now(),
+                        joined_others: false,
+                    };
+                    m.write(std::process::id());
+                    if inbox != 0 {
+                        m.joined_others = tell_others(&d, slot);
+                    }
+                    return Ok(m);
+                }
+                Err(rustix::io::Errno::WOULDBLOCK) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("{ip}:{port} is shared by {MEMBERS} devices already"),
+        ))
+    }
+
+    fn write(&self, pid: u32) {
+        let mut b = [0u8; RECORD];
+        b[..8].copy_from_slice(&host::mono_ns().to_le_bytes());
+        b[8..12].copy_from_slice(&pid.to_le_bytes());
+        b[12..14].copy_from_slice(&self.inbox.to_le_bytes());
+        let _ = self.file.write_at(&b, 0);
+    }
+
+    /// The slot: the block of the device's QPNs and communication IDs.
+    pub(crate) fn slot(&self) -> u8 {
+        self.slot
+    }
+
+    /// The device ran at `now`: writes its heartbeat if [`BEAT`] has passed. Returns
+    /// whether another device has joined the address since the last look (it passes
+    /// datagrams on to this one's inbox from now on).
+    pub(crate) fn beat(&mut self, now: Instant) -> bool {
+        if now.saturating_duration_since(self.last_beat) < BEAT {
+            return false;
+        }
+        self.last_beat = now;
+        let _ = self.file.write_at(&host::mono_ns().to_le_bytes(), 0);
+        let mut joined = [0u8];
+        if self.file.read_exact_at(&mut joined, JOINED).is_ok() && joined[0] != 0 {
+            let _ = self.file.write_at(&[0], JOINED);
+            return true;
+        }
+        false
+    }
+}
+
+/// Marks the records of the other live members of the address in `d` (all but `slot`)
+/// with "another device joined" (they take passed-on datagrams from now on); whether
+/// there was any.
+fn tell_others(d: &std::path::Path, slot: u8) -> bool {
+    let mut any = false;
+    for s in (0..MEMBERS as u8).filter(|s| *s != slot) {
+        let path = d.join(s.to_string());
+        let live = File::open(&path).ok().and_then(|f| {
+            let mut b = [0u8; RECORD];
+            f.read_exact_at(&mut b, 0).ok()?;
+            let pid = u32::from_le_bytes(b[8..12].try_into().ok()?);
+            let inbox = u16::from_le_bytes(b[12..14].try_into().ok()?);
+            (host::pid_alive(pid) && inbox != 0).then_some(())
+        });
+        if live.is_some() {
+            if let Ok(f) = OpenOptions::new().write(true).open(&path) {
+                let _ = f.write_at(&[1], JOINED);
+            }
+            any = true;
+        }
+    }
+    any
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        // No longer a member; the lock goes with the file.
+        self.write(0);
+    }
+}
+
+/// Where a received datagram goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// To this device's engine.
+    Here,
+    /// To another member's inbox.
+    To(SocketAddrV4),
+}
+
+/// How long a reading of the members is trusted before a datagram for a member not in
+/// it makes the router read again (a member that just joined is seen this soon).
+const REREAD: Duration = Duration::from_millis(1);
+
+/// A member's view of the others, to pass their datagrams on.
+#[derive(Debug)]
+pub(crate) struct Router {
+    ip: Ipv4Addr,
+    port: u16,
+    slot: u8,
+    pid: u32,
+    /// Each slot's process and inbox port, as last read.
+    members: [Option<(u32, u16)>; MEMBERS],
+    read_at: Option<Instant>,
+}
+
+impl Router {
+    /// The router of the member in `slot` of `ip:port`.
+    pub(crate) fn new(ip: Ipv4Addr, port: u16, slot: u8) -> Router {
+        Router {
+            ip,
+            port,
+            slot,
+            pid: std::process::id(),
+            members: [None; MEMBERS],
+            read_at: None,
+        }
+    }
+
+    fn reread(&mut self, now: Instant) {
+        if self
+            .read_at
+            .is_some_and(|t| now.saturating_duration_since(t) < REREAD)
+        {
+            return;
+        }
+        self.read_at = Some(now);
+        for s in 0..MEMBERS {
+            self.members[s] = (s != usize::from(self.slot))
+                .then(|| read_member(self.ip, self.port, s as u8))
+                .flatten()
+                .filter(|r| r.inbox != 0)
+                .map(|r| (r.pid, r.inbox));
+        }
+    }
+
+    /// The inbox of the member in `slot`, reading the members again if it is not known.
+    fn inbox(&mut self, slot: u8, now: Instant) -> Route {
+        if slot == self.slot {
+            return Route::Here;
+        }
+        let s = usize::from(slot) % MEMBERS;
+        if self.members[s].is_none() {
+            self.reread(now);
+        }
+        match self.members[s] {
+            Some((_, inbox)) => Route::To(SocketAddrV4::new(self.ip, inbox)),
+            None => Route::Here,
+        }
+    }
+
+    /// Where the RoCEv2 payload `packet`, received for `dst`, goes. What is not
+    /// another member's (multicast, this member's QPs, junk) stays here, where the
+    /// engine takes or counts it.
+    pub(crate) fn route(&mut self, packet: &[u8], dst: Ipv4Addr, now: Instant) -> Route {
+        if dst != self.ip || packet.len() < 12 {
+            return Route::Here;
+        }
+        let qpn = u32::from_be_bytes([0, packet[5], packet[6], packet[7]]);
+        match qpn {
+            0x00FF_FFFF => Route::Here,
+            // QP1: the BTH, a DETH, then the MAD.
+            1 => match packet.get(20..).and_then(Addressee::of) {
+                Some(Addressee::Comm(c)) => self.inbox((c >> COMM_BLOCK_SHIFT) as u8, now),
+                Some(Addressee::Service(sid)) => self.listener(sid, now),
+                Some(Addressee::Any) | None => Route::Here,
+            },
+            q => self.inbox((q >> QPN_BLOCK_SHIFT) as u8, now),
+        }
+    }
+
+    /// The member whose process listens on service ID `sid` (an RDMA CM service ID:
+    /// port space and port, `cm::ports`).
+    fn listener(&mut self, sid: u64, now: Instant) -> Route {
+        if sid >> 32 != 0 {
+            return Route::Here;
+        }
+        let (ps, port) = ((sid >> 16) as u16, sid as u16);
+        let Some(h) = crate::cm::ports::holder(ps, self.ip, port) else {
+            return Route::Here;
+        };
+        if let Some(slot) = h.member {
+            return self.inbox(slot, now);
+        }
+        if h.pid == self.pid {
+            return Route::Here;
+        }
+        self.read_at = None;
+        self.reread(now);
+        match self.members.iter().flatten().find(|(pid, _)| *pid == h.pid) {
+            Some((_, inbox)) => Route::To(SocketAddrV4::new(self.ip, *inbox)),
+            None => Route::Here,
+        }
+    }
+}
+
+/// The header that goes before a datagram passed on to another member.
+pub(crate) fn relay_header(from: SocketAddrV4, tos: u8) -> [u8; RELAY_HEADER] {
+    let mut h = [0u8; RELAY_HEADER];
+    h[..4].copy_from_slice(&from.ip().octets());
+    h[4..6].copy_from_slice(&from.port().to_be_bytes());
+    h[6] = tos;
+    h[7] = RELAY_MARK;
+    h
+}
+
+/// Reads a passed-on datagram's header: its original sender and TOS byte.
+pub(crate) fn parse_relay_header(b: &[u8]) -> Option<(SocketAddrV4, u8)> {
+    let h = b.get(..RELAY_HEADER)?;
+    (h[7] == RELAY_MARK).then(|| {
+        let ip = Ipv4Addr::new(h[0], h[1], h[2], h[3]);
+        (
+            SocketAddrV4::new(ip, u16::from_be_bytes([h[4], h[5]])),
+            h[6],
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unique_ip() -> Ipv4Addr {
+        let p = std::process::id();
+        Ipv4Addr::new(127, 96, (p >> 8) as u8, p as u8)
+    }
+
+    /// Slots are taken lowest first and held while the member lives; a member's
+    /// record names its process and inbox; a closed member is no member.
+    #[test]
+    fn members_take_the_first_free_slot() {
+        let ip = unique_ip();
+        let a = Member::join(ip, 4791, 1111).unwrap();
+        let b = Member::join(ip, 4791, 2222).unwrap();
+        assert_eq!((a.slot(), b.slot()), (0, 1));
+        let r = read_member(ip, 4791, 1).unwrap();
+        assert_eq!((r.pid, r.inbox), (std::process::id(), 2222));
+        drop(a);
+        assert_eq!(read_member(ip, 4791, 0), None);
+        let c = Member::join(ip, 4791, 3333).unwrap();
+        assert_eq!(c.slot(), 0, "a freed slot is taken again");
+        drop((b, c));
+    }
+
+    /// A device that joins an address tells those already there, once, at their next
+    /// heartbeat; a device alone is told nothing.
+    #[test]
+    fn members_learn_that_another_joined() {
+        let ip = unique_ip();
+        let mut a = Member::join(ip, 4793, 1111).unwrap();
+        assert!(!a.joined_others);
+        let later = Instant::now() + BEAT;
+        assert!(!a.beat(later), "alone");
+        let b = Member::join(ip, 4793, 2222).unwrap();
+        assert!(b.joined_others);
+        assert!(a.beat(later + BEAT), "told at its next beat");
+        assert!(!a.beat(later + 2 * BEAT), "told once");
+        drop(b);
+    }
+
+    fn bth(qpn: u32) -> Vec<u8> {
+        let mut p = vec![0u8; 12];
+        p[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+        p
+    }
+
+    /// A datagram goes to the member whose block holds its QPN; one for a slot with
+    /// no member, for this member, or multicast stays here.
+    #[test]
+    fn datagrams_go_to_the_member_of_their_qpn() {
+        let ip = unique_ip();
+        let port = 4792;
+        let me = Member::join(ip, port, 1111).unwrap();
+        let other = Member::join(ip, port, 2222).unwrap();
+        let mut r = Router::new(ip, port, me.slot());
+        let now = Instant::now();
+        let theirs = u32::from(other.slot()) << QPN_BLOCK_SHIFT | 0x42;
+        let mine = u32::from(me.slot()) << QPN_BLOCK_SHIFT | 0x42;
+        assert_eq!(
+            r.route(&bth(theirs), ip, now),
+            Route::To(SocketAddrV4::new(ip, 2222))
+        );
+        assert_eq!(r.route(&bth(mine), ip, now), Route::Here);
+        assert_eq!(r.route(&bth(0xFF_FFFF), ip, now), Route::Here);
+        assert_eq!(
+            r.route(&bth(theirs), Ipv4Addr::new(239, 1, 1, 1), now),
+            Route::Here
+        );
+        assert_eq!(r.route(&bth(5 << QPN_BLOCK_SHIFT), ip, now), Route::Here);
+        assert_eq!(r.route(&[0u8; 5], ip, now), Route::Here);
+        drop(other);
+    }
+
+    /// The header carries the sender and TOS; anything without the marker is refused.
+    #[test]
+    fn relay_header_round_trips() {
+        let from = SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 3), 50_000);
+        let mut b = relay_header(from, 0x88).to_vec();
+        b.extend_from_slice(b"payload");
+        assert_eq!(parse_relay_header(&b), Some((from, 0x88)));
+        b[7] = 0;
+        assert_eq!(parse_relay_header(&b), None);
+        assert_eq!(parse_relay_header(&b[..3]), None);
+    }
+}
