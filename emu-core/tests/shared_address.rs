@@ -379,7 +379,17 @@ fn an_exclusive_device_does_not_share() {
     let shared = open(ip, port);
     assert_eq!(exclusive(ip).unwrap_err().errno(), 98);
     drop(shared);
-    let alone = exclusive(ip).unwrap();
+    // A child another test is spawning holds a copy of every descriptor of this
+    // process until it runs its program: the closed socket may linger that long.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let alone = loop {
+        match exclusive(ip) {
+            Err(e) if e.errno() == 98 && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            r => break r.unwrap(),
+        }
+    };
     let e = EmuDevice::open(EmuConfig {
         ip,
         port,
@@ -433,4 +443,77 @@ fn two_processes_share_one_address() {
     cm_client(dev, shared_ip(), 7491);
     let status = child.wait().unwrap();
     assert!(status.success(), "the child failed: {status}");
+}
+
+/// Run as a child process by `a_datagram_sent_just_before_exit_arrives`: sends one UD
+/// message to the parent's QP on the shared address, then exits at once (no device
+/// teardown, as `os._exit` in a forked Python player).
+#[test]
+fn child_send_and_exit() {
+    let Ok(spec) = std::env::var("SHARED_ADDRESS_SENDER") else {
+        return;
+    };
+    let v: Vec<u32> = spec.split(',').map(|x| x.parse().unwrap()).collect();
+    let (port, remote_qpn, tag) = (v[0] as u16, v[1], v[2] as u8);
+    let d = open(shared_ip(), port);
+    let q = qp(&d, QpType::Ud, 64);
+    let params = QpParams {
+        qkey: QKEY,
+        ..QpParams::default()
+    };
+    connect_qp(&d, q.qpn, QpType::Ud, &params, 0, &Endpoint::default()).unwrap();
+    let attr = AhAttr {
+        grh: GlobalRoute {
+            dgid: Gid::from_ipv4(shared_ip()),
+            hop_limit: 64,
+            ..GlobalRoute::default()
+        },
+        is_global: true,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    let ah = d.create_ah(q.pd, &attr).unwrap();
+    q.buf.write(0, &[tag; 8]).unwrap();
+    let wr = SendWr::send(1, vec![Sge::new(q.mr.addr, 8, q.mr.lkey)]).with_ud(UdDest {
+        ah,
+        remote_qpn,
+        remote_qkey: QKEY,
+    });
+    d.post_send(q.qpn, &[wr]).unwrap();
+    wait(&d, q.cq, 1);
+    std::process::exit(0);
+}
+
+/// A process that sends to another device of its own address and exits at once loses
+/// nothing: packets to the device's own address go straight to the inbox of the device
+/// holding their QP, never into the kernel's pick among the address's sockets, whose
+/// queue goes with the process that holds it.
+#[test]
+fn a_datagram_sent_just_before_exit_arrives() {
+    let port = port() + 5;
+    let d = open(shared_ip(), port);
+    let q = qp(&d, QpType::Ud, 64 * 8);
+    let params = QpParams {
+        qkey: QKEY,
+        ..QpParams::default()
+    };
+    connect_qp(&d, q.qpn, QpType::Ud, &params, 0, &Endpoint::default()).unwrap();
+    let wrs: Vec<RecvWr> = (0..8)
+        .map(|i| RecvWr::new(i, vec![Sge::new(q.mr.addr + i * 64, 64, q.mr.lkey)]))
+        .collect();
+    d.post_recv(q.qpn, &wrs).unwrap();
+    for tag in 0..6u8 {
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_send_and_exit", "--test-threads=1"])
+            .env("SHARED_ADDRESS_SENDER", format!("{port},{},{tag}", q.qpn))
+            .status()
+            .unwrap();
+        assert!(status.success(), "sender {tag}: {status}");
+        let wc = wait(&d, q.cq, 1)[0];
+        assert_eq!(
+            q.buf.to_vec()[wc.wr_id as usize * 64 + 40],
+            tag,
+            "message {tag}"
+        );
+    }
 }

@@ -263,9 +263,15 @@ pub(crate) struct UdpLink {
     /// Where other devices sharing the address pass on datagrams for this one's QPs
     /// (`share`); none for a device that keeps its address to itself.
     inbox: Option<UdpSocket>,
+    /// Its port (0: none).
+    inbox_port: u16,
     /// Another device shares the address: receives look in the inbox too (alone, a
-    /// device spares its receives that system call).
+    /// device spares its receives that system call), and packets to the address go
+    /// straight to their device's inbox.
     inbox_active: AtomicBool,
+    /// Where the datagrams for other devices' QPs go (`share`), on a device that
+    /// shares its address. Taken after the engine's lock, never before it.
+    router: Option<parking_lot::Mutex<share::Router>>,
     /// Connected send sockets, one per unicast peer (see the module docs).
     peers: parking_lot::Mutex<Vec<PeerSocket>>,
     /// Interop mode: the raw socket datagrams are read from (IP header included).
@@ -459,8 +465,13 @@ impl UdpLink {
             ip,
             port,
             groups: parking_lot::Mutex::new(Vec::new()),
+            inbox_port: inbox
+                .as_ref()
+                .and_then(|s| s.local_addr().ok())
+                .map_or(0, |a| a.port()),
             inbox,
             inbox_active: AtomicBool::new(false),
+            router: None,
             peers: parking_lot::Mutex::new(Vec::new()),
             raw,
             hook: opts.hook.clone(),
@@ -524,31 +535,102 @@ impl UdpLink {
         self.port
     }
 
-    /// The port of the inbox (`share`); 0 when the device does not share its address.
-    pub(crate) fn inbox_port(&self) -> u16 {
-        self.inbox
-            .as_ref()
-            .and_then(|s| s.local_addr().ok())
-            .map_or(0, |a| a.port())
+    /// Makes the device the member in `slot` of its address (`share`), routing what
+    /// belongs to the others; `joined_others`: it found others there.
+    pub(crate) fn join_address(&mut self, slot: u8, joined_others: bool) {
+        if self.inbox.is_some() {
+            self.router = Some(parking_lot::Mutex::new(share::Router::new(
+                self.ip, self.port, slot,
+            )));
+            if joined_others {
+                self.activate_inbox();
+            }
+        }
     }
 
     /// Another device shares the address (`share`): receives look in the inbox from
-    /// now on.
+    /// now on, and packets to the address go straight to their device's inbox.
     pub(crate) fn activate_inbox(&self) {
         if self.inbox.is_some() && !self.inbox_active.load(Ordering::Relaxed) {
             self.inbox_active.store(true, Ordering::Relaxed);
         }
     }
 
-    /// Passes the datagram `d` (its RoCEv2 payload `bytes`) on to the member of the
-    /// address whose inbox is `to`, from the bound socket, behind the header that
-    /// names its sender (`share`). Returns whether it left.
-    pub(crate) fn relay(&self, to: SocketAddrV4, d: &Rx, bytes: &[u8]) -> bool {
-        let hdr = share::relay_header(d.from, d.tos);
+    /// Passes the datagrams of `range` in `rx` that belong to another device of the
+    /// address on to it (`share`), each behind the header naming its sender, and
+    /// takes them out of the batch (their sender becomes 0.0.0.0:0, as a bad ICRC's).
+    /// What another device passed on stays here whatever the router says (no datagram
+    /// goes round in circles). Returns how many went.
+    pub(crate) fn pass_on(&self, rx: &mut RxBufs, range: std::ops::Range<usize>) -> u64 {
+        let Some(router) = &self.router else {
+            return 0;
+        };
+        let mut router = router.lock();
+        let now = Instant::now();
+        let mut passed = 0;
+        for i in range {
+            let d = rx.got[i];
+            if d.passed_on || (d.from.port() == 0 && d.from.ip().is_unspecified()) {
+                continue;
+            }
+            if let share::Route::To(to) = router.route(rx.bytes(&d), d.dst, now) {
+                // One that cannot leave is lost, as on a link.
+                self.relay(to, d.from, d.tos, rx.bytes(&d));
+                rx.got[i].from = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+                passed += 1;
+            }
+        }
+        if passed > 0 {
+            // The device it went to may answer through this one's inbox.
+            self.activate_inbox();
+        }
+        passed
+    }
+
+    /// Sends `bytes` behind the header naming `from` (and its TOS byte) to the inbox
+    /// `to` of a device of the address, from the bound socket. Returns whether it left.
+    fn relay(&self, to: SocketAddrV4, from: SocketAddrV4, tos: u8, bytes: &[u8]) -> bool {
+        let hdr = share::relay_header(from, tos);
         let iov = [IoSlice::new(&hdr), IoSlice::new(bytes)];
         SockRef::from(&self.socket)
             .send_to_vectored(&iov, &SocketAddr::V4(to).into())
             .is_ok()
+    }
+
+    /// Sends the `segment`-byte `packets` (the last may be shorter) that go to the
+    /// device's own address while other devices share it: each straight to the inbox
+    /// of the device that holds its QP (this one's included), sealed as if it left the
+    /// bound socket. None goes through the kernel's pick among the address's sockets,
+    /// whose queue a device takes with it when its process ends (a REJ sent just before
+    /// its sender exited was lost that way). `None` when the address is not shared.
+    fn send_local(
+        &self,
+        dst: Ipv4Addr,
+        packets: &mut [u8],
+        segment: usize,
+    ) -> Option<io::Result<()>> {
+        let router = self.router.as_ref()?;
+        if dst != self.ip || !self.inbox_active.load(Ordering::Relaxed) {
+            return None;
+        }
+        let ep = self.endpoints(dst, self.port);
+        let from = SocketAddrV4::new(self.ip, self.port);
+        let own = SocketAddrV4::new(self.ip, self.inbox_port);
+        let tos = self.tos.load(Ordering::Relaxed);
+        let now = Instant::now();
+        let mut router = router.lock();
+        let mut r = Ok(());
+        for p in packets.chunks_mut(segment.max(1)) {
+            write_icrc(&ep, p);
+            let to = match router.route(p, dst, now) {
+                share::Route::To(to) => to,
+                share::Route::Here => own,
+            };
+            if !self.relay(to, from, tos, p) {
+                r = Err(io::Error::last_os_error());
+            }
+        }
+        Some(r)
     }
 
     /// Waits up to `timeout` for the socket to become readable; true if it is.
@@ -1175,9 +1257,12 @@ impl Link for UdpLink {
         if let Some(hook) = &self.hook {
             return self.send_hooked(hook.as_ref(), dst, packet);
         }
+        let n = packet.len();
+        if let Some(r) = self.send_local(dst, packet, n) {
+            return r;
+        }
         let mut peers = self.peers.lock();
         let out = self.out(&mut peers, dst);
-        let n = packet.len();
         self.transmit(&out, dst, packet, n.max(1))
     }
 
@@ -1198,6 +1283,9 @@ impl Link for UdpLink {
             }
             return r;
         }
+        if let Some(r) = self.send_local(dst, packets, segment) {
+            return r;
+        }
         let mut peers = self.peers.lock();
         let out = self.out(&mut peers, dst);
         // GSO cuts a run into datagrams with the IP ID counting up from the send's;
@@ -1215,7 +1303,7 @@ impl Link for UdpLink {
         first: &mut [u8],
         second: &mut [u8],
     ) -> io::Result<()> {
-        if self.hook.is_some() {
+        if self.hook.is_some() || (dst == self.ip && self.router.is_some()) {
             let r = self.send(src, dst, first);
             return self.send(src, dst, second).and(r);
         }

@@ -310,9 +310,6 @@ struct Inner {
     /// The network interface under the port (UDP devices), which the device thread
     /// follows (`netdev`): MTU, state, width and speed.
     netdev: Option<Mutex<netdev::Follower>>,
-    /// Where datagrams for the QPs of other devices of the address go (`share`); only
-    /// on a UDP device that shares its address.
-    router: Option<Mutex<share::Router>>,
     /// The kernel's drop counts of the UDP sockets, read with the interface (see
     /// `drops`).
     kernel_drops: Mutex<drops::KernelDrops>,
@@ -372,7 +369,7 @@ impl EmuDevice {
         };
         // A member of its address (`share`): its slot is its block of QPNs, and its
         // record carries its heartbeat (`liveness`).
-        let (udp, member) = if UdpLink::shares(cfg.port, &cfg.link) {
+        let (mut udp, member) = if UdpLink::shares(cfg.port, &cfg.link) {
             let inbox = UdpLink::open_inbox(cfg.ip).map_err(os("open the device's inbox"))?;
             let inbox_port = inbox.local_addr().map_or(0, |a| a.port());
             match share::Member::join(cfg.ip, cfg.port, inbox_port) {
@@ -397,6 +394,9 @@ impl EmuDevice {
             let m = share::Member::join(cfg.ip, udp.port(), 0).ok();
             (udp, m)
         };
+        if let Some(m) = &member {
+            udp.join_address(m.slot(), m.joined_others);
+        }
         let udp = Arc::new(udp);
         let mut cfg = cfg;
         cfg.port = udp.port();
@@ -404,12 +404,6 @@ impl EmuDevice {
         let mut inner = Inner::new(cfg, udp.clone(), Some(udp.clone()))?;
         if let Some(i) = Arc::get_mut(&mut inner) {
             i.netdev = Some(Mutex::new(netdev::Follower::new(ip)));
-            if let (Some(m), true) = (&member, udp.inbox_port() != 0) {
-                i.router = Some(Mutex::new(share::Router::new(ip, i.cfg.port, m.slot())));
-                if m.joined_others {
-                    udp.activate_inbox();
-                }
-            }
         }
         // The port reflects its interface from the start.
         inner.watch(Instant::now());
@@ -753,7 +747,6 @@ impl Inner {
             waits: AtomicU64::new(0),
             waiter_mode: AtomicBool::new(false),
             netdev: None,
-            router: None,
             kernel_drops: Mutex::new(drops::KernelDrops::default()),
             next_watch: AtomicU64::new(0),
             born: Instant::now(),
@@ -1103,8 +1096,11 @@ impl Inner {
                 .icrc_errors
                 .fetch_add(bad, Ordering::Relaxed);
         }
-        if let Some(router) = &self.router {
-            self.pass_on(udp, rx, start..end, &mut router.lock());
+        let passed = udp.pass_on(rx, start..end);
+        if passed > 0 {
+            self.link_counters
+                .passed_on
+                .fetch_add(passed, Ordering::Relaxed);
         }
         let mut core = self.core.lock();
         let now = Instant::now();
@@ -1138,39 +1134,6 @@ impl Inner {
         core.engine.handle_timeout(now);
         self.flush(&mut core, now, defer);
         end - start
-    }
-
-    /// Passes the datagrams of `range` that belong to another device of the address on
-    /// to it (`share`), taking them out of the batch. What another device passed on
-    /// stays here whatever the router says (no datagram goes round in circles).
-    fn pass_on(
-        &self,
-        udp: &UdpLink,
-        rx: &mut RxBufs,
-        range: std::ops::Range<usize>,
-        router: &mut share::Router,
-    ) {
-        let now = Instant::now();
-        let mut passed = 0;
-        for i in range {
-            let d = rx.got[i];
-            if d.passed_on || (d.from.port() == 0 && d.from.ip().is_unspecified()) {
-                continue;
-            }
-            if let share::Route::To(to) = router.route(rx.bytes(&d), d.dst, now) {
-                // It may answer through this one's inbox.
-                udp.activate_inbox();
-                // One that cannot leave is lost, as on a link.
-                udp.relay(to, &d, rx.bytes(&d));
-                rx.got[i].from = std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
-                passed += 1;
-            }
-        }
-        if passed > 0 {
-            self.link_counters
-                .passed_on
-                .fetch_add(passed, Ordering::Relaxed);
-        }
     }
 
     /// Hands the engine the datagrams an inline receive left (see `receive`).

@@ -94,6 +94,10 @@ impl Member {
     /// none). Fails when the shared folder cannot be written or every slot is taken.
     pub(crate) fn join(ip: Ipv4Addr, port: u16, inbox: u16) -> io::Result<Member> {
         let d = dir(ip, port);
+        if d.is_file() {
+            // A heartbeat file of an older version, whose device is gone.
+            let _ = std::fs::remove_file(&d);
+        }
         std::fs::create_dir_all(&d)?;
         for slot in 0..MEMBERS as u8 {
             let file = OpenOptions::new()
@@ -350,6 +354,10 @@ mod tests {
         let c = Member::join(ip, 4791, 3333).unwrap();
         assert_eq!(c.slot(), 0, "a freed slot is taken again");
         drop((b, c));
+        // Where an older version left a heartbeat file under the address's name.
+        let old = dir(ip, 4794);
+        std::fs::write(&old, [0u8; 16]).unwrap();
+        assert_eq!(Member::join(ip, 4794, 1).unwrap().slot(), 0);
     }
 
     /// A device that joins an address tells those already there, once, at their next
