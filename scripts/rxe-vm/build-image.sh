@@ -41,10 +41,10 @@ find kernel -name 'rdma_rxe.ko*'
 t2=$(date +%s); echo "kernel ready: $((t2-t1))s"
 
 # 4. rootfs via debootstrap (minbase + RDMA userspace)
-if [ ! -x rootfs/usr/bin/ibv_rc_pingpong ]; then
+if [ ! -x rootfs/usr/bin/ibv_rc_pingpong ] || [ ! -x rootfs/usr/bin/qperf ]; then
   rm -rf rootfs
   debootstrap --variant=minbase \
-    --include=rdma-core,ibverbs-utils,ibverbs-providers,librdmacm1,rdmacm-utils,perftest,iproute2,kmod,procps,iputils-ping,netbase,tcpdump \
+    --include=rdma-core,ibverbs-utils,ibverbs-providers,librdmacm1,rdmacm-utils,perftest,qperf,iproute2,kmod,procps,iputils-ping,netbase,tcpdump \
     bookworm rootfs "$MIRROR"
 fi
 # kernel modules into the rootfs (same kernel as we boot)
