@@ -556,6 +556,15 @@ impl UdpLink {
         }
     }
 
+    /// Another device joined the address (its heartbeat says so, `share::Member::beat`):
+    /// receives look in the inbox, and the router reads the members again.
+    pub(crate) fn member_joined(&self) {
+        self.activate_inbox();
+        if let Some(r) = &self.router {
+            r.lock().forget();
+        }
+    }
+
     /// Passes the datagrams of `range` in `rx` that belong to another device of the
     /// address on to it (`share`), each behind the header naming its sender, and
     /// takes them out of the batch (their sender becomes 0.0.0.0:0, as a bad ICRC's).

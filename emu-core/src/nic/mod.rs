@@ -1176,7 +1176,7 @@ impl Inner {
             let now = Instant::now();
             self.watch(now);
             if member.as_mut().is_some_and(|m| m.beat(now)) {
-                udp.activate_inbox();
+                udp.member_joined();
             }
             let (sleep, armed) = {
                 let core = self.core.lock();
