@@ -352,11 +352,13 @@ const SPIN: Duration = Duration::from_micros(20);
 const SPIN_BUSY: Duration = Duration::from_micros(50);
 
 impl EmuDevice {
-    /// Opens a device on UDP: binds its socket and starts its thread. EADDRINUSE and
-    /// the like come back as [`Error::Os`].
+    /// Opens a device on UDP: binds its socket and starts its thread. Devices that open
+    /// one address share it, as processes share one kernel rxe device, unless
+    /// [`interop::LinkOptions::exclusive`] keeps it to one. EADDRINUSE and the like come
+    /// back as [`Error::Os`].
     pub fn open(cfg: EmuConfig) -> Result<EmuDevice> {
-        let os = |context: &'static str| {
-            move |e: std::io::Error| Error::Os {
+        let (udp, member) =
+            share::bind(cfg.ip, cfg.port, &cfg.link).map_err(|(context, e)| Error::Os {
                 errno: e
                     .raw_os_error()
                     .unwrap_or(if e.kind() == std::io::ErrorKind::AddrInUse {
@@ -365,38 +367,7 @@ impl EmuDevice {
                         nix::errno::Errno::EIO as i32
                     }),
                 context,
-            }
-        };
-        // A member of its address (`share`): its slot is its block of QPNs, and its
-        // record carries its heartbeat (`liveness`).
-        let (mut udp, member) = if UdpLink::shares(cfg.port, &cfg.link) {
-            let inbox = UdpLink::open_inbox(cfg.ip).map_err(os("open the device's inbox"))?;
-            let inbox_port = inbox.local_addr().map_or(0, |a| a.port());
-            match share::Member::join(cfg.ip, cfg.port, inbox_port) {
-                Ok(m) => (
-                    UdpLink::bind(cfg.ip, cfg.port, &cfg.link, Some(inbox))
-                        .map_err(os("bind the device's UDP socket"))?,
-                    Some(m),
-                ),
-                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                    return Err(os("share the device's address")(e))
-                }
-                // No shared folder: the address is this device's alone.
-                Err(_) => (
-                    UdpLink::bind(cfg.ip, cfg.port, &cfg.link, None)
-                        .map_err(os("bind the device's UDP socket"))?,
-                    None,
-                ),
-            }
-        } else {
-            let udp = UdpLink::bind(cfg.ip, cfg.port, &cfg.link, None)
-                .map_err(os("bind the device's UDP socket"))?;
-            let m = share::Member::join(cfg.ip, udp.port(), 0).ok();
-            (udp, m)
-        };
-        if let Some(m) = &member {
-            udp.join_address(m.slot(), m.joined_others);
-        }
+            })?;
         let udp = Arc::new(udp);
         let mut cfg = cfg;
         cfg.port = udp.port();

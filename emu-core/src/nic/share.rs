@@ -29,6 +29,8 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use super::interop::LinkOptions;
+use super::link::UdpLink;
 use crate::cm::mad::{Addressee, COMM_BLOCK_SHIFT};
 use crate::engine::{QPN_BLOCK_BITS, QPN_BLOCK_SHIFT};
 use crate::host;
@@ -191,6 +193,42 @@ impl Drop for Member {
         // No longer a member; the lock goes with the file.
         self.write(0);
     }
+}
+
+/// Binds the UDP link of a device on `ip:port` and makes the device a member of its
+/// address: shared (`SO_REUSEPORT`, an inbox, a slot whose block its QPNs come from)
+/// unless the link keeps the address to itself (`UdpLink::shares`), in which case it
+/// still takes a slot for its heartbeat. Without a shared folder the device keeps the
+/// address to itself and has no slot. An error says what failed.
+pub(crate) fn bind(
+    ip: Ipv4Addr,
+    port: u16,
+    opts: &LinkOptions,
+) -> Result<(UdpLink, Option<Member>), (&'static str, io::Error)> {
+    // A slot for its heartbeat only, when `slot`.
+    let alone = |slot: bool| {
+        let udp =
+            UdpLink::bind(ip, port, opts, None).map_err(|e| ("bind the device's UDP socket", e))?;
+        let m = slot.then(|| Member::join(ip, udp.port(), 0).ok()).flatten();
+        Ok((udp, m))
+    };
+    if !UdpLink::shares(port, opts) {
+        return alone(true);
+    }
+    let inbox = UdpLink::open_inbox(ip).map_err(|e| ("open the device's inbox", e))?;
+    let inbox_port = inbox.local_addr().map_or(0, |a| a.port());
+    let member = match Member::join(ip, port, inbox_port) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            return Err(("share the device's address", e))
+        }
+        // No shared folder: the address is this device's alone.
+        Err(_) => return alone(false),
+    };
+    let mut udp = UdpLink::bind(ip, port, opts, Some(inbox))
+        .map_err(|e| ("bind the device's UDP socket", e))?;
+    udp.join_address(member.slot(), member.joined_others);
+    Ok((udp, Some(member)))
 }
 
 /// Where a received datagram goes.
