@@ -78,6 +78,36 @@ fn qp(d: &dyn Device, t: QpType, len: usize) -> Qp {
     }
 }
 
+/// Brings UD QP `q` of `d` to RTS with [`QKEY`].
+fn ud_ready(d: &dyn Device, q: &Qp) {
+    let params = QpParams {
+        qkey: QKEY,
+        ..QpParams::default()
+    };
+    connect_qp(d, q.qpn, QpType::Ud, &params, 0, &Endpoint::default()).unwrap();
+}
+
+/// A UD send of `len` bytes at the start of `q`'s buffer to QP `remote_qpn` of the
+/// shared address.
+fn ud_send_to_shared(d: &dyn Device, q: &Qp, remote_qpn: u32, len: u32) -> SendWr {
+    let attr = AhAttr {
+        grh: GlobalRoute {
+            dgid: Gid::from_ipv4(shared_ip()),
+            hop_limit: 64,
+            ..GlobalRoute::default()
+        },
+        is_global: true,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    let ah = d.create_ah(q.pd, &attr).unwrap();
+    SendWr::send(1, vec![Sge::new(q.mr.addr, len, q.mr.lkey)]).with_ud(UdDest {
+        ah,
+        remote_qpn,
+        remote_qkey: QKEY,
+    })
+}
+
 fn wait(d: &dyn Device, cq: CqId, n: usize) -> Vec<WorkCompletion> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut out = Vec::new();
@@ -111,11 +141,7 @@ fn each_device_of_an_address_gets_its_own_datagrams() {
     let qb = qp(&b, QpType::Ud, 64 * 64);
     for (d, q) in [(&a, &qa), (&b, &qb)] {
         assert_eq!(u32::from(d.qpn_block()), q.qpn >> 18);
-        let params = QpParams {
-            qkey: QKEY,
-            ..QpParams::default()
-        };
-        connect_qp(d, q.qpn, QpType::Ud, &params, 0, &Endpoint::default()).unwrap();
+        ud_ready(d, q);
         let wrs: Vec<RecvWr> = (0..32)
             .map(|i| RecvWr::new(i, vec![Sge::new(q.mr.addr + i * 64, 64, q.mr.lkey)]))
             .collect();
@@ -126,36 +152,11 @@ fn each_device_of_an_address_gets_its_own_datagrams() {
         .collect();
     for (i, s) in senders.iter().enumerate() {
         let q = qp(s, QpType::Ud, 64);
-        let params = QpParams {
-            qkey: QKEY,
-            ..QpParams::default()
-        };
-        connect_qp(s, q.qpn, QpType::Ud, &params, 0, &Endpoint::default()).unwrap();
-        let ah = s
-            .create_ah(
-                q.pd,
-                &AhAttr {
-                    grh: GlobalRoute {
-                        dgid: Gid::from_ipv4(shared_ip()),
-                        hop_limit: 64,
-                        ..GlobalRoute::default()
-                    },
-                    is_global: true,
-                    port_num: 1,
-                    ..AhAttr::default()
-                },
-            )
-            .unwrap();
+        ud_ready(s, &q);
         q.buf.write(0, &[i as u8; 8]).unwrap();
         let wrs: Vec<SendWr> = [qa.qpn, qb.qpn]
             .iter()
-            .map(|&remote_qpn| {
-                SendWr::send(1, vec![Sge::new(q.mr.addr, 8, q.mr.lkey)]).with_ud(UdDest {
-                    ah,
-                    remote_qpn,
-                    remote_qkey: QKEY,
-                })
-            })
+            .map(|&remote_qpn| ud_send_to_shared(s, &q, remote_qpn, 8))
             .collect();
         s.post_send(q.qpn, &wrs).unwrap();
         wait(s, q.cq, 2);
@@ -457,28 +458,9 @@ fn child_send_and_exit() {
     let (port, remote_qpn, tag) = (v[0] as u16, v[1], v[2] as u8);
     let d = open(shared_ip(), port);
     let q = qp(&d, QpType::Ud, 64);
-    let params = QpParams {
-        qkey: QKEY,
-        ..QpParams::default()
-    };
-    connect_qp(&d, q.qpn, QpType::Ud, &params, 0, &Endpoint::default()).unwrap();
-    let attr = AhAttr {
-        grh: GlobalRoute {
-            dgid: Gid::from_ipv4(shared_ip()),
-            hop_limit: 64,
-            ..GlobalRoute::default()
-        },
-        is_global: true,
-        port_num: 1,
-        ..AhAttr::default()
-    };
-    let ah = d.create_ah(q.pd, &attr).unwrap();
+    ud_ready(&d, &q);
     q.buf.write(0, &[tag; 8]).unwrap();
-    let wr = SendWr::send(1, vec![Sge::new(q.mr.addr, 8, q.mr.lkey)]).with_ud(UdDest {
-        ah,
-        remote_qpn,
-        remote_qkey: QKEY,
-    });
+    let wr = ud_send_to_shared(&d, &q, remote_qpn, 8);
     d.post_send(q.qpn, &[wr]).unwrap();
     wait(&d, q.cq, 1);
     std::process::exit(0);
@@ -493,11 +475,7 @@ fn a_datagram_sent_just_before_exit_arrives() {
     let port = port() + 5;
     let d = open(shared_ip(), port);
     let q = qp(&d, QpType::Ud, 64 * 8);
-    let params = QpParams {
-        qkey: QKEY,
-        ..QpParams::default()
-    };
-    connect_qp(&d, q.qpn, QpType::Ud, &params, 0, &Endpoint::default()).unwrap();
+    ud_ready(&d, &q);
     let wrs: Vec<RecvWr> = (0..8)
         .map(|i| RecvWr::new(i, vec![Sge::new(q.mr.addr + i * 64, 64, q.mr.lkey)]))
         .collect();
