@@ -64,9 +64,15 @@ pub(crate) struct Record {
     pub(crate) inbox: u16,
 }
 
-/// The record of the member in `slot` of `ip:port`, if that member is alive.
+/// The record of the member in `slot` of `ip:port`, if that member is alive: its
+/// process exists and its slot is held (a shared lock on the file is refused; the pid
+/// alone could be another process's by now).
 pub(crate) fn read_member(ip: Ipv4Addr, port: u16, slot: u8) -> Option<Record> {
-    let f = File::open(dir(ip, port).join(slot.to_string())).ok()?;
+    read_record(&dir(ip, port).join(slot.to_string()))
+}
+
+fn read_record(path: &std::path::Path) -> Option<Record> {
+    let f = File::open(path).ok()?;
     let mut b = [0u8; RECORD];
     f.read_exact_at(&mut b, 0).ok()?;
     let r = Record {
@@ -74,7 +80,11 @@ pub(crate) fn read_member(ip: Ipv4Addr, port: u16, slot: u8) -> Option<Record> {
         pid: u32::from_le_bytes(b[8..12].try_into().ok()?),
         inbox: u16::from_le_bytes(b[12..14].try_into().ok()?),
     };
-    host::pid_alive(r.pid).then_some(r)
+    let held = matches!(
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
+        Err(rustix::io::Errno::WOULDBLOCK)
+    );
+    (held && host::pid_alive(r.pid)).then_some(r)
 }
 
 /// This device's membership of its address: its slot, held while the value lives.
@@ -171,14 +181,7 @@ fn tell_others(d: &std::path::Path, slot: u8) -> bool {
     let mut any = false;
     for s in (0..MEMBERS as u8).filter(|s| *s != slot) {
         let path = d.join(s.to_string());
-        let live = File::open(&path).ok().and_then(|f| {
-            let mut b = [0u8; RECORD];
-            f.read_exact_at(&mut b, 0).ok()?;
-            let pid = u32::from_le_bytes(b[8..12].try_into().ok()?);
-            let inbox = u16::from_le_bytes(b[12..14].try_into().ok()?);
-            (host::pid_alive(pid) && inbox != 0).then_some(())
-        });
-        if live.is_some() {
+        if read_record(&path).is_some_and(|r| r.inbox != 0) {
             if let Ok(f) = OpenOptions::new().write(true).open(&path) {
                 let _ = f.write_at(&[1], JOINED);
             }
@@ -409,6 +412,13 @@ mod tests {
         let c = Member::join(ip, 4791, 3333).unwrap();
         assert_eq!(c.slot(), 0, "a freed slot is taken again");
         drop((b, c));
+        // A record naming a live process (this one) in a slot nobody holds: the pid
+        // was reused, the member is gone.
+        let mut rec = [0u8; RECORD];
+        rec[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+        rec[12..14].copy_from_slice(&4444u16.to_le_bytes());
+        std::fs::write(dir(ip, 4791).join("5"), rec).unwrap();
+        assert_eq!(read_member(ip, 4791, 5), None);
         // Where an older version left a heartbeat file under the address's name.
         let old = dir(ip, 4794);
         std::fs::write(&old, [0u8; 16]).unwrap();
