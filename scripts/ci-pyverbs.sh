@@ -35,7 +35,7 @@ log=$work/pyverbs.log
 # with a network interface that carries its address (--netns), so the rdmacm cases
 # run too: their players are processes forked from the suite's, server and client on
 # that one address (the device is shared between them, as rxe's is).
-cargo build -q -p sims --bin rdma-emu --manifest-path "$root/Cargo.toml" || { echo "FAIL build rdma-emu"; exit 1; }
+cargo build -q -p rdma-emu --manifest-path "$root/Cargo.toml" || { echo "FAIL build rdma-emu"; exit 1; }
 (cd "$suite" && timeout "${PYVERBS_TIMEOUT:-900}" "$CARGO_TARGET_DIR/debug/rdma-emu" exec \
   --lib "$work/lib" --netns --ip 127.0.0.77 -- /usr/bin/python3 tests/run_tests.py --dev emu0 -v) >"$log" 2>&1
 rc=$?

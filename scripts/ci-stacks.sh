@@ -9,7 +9,7 @@
 #                   as scripts/ci-pyverbs.sh)
 #   Open MPI 4.1    mpirun -np 2 --mca pml ucx, an MPI ping-pong over ud_verbs and
 #                   rc_verbs, each rank its own device
-# plus the launcher's own tests (cargo test -p sims --test exec, with the library).
+# plus the launcher's own tests (cargo test -p rdma-emu --test exec, with the library).
 #   scripts/ci-stacks.sh            # installs its packages if missing (apt-get)
 # Every step runs under timeout and prints one line:
 #   PASS   it did what the stack does on a real RoCE device
@@ -41,7 +41,7 @@ work=$(mktemp -d /tmp/ci-stacks.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 "$root/capi/build-so.sh" --release "$work/lib" >/dev/null || { echo "FAIL build libibverbs.so.1"; exit 1; }
 # The launcher only sets up namespaces and files: a debug build does.
-cargo build -q -p sims --bin rdma-emu --manifest-path "$root/Cargo.toml" || { echo "FAIL build rdma-emu"; exit 1; }
+cargo build -q -p rdma-emu --manifest-path "$root/Cargo.toml" || { echo "FAIL build rdma-emu"; exit 1; }
 emu=$CARGO_TARGET_DIR/debug/rdma-emu
 export RDMA_EMU_LIB=$work/lib
 unset RDMA_EMU_DEVICES RDMA_EMU_CONFIG RDMA_EMU_IP
@@ -66,14 +66,14 @@ show() { tail -n "${2:-15}" "$1" | sed 's/^/        /'; }
 # --- the launcher itself ---------------------------------------------------------
 log=$work/launcher.log
 if ! want launcher; then :
-elif (cd "$root" && timeout 600 cargo test -q -p sims --test exec -- --nocapture) >"$log" 2>&1; then
+elif (cd "$root" && timeout 600 cargo test -q -p rdma-emu --test exec -- --nocapture) >"$log" 2>&1; then
   if grep -q "SKIPPED" "$log"; then
     result launcher-tests FAIL "skipped: $(grep -m1 SKIPPED "$log")"
   else
     result launcher-tests PASS "$(grep -Eo 'test result: .*' "$log" | head -1)"
   fi
 else
-  result launcher-tests FAIL "cargo test -p sims --test exec"; show "$log" 30
+  result launcher-tests FAIL "cargo test -p rdma-emu --test exec"; show "$log" 30
 fi
 
 # --- UCX ---------------------------------------------------------------------------
