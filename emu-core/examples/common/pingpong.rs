@@ -543,7 +543,7 @@ pub(crate) fn main(mode: Mode) {
 }
 
 /// Runs the program for `mode` with `args` (options and HOST, no program name); also
-/// what `rdma-emu pingpong` runs (crate sims includes this file).
+/// what `rdma-emu pingpong` runs (crate rdma-emu includes this file).
 pub(crate) fn main_with_args(mode: Mode, args: Vec<String>) {
     let o = parse_args(mode, args);
     // Both devices of --loopback live in this process.

@@ -1,5 +1,5 @@
 //! Running the project's programs as a user would, for the bad-arguments tests of
-//! emu-core's examples and of `rdma-emu` (sims includes this file): each run has a time
+//! emu-core's examples and of `rdma-emu` (rdma-emu includes this file): each run has a time
 //! limit, and a failure must be one line on stderr with a non-zero exit status.
 
 #![allow(dead_code, unreachable_pub)]
