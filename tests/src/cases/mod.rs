@@ -6,6 +6,7 @@ use crate::Case;
 mod adapter;
 mod cm;
 mod cq;
+mod cross_pd;
 mod data;
 mod device;
 mod errors;
@@ -15,6 +16,7 @@ mod ports;
 mod qp_state;
 mod srq;
 mod ud;
+mod unsignaled;
 mod wc_flags;
 
 /// Appends every case.
@@ -26,6 +28,8 @@ pub fn register(v: &mut Vec<Case>) {
     data::register(v);
     wc_flags::register(v);
     errors::register(v);
+    unsignaled::register(v);
+    cross_pd::register(v);
     adapter::register(v);
     mw::register(v);
     srq::register(v);
