@@ -128,6 +128,18 @@ impl Env {
 
     /// A QP in RESET.
     pub fn qp(&self, pd: PdId, cq: CqId, qp_type: QpType, cap: QpCap) -> u32 {
+        self.qp_signalling(pd, cq, qp_type, cap, false)
+    }
+
+    /// A QP in RESET whose every send WR completes when `sq_sig_all`.
+    fn qp_signalling(
+        &self,
+        pd: PdId,
+        cq: CqId,
+        qp_type: QpType,
+        cap: QpCap,
+        sq_sig_all: bool,
+    ) -> u32 {
         self.dev
             .create_qp(&QpInitAttr {
                 pd,
@@ -135,24 +147,37 @@ impl Env {
                 recv_cq: cq,
                 qp_type,
                 cap,
-                sq_sig_all: false,
+                sq_sig_all,
                 srq: None,
             })
             .expect("create_qp")
     }
 
-    fn end(&self, pd: PdId, qp_type: QpType, cap: QpCap, cqe: u32) -> End {
+    fn end(&self, pd: PdId, qp_type: QpType, cap: QpCap, cqe: u32, sq_sig_all: bool) -> End {
         let cq = self.cq(cqe);
-        let qpn = self.qp(pd, cq, qp_type, cap);
+        let qpn = self.qp_signalling(pd, cq, qp_type, cap, sq_sig_all);
         let (buf, mr) = self.mr(pd, BUF, all_access());
         End { qpn, cq, buf, mr }
     }
 
     /// Two QPs of `qp_type`, connected with `params` (UD QPs are only brought to RTS).
     pub fn pair_with(&self, qp_type: QpType, params: &QpParams, cap: QpCap, cqe: u32) -> Pair {
+        self.pair_signalling(qp_type, params, cap, cqe, false)
+    }
+
+    /// [`Env::pair_with`], the requester `a` with `sq_sig_all` as given (every send WR
+    /// completes, signalled or not).
+    pub fn pair_signalling(
+        &self,
+        qp_type: QpType,
+        params: &QpParams,
+        cap: QpCap,
+        cqe: u32,
+        a_sq_sig_all: bool,
+    ) -> Pair {
         let pd = self.pd();
-        let a = self.end(pd, qp_type, cap, cqe);
-        let b = self.end(pd, qp_type, cap, cqe);
+        let a = self.end(pd, qp_type, cap, cqe, a_sq_sig_all);
+        let b = self.end(pd, qp_type, cap, cqe, false);
         let gid = self.gid();
         let (pa, pb) = (0x10_0000, 0x20_0000);
         let ea = Endpoint {

@@ -6,11 +6,9 @@
 
 use std::time::Duration;
 
-use verbs_api::{
-    connect_qp, Endpoint, QpInitAttr, QpType, RecvWr, SendWr, Sge, WcOpcode, WcStatus as S,
-};
+use verbs_api::{QpType, RecvWr, SendWr, Sge, WcOpcode, WcStatus as S};
 
-use crate::env::{all_access, default_cap, Pair};
+use crate::env::{default_cap, Pair};
 use crate::{Case, Env, Outcome};
 
 /// What fills memory a failed WR must not touch.
@@ -120,43 +118,13 @@ fn flush_behind(env: &Env) -> Outcome {
 
 /// A connected RC pair whose requester `a` has `sq_sig_all` set.
 fn sig_all_pair(env: &Env) -> Pair {
-    let pd = env.pd();
-    let mut ends = Vec::new();
-    for sig_all in [true, false] {
-        let cq = env.cq(64);
-        let qpn = env
-            .dev
-            .create_qp(&QpInitAttr {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: QpType::Rc,
-                cap: default_cap(),
-                sq_sig_all: sig_all,
-                srq: None,
-            })
-            .expect("create_qp");
-        let (buf, mr) = env.mr(pd, 1 << 16, all_access());
-        ends.push(crate::env::End { qpn, cq, buf, mr });
-    }
-    let b = ends.pop().expect("b");
-    let a = ends.pop().expect("a");
-    let (_, init) = env.dev.query_qp(a.qpn).expect("query_qp");
+    let p = env.pair_signalling(QpType::Rc, &env.params(), default_cap(), 64, true);
+    let (_, init) = env.dev.query_qp(p.a.qpn).expect("query_qp");
     assert!(
         init.sq_sig_all,
         "the QP does not report sq_sig_all: {init:?}"
     );
-    let gid = env.gid();
-    let end = |qpn, psn| Endpoint {
-        lid: 0,
-        qpn,
-        psn,
-        gid,
-    };
-    let params = env.params();
-    connect_qp(&*env.dev, a.qpn, QpType::Rc, &params, 1, &end(b.qpn, 2)).expect("connect a");
-    connect_qp(&*env.dev, b.qpn, QpType::Rc, &params, 2, &end(a.qpn, 1)).expect("connect b");
-    Pair { pd, a, b }
+    p
 }
 
 fn sig_all(env: &Env) -> Outcome {
