@@ -6,12 +6,13 @@
 
 use std::time::{Duration, Instant};
 
-use emu_core::engine::{CqHandle, Engine, MrInfo, QpInitAttr, MAX_PACKET};
+use emu_core::engine::{Engine, MAX_PACKET};
 use emu_wire::{check_icrc, write_icrc, Ipv4Endpoints, PacketRepr};
 use verbs_api::{
     AccessFlags, Endpoint, Gid, MemBuf, Mtu, QpCap, QpParams, QpType, RecvWr, SendFlags, SendWr,
     Sge, WorkCompletion, WrOperation,
 };
+use verbs_api::{CqId, MrInfo, QpInitAttr};
 
 #[path = "common/checks.rs"]
 mod checks;
@@ -21,7 +22,7 @@ struct Nic {
     name: &'static str,
     engine: Engine,
     gid: Gid,
-    cq: CqHandle,
+    cq: CqId,
     qpn: u32,
     buf: MemBuf,
     mr: MrInfo,

@@ -5,12 +5,12 @@
 
 mod util;
 
-use emu_core::engine::{MwHandle, PdHandle};
 use util::*;
 use verbs_api::{
     AccessFlags, AsyncEventType, MwBind, MwBindInfo, MwType, SendFlags, SendWr, WcFlags, WcOpcode,
     WcStatus, WrOperation,
 };
+use verbs_api::{MwId, PdId};
 
 fn cfg() -> Config {
     let d = Config::default();
@@ -29,7 +29,7 @@ fn info(node: &Node, offset: u64, length: u64, access: AccessFlags) -> MwBindInf
     }
 }
 
-fn bind1(p: &mut Pair, node: &Node, mw: MwHandle, info: MwBindInfo) -> u32 {
+fn bind1(p: &mut Pair, node: &Node, mw: MwId, info: MwBindInfo) -> u32 {
     let now = p.now;
     let bind = MwBind {
         wr_id: 77,
@@ -343,7 +343,7 @@ fn bad_binds_are_mw_bind_errors() {
     ] {
         let (mut p, _a, b) = connected(cfg());
         let mut good = info(&b, 0, 128, RW);
-        let type1 = |p: &mut Pair, pd: PdHandle, i: MwBindInfo| {
+        let type1 = |p: &mut Pair, pd: PdId, i: MwBindInfo| {
             let (mw, _) = p.b.alloc_mw(pd, MwType::Type1).unwrap();
             bind1(p, &b, mw, i);
         };
@@ -441,9 +441,7 @@ fn bind_verb_errnos() {
         22
     );
     assert_eq!(
-        p.b.alloc_mw(PdHandle(999), MwType::Type1)
-            .unwrap_err()
-            .errno(),
+        p.b.alloc_mw(PdId(999), MwType::Type1).unwrap_err().errno(),
         22
     );
     let q = setup(&mut p.b, Side::B, &cfg()).qpn;

@@ -241,7 +241,7 @@ fn srq_failure_takes_its_qps_to_err_with_qp_fatal() {
     assert_eq!(got, [(1, WcStatus::RemAbortErr)]);
     assert_eq!(p.b.srq_len(srq), 1);
     assert_eq!(
-        p.b.fail_srq(now, emu_core::engine::SrqHandle(999))
+        p.b.fail_srq(now, verbs_api::SrqId(999))
             .unwrap_err()
             .errno(),
         22

@@ -6,9 +6,10 @@ mod util;
 
 use std::time::Duration;
 
-use emu_core::engine::{Engine, QpInitAttr};
+use emu_core::engine::Engine;
 use util::*;
 use verbs_api::QpAttrMask as M;
+use verbs_api::QpInitAttr;
 use verbs_api::{
     AccessFlags, AsyncEventType, MemBuf, Mtu, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags,
     SendWr, Sge, WcStatus, WrOperation,

@@ -3,8 +3,8 @@
 
 mod util;
 
-use emu_core::engine::PdHandle;
 use util::*;
+use verbs_api::PdId;
 use verbs_api::{
     AccessFlags, MemBuf, MwBind, MwBindInfo, MwType, ReregMrFlags as F, SendFlags, SendWr, WcStatus,
 };
@@ -118,7 +118,7 @@ fn rereg_errnos() {
     assert_eq!(errno(e.rereg_mr(k, F::CHANGE_PD, None, None, rw)), 22);
     assert_eq!(errno(e.rereg_mr(k, F::CHANGE_PD, None, None, none)), 22);
     assert_eq!(
-        errno(e.rereg_mr(k, F::CHANGE_PD, Some(PdHandle(999)), None, none)),
+        errno(e.rereg_mr(k, F::CHANGE_PD, Some(PdId(999)), None, none)),
         22
     );
     assert_eq!(

@@ -6,12 +6,13 @@ mod util;
 
 use std::time::Duration;
 
-use emu_core::engine::{Engine, QpInitAttr, SrqAttr, SrqAttrMask, SrqHandle};
+use emu_core::engine::{Engine, SrqAttr, SrqAttrMask};
 use util::*;
 use verbs_api::{
     AsyncEvent, AsyncEventType, EventElement, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr,
     SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOperation,
 };
+use verbs_api::{QpInitAttr, SrqId};
 
 const EINVAL: i32 = 22;
 const ENOMEM: i32 = 12;
@@ -79,7 +80,7 @@ fn srq_events(events: &[AsyncEvent]) -> Vec<AsyncEvent> {
         .collect()
 }
 
-fn limit_event(srq: SrqHandle) -> AsyncEvent {
+fn limit_event(srq: SrqId) -> AsyncEvent {
     AsyncEvent {
         event_type: AsyncEventType::SrqLimitReached,
         element: EventElement::Srq(srq.0),
@@ -294,7 +295,7 @@ fn post_srq_recv_errors_name_the_first_rejected_wr() {
     assert_eq!((err.index, err.error.errno()), (1, ENOMEM));
     assert_eq!(e.srq_len(srq), 2);
     let err = e
-        .post_srq_recv(now, SrqHandle(999), &[recv(5, vec![])])
+        .post_srq_recv(now, SrqId(999), &[recv(5, vec![])])
         .unwrap_err();
     assert_eq!((err.index, err.error.errno()), (0, EINVAL));
 }
@@ -408,7 +409,7 @@ fn create_modify_query_srq_attribute_rules() {
         ENOMEM,
         "resized to exactly what it holds"
     );
-    assert_eq!(e.query_srq(SrqHandle(999)).unwrap_err().errno(), EINVAL);
+    assert_eq!(e.query_srq(SrqId(999)).unwrap_err().errno(), EINVAL);
 }
 
 /// Manual 3.4.1 (`srq` in `ibv_qp_init_attr`) and 3.6.4: a QP created on an SRQ has
@@ -435,7 +436,7 @@ fn post_recv_on_a_qp_with_an_srq_is_einval() {
         qp_type: QpType::Rc,
         cap: QpCap::default(),
         sq_sig_all: false,
-        srq: Some(SrqHandle(999)),
+        srq: Some(SrqId(999)),
     };
     assert_eq!(
         p.b.create_qp(init).unwrap_err().errno(),

@@ -316,7 +316,7 @@ fn ud_verb_errors() {
     // exists; EINVAL for a second destroy.
     let mut attr = ah_attr_to(gid(Side::B));
     assert_eq!(
-        p.a.create_ah(emu_core::engine::PdHandle(99), &attr)
+        p.a.create_ah(verbs_api::PdId(99), &attr)
             .unwrap_err()
             .errno(),
         22

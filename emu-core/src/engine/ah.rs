@@ -12,17 +12,14 @@ use super::idmap::IdMap;
 use emu_wire::{GrhPacket, GrhRepr};
 use verbs_api::{AhAttr, Error, Gid, GlobalRoute, Result, WcFlags, WorkCompletion};
 
-use super::mr::{MrTable, PdHandle};
+use super::mr::MrTable;
 use super::Limits;
-
-/// An address handle, by number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct AhHandle(pub u32);
+use verbs_api::{AhId, PdId};
 
 /// One address handle: its PD and its address vector.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AddressHandle {
-    pub(crate) pd: PdHandle,
+    pub(crate) pd: PdId,
     pub(crate) attr: AhAttr,
 }
 
@@ -62,9 +59,9 @@ impl AhTable {
         &mut self,
         mrs: &mut MrTable,
         limits: &Limits,
-        pd: PdHandle,
+        pd: PdId,
         attr: &AhAttr,
-    ) -> Result<AhHandle> {
+    ) -> Result<AhId> {
         if !mrs.pd_exists(pd) {
             return Err(Error::InvalidArgument("no such protection domain"));
         }
@@ -76,11 +73,11 @@ impl AhTable {
         self.ahs
             .insert(self.next, AddressHandle { pd, attr: *attr });
         mrs.pd_ref(pd, 1);
-        Ok(AhHandle(self.next))
+        Ok(AhId(self.next))
     }
 
     /// `ibv_destroy_ah`: EINVAL for an unknown handle.
-    pub(crate) fn destroy(&mut self, mrs: &mut MrTable, ah: AhHandle) -> Result<()> {
+    pub(crate) fn destroy(&mut self, mrs: &mut MrTable, ah: AhId) -> Result<()> {
         let h = self
             .ahs
             .remove(&ah.0)
@@ -89,7 +86,7 @@ impl AhTable {
         Ok(())
     }
 
-    pub(crate) fn get(&self, ah: AhHandle) -> Option<&AddressHandle> {
+    pub(crate) fn get(&self, ah: AhId) -> Option<&AddressHandle> {
         self.ahs.get(&ah.0)
     }
 }

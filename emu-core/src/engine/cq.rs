@@ -10,10 +10,6 @@ use std::collections::VecDeque;
 
 use verbs_api::WorkCompletion;
 
-/// A completion queue handle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CqHandle(pub u32);
-
 /// What wakes a CQ's completion channel (`ibv_req_notify_cq`'s `solicited_only`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Arm {

@@ -10,11 +10,12 @@ use verbs_api::{AsyncEvent, AsyncEventType, EventElement, WorkCompletion};
 
 use super::ah::AhTable;
 use super::counters::Counters;
-use super::cq::{CompletionQueue, CqHandle, Pushed};
+use super::cq::{CompletionQueue, Pushed};
 use super::mr::MrTable;
 use super::port::Port;
-use super::srq::{SharedReceiveQueue, SrqHandle};
+use super::srq::SharedReceiveQueue;
 use super::Limits;
+use verbs_api::{CqId, SrqId};
 
 /// Borrowed engine state handed to a QP for one input.
 pub(crate) struct Ctx<'a> {
@@ -24,12 +25,12 @@ pub(crate) struct Ctx<'a> {
     pub(crate) cqs: &'a mut IdMap<CompletionQueue>,
     pub(crate) srqs: &'a mut IdMap<SharedReceiveQueue>,
     pub(crate) events: &'a mut VecDeque<AsyncEvent>,
-    pub(crate) cq_events: &'a mut VecDeque<CqHandle>,
+    pub(crate) cq_events: &'a mut VecDeque<CqId>,
     /// How many CQs wake the device (a completion that fires the event disarms its
     /// CQ; see `CompletionQueue::wakes_device`).
     pub(crate) armed_cqs: &'a mut usize,
     /// CQs that overran during this input; the engine moves their QPs to error after.
-    pub(crate) overrun: &'a mut Vec<CqHandle>,
+    pub(crate) overrun: &'a mut Vec<CqId>,
     pub(crate) counters: &'a mut Counters,
     pub(crate) limits: &'a Limits,
     /// The port: its GID table decides whether an alternate path is usable.
@@ -40,7 +41,7 @@ pub(crate) struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// Delivers a work completion to `cq`.
-    pub(crate) fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) {
+    pub(crate) fn complete(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) {
         let Some(queue) = self.cqs.get_mut(&cq.0) else {
             return;
         };
@@ -75,7 +76,7 @@ impl Ctx<'_> {
     }
 
     /// Raises an asynchronous event affiliated with SRQ `srq`.
-    pub(crate) fn srq_event(&mut self, event_type: AsyncEventType, srq: SrqHandle) {
+    pub(crate) fn srq_event(&mut self, event_type: AsyncEventType, srq: SrqId) {
         self.events.push_back(AsyncEvent {
             event_type,
             element: EventElement::Srq(srq.0),

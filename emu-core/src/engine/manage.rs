@@ -11,7 +11,8 @@ use verbs_api::{
 };
 
 use super::port::port_event;
-use super::{Engine, SrqHandle};
+use super::Engine;
+use verbs_api::SrqId;
 
 /// EIO, what libibverbs returns for verbs on a device that had a fatal error.
 pub const EIO: i32 = 5;
@@ -204,7 +205,7 @@ impl Engine {
     /// received into one of its WQEs completes with `REM_ABORT_ERR`; the QP then
     /// reports `QP_LAST_WQE_REACHED`, manual 6.1.17). The WQEs still in the SRQ stay
     /// there: QPs reset and reconnected take from it again. EINVAL for an unknown SRQ.
-    pub fn fail_srq(&mut self, now: Instant, srq: SrqHandle) -> Result<()> {
+    pub fn fail_srq(&mut self, now: Instant, srq: SrqId) -> Result<()> {
         self.check_alive()?;
         if !self.srqs.contains_key(&srq.0) {
             return Err(Error::InvalidArgument("no such SRQ"));

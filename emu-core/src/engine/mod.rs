@@ -48,22 +48,18 @@ use verbs_api::{
     PostError, QpAttr, QpAttrMask, QpType, RecvWr, ReregMrFlags, Result, SendWr, WorkCompletion,
 };
 
-pub use ah::{init_ah_from_wc, is_multicast, AhHandle};
+pub use ah::{init_ah_from_wc, is_multicast};
 pub use counters::Counters;
-pub use cq::CqHandle;
 pub use gsi::{GSI_QKEY, GSI_QPN};
 pub use manage::EIO;
-pub use mr::{MrInfo, PdHandle};
-pub use mw::MwHandle;
 pub use port::{PortLink, DEFAULT_PKEY, PORT_NUM};
-pub use qp::QpInitAttr;
-pub use srq::SrqHandle;
 pub use ud::{GRH_LEN, MULTICAST_QPN};
 pub use verbs_api::{SrqAttr, SrqAttrMask};
 
 use ctx::Ctx;
 use qp::QueuePair;
 use timers::{Timer, TimerIndex};
+use verbs_api::{AhId, CqId, MrInfo, MwId, PdId, QpInitAttr, SrqId};
 
 /// The largest UDP payload the engine produces: BTH, the largest header set, a 4096-byte
 /// payload, pad and ICRC. Buffers passed to [`Engine::poll_transmit`] must be this big.
@@ -204,7 +200,7 @@ pub struct Engine {
     /// the traffic class the packets came with.
     ud_qps: usize,
     events: VecDeque<AsyncEvent>,
-    cq_events: VecDeque<CqHandle>,
+    cq_events: VecDeque<CqId>,
     /// CQs whose notification request wakes the device (kept so `cq_armed` scans
     /// nothing).
     armed_cqs: usize,
@@ -390,7 +386,7 @@ impl Engine {
 
     /// IBTA 11.6.2: a CQ overrun puts every QP on the CQ into the error
     /// state with `QP_FATAL`.
-    fn cq_overrun(&mut self, now: Instant, cq: CqHandle) {
+    fn cq_overrun(&mut self, now: Instant, cq: CqId) {
         let mut victims: Vec<u32> = self
             .qps
             .values()
@@ -416,7 +412,7 @@ impl Engine {
     // ---- protection domains and memory regions (manual 3.4) ----
 
     /// `ibv_alloc_pd`.
-    pub fn alloc_pd(&mut self) -> Result<PdHandle> {
+    pub fn alloc_pd(&mut self) -> Result<PdId> {
         if self.mrs.pd_count() >= self.limits.max_pd as usize {
             return Err(Error::NoMemory("max_pd reached"));
         }
@@ -424,14 +420,14 @@ impl Engine {
     }
 
     /// `ibv_dealloc_pd`: EBUSY while MRs, QPs or SRQs use it.
-    pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<()> {
+    pub fn dealloc_pd(&mut self, pd: PdId) -> Result<()> {
         self.mrs.dealloc_pd(pd)
     }
 
     /// `ibv_reg_mr` over `length` bytes of `buf` starting at `offset`.
     pub fn reg_mr(
         &mut self,
-        pd: PdHandle,
+        pd: PdId,
         buf: &MemBuf,
         offset: usize,
         length: usize,
@@ -450,7 +446,7 @@ impl Engine {
         &mut self,
         lkey: u32,
         flags: ReregMrFlags,
-        pd: Option<PdHandle>,
+        pd: Option<PdId>,
         range: Option<(&MemBuf, usize, usize)>,
         access: AccessFlags,
     ) -> Result<MrInfo> {
@@ -467,21 +463,21 @@ impl Engine {
 
     /// `ibv_alloc_mw`: EINVAL for an unknown PD. Returns the window's handle and its
     /// first R_Key.
-    pub fn alloc_mw(&mut self, pd: PdHandle, mw_type: MwType) -> Result<(MwHandle, u32)> {
+    pub fn alloc_mw(&mut self, pd: PdId, mw_type: MwType) -> Result<(MwId, u32)> {
         if self.mrs.mws.len() >= self.limits.max_mw as usize {
             return Err(Error::NoMemory("max_mw reached"));
         }
         let (id, rkey) = self.mrs.alloc_mw(pd, mw_type)?;
-        Ok((MwHandle(id), rkey))
+        Ok((MwId(id), rkey))
     }
 
     /// `ibv_dealloc_mw`: EINVAL for an unknown window.
-    pub fn dealloc_mw(&mut self, mw: MwHandle) -> Result<()> {
+    pub fn dealloc_mw(&mut self, mw: MwId) -> Result<()> {
         self.mrs.dealloc_mw(mw.0)
     }
 
     /// The window's R_Key now (after the binds that have run) and its type.
-    pub fn mw_info(&self, mw: MwHandle) -> Result<(u32, MwType)> {
+    pub fn mw_info(&self, mw: MwId) -> Result<(u32, MwType)> {
         self.mrs
             .mw_info(mw.0)
             .ok_or(Error::InvalidArgument("no such memory window"))
@@ -496,7 +492,7 @@ impl Engine {
     /// `ibv_mw` holds and the window is looked up when the WQE runs, the post succeeds
     /// and the completion reports the error (IBTA 10.6.7.2: a bind's errors are
     /// completion errors; google/rdma-unit-test's BindInvalidMw waits for one).
-    pub fn bind_mw(&mut self, now: Instant, qpn: u32, mw: MwHandle, bind: &MwBind) -> Result<u32> {
+    pub fn bind_mw(&mut self, now: Instant, qpn: u32, mw: MwId, bind: &MwBind) -> Result<u32> {
         if !self.qps.contains_key(&qpn) {
             return Err(Self::qp_missing());
         }
@@ -515,7 +511,7 @@ impl Engine {
     // ---- completion queues (manual 3.5) ----
 
     /// `ibv_create_cq` with at least `cqe` entries: EINVAL for 0 or more than `max_cqe`.
-    pub fn create_cq(&mut self, cqe: u32) -> Result<CqHandle> {
+    pub fn create_cq(&mut self, cqe: u32) -> Result<CqId> {
         if cqe == 0 || cqe > self.limits.max_cqe {
             return Err(Error::InvalidArgument("cqe must be 1..=max_cqe"));
         }
@@ -525,11 +521,11 @@ impl Engine {
         self.next_cq += 1;
         self.cqs
             .insert(self.next_cq, cq::CompletionQueue::new(cqe as usize));
-        Ok(CqHandle(self.next_cq))
+        Ok(CqId(self.next_cq))
     }
 
     /// `ibv_destroy_cq`: EBUSY while a QP uses it.
-    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<()> {
+    pub fn destroy_cq(&mut self, cq: CqId) -> Result<()> {
         match self.cqs.get(&cq.0) {
             None => Err(Error::InvalidArgument("no such CQ")),
             Some(q) if q.users > 0 => Err(Error::Busy("CQ is used by a QP")),
@@ -545,7 +541,7 @@ impl Engine {
     }
 
     /// `ibv_resize_cq`: EINVAL if the completions it holds would not fit.
-    pub fn resize_cq(&mut self, cq: CqHandle, cqe: u32) -> Result<()> {
+    pub fn resize_cq(&mut self, cq: CqId, cqe: u32) -> Result<()> {
         if cqe == 0 || cqe > self.limits.max_cqe {
             return Err(Error::InvalidArgument("cqe must be 1..=max_cqe"));
         }
@@ -563,7 +559,7 @@ impl Engine {
     }
 
     /// The capacity of a CQ.
-    pub fn cq_capacity(&self, cq: CqHandle) -> Result<u32> {
+    pub fn cq_capacity(&self, cq: CqId) -> Result<u32> {
         self.cqs
             .get(&cq.0)
             .map(|q| q.capacity() as u32)
@@ -573,7 +569,7 @@ impl Engine {
     /// `ibv_poll_cq`: moves up to `max` completions into `out`, oldest first.
     pub fn poll_cq(
         &mut self,
-        cq: CqHandle,
+        cq: CqId,
         max: usize,
         out: &mut Vec<WorkCompletion>,
     ) -> Result<usize> {
@@ -585,12 +581,12 @@ impl Engine {
     }
 
     /// Completions waiting on a CQ.
-    pub fn cq_len(&self, cq: CqHandle) -> usize {
+    pub fn cq_len(&self, cq: CqId) -> usize {
         self.cqs.get(&cq.0).map_or(0, |q| q.len())
     }
 
     /// `ibv_req_notify_cq`.
-    pub fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<()> {
+    pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> Result<()> {
         let q = self
             .cqs
             .get_mut(&cq.0)
@@ -615,12 +611,12 @@ impl Engine {
     }
 
     /// Whether QP1 uses this CQ (the CM agent's; see [`Engine::cq_armed`]).
-    pub fn cq_is_gsi(&self, cq: CqHandle) -> bool {
+    pub fn cq_is_gsi(&self, cq: CqId) -> bool {
         self.cqs.get(&cq.0).is_some_and(|q| q.gsi)
     }
 
     /// The next CQ whose completion channel must be woken (one per arming).
-    pub fn poll_cq_event(&mut self) -> Option<CqHandle> {
+    pub fn poll_cq_event(&mut self) -> Option<CqId> {
         self.cq_events.pop_front()
     }
 
@@ -630,7 +626,7 @@ impl Engine {
     /// `max_srq_wr`, `max_sge` 0 or over `max_srq_sge`; ENOMEM at `max_srq` SRQs.
     /// `attr.srq_limit` is ignored ("irrelevant for ibv_create_srq"): the SRQ starts
     /// unarmed. The SRQ gets exactly `max_wr` and `max_sge` ([`Engine::query_srq`]).
-    pub fn create_srq(&mut self, pd: PdHandle, attr: SrqAttr) -> Result<SrqHandle> {
+    pub fn create_srq(&mut self, pd: PdId, attr: SrqAttr) -> Result<SrqId> {
         if !self.mrs.pd_exists(pd) {
             return Err(Error::InvalidArgument("no such protection domain"));
         }
@@ -644,7 +640,7 @@ impl Engine {
         }
         self.srqs.insert(self.next_srq, q);
         self.mrs.pd_ref(pd, 1);
-        Ok(SrqHandle(self.next_srq))
+        Ok(SrqId(self.next_srq))
     }
 
     /// `ibv_modify_srq` (manual 3.4.6): all or nothing. `MAX_WR` resizes the SRQ (the
@@ -652,7 +648,7 @@ impl Engine {
     /// EINVAL for 0, over `max_srq_wr`, fewer than the WQEs the SRQ holds, or below an
     /// armed limit. `LIMIT` arms the limit event with `srq_limit` > 0, or disarms it
     /// with 0: EINVAL above `max_wr`.
-    pub fn modify_srq(&mut self, srq: SrqHandle, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+    pub fn modify_srq(&mut self, srq: SrqId, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
         let limits = self.limits;
         self.srqs
             .get_mut(&srq.0)
@@ -662,7 +658,7 @@ impl Engine {
 
     /// `ibv_query_srq` (manual 3.6.2): `srq_limit` is 0 when the limit event is not
     /// (or no longer) armed.
-    pub fn query_srq(&self, srq: SrqHandle) -> Result<SrqAttr> {
+    pub fn query_srq(&self, srq: SrqId) -> Result<SrqAttr> {
         self.srqs
             .get(&srq.0)
             .map(|q| q.attr)
@@ -670,13 +666,13 @@ impl Engine {
     }
 
     /// Receive WQEs waiting in an SRQ (not yet taken by a QP).
-    pub fn srq_len(&self, srq: SrqHandle) -> usize {
+    pub fn srq_len(&self, srq: SrqId) -> usize {
         self.srqs.get(&srq.0).map_or(0, |q| q.wqes.len())
     }
 
     /// `ibv_destroy_srq` (manual 3.4.7): EBUSY while a QP is associated with it. WQEs
     /// still posted vanish without completions.
-    pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<()> {
+    pub fn destroy_srq(&mut self, srq: SrqId) -> Result<()> {
         match self.srqs.get(&srq.0) {
             None => Err(Error::InvalidArgument("no such SRQ")),
             Some(q) if q.users > 0 => Err(Error::Busy("SRQ is used by a QP")),
@@ -694,7 +690,7 @@ impl Engine {
     pub fn post_srq_recv(
         &mut self,
         now: Instant,
-        srq: SrqHandle,
+        srq: SrqId,
         wrs: &[RecvWr],
     ) -> std::result::Result<(), PostError> {
         // Posting needs no clock: the parameter keeps the verbs' shape uniform.
@@ -898,7 +894,7 @@ impl Engine {
 
     /// `ibv_create_ah`: EINVAL for an unknown PD, an address vector without a GRH
     /// (RoCE needs one), a source GID index outside the table or a port other than 1.
-    pub fn create_ah(&mut self, pd: PdHandle, attr: &AhAttr) -> Result<AhHandle> {
+    pub fn create_ah(&mut self, pd: PdId, attr: &AhAttr) -> Result<AhId> {
         if self.ahs.len() >= self.limits.max_ah as usize {
             return Err(Error::NoMemory("max_ah reached"));
         }
@@ -912,12 +908,12 @@ impl Engine {
 
     /// `ibv_destroy_ah`: EINVAL for an unknown handle. WRs already posted with it keep
     /// their copy of the address.
-    pub fn destroy_ah(&mut self, ah: AhHandle) -> Result<()> {
+    pub fn destroy_ah(&mut self, ah: AhId) -> Result<()> {
         self.ahs.destroy(&mut self.mrs, ah)
     }
 
     /// The address vector of an AH (`ibv_query_ah`-like; for tests and drivers).
-    pub fn ah_attr(&self, ah: AhHandle) -> Result<AhAttr> {
+    pub fn ah_attr(&self, ah: AhId) -> Result<AhAttr> {
         self.ahs
             .get(ah)
             .map(|h| h.attr)
@@ -927,12 +923,7 @@ impl Engine {
     /// `ibv_create_ah_from_wc` (manual 3.6.12): an AH that answers the sender of the UD
     /// receive completion `wc`, whose buffer began with `grh`. See
     /// [`init_ah_from_wc`]; the GID table is the device's one GID.
-    pub fn create_ah_from_wc(
-        &mut self,
-        pd: PdHandle,
-        wc: &WorkCompletion,
-        grh: &[u8],
-    ) -> Result<AhHandle> {
+    pub fn create_ah_from_wc(&mut self, pd: PdId, wc: &WorkCompletion, grh: &[u8]) -> Result<AhId> {
         let attr = init_ah_from_wc(1, wc, grh, &self.port.gids)?;
         self.create_ah(pd, &attr)
     }

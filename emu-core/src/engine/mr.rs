@@ -7,15 +7,12 @@
 use super::idmap::IdMap;
 
 use verbs_api::{AccessFlags, Error, MemBuf, ReregMrFlags, Result, WcStatus};
-
-/// A protection domain handle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PdHandle(pub u32);
+use verbs_api::{MrInfo, PdId};
 
 /// One registered memory region.
 #[derive(Debug)]
 pub(crate) struct MemoryRegion {
-    pub(crate) pd: PdHandle,
+    pub(crate) pd: PdId,
     pub(crate) buf: MemBuf,
     /// Offset of the region's first byte inside `buf`.
     pub(crate) buf_offset: usize,
@@ -25,19 +22,6 @@ pub(crate) struct MemoryRegion {
     pub(crate) access: AccessFlags,
     /// The key; kernel rxe gives an MR the same L_Key and R_Key, and so do we.
     pub(crate) lkey: u32,
-}
-
-/// What a caller learns about a region it registered (`struct ibv_mr`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MrInfo {
-    /// Start address of the region.
-    pub addr: u64,
-    /// Length in bytes.
-    pub length: u64,
-    /// Local key, for SGEs.
-    pub lkey: u32,
-    /// Remote key, for peers' RDMA and atomic operations.
-    pub rkey: u32,
 }
 
 /// A contiguous piece of registered memory that an access resolved to.
@@ -75,10 +59,10 @@ pub(crate) struct MrTable {
 }
 
 impl MrTable {
-    pub(crate) fn alloc_pd(&mut self) -> PdHandle {
+    pub(crate) fn alloc_pd(&mut self) -> PdId {
         self.next_pd += 1;
         self.pds.insert(self.next_pd, 0);
-        PdHandle(self.next_pd)
+        PdId(self.next_pd)
     }
 
     /// Protection domains allocated.
@@ -91,19 +75,19 @@ impl MrTable {
         self.mrs.len()
     }
 
-    pub(crate) fn pd_exists(&self, pd: PdHandle) -> bool {
+    pub(crate) fn pd_exists(&self, pd: PdId) -> bool {
         self.pds.contains_key(&pd.0)
     }
 
     /// Counts one more object (MR, QP, AH, ...) that keeps `pd` alive.
-    pub(crate) fn pd_ref(&mut self, pd: PdHandle, delta: i32) {
+    pub(crate) fn pd_ref(&mut self, pd: PdId, delta: i32) {
         if let Some(users) = self.pds.get_mut(&pd.0) {
             *users = users.saturating_add_signed(delta);
         }
     }
 
     /// `ibv_dealloc_pd`: EBUSY while anything still uses the PD.
-    pub(crate) fn dealloc_pd(&mut self, pd: PdHandle) -> Result<()> {
+    pub(crate) fn dealloc_pd(&mut self, pd: PdId) -> Result<()> {
         match self.pds.get(&pd.0) {
             None => Err(Error::InvalidArgument("no such protection domain")),
             Some(&users) if users > 0 => {
@@ -119,7 +103,7 @@ impl MrTable {
     /// `ibv_reg_mr` over `buf[offset..offset + length]`.
     pub(crate) fn reg_mr(
         &mut self,
-        pd: PdHandle,
+        pd: PdId,
         buf: &MemBuf,
         offset: usize,
         length: usize,
@@ -210,7 +194,7 @@ impl MrTable {
         &mut self,
         lkey: u32,
         flags: ReregMrFlags,
-        pd: Option<PdHandle>,
+        pd: Option<PdId>,
         range: Option<(&MemBuf, usize, usize)>,
         access: AccessFlags,
         max_mr_size: u64,
@@ -293,7 +277,7 @@ impl MrTable {
     /// LOCAL_WRITE is one too.
     pub(crate) fn resolve_local(
         &self,
-        pd: PdHandle,
+        pd: PdId,
         lkey: u32,
         addr: u64,
         length: u32,
@@ -316,7 +300,7 @@ impl MrTable {
 
     /// Finds the region of `pd` that holds `[addr, addr + length)`, whatever its key:
     /// the source of INLINE data, whose SGE keys libibverbs does not check.
-    pub(crate) fn find_containing(&self, pd: PdHandle, addr: u64, length: u32) -> Option<Segment> {
+    pub(crate) fn find_containing(&self, pd: PdId, addr: u64, length: u32) -> Option<Segment> {
         self.mrs.values().filter(|mr| mr.pd == pd).find_map(|mr| {
             range_in(mr, addr, u64::from(length)).map(|off| Segment {
                 buf: mr.buf.clone(),
@@ -333,7 +317,7 @@ impl MrTable {
     /// range and access are checked, not the region's (see [`mw`](super::mw)).
     pub(crate) fn resolve_remote(
         &self,
-        pd: PdHandle,
+        pd: PdId,
         qpn: u32,
         rkey: u32,
         va: u64,
@@ -436,7 +420,7 @@ pub(crate) fn scatter(segs: &[Segment], mut offset: usize, mut src: &[u8]) {
 mod tests {
     use super::*;
 
-    fn table_with_mr(access: AccessFlags) -> (MrTable, PdHandle, MemBuf, MrInfo) {
+    fn table_with_mr(access: AccessFlags) -> (MrTable, PdId, MemBuf, MrInfo) {
         let mut t = MrTable::default();
         let pd = t.alloc_pd();
         let buf = MemBuf::new(4096);
@@ -457,7 +441,7 @@ mod tests {
             AccessError::BadKey
         );
         assert_eq!(
-            t.resolve_remote(PdHandle(99), 0x11, mr.rkey, mr.addr, 8, w)
+            t.resolve_remote(PdId(99), 0x11, mr.rkey, mr.addr, 8, w)
                 .unwrap_err(),
             AccessError::WrongPd
         );

@@ -33,13 +33,9 @@
 use verbs_api::{AccessFlags, Error, MwBindInfo, MwType, Result, WcStatus, WrOperation};
 
 use super::ctx::Ctx;
-use super::mr::{range_in, AccessError, MrTable, PdHandle, Segment};
+use super::mr::{range_in, AccessError, MrTable, Segment};
 use super::qp::QueuePair;
-
-/// A memory window, by number (its R_Key's index; the R_Key itself changes with every
-/// bind).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MwHandle(pub u32);
+use verbs_api::PdId;
 
 /// What a window is bound to.
 #[derive(Clone, Copy, Debug)]
@@ -56,7 +52,7 @@ pub(crate) struct WindowBinding {
 /// One memory window.
 #[derive(Debug)]
 pub(crate) struct MemoryWindow {
-    pd: PdHandle,
+    pd: PdId,
     mw_type: MwType,
     /// The R_Key the window answers to now.
     rkey: u32,
@@ -79,7 +75,7 @@ pub(crate) enum BindOrigin {
 impl MrTable {
     /// `ibv_alloc_mw`: EINVAL for an unknown PD. Returns the window's index (its
     /// handle) and its first R_Key.
-    pub(crate) fn alloc_mw(&mut self, pd: PdHandle, mw_type: MwType) -> Result<(u32, u32)> {
+    pub(crate) fn alloc_mw(&mut self, pd: PdId, mw_type: MwType) -> Result<(u32, u32)> {
         if !self.pd_exists(pd) {
             return Err(Error::InvalidArgument("no such protection domain"));
         }
@@ -144,7 +140,7 @@ impl MrTable {
     /// otherwise. Nothing changes unless every check passes.
     pub(crate) fn bind(
         &mut self,
-        qp_pd: PdHandle,
+        qp_pd: PdId,
         qpn: u32,
         origin: BindOrigin,
         (mw_rkey, new_rkey): (u32, u32),
@@ -204,7 +200,7 @@ impl MrTable {
     /// Invalidates the type 2 window with R_Key `rkey` for a QP of `qp_pd` (LOCAL_INV,
     /// or a SEND with Invalidate). Regions from `reg_mr`, type 1 windows, unbound
     /// windows and windows of another PD cannot be invalidated.
-    pub(crate) fn invalidate(&mut self, qp_pd: PdHandle, rkey: u32) -> std::result::Result<(), ()> {
+    pub(crate) fn invalidate(&mut self, qp_pd: PdId, rkey: u32) -> std::result::Result<(), ()> {
         let mw = self
             .mws
             .get_mut(&(rkey >> 8))
@@ -221,7 +217,7 @@ impl MrTable {
     /// decide, and the bytes are those of the region underneath.
     pub(crate) fn resolve_window(
         &self,
-        pd: PdHandle,
+        pd: PdId,
         qpn: u32,
         rkey: u32,
         va: u64,

@@ -10,45 +10,21 @@ use std::collections::VecDeque;
 
 use emu_wire::Psn;
 use verbs_api::{
-    AsyncEventType, Error, MemBuf, PostError, QpAttr, QpCap, QpState, QpType, RecvWr, SendFlags,
-    SendWr, WcOpcode, WcStatus, WorkCompletion, WrOperation,
+    AsyncEventType, Error, MemBuf, PostError, QpAttr, QpState, QpType, RecvWr, SendFlags, SendWr,
+    WcOpcode, WcStatus, WorkCompletion, WrOperation,
 };
 
-use super::ah::AhHandle;
-use super::cq::CqHandle;
 use super::ctx::Ctx;
-use super::mr::{PdHandle, Segment};
+use super::mr::Segment;
 use super::mw::BindOrigin;
 use super::responder::ResponderState;
 use super::retry::RetryBudget;
 use super::rnr::RnrState;
-use super::srq::SrqHandle;
 use super::timers::TimerTable;
 use super::ud::UdDestination;
 use super::wqe::{Payload, RecvWqe, Segments, SendWqe, Sges};
 use super::Limits;
-
-/// Attributes a QP is created with (`struct ibv_qp_init_attr`, manual 3.5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpInitAttr {
-    /// The protection domain.
-    pub pd: PdHandle,
-    /// The CQ for send completions.
-    pub send_cq: CqHandle,
-    /// The CQ for receive completions.
-    pub recv_cq: CqHandle,
-    /// The transport service.
-    pub qp_type: QpType,
-    /// Requested queue sizes; the QP may get more (query it).
-    pub cap: QpCap,
-    /// Every send WR generates a completion, whatever its `SIGNALED` flag.
-    pub sq_sig_all: bool,
-    /// The shared receive queue the QP takes its receive WQEs from (manual 3.4.1
-    /// `srq`), or `None` for a QP with its own receive queue. With an SRQ,
-    /// `cap.max_recv_wr` and `cap.max_recv_sge` are ignored (and read back as 0) and
-    /// `post_recv` on the QP is EINVAL.
-    pub srq: Option<SrqHandle>,
-}
+use verbs_api::{PdId, QpInitAttr};
 
 /// The requester's progress through the send queue.
 #[derive(Debug, Default)]
@@ -281,7 +257,7 @@ impl QueuePair {
         ))?;
         let ah = ctx
             .ahs
-            .get(AhHandle(d.ah.0))
+            .get(d.ah)
             .ok_or(Error::InvalidArgument("no such address handle"))?;
         // The BTH's DestQP has 24 bits (IBTA 9.2): the upper 8 bits of the WR's 32-bit
         // remote_qpn have nowhere to go and are dropped (kernel rxe's BTH setter masks
@@ -483,7 +459,7 @@ impl QueuePair {
     /// receive queue of its own), else the QP's. rdma-unit-test's PdSrqTest expects the
     /// SRQ's, as mlx5 does; kernel rxe checks them in the QP's PD (`copy_data(qp->pd,
     /// ...)` in `rxe_resp.c`), a deviation listed in the conformance document.
-    pub(crate) fn recv_pd(&self, ctx: &Ctx<'_>) -> PdHandle {
+    pub(crate) fn recv_pd(&self, ctx: &Ctx<'_>) -> PdId {
         self.init
             .srq
             .and_then(|srq| ctx.srqs.get(&srq.0))

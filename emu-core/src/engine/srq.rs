@@ -25,18 +25,14 @@ use std::collections::VecDeque;
 
 use verbs_api::{Error, PostError, RecvWr, Result, SrqAttr, SrqAttrMask};
 
-use super::mr::PdHandle;
 use super::wqe::{RecvWqe, Sges};
 use super::Limits;
-
-/// A shared receive queue, by number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SrqHandle(pub u32);
+use verbs_api::PdId;
 
 /// One shared receive queue.
 #[derive(Debug)]
 pub(crate) struct SharedReceiveQueue {
-    pub(crate) pd: PdHandle,
+    pub(crate) pd: PdId,
     pub(crate) attr: SrqAttr,
     /// WQEs posted and not yet taken by a QP, oldest first.
     pub(crate) wqes: VecDeque<RecvWqe>,
@@ -48,7 +44,7 @@ impl SharedReceiveQueue {
     /// `ibv_create_srq` checks (manual 3.4.5, as kernel rxe): `max_wr` in
     /// 1..=`max_srq_wr`, `max_sge` in 1..=`max_srq_sge`; the SRQ gets exactly what was
     /// asked and starts unarmed.
-    pub(crate) fn new(pd: PdHandle, attr: &SrqAttr, limits: &Limits) -> Result<Self> {
+    pub(crate) fn new(pd: PdId, attr: &SrqAttr, limits: &Limits) -> Result<Self> {
         if attr.max_wr == 0 || attr.max_wr > limits.max_srq_wr {
             return Err(Error::InvalidArgument("max_wr must be 1..=max_srq_wr"));
         }

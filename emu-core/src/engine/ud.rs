@@ -28,8 +28,8 @@ use verbs_api::{Error, Gid, QpState, QpType, Result, WcFlags, WcOpcode, WcStatus
 
 use super::ah::is_multicast;
 use super::ctx::Ctx;
-use super::mr::PdHandle;
 use super::qp::QueuePair;
+use verbs_api::PdId;
 
 /// The destination QP number of a multicast packet (IBTA 9.2: "QP 0xFFFFFF").
 pub const MULTICAST_QPN: u32 = 0x00FF_FFFF;
@@ -45,7 +45,7 @@ pub(crate) struct UdDestination {
     /// The Q_Key of the WR (the QP's is used when its high bit is set).
     pub(crate) remote_qkey: u32,
     /// The PD of the address handle (it must be the QP's).
-    pub(crate) ah_pd: PdHandle,
+    pub(crate) ah_pd: PdId,
     /// The address handle's traffic class.
     pub(crate) traffic_class: u8,
 }
@@ -243,7 +243,7 @@ mod tests {
             dgid: Gid::ZERO,
             remote_qpn: 5,
             remote_qkey: 0x8000_0001,
-            ah_pd: PdHandle(1),
+            ah_pd: PdId(1),
             traffic_class: 0,
         };
         assert_eq!(d.qkey(0x1234), 0x1234);

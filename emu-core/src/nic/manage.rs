@@ -9,7 +9,6 @@ use std::sync::Weak;
 use verbs_api::{Error, Gid, PortState, Result, SrqId, WcStatus};
 
 use super::Inner;
-use crate::engine::SrqHandle;
 
 /// Drives an [`EmuDevice`](super::EmuDevice)'s port and faults. It holds the device
 /// weakly: once the device is dropped every call fails with ENODEV.
@@ -79,7 +78,7 @@ impl Management {
 
     /// A catastrophic error of an SRQ: `SRQ_ERR`, its QPs to ERR with `QP_FATAL`.
     pub fn fail_srq(&self, srq: SrqId) -> Result<()> {
-        self.run(|e, now| e.fail_srq(now, SrqHandle(srq.0)))
+        self.run(|e, now| e.fail_srq(now, srq))
     }
 
     /// An adapter error on a QP: its oldest send WQE completes with `status`, the QP

@@ -59,9 +59,7 @@ use verbs_api::{
     SrqAttrMask, SrqId, WcFlags, WorkCompletion,
 };
 
-use crate::engine::{
-    self, AhHandle, CqHandle, Engine, Limits, MwHandle, PdHandle, SrqHandle, MAX_PACKET,
-};
+use crate::engine::{self, Engine, Limits, MAX_PACKET};
 use crate::notify::Notifier;
 use emu_wire::{check_icrc, Ipv4Endpoints, Opcode};
 pub use link::Link;
@@ -940,7 +938,7 @@ impl Inner {
         while let Some(cq) = engine.poll_cq_event() {
             let channel = self.cq_channel.lock().get(&cq.0).copied();
             if let Some(ch) = channel.and_then(|c| self.channels.lock().get(&c).cloned()) {
-                ch.push(CqId(cq.0));
+                ch.push(cq);
             }
         }
         while let Some(ev) = engine.poll_event() {
@@ -1244,14 +1242,6 @@ impl Inner {
     }
 }
 
-fn pd(p: PdId) -> PdHandle {
-    PdHandle(p.0)
-}
-
-fn cq(c: CqId) -> CqHandle {
-    CqHandle(c.0)
-}
-
 /// The node GUID of a device on `ip`: a locally administered EUI-64 (`02:00:ff:fe`)
 /// followed by the four bytes of the address, so each device's GUID is its own and
 /// says which address it has.
@@ -1327,11 +1317,11 @@ impl Device for EmuDevice {
     }
 
     fn alloc_pd(&self) -> Result<PdId> {
-        Ok(PdId(self.live(|e, _| e.alloc_pd())?.0))
+        self.live(|e, _| e.alloc_pd())
     }
 
     fn dealloc_pd(&self, p: PdId) -> Result<()> {
-        self.with_engine(|e, _| e.dealloc_pd(pd(p)))
+        self.with_engine(|e, _| e.dealloc_pd(p))
     }
 
     fn reg_mr(
@@ -1342,13 +1332,7 @@ impl Device for EmuDevice {
         length: usize,
         access: AccessFlags,
     ) -> Result<MrInfo> {
-        let m = self.live(|e, _| e.reg_mr(pd(p), buf, offset, length, access))?;
-        Ok(MrInfo {
-            addr: m.addr,
-            length: m.length,
-            lkey: m.lkey,
-            rkey: m.rkey,
-        })
+        self.live(|e, _| e.reg_mr(p, buf, offset, length, access))
     }
 
     fn dereg_mr(&self, lkey: u32) -> Result<()> {
@@ -1404,7 +1388,7 @@ impl Device for EmuDevice {
                 let core = self.inner.core.lock();
                 let map = self.inner.cq_channel.lock();
                 map.iter()
-                    .any(|(&c, &chan)| chan == channel.0 && core.engine.cq_is_gsi(cq(CqId(c))))
+                    .any(|(&c, &chan)| chan == channel.0 && core.engine.cq_is_gsi(CqId(c)))
             };
             if !gsi {
                 return self.wait_receiving(udp, &ch, timeout);
@@ -1432,17 +1416,17 @@ impl Device for EmuDevice {
         if let Some(ch) = channel {
             self.inner.cq_channel.lock().insert(c.0, ch.0);
         }
-        Ok(CqId(c.0))
+        Ok(c)
     }
 
     fn destroy_cq(&self, c: CqId) -> Result<()> {
-        self.with_engine(|e, _| e.destroy_cq(cq(c)))?;
+        self.with_engine(|e, _| e.destroy_cq(c))?;
         self.inner.cq_channel.lock().remove(&c.0);
         Ok(())
     }
 
     fn resize_cq(&self, c: CqId, cqe: u32) -> Result<()> {
-        self.live(|e, _| e.resize_cq(cq(c), cqe))
+        self.live(|e, _| e.resize_cq(c, cqe))
     }
 
     fn poll_cq(&self, c: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
@@ -1456,7 +1440,7 @@ impl Device for EmuDevice {
                 let now = inner.link.now();
                 inner.flush(&mut core, now, false);
             }
-            core.engine.poll_cq(cq(c), max, out)?
+            core.engine.poll_cq(c, max, out)?
         };
         if n == 0 {
             if let Some(udp) = &inner.udp {
@@ -1464,19 +1448,19 @@ impl Device for EmuDevice {
                 // (unless the device thread is at it) rather than wait for the device
                 // thread to be scheduled; the device thread naps meanwhile (`run`).
                 if inner.receive(udp, false, inner.may_defer(), true) > 0 {
-                    return inner.core.lock().engine.poll_cq(cq(c), max, out);
+                    return inner.core.lock().engine.poll_cq(c, max, out);
                 }
                 return Ok(0);
             }
         }
         if n == 0 && self.inner.link.idle() {
-            return self.inner.core.lock().engine.poll_cq(cq(c), max, out);
+            return self.inner.core.lock().engine.poll_cq(c, max, out);
         }
         Ok(n)
     }
 
     fn req_notify_cq(&self, c: CqId, solicited_only: bool) -> Result<()> {
-        self.live(|e, _| e.req_notify_cq(cq(c), solicited_only))?;
+        self.live(|e, _| e.req_notify_cq(c, solicited_only))?;
         // The application will wait for the event, not poll: a napping device thread
         // must go back to the socket now (see `Inner::run`). Unparked even when it is
         // not napping yet: it may be about to, having looked before the arming. Not
@@ -1490,16 +1474,7 @@ impl Device for EmuDevice {
     }
 
     fn create_qp(&self, init: &QpInitAttr) -> Result<u32> {
-        let a = engine::QpInitAttr {
-            pd: pd(init.pd),
-            send_cq: cq(init.send_cq),
-            recv_cq: cq(init.recv_cq),
-            qp_type: init.qp_type,
-            cap: init.cap,
-            sq_sig_all: init.sq_sig_all,
-            srq: init.srq.map(|s| SrqHandle(s.0)),
-        };
-        let qpn = self.live(|e, _| e.create_qp(a))?;
+        let qpn = self.live(|e, _| e.create_qp(*init))?;
         self.receive_traffic_class();
         Ok(qpn)
     }
@@ -1519,17 +1494,7 @@ impl Device for EmuDevice {
     }
 
     fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpInitAttr)> {
-        let (attr, i) = self.inner.core.lock().engine.query_qp(qpn)?;
-        let init = QpInitAttr {
-            pd: PdId(i.pd.0),
-            send_cq: CqId(i.send_cq.0),
-            recv_cq: CqId(i.recv_cq.0),
-            qp_type: i.qp_type,
-            cap: i.cap,
-            sq_sig_all: i.sq_sig_all,
-            srq: i.srq.map(|s| SrqId(s.0)),
-        };
-        Ok((attr, init))
+        self.inner.core.lock().engine.query_qp(qpn)
     }
 
     fn destroy_qp(&self, qpn: u32) -> Result<()> {
@@ -1555,58 +1520,48 @@ impl Device for EmuDevice {
         range: Option<(&MemBuf, usize, usize)>,
         access: AccessFlags,
     ) -> Result<MrInfo> {
-        let m = self.live(|e, _| e.rereg_mr(lkey, flags, p.map(pd), range, access))?;
-        Ok(MrInfo {
-            addr: m.addr,
-            length: m.length,
-            lkey: m.lkey,
-            rkey: m.rkey,
-        })
+        self.live(|e, _| e.rereg_mr(lkey, flags, p, range, access))
     }
 
     fn alloc_mw(&self, p: PdId, mw_type: MwType) -> Result<MwInfo> {
-        let (id, rkey) = self.live(|e, _| e.alloc_mw(pd(p), mw_type))?;
-        Ok(MwInfo {
-            id: MwId(id.0),
-            rkey,
-            mw_type,
-        })
+        let (id, rkey) = self.live(|e, _| e.alloc_mw(p, mw_type))?;
+        Ok(MwInfo { id, rkey, mw_type })
     }
 
     fn dealloc_mw(&self, mw: MwId) -> Result<()> {
-        self.with_engine(|e, _| e.dealloc_mw(MwHandle(mw.0)))
+        self.with_engine(|e, _| e.dealloc_mw(mw))
     }
 
     fn bind_mw(&self, qpn: u32, mw: MwId, bind: &MwBind) -> Result<u32> {
-        self.live(|e, now| e.bind_mw(now, qpn, MwHandle(mw.0), bind))
+        self.live(|e, now| e.bind_mw(now, qpn, mw, bind))
     }
 
     fn create_srq(&self, p: PdId, attr: &SrqAttr) -> Result<SrqId> {
-        Ok(SrqId(self.live(|e, _| e.create_srq(pd(p), *attr))?.0))
+        self.live(|e, _| e.create_srq(p, *attr))
     }
 
     fn modify_srq(&self, srq: SrqId, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
-        self.live(|e, _| e.modify_srq(SrqHandle(srq.0), attr, mask))
+        self.live(|e, _| e.modify_srq(srq, attr, mask))
     }
 
     fn query_srq(&self, srq: SrqId) -> Result<SrqAttr> {
-        self.inner.core.lock().engine.query_srq(SrqHandle(srq.0))
+        self.inner.core.lock().engine.query_srq(srq)
     }
 
     fn destroy_srq(&self, srq: SrqId) -> Result<()> {
-        self.with_engine(|e, _| e.destroy_srq(SrqHandle(srq.0)))
+        self.with_engine(|e, _| e.destroy_srq(srq))
     }
 
     fn post_srq_recv(&self, srq: SrqId, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
-        self.live_post(|e, now| e.post_srq_recv(now, SrqHandle(srq.0), wrs))
+        self.live_post(|e, now| e.post_srq_recv(now, srq, wrs))
     }
 
     fn create_ah(&self, p: PdId, attr: &AhAttr) -> Result<AhId> {
-        Ok(AhId(self.live(|e, _| e.create_ah(pd(p), attr))?.0))
+        self.live(|e, _| e.create_ah(p, attr))
     }
 
     fn destroy_ah(&self, ah: AhId) -> Result<()> {
-        self.with_engine(|e, _| e.destroy_ah(AhHandle(ah.0)))
+        self.with_engine(|e, _| e.destroy_ah(ah))
     }
 
     /// [`engine::init_ah_from_wc`] over the port's GID table (read only when the WC has

@@ -9,14 +9,13 @@
 
 use std::time::{Duration, Instant};
 
-use emu_core::engine::{
-    CqHandle, Engine, MrInfo, PdHandle, QpInitAttr, SrqAttr, SrqHandle, MAX_PACKET,
-};
+use emu_core::engine::{Engine, SrqAttr, MAX_PACKET};
 use emu_wire::{Opcode, PacketRepr, Psn};
 use verbs_api::{
     AccessFlags, AhAttr, AsyncEvent, Endpoint, Gid, GlobalRoute, MemBuf, Mtu, QpAttr, QpAttrMask,
     QpCap, QpParams, QpState, QpType, RecvWr, SendWr, Sge, WorkCompletion,
 };
+use verbs_api::{CqId, MrInfo, PdId, QpInitAttr, SrqId};
 
 /// Which engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -283,13 +282,13 @@ impl Pair {
 #[derive(Clone, Debug)]
 pub struct Node {
     pub side: Side,
-    pub pd: PdHandle,
-    pub cq: CqHandle,
+    pub pd: PdId,
+    pub cq: CqId,
     pub qpn: u32,
     pub buf: MemBuf,
     pub mr: MrInfo,
     /// The SRQ the QP receives from, when the config asked for one.
-    pub srq: Option<SrqHandle>,
+    pub srq: Option<SrqId>,
 }
 
 /// Knobs for [`connect`].
@@ -586,7 +585,7 @@ pub fn ah_attr_to(dgid: Gid) -> AhAttr {
 
 impl Node {
     /// An address handle on this node's engine for `dgid`.
-    pub fn create_ah(&self, p: &mut Pair, dgid: Gid) -> emu_core::engine::AhHandle {
+    pub fn create_ah(&self, p: &mut Pair, dgid: Gid) -> verbs_api::AhId {
         let pd = self.pd;
         p.engine(self.side)
             .create_ah(pd, &ah_attr_to(dgid))
@@ -598,7 +597,7 @@ impl Node {
 pub fn ud_send(
     wr_id: u64,
     sges: Vec<Sge>,
-    ah: emu_core::engine::AhHandle,
+    ah: verbs_api::AhId,
     remote_qpn: u32,
     qkey: u32,
 ) -> SendWr {
