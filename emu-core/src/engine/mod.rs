@@ -21,6 +21,7 @@ mod cq;
 mod ctx;
 mod gsi;
 mod idmap;
+mod kind;
 mod manage;
 mod modify;
 mod mr;
@@ -51,6 +52,7 @@ use verbs_api::{
 pub use ah::{init_ah_from_wc, is_multicast};
 pub use counters::Counters;
 pub use gsi::{GSI_QKEY, GSI_QPN};
+pub use kind::{connected_dest_qpn, PacketKind};
 pub use manage::EIO;
 pub use port::{PortLink, DEFAULT_PKEY, PORT_NUM};
 pub use ud::{GRH_LEN, MULTICAST_QPN};
@@ -164,6 +166,10 @@ pub struct Transmit {
     /// TOS byte (IBTA Annex A17.4.5: on RoCEv2 the GRH's TClass travels as the IP
     /// header's; ECN, its low two bits, is the network's).
     pub traffic_class: u8,
+    /// What the packet is: a driver that batches its sends may hold a positive ACK
+    /// back behind requests, and must keep every other response in order (see
+    /// [`PacketKind`]).
+    pub kind: PacketKind,
 }
 
 /// The first QP number handed out (kernel rxe starts at 0x11 too; 0 and 1 are the

@@ -16,7 +16,7 @@ use super::qp::QueuePair;
 use super::retry::local_ack_timeout;
 use super::timers::Timer;
 use super::wqe::{Payload, ReqKind, Segments};
-use super::{Limits, Transmit};
+use super::{Limits, PacketKind, Transmit};
 
 /// The requester asks for an ACK at least this often (kernel rxe uses the same
 /// spacing; IBTA 9.7 lets the requester choose).
@@ -274,6 +274,7 @@ impl QueuePair {
             src_qpn: self.qpn,
             size,
             traffic_class,
+            kind: PacketKind::Request,
         })
     }
 

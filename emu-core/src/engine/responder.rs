@@ -22,7 +22,7 @@ use super::mr::{AccessError, Segment};
 use super::qp::QueuePair;
 use super::requester::emit;
 use super::wqe::{RecvWqe, Segments};
-use super::Transmit;
+use super::{PacketKind, Transmit};
 
 /// A message may span fewer PSNs than half the PSN space less the requester's window,
 /// or PSN comparisons would flip (IBTA 9.7.1).
@@ -775,6 +775,10 @@ impl QueuePair {
         let mtu = self.path_mtu() as usize;
         let dest_qp = self.attr.dest_qp_num;
         let front = self.resp.out.front_mut()?;
+        let kind = match front {
+            Response::Ack { syndrome, .. } => PacketKind::for_ack(*syndrome),
+            _ => PacketKind::Response,
+        };
         let size = match front {
             Response::Ack { psn, syndrome, msn } => {
                 let mut repr = PacketRepr::new(Opcode::RcAcknowledge, dest_qp, *psn);
@@ -838,6 +842,7 @@ impl QueuePair {
             src_qpn: self.qpn,
             size,
             traffic_class: self.attr.ah_attr.grh.traffic_class,
+            kind,
         })
     }
 }

@@ -1,0 +1,445 @@
+//! The device thread's schedule: when it blocks on the socket, when it spins, and
+//! when it naps and leaves the socket to an application that polls (run to
+//! completion), and the timers it keeps meanwhile.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use parking_lot::MutexGuard;
+
+use super::link::{RxBufs, UdpLink};
+use super::receive::Receiver;
+use super::{share, Core, Inner};
+
+/// The longest the device thread sleeps before looking at the engine's timers again.
+const MAX_SLEEP: Duration = Duration::from_millis(1);
+/// The device thread's nap while the application polls: the longest a deferred post
+/// waits if the application stops polling.
+const NAP: Duration = Duration::from_micros(200);
+/// Naps without a poll after which the device thread takes the socket back: one in
+/// the default mode, ten (2 ms) in busy-poll mode.
+const IDLE_NAPS: u32 = 1;
+const IDLE_NAPS_BUSY: u32 = 10;
+/// How long the device thread, while it holds the socket, keeps looking for datagrams
+/// after the last one before it sleeps (unless a CQ is armed: then the application
+/// waits for an event and needs the core). A streaming peer's sends then do not pay
+/// this thread's wake-up (a third of a WRITE sender's time when it did).
+const SPIN: Duration = Duration::from_micros(20);
+/// [`SPIN`] in busy-poll mode.
+const SPIN_BUSY: Duration = Duration::from_micros(50);
+
+impl Inner {
+    /// The device thread: waits for datagrams or the next timer, then receives a batch.
+    /// Receive buffers are allocated once: no heap allocation per packet.
+    ///
+    /// While the application polls (its `poll_cq` receives inline), the thread naps
+    /// instead of blocking on the socket, which would wake it for every datagram the
+    /// application takes itself (a context switch per packet); it takes the socket
+    /// back after [`IDLE_NAPS`] naps without a poll ([`IDLE_NAPS_BUSY`] in busy-poll
+    /// mode), and at once while a CQ is armed: an application that waits on a
+    /// completion channel polls only after its event, so the thread must receive
+    /// what makes it (`req_notify_cq` wakes it from a nap); QP1's CQ, which the CM
+    /// agent keeps armed, does not count (`Engine::cq_armed`). Holding the socket, it
+    /// looks again for [`SPIN`] ([`SPIN_BUSY`] in busy-poll mode) after each datagram
+    /// before it sleeps.
+    pub(super) fn run(&self, udp: &UdpLink, mut member: Option<share::Member>) {
+        let idle_limit = if self.cfg.busy_poll {
+            IDLE_NAPS_BUSY
+        } else {
+            IDLE_NAPS
+        };
+        let mut seen = self.polls.load(Ordering::Relaxed);
+        let mut seen_waits = self.waits.load(Ordering::Relaxed);
+        let mut idle_naps = idle_limit;
+        let spin = if self.cfg.busy_poll { SPIN_BUSY } else { SPIN };
+        let mut last_rx: Option<Instant> = None;
+        // Half or more of the last receive had a wrong ICRC: junk keeps coming.
+        let mut flooded = false;
+        let mut skipped = false;
+        while !self.stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            self.watch(now);
+            if member.as_mut().is_some_and(|m| m.beat(now)) {
+                udp.member_joined();
+            }
+            let (sleep, armed) = {
+                let core = self.core.lock();
+                let now = Instant::now();
+                let sleep = core.engine.poll_timeout().map_or(MAX_SLEEP, |t| {
+                    t.saturating_duration_since(now).min(MAX_SLEEP)
+                });
+                (sleep, core.engine.cq_armed())
+            };
+            let polls = self.polls.load(Ordering::Relaxed);
+            if polls != seen {
+                seen = polls;
+                idle_naps = 0;
+            } else {
+                idle_naps = idle_naps.saturating_add(1);
+            }
+            // A thread waits for its event receiving, or did within the last nap (it
+            // arms, polls once and waits again for each message).
+            let waits = self.waits.load(Ordering::Relaxed);
+            let waiting = self.waiters.load(Ordering::Acquire) > 0 || waits != seen_waits;
+            seen_waits = waits;
+            self.waiter_mode.store(waiting, Ordering::Release);
+            if (idle_naps < idle_limit && !armed) || waiting {
+                // The application takes the datagrams; only keep time.
+                self.napping.store(true, Ordering::Release);
+                std::thread::park_timeout(sleep.min(NAP));
+                // Fire due timers and send what a deferred post left, but leave the
+                // socket to the application: receiving here would race its inline
+                // receive for the socket and, preempted with the receive lock held,
+                // stall a spinning poller for a time slice. The top of the loop takes
+                // the socket back once the naps go on without polls.
+                // Nor wait for the engine while the application is in it: with many
+                // QPs it holds the lock most of the time, and this thread spinning
+                // for it took a sixth of the application's core (10,000 QPs). Skipped
+                // at most once in a row, so a timer fires at most a nap late.
+                let core = if skipped {
+                    Some(self.core.lock())
+                } else {
+                    self.core.try_lock()
+                };
+                skipped = core.is_none();
+                if let Some(core) = core {
+                    self.keep_time_locked(core);
+                }
+                continue;
+            } else {
+                // Posts stop deferring before this thread blocks; one that deferred
+                // just before is sent here first.
+                self.napping.store(false, Ordering::Release);
+                self.flush_pending();
+                let spinning = !armed && last_rx.is_some_and(|t| t.elapsed() < spin);
+                if flooded {
+                    // Take the next batch at once. Yielding here handed the core to
+                    // any thread sharing it, for its whole time slice: a junk sender
+                    // on the same core then filled the socket while this thread got a
+                    // twentieth of the core (`rdma-emu bench flood`). Between batches
+                    // of real traffic it still yields: the application's thread on
+                    // this core makes that traffic (10,000 QPs lost a fifth without).
+                } else if spinning {
+                    // Traffic within SPIN: look again instead of sleeping, so the
+                    // sender does not pay this thread's wake-up (yielding to any
+                    // thread that waits for this core).
+                    std::thread::yield_now();
+                } else if !self.rx.lock().as_ref().is_some_and(RxBufs::has_left) {
+                    udp.wait_readable(sleep);
+                }
+            }
+            let junk_before = self.link_counters.icrc_errors.load(Ordering::Relaxed);
+            let got = self.receive(udp, Receiver::Thread);
+            let junk = self.link_counters.icrc_errors.load(Ordering::Relaxed) - junk_before;
+            flooded = got > 0 && 2 * junk >= got as u64;
+            if got > 0 {
+                last_rx = Some(Instant::now());
+                self.link_counters
+                    .thread_datagrams
+                    .fetch_add(got as u64, Ordering::Relaxed);
+            }
+            if got == 0 {
+                self.keep_time();
+            }
+        }
+    }
+
+    /// Fires the engine's due timers and sends what they (or a deferred post) left.
+    pub(super) fn keep_time(&self) {
+        self.keep_time_locked(self.core.lock());
+    }
+
+    /// [`Inner::keep_time`] with the engine's lock taken.
+    pub(super) fn keep_time_locked(&self, mut core: MutexGuard<'_, Core>) {
+        let now = Instant::now();
+        core.engine.handle_timeout(now);
+        self.flush(&mut core, now, false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use verbs_api::{AccessFlags, Device, MemBuf, PdId, WorkCompletion};
+    use std::time::Duration;
+
+    /// Two RC QPs of `dev` connected to each other (a's PSN 1, b's 2), a on `cqs[0]`
+    /// and b on `cqs[1]`; four WRs each way.
+    fn looped_rc_pair(dev: &EmuDevice, pd: PdId, cqs: [CqId; 2]) -> (u32, u32) {
+        use verbs_api::{connect_qp, Endpoint, QpCap, QpInitAttr, QpParams, QpType};
+        let qp = |cq: CqId| {
+            dev.create_qp(&QpInitAttr {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                qp_type: QpType::Rc,
+                cap: QpCap {
+                    max_send_wr: 4,
+                    max_recv_wr: 4,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+                srq: None,
+            })
+            .unwrap()
+        };
+        let (a, b) = (qp(cqs[0]), qp(cqs[1]));
+        let params = QpParams::default();
+        let end = |qpn, psn| Endpoint {
+            qpn,
+            psn,
+            gid: dev.gid(),
+            ..Endpoint::default()
+        };
+        connect_qp(dev, a, QpType::Rc, &params, 1, &end(b, 2)).unwrap();
+        connect_qp(dev, b, QpType::Rc, &params, 2, &end(a, 1)).unwrap();
+        (a, b)
+    }
+
+    /// A busy-poll device on a free loopback port, with a CQ.
+    fn busy_poll_device() -> (EmuDevice, CqId) {
+        let dev = EmuDevice::open(EmuConfig {
+            ip: Ipv4Addr::LOCALHOST,
+            port: 0,
+            busy_poll: true,
+            ..EmuConfig::default()
+        })
+        .expect("open a device on loopback");
+        let cq = dev.create_cq(16, None).unwrap();
+        (dev, cq)
+    }
+
+    /// Polls `cq` (up to `max` at a time) until the device thread naps; fails the test
+    /// after 5 s.
+    fn poll_until_napping(dev: &EmuDevice, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) {
+        let t0 = Instant::now();
+        while !dev.inner.napping.load(Ordering::Acquire) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the thread never napped"
+            );
+            dev.poll_cq(cq, max, out).unwrap();
+        }
+    }
+
+    /// An application that polls while a CQ is armed (it will wait on the channel
+    /// after its next empty poll) must not keep the device thread napping: the thread
+    /// goes back to the socket, so the event's datagram is received without a nap.
+    #[test]
+    fn an_armed_cq_keeps_the_device_thread_on_the_socket() {
+        // Busy-poll mode: without an armed CQ the thread naps on while polls come
+        // less than ten naps (2 ms) apart.
+        let (dev, cq) = busy_poll_device();
+        let mut out = Vec::new();
+        // Polls until the thread's napping flag is `want` (5 s at most).
+        let reaches = |want: bool, out: &mut Vec<WorkCompletion>| {
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(5) {
+                dev.poll_cq(cq, 1, out).unwrap();
+                if dev.inner.napping.load(Ordering::Acquire) == want {
+                    return true;
+                }
+            }
+            false
+        };
+        // Polling alone puts the thread into its naps.
+        assert!(
+            reaches(true, &mut out),
+            "polling never put the thread to nap"
+        );
+        // Armed, the thread leaves its nap though the polling goes on.
+        dev.req_notify_cq(cq, false).unwrap();
+        assert!(
+            reaches(false, &mut out),
+            "the device thread kept napping with a CQ armed"
+        );
+    }
+
+    /// While the application polls, the device thread leaves the socket to it: after
+    /// a nap it fires timers but receives nothing, even when datagrams wait (the
+    /// application polls with pauses here, so some always do).
+    #[test]
+    fn a_polling_application_receives_every_datagram_itself() {
+        let (dev, cq) = busy_poll_device();
+        let peer = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let to = (Ipv4Addr::LOCALHOST, dev.port());
+        let counters = dev.link_counters();
+        let mut out = Vec::new();
+        // The thread takes the socket back after 2 ms without a poll (ten naps): a
+        // round in which this thread was descheduled that long proves nothing, and
+        // the next round runs instead.
+        for _ in 0..5 {
+            poll_until_napping(&dev, cq, 1, &mut out);
+            let before = counters.thread_datagrams.load(Ordering::Relaxed);
+            let bad_before = counters.icrc_errors.load(Ordering::Relaxed);
+            // 400 datagrams with a wrong ICRC (dropped and counted by whoever receives
+            // them), polled every 50 us in between: the thread naps 200 us at a time,
+            // so it wakes to waiting datagrams about 200 times.
+            let mut last_poll = Instant::now();
+            let mut longest_gap = Duration::ZERO;
+            let mut poll = |out: &mut Vec<WorkCompletion>| {
+                dev.poll_cq(cq, 1, out).unwrap();
+                longest_gap = longest_gap.max(last_poll.elapsed());
+                last_poll = Instant::now();
+            };
+            for _ in 0..400 {
+                peer.send_to(&[0u8; 64], to).unwrap();
+                std::thread::sleep(Duration::from_micros(50));
+                poll(&mut out);
+                std::thread::sleep(Duration::from_micros(50));
+                poll(&mut out);
+            }
+            let t0 = Instant::now();
+            while counters.icrc_errors.load(Ordering::Relaxed) - bad_before < 400 {
+                assert!(t0.elapsed() < Duration::from_secs(5), "datagrams were lost");
+                poll(&mut out);
+            }
+            if longest_gap > Duration::from_millis(1) {
+                continue;
+            }
+            let by_thread = counters.thread_datagrams.load(Ordering::Relaxed) - before;
+            assert_eq!(
+                by_thread, 0,
+                "the device thread took datagrams while the application polled"
+            );
+            return;
+        }
+        eprintln!("skipped: this thread was descheduled for over 1 ms in every round");
+    }
+
+    /// While the application polls, a post waits for the next poll to leave (posts to
+    /// many QPs go out as one send), except an answer to a peer whose ACK is held: it
+    /// leaves at once, with the ACK (a ping-pong's half round trip).
+    #[test]
+    fn an_answer_leaves_at_once_with_the_held_ack() {
+        use verbs_api::{RecvWr, SendFlags, SendWr, Sge, WrOperation};
+        let (dev, cq) = busy_poll_device();
+        let pd = dev.alloc_pd().unwrap();
+        let (a, b) = looped_rc_pair(&dev, pd, [cq, cq]);
+        let buf = MemBuf::new(64);
+        let mr = dev
+            .reg_mr(pd, &buf, 0, 64, AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let sge = |at: u64| Sge {
+            addr: mr.addr + at,
+            length: 8,
+            lkey: mr.lkey,
+        };
+        dev.post_recv(a, &[RecvWr::new(1, vec![sge(0)])]).unwrap();
+        dev.post_recv(b, &[RecvWr::new(2, vec![sge(8)])]).unwrap();
+        let held = || {
+            let core = dev.inner.core.lock();
+            (core.tx.count, core.acks.count)
+        };
+        let mut out = Vec::new();
+        // Each round: a's question is deferred to a poll, which sends it and receives
+        // it at b, holding b's ACK; b's answer then leaves with it from `post_send`.
+        // The device thread's nap also sends what waits: a round in which it woke
+        // between the two steps proves nothing, and the next one runs.
+        let mut checked = 0;
+        for round in 0..20 {
+            poll_until_napping(&dev, cq, 4, &mut out);
+            let mut question = SendWr::new(round, vec![sge(16)], WrOperation::Send);
+            question.send_flags = SendFlags::SIGNALED;
+            dev.post_send(a, &[question]).unwrap();
+            let t0 = Instant::now();
+            loop {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(5),
+                    "the question was lost"
+                );
+                out.clear();
+                dev.poll_cq(cq, 4, &mut out).unwrap();
+                if out.iter().any(|w| w.qp_num == b && w.opcode.is_recv()) {
+                    break;
+                }
+            }
+            dev.post_recv(b, &[RecvWr::new(2, vec![sge(8)])]).unwrap();
+            if held() != (0, 1) {
+                continue;
+            }
+            let mut answer = SendWr::new(round, vec![sge(24)], WrOperation::Send);
+            answer.send_flags = SendFlags::SIGNALED;
+            dev.post_send(b, &[answer]).unwrap();
+            assert_eq!(held(), (0, 0), "the answer and the ACK wait for a poll");
+            checked += 1;
+            // Drain: a's answer and both send completions.
+            let t0 = Instant::now();
+            let mut got = 0;
+            while got < 3 {
+                assert!(t0.elapsed() < Duration::from_secs(5), "the answer was lost");
+                out.clear();
+                dev.poll_cq(cq, 4, &mut out).unwrap();
+                got += out.len();
+            }
+            dev.post_recv(a, &[RecvWr::new(1, vec![sge(0)])]).unwrap();
+        }
+        assert!(checked > 0, "the ACK was never held");
+    }
+
+    /// A thread waiting in `get_cq_event` receives for itself: with its CQ armed the
+    /// device thread naps instead of taking the socket (which would put a second
+    /// wake-up between the datagram and the waiter), and the event still comes.
+    #[test]
+    fn a_thread_waiting_for_its_event_receives_while_the_device_thread_naps() {
+        use verbs_api::{RecvWr, SendWr, Sge, WcStatus, WrOperation};
+        let dev = Arc::new(
+            EmuDevice::open(EmuConfig {
+                ip: Ipv4Addr::LOCALHOST,
+                port: 0,
+                ..EmuConfig::default()
+            })
+            .expect("open a device on loopback"),
+        );
+        let pd = dev.alloc_pd().unwrap();
+        let ch = dev.create_comp_channel().unwrap();
+        let send_cq = dev.create_cq(16, None).unwrap();
+        let recv_cq = dev.create_cq(16, Some(ch)).unwrap();
+        let (a, b) = looped_rc_pair(&dev, pd, [send_cq, recv_cq]);
+        let buf = MemBuf::new(64);
+        let mr = dev
+            .reg_mr(pd, &buf, 0, 64, AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let sge = Sge {
+            addr: mr.addr,
+            length: 8,
+            lkey: mr.lkey,
+        };
+        dev.post_recv(b, &[RecvWr::new(5, vec![sge])]).unwrap();
+        dev.req_notify_cq(recv_cq, false).unwrap();
+        let waiter = {
+            let dev = dev.clone();
+            std::thread::spawn(move || dev.get_cq_event(ch, Some(Duration::from_secs(10))))
+        };
+        // The waiter is in, and the device thread naps though a CQ is armed.
+        let t0 = Instant::now();
+        while !(dev.inner.waiters.load(Ordering::Acquire) == 1
+            && dev.inner.napping.load(Ordering::Acquire))
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the device thread did not nap while a thread waited for its event"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        dev.post_send(a, &[SendWr::new(6, vec![sge], WrOperation::Send)])
+            .unwrap();
+        assert_eq!(waiter.join().unwrap().unwrap(), recv_cq);
+        let mut wcs = Vec::new();
+        assert_eq!(dev.poll_cq(recv_cq, 4, &mut wcs).unwrap(), 1);
+        assert_eq!((wcs[0].wr_id, wcs[0].status), (5, WcStatus::Success));
+        // Armed again with nobody waiting that way (a program that watches the fd):
+        // the device thread goes back to the socket within a nap or two.
+        dev.req_notify_cq(recv_cq, false).unwrap();
+        let t0 = Instant::now();
+        while dev.inner.napping.load(Ordering::Acquire) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the device thread kept napping after the waits stopped"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}

@@ -1,0 +1,423 @@
+//! [`Device`] for [`EmuDevice`]: each verb takes the engine's lock, calls the engine
+//! and sends what it wants sent (see `transmit`).
+
+use std::time::Duration;
+
+use verbs_api::{
+    AccessFlags, AhAttr, AhId, AsyncEvent, AtomicCap, ChannelId, CqId, Device, DeviceAttr,
+    DeviceCapFlags, Error, Gid, MemBuf, MrInfo, MwBind, MwId, MwInfo, MwType, PdId, PortAttr,
+    PostError, QpAttr, QpAttrMask, QpInitAttr, RecvWr, ReregMrFlags, Result, SendWr, SrqAttr,
+    SrqAttrMask, SrqId, WcFlags, WorkCompletion,
+};
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{node_guid, EmuDevice, EMU_VENDOR_ID};
+use crate::engine;
+use crate::notify::Notifier;
+
+impl Device for EmuDevice {
+    fn name(&self) -> &str {
+        &self.inner.cfg.name
+    }
+
+    fn query_device(&self) -> Result<DeviceAttr> {
+        let l = self.inner.cfg.limits;
+        let guid = node_guid(self.inner.cfg.ip);
+        Ok(DeviceAttr {
+            fw_ver: env!("CARGO_PKG_VERSION").into(),
+            node_guid: guid,
+            sys_image_guid: guid,
+            max_mr_size: l.max_mr_size,
+            page_size_cap: 0xFFFF_F000,
+            vendor_id: EMU_VENDOR_ID,
+            max_qp: l.max_qp,
+            max_qp_wr: l.max_qp_wr,
+            max_sge: l.max_sge,
+            max_sge_rd: l.max_sge,
+            max_cq: l.max_cq,
+            max_cqe: l.max_cqe,
+            max_mr: l.max_mr,
+            max_pd: l.max_pd,
+            max_mw: l.max_mw,
+            max_ah: l.max_ah,
+            max_srq: l.max_srq,
+            max_srq_wr: l.max_srq_wr,
+            max_srq_sge: l.max_srq_sge,
+            max_mcast_grp: l.max_mcast_grp,
+            max_mcast_qp_attach: l.max_mcast_qp_attach,
+            max_total_mcast_qp_attach: l.max_total_mcast_qp_attach,
+            max_qp_rd_atom: l.max_qp_rd_atom,
+            max_res_rd_atom: l.max_qp_rd_atom * 1024,
+            max_qp_init_rd_atom: l.max_qp_init_rd_atom,
+            atomic_cap: AtomicCap::Hca,
+            max_pkeys: l.pkey_tbl_len as u16,
+            phys_port_cnt: 1,
+            // PORT_ACTIVE is generated (manual 6.1.10); alternate paths migrate
+            // automatically (engine module `apm`); the port counts P_Key and Q_Key
+            // violations; RNR NAKs are sent (module `rnr`);
+            // `modify_srq` resizes; windows of type 1 and 2B (module `mw`).
+            device_cap_flags: DeviceCapFlags::BAD_PKEY_CNTR
+                | DeviceCapFlags::BAD_QKEY_CNTR
+                | DeviceCapFlags::PORT_ACTIVE_EVENT
+                | DeviceCapFlags::AUTO_PATH_MIG
+                | DeviceCapFlags::RC_RNR_NAK_GEN
+                | DeviceCapFlags::SRQ_RESIZE
+                | DeviceCapFlags::MEM_WINDOW
+                | DeviceCapFlags::MEM_WINDOW_TYPE_2B,
+            ..DeviceAttr::default()
+        })
+    }
+
+    fn query_port(&self, port: u8) -> Result<PortAttr> {
+        self.inner.core.lock().engine.query_port(port)
+    }
+
+    fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        self.inner.core.lock().engine.query_gid(port, index)
+    }
+
+    fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
+        self.inner.core.lock().engine.query_pkey(port, index)
+    }
+
+    fn alloc_pd(&self) -> Result<PdId> {
+        self.live(|e, _| e.alloc_pd())
+    }
+
+    fn dealloc_pd(&self, p: PdId) -> Result<()> {
+        self.with_engine(|e, _| e.dealloc_pd(p))
+    }
+
+    fn reg_mr(
+        &self,
+        p: PdId,
+        buf: &MemBuf,
+        offset: usize,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<MrInfo> {
+        self.live(|e, _| e.reg_mr(p, buf, offset, length, access))
+    }
+
+    fn dereg_mr(&self, lkey: u32) -> Result<()> {
+        self.with_engine(|e, _| e.dereg_mr(lkey))
+    }
+
+    fn create_comp_channel(&self) -> Result<ChannelId> {
+        let id = self.inner.next_channel.fetch_add(1, Ordering::Relaxed) as u32;
+        self.inner
+            .channels
+            .lock()
+            .insert(id, Arc::new(Notifier::new()?));
+        Ok(ChannelId(id))
+    }
+
+    fn destroy_comp_channel(&self, channel: ChannelId) -> Result<()> {
+        if self
+            .inner
+            .cq_channel
+            .lock()
+            .values()
+            .any(|c| *c == channel.0)
+        {
+            return Err(Error::Busy("a CQ uses the channel"));
+        }
+        self.inner
+            .channels
+            .lock()
+            .remove(&channel.0)
+            .map(|_| ())
+            .ok_or(Error::InvalidArgument("no such channel"))
+    }
+
+    fn get_cq_event(&self, channel: ChannelId, timeout: Option<Duration>) -> Result<CqId> {
+        let ch = self
+            .inner
+            .channels
+            .lock()
+            .get(&channel.0)
+            .cloned()
+            .ok_or(Error::InvalidArgument("no such channel"))?;
+        // A call that does not wait (a program that learns of events from the fd, with
+        // O_NONBLOCK) only takes what is there.
+        let udp = self
+            .inner
+            .udp
+            .as_ref()
+            .filter(|_| timeout != Some(Duration::ZERO));
+        if let Some(udp) = udp {
+            // The CM agent waits on QP1's channel all the time: it leaves the socket
+            // to the device thread and the application (see `Engine::cq_armed`).
+            let gsi = {
+                let core = self.inner.core.lock();
+                let map = self.inner.cq_channel.lock();
+                map.iter()
+                    .any(|(&c, &chan)| chan == channel.0 && core.engine.cq_is_gsi(CqId(c)))
+            };
+            if !gsi {
+                return self.wait_receiving(udp, &ch, timeout);
+            }
+        }
+        self.wait(&ch, timeout)
+    }
+
+    fn comp_channel_fd(&self, channel: ChannelId) -> Result<i32> {
+        self.inner
+            .channels
+            .lock()
+            .get(&channel.0)
+            .map(|c| c.fd())
+            .ok_or(Error::InvalidArgument("no such channel"))
+    }
+
+    fn create_cq(&self, cqe: u32, channel: Option<ChannelId>) -> Result<CqId> {
+        if let Some(ch) = channel {
+            if !self.inner.channels.lock().contains_key(&ch.0) {
+                return Err(Error::InvalidArgument("no such channel"));
+            }
+        }
+        let c = self.live(|e, _| e.create_cq(cqe))?;
+        if let Some(ch) = channel {
+            self.inner.cq_channel.lock().insert(c.0, ch.0);
+        }
+        Ok(c)
+    }
+
+    fn destroy_cq(&self, c: CqId) -> Result<()> {
+        self.with_engine(|e, _| e.destroy_cq(c))?;
+        self.inner.cq_channel.lock().remove(&c.0);
+        Ok(())
+    }
+
+    fn resize_cq(&self, c: CqId, cqe: u32) -> Result<()> {
+        self.live(|e, _| e.resize_cq(c, cqe))
+    }
+
+    fn poll_cq(&self, c: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+        self.inner.poll_cq(c, max, out)
+    }
+
+    fn req_notify_cq(&self, c: CqId, solicited_only: bool) -> Result<()> {
+        self.live(|e, _| e.req_notify_cq(c, solicited_only))?;
+        // The application will wait for the event, not poll: a napping device thread
+        // must go back to the socket now (see `Inner::run`). Unparked even when it is
+        // not napping yet: it may be about to, having looked before the arming. Not
+        // when the application waits in `get_cq_event`, which receives itself.
+        if let Some(t) = &self.thread {
+            if !self.inner.waiter_mode.load(Ordering::Acquire) {
+                t.thread().unpark();
+            }
+        }
+        Ok(())
+    }
+
+    fn create_qp(&self, init: &QpInitAttr) -> Result<u32> {
+        let qpn = self.live(|e, _| e.create_qp(*init))?;
+        self.receive_traffic_class();
+        Ok(qpn)
+    }
+
+    fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        self.live(|e, now| e.modify_qp(now, qpn, attr, mask))?;
+        // A QP reset or (re)connected learns its peer's source port again.
+        if mask.contains(QpAttrMask::STATE)
+            && matches!(
+                attr.qp_state,
+                verbs_api::QpState::Reset | verbs_api::QpState::Init | verbs_api::QpState::Rtr
+            )
+        {
+            self.inner.core.lock().peers.remove(&qpn);
+        }
+        Ok(())
+    }
+
+    fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpInitAttr)> {
+        self.inner.core.lock().engine.query_qp(qpn)
+    }
+
+    fn destroy_qp(&self, qpn: u32) -> Result<()> {
+        self.with_engine(|e, _| e.destroy_qp(qpn))?;
+        self.inner.core.lock().peers.remove(&qpn);
+        self.receive_traffic_class();
+        Ok(())
+    }
+
+    fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> std::result::Result<(), PostError> {
+        self.live_post(|e, now| e.post_send(now, qpn, wrs))
+    }
+
+    fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
+        self.live_post(|e, now| e.post_recv(now, qpn, wrs))
+    }
+
+    fn rereg_mr(
+        &self,
+        lkey: u32,
+        flags: ReregMrFlags,
+        p: Option<PdId>,
+        range: Option<(&MemBuf, usize, usize)>,
+        access: AccessFlags,
+    ) -> Result<MrInfo> {
+        self.live(|e, _| e.rereg_mr(lkey, flags, p, range, access))
+    }
+
+    fn alloc_mw(&self, p: PdId, mw_type: MwType) -> Result<MwInfo> {
+        let (id, rkey) = self.live(|e, _| e.alloc_mw(p, mw_type))?;
+        Ok(MwInfo { id, rkey, mw_type })
+    }
+
+    fn dealloc_mw(&self, mw: MwId) -> Result<()> {
+        self.with_engine(|e, _| e.dealloc_mw(mw))
+    }
+
+    fn bind_mw(&self, qpn: u32, mw: MwId, bind: &MwBind) -> Result<u32> {
+        self.live(|e, now| e.bind_mw(now, qpn, mw, bind))
+    }
+
+    fn create_srq(&self, p: PdId, attr: &SrqAttr) -> Result<SrqId> {
+        self.live(|e, _| e.create_srq(p, *attr))
+    }
+
+    fn modify_srq(&self, srq: SrqId, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+        self.live(|e, _| e.modify_srq(srq, attr, mask))
+    }
+
+    fn query_srq(&self, srq: SrqId) -> Result<SrqAttr> {
+        self.inner.core.lock().engine.query_srq(srq)
+    }
+
+    fn destroy_srq(&self, srq: SrqId) -> Result<()> {
+        self.with_engine(|e, _| e.destroy_srq(srq))
+    }
+
+    fn post_srq_recv(&self, srq: SrqId, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
+        self.live_post(|e, now| e.post_srq_recv(now, srq, wrs))
+    }
+
+    fn create_ah(&self, p: PdId, attr: &AhAttr) -> Result<AhId> {
+        self.live(|e, _| e.create_ah(p, attr))
+    }
+
+    fn destroy_ah(&self, ah: AhId) -> Result<()> {
+        self.with_engine(|e, _| e.destroy_ah(ah))
+    }
+
+    /// [`engine::init_ah_from_wc`] over the port's GID table (read only when the WC has
+    /// a GRH: without one libibverbs looks at no table, nor at the port).
+    fn init_ah_from_wc(&self, port_num: u8, wc: &WorkCompletion, grh: &[u8]) -> Result<AhAttr> {
+        let gids = if wc.wc_flags.contains(WcFlags::GRH) {
+            let core = self.inner.core.lock();
+            let len = core.engine.query_port(port_num)?.gid_tbl_len;
+            (0..len)
+                .map(|i| core.engine.query_gid(port_num, i))
+                .collect::<Result<Vec<Gid>>>()?
+        } else {
+            Vec::new()
+        };
+        engine::init_ah_from_wc(port_num, wc, grh, &gids)
+    }
+
+    fn attach_mcast(&self, qpn: u32, gid: &Gid, lid: u16) -> Result<()> {
+        let _serial = self.inner.mcast.lock();
+        let fresh = self.live(|e, _| {
+            let fresh = !e.mcast_groups().contains(gid);
+            e.attach_mcast(qpn, gid, lid).map(|()| fresh)
+        })?;
+        if fresh {
+            if let Err(err) = self.sync_groups() {
+                let _ = self.with_engine(|e, _| e.detach_mcast(qpn, gid, lid));
+                let _ = self.sync_groups();
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    fn detach_mcast(&self, qpn: u32, gid: &Gid, lid: u16) -> Result<()> {
+        let _serial = self.inner.mcast.lock();
+        self.with_engine(|e, _| e.detach_mcast(qpn, gid, lid))?;
+        self.sync_groups()
+    }
+
+    fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {
+        self.wait(&self.inner.events, timeout)
+    }
+
+    fn async_fd(&self) -> Result<i32> {
+        Ok(self.inner.events.fd())
+    }
+
+    fn qpn_block(&self) -> u8 {
+        self.inner.core.lock().engine.qpn_block()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nic::EmuConfig;
+    use std::net::Ipv4Addr;
+
+    /// The 40 bytes a UD receive buffer starts with for a datagram from `src` to `dst`
+    /// (the IPv4 layout: 20 zero bytes, then the IPv4 header).
+    fn grh(src: Ipv4Addr, dst: Ipv4Addr) -> [u8; 40] {
+        let mut out = [0u8; 40];
+        emu_wire::GrhRepr::for_ipv4(src, dst, 20 + 8 + 12 + 8 + 4)
+            .emit(&mut emu_wire::GrhPacket::new_unchecked(&mut out[..]));
+        out
+    }
+
+    /// `Device::init_ah_from_wc` and `create_ah_from_wc` (manual 3.6.11, 3.6.12) read
+    /// the device's GID table: a GRH addressed to one of its GIDs answers the sender
+    /// from that GID's index; one addressed elsewhere, a short one, one on another
+    /// port, and a WC without IBV_WC_GRH (whose vector is not global, which RoCE
+    /// refuses) are EINVAL and create no AH.
+    #[test]
+    fn ah_from_wc_reads_the_device_gid_table() {
+        const EINVAL: i32 = 22;
+        let dev = EmuDevice::open(EmuConfig {
+            ip: Ipv4Addr::LOCALHOST,
+            port: 0,
+            ..EmuConfig::default()
+        })
+        .expect("open a device on loopback");
+        let pd = dev.alloc_pd().unwrap();
+        let peer = Ipv4Addr::new(10, 0, 0, 9);
+        let mut wc = WorkCompletion::new(
+            1,
+            verbs_api::WcStatus::Success,
+            verbs_api::WcOpcode::Recv,
+            5,
+        );
+        (wc.wc_flags, wc.src_qp, wc.sl) = (WcFlags::GRH, 0x77, 2);
+
+        let ours = grh(peer, Ipv4Addr::LOCALHOST);
+        let attr = dev.init_ah_from_wc(1, &wc, &ours).unwrap();
+        assert!(attr.is_global);
+        assert_eq!(
+            (attr.grh.dgid, attr.grh.sgid_index, attr.port_num, attr.sl),
+            (Gid::from_ipv4(peer), 0, 1, 2)
+        );
+        assert_eq!(dev.query_gid(1, 0).unwrap(), dev.gid());
+        let ah = dev.create_ah_from_wc(pd, &wc, &ours, 1).unwrap();
+        let errno = |r: Result<AhAttr>| r.expect_err("accepted").errno();
+        let ah_errno = |r: Result<AhId>| r.expect_err("created an AH").errno();
+        // Addressed to a GID the device does not have.
+        let theirs = grh(peer, Ipv4Addr::new(10, 0, 0, 7));
+        assert_eq!(errno(dev.init_ah_from_wc(1, &wc, &theirs)), EINVAL);
+        assert_eq!(ah_errno(dev.create_ah_from_wc(pd, &wc, &theirs, 1)), EINVAL);
+        // Shorter than a GRH, not a GRH at all, or another port.
+        assert_eq!(errno(dev.init_ah_from_wc(1, &wc, &ours[..39])), EINVAL);
+        assert_eq!(errno(dev.init_ah_from_wc(1, &wc, &[0; 40])), EINVAL);
+        assert_eq!(errno(dev.init_ah_from_wc(2, &wc, &ours)), EINVAL);
+        // No GRH in the WC: a local (non-global) vector, which a RoCE AH cannot use.
+        wc.wc_flags = WcFlags::empty();
+        assert!(!dev.init_ah_from_wc(1, &wc, &ours).unwrap().is_global);
+        assert_eq!(ah_errno(dev.create_ah_from_wc(pd, &wc, &ours, 1)), EINVAL);
+        // Only the first AH exists: the PD is busy until it goes.
+        dev.destroy_ah(ah).unwrap();
+        dev.dealloc_pd(pd).unwrap();
+    }
+}
