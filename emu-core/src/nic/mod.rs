@@ -46,6 +46,7 @@ mod receive;
 mod share;
 mod thread;
 mod transmit;
+mod udp;
 mod verbs;
 
 use std::collections::HashMap;
@@ -62,9 +63,9 @@ use crate::engine::{self, Engine, Limits};
 use crate::notify::Notifier;
 pub use driver::DeviceDriver;
 pub use link::Link;
-use link::{RxBufs, UdpLink, GSO_MAX_BYTES};
 pub use manage::Management;
 use transmit::TxBatch;
+use udp::{RxBufs, UdpLink, GSO_MAX_BYTES};
 
 /// The UDP port of RoCEv2 (IBTA Annex A17).
 pub const ROCE_PORT: u16 = 4791;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use verbs_api::{CqId, Gid, Result, WorkCompletion};
 
-use super::link::{RxBufs, UdpLink};
+use super::udp::{RxBufs, UdpLink};
 use super::{EmuDevice, Inner};
 use crate::engine::{connected_dest_qpn, PacketKind};
 use crate::notify::Notifier;

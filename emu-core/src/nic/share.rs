@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::interop::LinkOptions;
-use super::link::UdpLink;
+use super::udp::UdpLink;
 use crate::cm::mad::{Addressee, COMM_BLOCK_SHIFT};
 use crate::engine::{QPN_BLOCK_BITS, QPN_BLOCK_SHIFT};
 use crate::host;

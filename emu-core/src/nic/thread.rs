@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
-use super::link::{RxBufs, UdpLink};
 use super::receive::Receiver;
+use super::udp::{RxBufs, UdpLink};
 use super::{share, Core, Inner};
 
 /// The longest the device thread sleeps before looking at the engine's timers again.
@@ -160,8 +160,8 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::super::*;
-    use verbs_api::{AccessFlags, Device, MemBuf, PdId, WorkCompletion};
     use std::time::Duration;
+    use verbs_api::{AccessFlags, Device, MemBuf, PdId, WorkCompletion};
 
     /// Two RC QPs of `dev` connected to each other (a's PSN 1, b's 2), a on `cqs[0]`
     /// and b on `cqs[1]`; four WRs each way.

@@ -1,0 +1,396 @@
+//! `UdpLink`, the [`Link`] of a real deployment: one socket per device, RoCEv2
+//! datagrams with their ICRC computed on send and checked on receive. Receiving is in
+//! `recv`, sending in `send`, and what devices sharing an address pass on to each
+//! other in `inbox`.
+//!
+//! The UDP link batches: a run of equal-sized packets to one peer leaves in one
+//! `sendmsg` with `UDP_SEGMENT` (generic segmentation offload: the kernel cuts it into
+//! datagrams, or on loopback hands it whole to a receiver that asked for `UDP_GRO`),
+//! and receives take `UDP_GRO` runs, up to 64 KiB of coalesced datagrams per slot,
+//! split again by the segment size the kernel reports; once receives in a row keep
+//! finding datagrams, `recvmmsg` takes many runs per call. GRO is switched off while
+//! traffic is quiet (see `gro`): a lone datagram is then read with the cheaper
+//! `recvfrom`. Kernels without GSO or GRO
+//! get one datagram per slot and per send (quinn-udp probes and falls back). Two
+//! single packets to one peer (an answer and the ACK held for that peer) leave in one
+//! `sendmmsg`, the answer first. The batched receive is quinn-udp's; sends and the
+//! one-slot receive are nix's `sendto`, `sendmsg` and `recvmsg` and rustix's
+//! `sendmmsg`, with no control message but `UDP_SEGMENT`/`UDP_GRO` (quinn-udp adds
+//! the TOS byte on send and asks for the destination address on receive, which a
+//! ping-pong pays on every half round trip). All wrap the system calls safely, so this
+//! crate keeps no `unsafe`.
+//!
+//! The ICRC covers the IPv4 header, identification field included (Annex A17.4), which
+//! a UDP socket neither chooses nor shows. Every datagram's ICRC is computed with the
+//! IP ID the kernel gives it (`ip_id`): 0 from the bound socket (unconnected, DF set),
+//! a connected socket's own count otherwise, and for a GSO run the send's ID plus the
+//! segment's index. A receive through the UDP socket solves the sender's ID from the
+//! ICRC ([`emu_wire::icrc_ip_id`]); the interop mode of [`super::interop`] reads it
+//! from the IP header (a raw receive socket) and also runs the fault hook.
+//!
+//! Sends to a unicast peer leave from a socket of their own, connected to the peer
+//! (`peers`; at most [`MAX_PEER_SOCKETS`]): the kernel keeps the route of a connected
+//! socket, where an unconnected `sendto` looks it up on every call (0.4 us of a 3.9 us
+//! loopback half round trip here). Its source port is an ephemeral one, as rxe's is a
+//! per-QP hash. Where the kernel does not tell a connected socket's IDs, its peer gets
+//! the bound socket. Interop mode and a fault hook send every datagram from the bound
+//! socket.
+
+mod inbox;
+mod recv;
+mod send;
+
+use std::io::{self, IoSlice};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use emu_wire::{write_icrc, Ipv4Endpoints};
+use quinn_udp::{UdpSockRef, UdpSocketState};
+use rustix::net::addr::SocketAddrArg;
+use rustix::net::{MMsgHdr, SendAncillaryBuffer};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::nic::drops::KernelDrops;
+use crate::nic::interop::{LinkOptions, PacketHook};
+use crate::nic::ip_id::IpIds;
+use crate::nic::share;
+
+use super::link::Link;
+pub(crate) use recv::RxBufs;
+use send::PeerSocket;
+
+/// Socket buffer size asked for (the kernel may cap it at net.core.*mem_max).
+const SOCKET_BUFFER: usize = 8 << 20;
+
+/// Asks for a [`SOCKET_BUFFER`] receive buffer: forced past net.core.rmem_max when
+/// privileged, else what the cap allows.
+fn large_recv_buffer(s: &Socket) {
+    if rustix::net::sockopt::set_socket_recv_buffer_size_force(s, SOCKET_BUFFER).is_err() {
+        let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    }
+}
+
+/// Asks for a [`SOCKET_BUFFER`] send buffer, as [`large_recv_buffer`] does.
+fn large_send_buffer(s: &Socket) {
+    if rustix::net::sockopt::set_socket_send_buffer_size_force(s, SOCKET_BUFFER).is_err() {
+        let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    }
+}
+
+/// The most UDP payload one GSO send may carry: an IPv4 datagram is at most 65535
+/// bytes, less 20 of IP header and 8 of UDP header.
+pub(crate) const GSO_MAX_BYTES: usize = 65_535 - 28;
+
+/// A bound RoCEv2 UDP socket, and one socket per multicast group the device joined.
+///
+/// Multicast is IP multicast: a send to a multicast GID goes to the IPv4 group address
+/// on the device port, out of the interface of the device's own address with
+/// loopback on (so devices on one host, in one process or several, hear it); a device
+/// with a QP attached to a group binds a second socket to `group:port`
+/// (`SO_REUSEADDR`, so every device of the host can) and joins the group on the
+/// interface of its own address. On loopback that is `lo`, which Linux lets join groups
+/// although it lacks the MULTICAST flag.
+#[derive(Debug)]
+pub(crate) struct UdpLink {
+    /// Non-blocking; waits go through `poll(2)`.
+    socket: UdpSocket,
+    state: UdpSocketState,
+    /// A GSO send failed with EIO (the route's device cannot checksum the segments):
+    /// runs leave one datagram per send from then on, as quinn-udp does.
+    gso_failed: AtomicBool,
+    ip: Ipv4Addr,
+    port: u16,
+    groups: parking_lot::Mutex<Vec<(Ipv4Addr, UdpSocket)>>,
+    /// Where other devices sharing the address pass on datagrams for this one's QPs
+    /// (`share`); none for a device that keeps its address to itself.
+    inbox: Option<UdpSocket>,
+    /// Its port (0: none).
+    inbox_port: u16,
+    /// Another device shares the address: receives look in the inbox too (alone, a
+    /// device spares its receives that system call), and packets to the address go
+    /// straight to their device's inbox.
+    inbox_active: AtomicBool,
+    /// Where the datagrams for other devices' QPs go (`share`), on a device that
+    /// shares its address. Taken after the engine's lock, never before it.
+    router: Option<parking_lot::Mutex<share::Router>>,
+    /// Connected send sockets, one per unicast peer (see the module docs).
+    peers: parking_lot::Mutex<Vec<PeerSocket>>,
+    /// Interop mode: the raw socket datagrams are read from (IP header included).
+    raw: Option<Socket>,
+    hook: Option<Arc<dyn PacketHook>>,
+    /// The TOS byte the packets being sent should carry ([`Link::set_traffic_class`]).
+    tos: AtomicU8,
+    /// The TOS byte the bound socket sends with now.
+    bound_tos: AtomicU8,
+    /// Receives tell each datagram's TOS byte ([`Link::receive_traffic_class`]): the
+    /// socket has `IP_RECVTOS` on, and every receive is a one-slot `recvmsg`, whose
+    /// control messages nix parses (quinn-udp's batched receive keeps only the ECN
+    /// bits, and `recvfrom` has no control messages).
+    tos_rx: AtomicBool,
+}
+
+impl UdpLink {
+    /// Binds `ip:port` with DF set (IP ID 0), large buffers, GRO on where the kernel
+    /// has it, and non-blocking I/O; with an `inbox`, shares the port with the other
+    /// devices of the address (`SO_REUSEPORT`, see `share`); in interop mode
+    /// (`opts.raw_receive`) also opens the raw receive socket.
+    pub(crate) fn bind(
+        ip: Ipv4Addr,
+        port: u16,
+        opts: &LinkOptions,
+        inbox: Option<UdpSocket>,
+    ) -> io::Result<Self> {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        if inbox.is_some() {
+            s.set_reuse_port(true)?;
+        }
+        // Large buffers keep a briefly starved device thread from losing datagrams (which
+        // costs RC a retransmission and UC a message). SO_*BUFFORCE passes the
+        // net.core.*mem_max cap when privileged; otherwise the capped size is used.
+        large_recv_buffer(&s);
+        large_send_buffer(&s);
+        // Multicast sends leave through our own address's interface, TTL 1, and are
+        // looped back to the host's other members.
+        if !ip.is_unspecified() {
+            s.set_multicast_if_v4(&ip)?;
+        }
+        s.set_multicast_loop_v4(true)?;
+        s.bind(&SocketAddr::V4(SocketAddrV4::new(ip, port)).into())?;
+        let socket: UdpSocket = s.into();
+        // quinn-udp turns GRO on, makes the socket non-blocking, and sets path MTU
+        // discovery to "probe"; DF with IP ID 0 needs "do", so set it after.
+        let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
+        rustix::net::sockopt::set_ip_mtu_discover(
+            &socket,
+            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+        )?;
+        // quinn-udp also asks for every datagram's TOS byte (for ECN) and destination
+        // address, which nothing here reads (a datagram on this socket is for our
+        // address; groups have their own sockets): two control messages less for the
+        // kernel to write per receive (about 60 ns each of a 1 us receive on loopback).
+        let _ = rustix::net::sockopt::set_ip_recvtos(&socket, false);
+        let _ = nix::sys::socket::setsockopt(
+            &socket,
+            nix::sys::socket::sockopt::Ipv4PacketInfo,
+            &false,
+        );
+        let port = socket.local_addr()?.port();
+        let raw = if opts.raw_receive {
+            let r = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::UDP)).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("interop mode needs a raw socket (root or CAP_NET_RAW): {e}"),
+                )
+            })?;
+            large_recv_buffer(&r);
+            r.set_nonblocking(true)?;
+            Some(r)
+        } else {
+            None
+        };
+        Ok(UdpLink {
+            socket,
+            state,
+            gso_failed: AtomicBool::new(false),
+            ip,
+            port,
+            groups: parking_lot::Mutex::new(Vec::new()),
+            inbox_port: inbox
+                .as_ref()
+                .and_then(|s| s.local_addr().ok())
+                .map_or(0, |a| a.port()),
+            inbox,
+            inbox_active: AtomicBool::new(false),
+            router: None,
+            peers: parking_lot::Mutex::new(Vec::new()),
+            raw,
+            hook: opts.hook.clone(),
+            tos: AtomicU8::new(0),
+            bound_tos: AtomicU8::new(0),
+            tos_rx: AtomicBool::new(false),
+        })
+    }
+
+    /// What the kernel dropped of the datagrams for this link's receive sockets (the
+    /// bound one and the groups') since the last call (see `drops`).
+    pub(crate) fn kernel_drops(&self, d: &mut KernelDrops) -> Option<u64> {
+        let groups = self.groups.lock();
+        let mut socks: Vec<BorrowedFd<'_>> = vec![self.socket.as_fd()];
+        socks.extend(groups.iter().map(|(_, s)| s.as_fd()));
+        socks.extend(self.inbox.as_ref().map(AsFd::as_fd));
+        d.since_last(&socks)
+    }
+
+    /// Interop mode: the link reads IP headers and sends one datagram per call.
+    fn interop(&self) -> bool {
+        self.raw.is_some()
+    }
+
+    /// A non-blocking socket on `group:port` that has joined `group` on the interface
+    /// of our address.
+    fn join(&self, group: Ipv4Addr) -> io::Result<UdpSocket> {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        s.set_reuse_address(true)?;
+        s.bind(&SocketAddr::V4(SocketAddrV4::new(group, self.port)).into())?;
+        s.join_multicast_v4(&group, &self.ip)?;
+        s.set_nonblocking(true)?;
+        Ok(s.into())
+    }
+
+    /// The bound port (useful when bound to port 0).
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Link for UdpLink {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn send(&self, _src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
+        if let Some(hook) = &self.hook {
+            return self.send_hooked(hook.as_ref(), dst, packet);
+        }
+        let n = packet.len();
+        if let Some(r) = self.send_local(dst, packet, n) {
+            return r;
+        }
+        let mut peers = self.peers.lock();
+        let out = self.out(&mut peers, dst);
+        self.transmit(&out, dst, packet, n.max(1))
+    }
+
+    fn send_batch(
+        &self,
+        _src: Ipv4Addr,
+        dst: Ipv4Addr,
+        packets: &mut [u8],
+        segment: usize,
+    ) -> io::Result<()> {
+        let segment = segment.max(1);
+        if self.hook.is_some() {
+            let mut r = Ok(());
+            for p in packets.chunks_mut(segment) {
+                if let Err(e) = self.send(_src, dst, p) {
+                    r = Err(e);
+                }
+            }
+            return r;
+        }
+        if let Some(r) = self.send_local(dst, packets, segment) {
+            return r;
+        }
+        let mut peers = self.peers.lock();
+        let out = self.out(&mut peers, dst);
+        // GSO cuts a run into datagrams with the IP ID counting up from the send's;
+        // `transmit` computes each segment's ICRC with its own.
+        if packets.len() <= segment || self.max_batch() == 1 {
+            return self.transmit_each(&out, dst, packets, segment);
+        }
+        self.transmit(&out, dst, packets, segment)
+    }
+
+    fn send_two(
+        &self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        first: &mut [u8],
+        second: &mut [u8],
+    ) -> io::Result<()> {
+        if self.hook.is_some() || (dst == self.ip && self.router.is_some()) {
+            let r = self.send(src, dst, first);
+            return self.send(src, dst, second).and(r);
+        }
+        let mut peers = self.peers.lock();
+        let out = self.out(&mut peers, dst);
+        // Two sends: the second takes the ID after the first's.
+        let next = out.ids.and_then(IpIds::next).unwrap_or(0);
+        let ep = self.endpoints(dst, out.src_port);
+        write_icrc(&Ipv4Endpoints { ip_id: next, ..ep }, first);
+        let ip_id = if out.ids.is_some() {
+            next.wrapping_add(1)
+        } else {
+            0
+        };
+        write_icrc(&Ipv4Endpoints { ip_id, ..ep }, second);
+        self.apply_tos(&out);
+        // One system call for both (a ping-pong's answer and the ACK of the question:
+        // busy-poll send_lat, see docs/performance.md). The kernel delivers the first on
+        // loopback before it takes the second, so the answer waits for nothing.
+        let sent = {
+            let iov = [[IoSlice::new(first)], [IoSlice::new(second)]];
+            let (mut c0, mut c1) = (
+                SendAncillaryBuffer::default(),
+                SendAncillaryBuffer::default(),
+            );
+            let to = out.to.map(|a| SocketAddrV4::from(a).as_any());
+            let mut msgs = match &to {
+                Some(to) => [
+                    MMsgHdr::new_with_addr(to, &iov[0], &mut c0),
+                    MMsgHdr::new_with_addr(to, &iov[1], &mut c1),
+                ],
+                None => [
+                    MMsgHdr::new(&iov[0], &mut c0),
+                    MMsgHdr::new(&iov[1], &mut c1),
+                ],
+            };
+            rustix::net::sendmmsg(out.socket, &mut msgs, rustix::net::SendFlags::empty())
+                .unwrap_or(0)
+        };
+        if let Some(i) = out.ids {
+            i.advance(sent as u16);
+        }
+        // What did not go (a full send buffer, an earlier datagram's ICMP error) goes
+        // the way a single send does, which waits for room and sends again.
+        let mut r = Ok(());
+        if sent < 1 {
+            r = self.transmit(&out, dst, first, first.len().max(1));
+        }
+        if sent < 2 {
+            r = self.transmit(&out, dst, second, second.len().max(1)).and(r);
+        }
+        r
+    }
+
+    fn max_batch(&self) -> usize {
+        // Interop mode and a hook see every datagram on its own.
+        if self.interop() || self.hook.is_some() || self.gso_failed.load(Ordering::Relaxed) {
+            1
+        } else {
+            self.state.max_gso_segments()
+        }
+    }
+
+    fn set_traffic_class(&self, tos: u8) {
+        self.tos.store(tos, Ordering::Relaxed);
+    }
+
+    fn receive_traffic_class(&self, on: bool) {
+        // Interop mode reads the IP header itself.
+        if self.interop() || self.tos_rx.load(Ordering::Relaxed) == on {
+            return;
+        }
+        if rustix::net::sockopt::set_ip_recvtos(&self.socket, on).is_ok() {
+            self.tos_rx.store(on, Ordering::Relaxed);
+        }
+    }
+
+    fn set_multicast_groups(&self, groups: &[Ipv4Addr]) -> io::Result<()> {
+        let mut joined = self.groups.lock();
+        joined.retain(|(g, _)| groups.contains(g));
+        for g in groups {
+            if !joined.iter().any(|(j, _)| j == g) {
+                let sock = self.join(*g)?;
+                joined.push((*g, sock));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,306 @@
+//! Sending: each datagram sealed with the ICRC of the IP ID it will carry, from the
+//! socket connected to its peer or the bound one, runs as one GSO send.
+
+use std::io::{self, IoSlice};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use emu_wire::{write_icrc, Ipv4Endpoints};
+use nix::errno::Errno;
+use nix::sys::socket::{ControlMessage, MsgFlags, SockaddrIn};
+use rustix::event::{PollFd, PollFlags};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::nic::interop::{PacketHook, Verdict};
+use crate::nic::ip_id::{self, IpIds};
+
+use super::{large_send_buffer, UdpLink};
+
+/// How many peers get a connected send socket of their own (see the module docs); sends
+/// to any further peer leave from the bound socket. A file descriptor each: a process
+/// with many fully meshed devices must not run out of them.
+pub(super) const MAX_PEER_SOCKETS: usize = 16;
+
+/// A send-only socket connected to one peer's `ip:port` (see the module docs), or
+/// `None` where making one failed (the bound socket sends then).
+#[derive(Debug)]
+pub(super) struct PeerSocket {
+    pub(super) dst: Ipv4Addr,
+    pub(super) socket: Option<(UdpSocket, u16)>,
+    /// The TOS byte the socket sends with now.
+    pub(super) tos: AtomicU8,
+    /// The IP ID of the socket's next datagram (see `ip_id`).
+    pub(super) ids: IpIds,
+}
+
+/// Where a datagram leaves from: a socket, the address to give `sendto` (none for a
+/// connected socket), and the source port the ICRC covers.
+pub(super) struct Out<'a> {
+    pub(super) socket: &'a UdpSocket,
+    pub(super) to: Option<SockaddrIn>,
+    pub(super) src_port: u16,
+    /// The TOS byte `socket` sends with now (`IP_TOS`).
+    pub(super) tos: &'a AtomicU8,
+    /// The IP IDs of a connected socket; none for the bound one, which sends with ID 0.
+    pub(super) ids: Option<&'a IpIds>,
+}
+
+impl UdpLink {
+    /// The bound socket, as the way out to `dst` (interop mode, a hook, multicast).
+    pub(super) fn bound_out(&self, dst: Ipv4Addr) -> Out<'_> {
+        Out {
+            socket: &self.socket,
+            to: Some(SockaddrIn::from(SocketAddrV4::new(dst, self.port))),
+            src_port: self.port,
+            tos: &self.bound_tos,
+            ids: None,
+        }
+    }
+
+    /// The way out to `dst` with the connected sockets of `peers` (made on the first
+    /// send to a unicast peer; see the module docs).
+    pub(super) fn out<'a>(&'a self, peers: &'a mut Vec<PeerSocket>, dst: Ipv4Addr) -> Out<'a> {
+        let direct = !self.interop()
+            && self.hook.is_none()
+            && !self.ip.is_unspecified()
+            && !dst.is_multicast()
+            && !dst.is_broadcast()
+            && !dst.is_unspecified();
+        if !direct {
+            return self.bound_out(dst);
+        }
+        let i = match peers.iter().position(|p| p.dst == dst) {
+            Some(i) => i,
+            None if peers.len() < MAX_PEER_SOCKETS => {
+                let (socket, ids) = match self.connect_to(dst) {
+                    Ok((s, port, next)) => (Some((s, port)), IpIds::new(next)),
+                    Err(_) => (None, IpIds::new(0)),
+                };
+                peers.push(PeerSocket {
+                    dst,
+                    socket,
+                    tos: AtomicU8::new(0),
+                    ids,
+                });
+                peers.len() - 1
+            }
+            None => return self.bound_out(dst),
+        };
+        let peer = &mut peers[i];
+        if let Some((socket, port)) = &peer.socket {
+            if peer.ids.next().is_none() {
+                // A send failed after the kernel may have numbered it: ask again, or
+                // send from the bound socket from now on.
+                match ip_id::probe(socket, self.ip, *port) {
+                    Some(next) => peer.ids.set(next),
+                    None => peer.socket = None,
+                }
+            }
+        }
+        let peer = &peers[i];
+        match &peer.socket {
+            Some((socket, port)) => Out {
+                socket,
+                to: None,
+                src_port: *port,
+                tos: &peer.tos,
+                ids: Some(&peer.ids),
+            },
+            None => self.bound_out(dst),
+        }
+    }
+
+    /// A send-only socket on our address (an ephemeral port), connected to `dst` on
+    /// the device port, with the bound socket's DF and send buffer; its port and the IP
+    /// ID of its first datagram. An error when the kernel does not tell the ID.
+    pub(super) fn connect_to(&self, dst: Ipv4Addr) -> io::Result<(UdpSocket, u16, u16)> {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        large_send_buffer(&s);
+        // Nothing is sent to it: the smallest receive buffer the kernel allows.
+        let _ = s.set_recv_buffer_size(1);
+        s.bind(&SocketAddr::V4(SocketAddrV4::new(self.ip, 0)).into())?;
+        s.connect(&SocketAddr::V4(SocketAddrV4::new(dst, self.port)).into())?;
+        s.set_nonblocking(true)?;
+        let socket: UdpSocket = s.into();
+        rustix::net::sockopt::set_ip_mtu_discover(
+            &socket,
+            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+        )?;
+        let port = socket.local_addr()?.port();
+        let next = ip_id::probe(&socket, self.ip, port).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the kernel did not tell the IP ID",
+            )
+        })?;
+        Ok((socket, port, next))
+    }
+
+    /// Writes the ICRC of each `segment`-byte packet of `contents` (the last may be
+    /// shorter) for the IP ID the kernel will give it when `out` sends `contents` in one
+    /// call: the socket's next ID, counting up per GSO segment (see `ip_id`).
+    pub(super) fn seal(&self, out: &Out<'_>, dst: Ipv4Addr, contents: &mut [u8], segment: usize) {
+        let first = out.ids.and_then(IpIds::next).unwrap_or(0);
+        let ep = self.endpoints(dst, out.src_port);
+        for (k, p) in contents.chunks_mut(segment.max(1)).enumerate() {
+            let ip_id = first.wrapping_add(k as u16);
+            write_icrc(&Ipv4Endpoints { ip_id, ..ep }, p);
+        }
+    }
+
+    /// Writes the ICRCs of `contents` and hands it to the kernel through `out` (as GSO
+    /// segments of `segment` bytes when it holds more than one); waits for room in the
+    /// socket buffer if it is full.
+    pub(super) fn transmit(
+        &self,
+        out: &Out<'_>,
+        dst: Ipv4Addr,
+        contents: &mut [u8],
+        segment: usize,
+    ) -> io::Result<()> {
+        self.apply_tos(out);
+        self.seal(out, dst, contents, segment);
+        let fd = out.socket.as_raw_fd();
+        // A full send buffer: wait for room, a bounded number of times (the receiver
+        // is on this host or the datagram can be dropped: RC retransmits).
+        for _ in 0..1000 {
+            let r = if contents.len() > segment {
+                // GSO: one control message, UDP_SEGMENT (nix builds it in a small
+                // buffer per call: per run of packets, not per packet).
+                let gso = segment as u16;
+                nix::sys::socket::sendmsg(
+                    fd,
+                    &[IoSlice::new(contents)],
+                    &[ControlMessage::UdpGsoSegments(&gso)],
+                    MsgFlags::empty(),
+                    out.to.as_ref(),
+                )
+            } else if let Some(to) = &out.to {
+                nix::sys::socket::sendto(fd, contents, to, MsgFlags::empty())
+            } else {
+                nix::sys::socket::send(fd, contents, MsgFlags::empty())
+            };
+            // Refused before the packet was built: no IP ID taken (see `ip_id`).
+            match r {
+                Ok(_) => {
+                    if let Some(i) = out.ids {
+                        i.advance(1);
+                    }
+                    return Ok(());
+                }
+                Err(Errno::EAGAIN) => {
+                    let mut fds = [PollFd::new(out.socket, PollFlags::OUT)];
+                    let ts = rustix::event::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: 1_000_000,
+                    };
+                    let _ = rustix::event::poll(&mut fds, Some(&ts));
+                }
+                // A connected socket reports an earlier datagram's ICMP error (the
+                // peer's port closed) on the next send, which did not go: once told,
+                // the error is cleared, so send again (UDP loses what the peer missed).
+                Err(Errno::EINTR | Errno::ECONNREFUSED) => {}
+                Err(Errno::EIO) if contents.len() > segment => {
+                    // The device under the route cannot segment (the packet was built,
+                    // with an IP ID): send this run and every later one datagram by
+                    // datagram.
+                    if let Some(i) = out.ids {
+                        i.advance(1);
+                    }
+                    self.gso_failed.store(true, Ordering::Relaxed);
+                    return self.transmit_each(out, dst, contents, segment);
+                }
+                Err(Errno::EMSGSIZE) => return Err(Errno::EMSGSIZE.into()),
+                Err(e) => {
+                    if let Some(i) = out.ids {
+                        i.lose_track();
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Gives `out`'s socket the TOS byte the packets being sent should carry, when it
+    /// sends with another (one `setsockopt` per change: traffic mostly keeps one
+    /// traffic class). The IPv4 TOS byte does not enter the ICRC (IBTA Annex A17.4.5.1
+    /// masks it).
+    pub(super) fn apply_tos(&self, out: &Out<'_>) {
+        let want = self.tos.load(Ordering::Relaxed);
+        if out.tos.load(Ordering::Relaxed) != want
+            && rustix::net::sockopt::set_ip_tos(out.socket, want).is_ok()
+        {
+            out.tos.store(want, Ordering::Relaxed);
+        }
+    }
+
+    /// Sends the `segment`-byte packets of `contents` (the last may be shorter) one
+    /// datagram each; the last error, if any.
+    pub(super) fn transmit_each(
+        &self,
+        out: &Out<'_>,
+        dst: Ipv4Addr,
+        contents: &mut [u8],
+        segment: usize,
+    ) -> io::Result<()> {
+        let mut r = Ok(());
+        for p in contents.chunks_mut(segment) {
+            if let Err(e) = self.transmit(out, dst, p, segment) {
+                r = Err(e);
+            }
+        }
+        r
+    }
+
+    /// Sends one packet through the hook's verdict.
+    pub(super) fn send_hooked(
+        &self,
+        hook: &dyn PacketHook,
+        dst: Ipv4Addr,
+        packet: &mut [u8],
+    ) -> io::Result<()> {
+        // A hook sends from the bound socket (see `out`), whose datagrams carry IP ID 0.
+        let out = self.bound_out(dst);
+        let one = |p: &mut [u8]| self.transmit(&out, dst, p, p.len().max(1));
+        match hook.on_send(dst, packet) {
+            Verdict::Pass => one(packet),
+            Verdict::Drop => Ok(()),
+            Verdict::Duplicate => {
+                one(packet)?;
+                one(packet)
+            }
+            Verdict::Replace(mut p) => one(&mut p),
+            Verdict::Delay(d) => {
+                // From a socket of its own (unconnected, DF: IP ID 0): a copy of the
+                // bound one kept the device's address taken after the device closed,
+                // until the delay ran out, so reopening it failed with EADDRINUSE.
+                let sock = UdpSocket::bind(SocketAddrV4::new(self.ip, 0))?;
+                rustix::net::sockopt::set_ip_mtu_discover(
+                    &sock,
+                    rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+                )?;
+                write_icrc(&self.endpoints(dst, sock.local_addr()?.port()), packet);
+                let bytes = packet.to_vec();
+                let to = SocketAddrV4::new(dst, self.port);
+                std::thread::spawn(move || {
+                    std::thread::sleep(d);
+                    let _ = sock.send_to(&bytes, to);
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// The ICRC fields of a packet we send to `dst` from `src_port`.
+    pub(super) fn endpoints(&self, dst: Ipv4Addr, src_port: u16) -> Ipv4Endpoints {
+        Ipv4Endpoints {
+            src: self.ip,
+            dst,
+            ip_id: 0,
+            src_port,
+            dst_port: self.port,
+        }
+    }
+}
