@@ -57,7 +57,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use verbs_api::{AsyncEvent, CqId, Error, Gid, PostError, Result};
+use verbs_api::{AsyncEvent, CqId, Error, Gid, Result};
 
 use crate::engine::{self, Engine, Limits};
 use crate::notify::Notifier;
@@ -324,70 +324,6 @@ impl EmuDevice {
     /// Counters of the link.
     pub fn link_counters(&self) -> &LinkCounters {
         &self.inner.link_counters
-    }
-
-    pub(super) fn with_engine<R>(&self, f: impl FnOnce(&mut Engine, Instant) -> R) -> R {
-        self.inner.with_engine(f)
-    }
-
-    /// Tells the link whether to read each datagram's TOS byte: while the device has
-    /// UD QPs, whose receives show it in the GRH (IBTA 8.3, Annex A17.4.5.1); other
-    /// receives need not pay for the control message.
-    pub(super) fn receive_traffic_class(&self) {
-        let link = &self.inner.link;
-        // Under the engine's lock, so that two threads' creates and destroys leave the
-        // link as the last of them left the engine.
-        self.with_engine(|e, _| link.receive_traffic_class(e.has_ud_qps()));
-    }
-
-    /// [`EmuDevice::with_engine`] for a verb that creates, changes or posts: EIO once
-    /// the device had a fatal error (manual 6.1.9; see [`Engine::fail_device`]).
-    pub(super) fn live<R>(&self, f: impl FnOnce(&mut Engine, Instant) -> Result<R>) -> Result<R> {
-        self.inner.with_engine(|e, now| {
-            e.check_alive()?;
-            f(e, now)
-        })
-    }
-
-    /// [`EmuDevice::live`] for the post verbs: the first WR is the one not posted.
-    pub(super) fn live_post(
-        &self,
-        f: impl FnOnce(&mut Engine, Instant) -> std::result::Result<(), PostError>,
-    ) -> std::result::Result<(), PostError> {
-        let inner = &self.inner;
-        let mut core = inner.core.lock();
-        let now = inner.link.now();
-        let r = core
-            .engine
-            .check_alive()
-            .map_err(|error| PostError { index: 0, error })
-            .and_then(|()| f(&mut core.engine, now));
-        inner.flush(&mut core, now, inner.may_defer());
-        r
-    }
-
-    /// Tells the link which multicast groups the engine's QPs are attached to. The
-    /// UDP link carries IPv4 groups only.
-    pub(super) fn sync_groups(&self) -> Result<()> {
-        let groups = self.inner.core.lock().engine.mcast_groups();
-        let mut v4 = Vec::with_capacity(groups.len());
-        for g in &groups {
-            v4.push(g.to_ipv4().ok_or(Error::Unsupported(
-                "the UDP link carries IPv4 multicast groups only",
-            ))?);
-        }
-        self.inner
-            .link
-            .set_multicast_groups(&v4)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::Unsupported => {
-                    Error::Unsupported("this link does not carry multicast")
-                }
-                _ => Error::Os {
-                    errno: e.raw_os_error().unwrap_or(5),
-                    context: "join the multicast group",
-                },
-            })
     }
 }
 
