@@ -162,10 +162,42 @@ struct Core {
     peers: HashMap<u32, std::net::SocketAddrV4>,
 }
 
+/// The one link a device sits on.
+enum Wire {
+    /// A UDP socket, which the device receives from itself (its thread, or an
+    /// application thread that polls or waits).
+    Udp(Arc<UdpLink>),
+    /// Any other link (the simulated fabric), which delivers packets and fires timers
+    /// through the device's [`DeviceDriver`].
+    Other(Arc<dyn Link>),
+}
+
+impl Wire {
+    /// The UDP link, if the device sits on one.
+    fn udp(&self) -> Option<&UdpLink> {
+        match self {
+            Wire::Udp(u) => Some(u),
+            Wire::Other(_) => None,
+        }
+    }
+}
+
+/// Every link call (time, sends, groups) goes through [`Link`], whichever link it is.
+impl std::ops::Deref for Wire {
+    type Target = dyn Link + 'static;
+
+    fn deref(&self) -> &(dyn Link + 'static) {
+        match self {
+            Wire::Udp(u) => &**u,
+            Wire::Other(l) => &**l,
+        }
+    }
+}
+
 struct Inner {
     cfg: EmuConfig,
     gid: Gid,
-    link: Arc<dyn Link>,
+    link: Wire,
     core: Mutex<Core>,
     channels: Mutex<HashMap<u32, Arc<Notifier<CqId>>>>,
     next_channel: AtomicU64,
@@ -175,8 +207,6 @@ struct Inner {
     mcast: Mutex<()>,
     stop: AtomicBool,
     link_counters: LinkCounters,
-    /// The UDP link, when the device runs on one (busy-poll receives through it).
-    udp: Option<Arc<UdpLink>>,
     /// The receive buffers; whoever holds them receives, so datagrams are handed to
     /// the engine in the order they arrived.
     rx: Mutex<Option<RxBufs>>,
@@ -245,7 +275,7 @@ impl EmuDevice {
         let mut cfg = cfg;
         cfg.port = udp.port();
         let ip = cfg.ip;
-        let mut inner = Inner::new(cfg, udp.clone(), Some(udp.clone()))?;
+        let mut inner = Inner::new(cfg, Wire::Udp(udp.clone()))?;
         if let Some(i) = Arc::get_mut(&mut inner) {
             i.netdev = Some(Mutex::new(netdev::Follower::new(ip)));
         }
@@ -276,7 +306,7 @@ impl EmuDevice {
     /// how the simulated fabric of crate `sims` attaches devices).
     pub fn with_link(cfg: EmuConfig, link: Arc<dyn Link>) -> Result<EmuDevice> {
         Ok(EmuDevice {
-            inner: Inner::new(cfg, link, None)?,
+            inner: Inner::new(cfg, Wire::Other(link))?,
             thread: None,
         })
     }
@@ -328,12 +358,8 @@ impl EmuDevice {
 }
 
 impl Inner {
-    pub(super) fn new(
-        cfg: EmuConfig,
-        link: Arc<dyn Link>,
-        udp: Option<Arc<UdpLink>>,
-    ) -> Result<Arc<Inner>> {
-        let rx = udp.as_ref().map(|u| u.rx_bufs());
+    pub(super) fn new(cfg: EmuConfig, link: Wire) -> Result<Arc<Inner>> {
+        let rx = link.udp().map(UdpLink::rx_bufs);
         Ok(Arc::new(Inner {
             gid: Gid::from_ipv4(cfg.ip),
             core: Mutex::new(Core {
@@ -358,7 +384,6 @@ impl Inner {
             mcast: Mutex::new(()),
             stop: AtomicBool::new(false),
             link_counters: LinkCounters::default(),
-            udp,
             rx: Mutex::new(rx),
             polls: AtomicU64::new(0),
             napping: AtomicBool::new(false),
@@ -406,7 +431,7 @@ impl Inner {
         }
         self.next_watch.store(ms + 1000, Ordering::Relaxed);
         self.follow_interface(now);
-        if let Some(udp) = &self.udp {
+        if let Some(udp) = self.link.udp() {
             if let Some(n) = udp.kernel_drops(&mut self.kernel_drops.lock()) {
                 self.link_counters
                     .rx_overflow

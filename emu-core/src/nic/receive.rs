@@ -127,7 +127,7 @@ impl Inner {
         if n > 0 {
             return Ok(n);
         }
-        let progressed = match &self.udp {
+        let progressed = match self.link.udp() {
             Some(udp) => {
                 let defer = self.may_defer();
                 self.receive(udp, Receiver::Poll { defer }) > 0
@@ -241,7 +241,7 @@ impl Inner {
 
     /// Hands the engine the datagrams an inline receive left (see `receive`).
     pub(super) fn receive_left(&self) {
-        if let Some(udp) = &self.udp {
+        if let Some(udp) = self.link.udp() {
             if self.rx.lock().as_ref().is_some_and(RxBufs::has_left) {
                 self.receive(udp, Receiver::Thread);
             }

@@ -109,7 +109,7 @@ impl Inner {
         // own send anyway (interop mode, a hook).
         // Nor while a thread waits for an event receiving (`wait_receiving`): it does
         // not poll, so nothing would send the rest before the device thread's nap ends.
-        self.udp.is_some()
+        self.link.udp().is_some()
             && self.link.max_batch() > 1
             && self.napping.load(Ordering::Acquire)
             && self.waiters.load(Ordering::Acquire) == 0

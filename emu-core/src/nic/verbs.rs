@@ -211,8 +211,8 @@ impl Device for EmuDevice {
         // O_NONBLOCK) only takes what is there.
         let udp = self
             .inner
-            .udp
-            .as_ref()
+            .link
+            .udp()
             .filter(|_| timeout != Some(Duration::ZERO));
         if let Some(udp) = udp {
             // The CM agent waits on QP1's channel all the time: it leaves the socket
