@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use emu_core::nic::{EmuConfig, EmuDevice, Link, ROCE_PORT};
+use emu_core::nic::{EmuConfig, EmuDevice, Link, Transmit, ROCE_PORT};
 use emu_wire::{write_icrc, AethRepr, Ipv4Endpoints, NakCode, Opcode, PacketRepr, Syndrome};
 use verbs_api::*;
 
@@ -60,39 +60,26 @@ impl Link for Recorder {
     fn now(&self) -> Instant {
         self.epoch
     }
-    fn send(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
-        self.keep(src, dst, packet);
-        self.calls.lock().unwrap().push(("send", 1));
-        Ok(())
-    }
-    fn send_two(
-        &self,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
-        first: &mut [u8],
-        second: &mut [u8],
-    ) -> io::Result<()> {
-        self.keep(src, dst, first);
-        self.keep(src, dst, second);
-        self.calls.lock().unwrap().push(("send_two", 2));
-        Ok(())
-    }
-    fn send_batch(
-        &self,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
-        packets: &mut [u8],
-        segment: usize,
-    ) -> io::Result<()> {
+    /// Records each call the way the device makes it: two single packets at once
+    /// (an answer and its held ACK), a run of several, or one packet.
+    fn send(&self, runs: &mut [Transmit<'_>]) -> io::Result<()> {
+        let how = match runs {
+            [_, _] => "send_two",
+            [t] if t.count() > 1 => "send_batch",
+            _ => "send",
+        };
         let mut n = 0;
-        for p in packets.chunks_mut(segment) {
-            self.keep(src, dst, p);
-            n += 1;
+        for t in runs {
+            let (src, dst) = (t.route.src, t.route.dst);
+            for p in t.packets() {
+                self.keep(src, dst, p);
+                n += 1;
+            }
         }
-        self.calls.lock().unwrap().push(("send_batch", n));
+        self.calls.lock().unwrap().push((how, n));
         Ok(())
     }
-    fn max_batch(&self) -> usize {
+    fn max_segments(&self) -> usize {
         self.max_batch
     }
 }

@@ -12,7 +12,7 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use emu_core::nic::Link;
+use emu_core::nic::{Link, Route, Transmit};
 use emu_wire::{Opcode, PacketRepr, Psn};
 use sims::pair::{pair, PairConfig};
 use sims::{Endpoint, Fabric, TraceMode};
@@ -28,7 +28,16 @@ impl Endpoint for Echo {
         let mut buf = [0u8; 256];
         let b = &mut buf[..packet.len()];
         b.copy_from_slice(packet);
-        let _ = self.link.get().unwrap().send(self.ip, src, b);
+        let route = Route {
+            src: self.ip,
+            dst: src,
+            tos: 0,
+        };
+        let _ = self
+            .link
+            .get()
+            .unwrap()
+            .send(&mut [Transmit::one(route, b)]);
     }
 }
 
@@ -63,7 +72,14 @@ fn fabric_echo(packets: u64) -> f64 {
             .link
             .get()
             .unwrap()
-            .send(ips[0], ips[1], &mut p)
+            .send(&mut [Transmit::one(
+                Route {
+                    src: ips[0],
+                    dst: ips[1],
+                    tos: 0,
+                },
+                &mut p,
+            )])
             .unwrap();
     }
     // A step delivers every packet due at that instant (up to 64 here): count the

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emu_core::engine::MAX_PACKET;
-use emu_core::nic::{DeviceDriver, EmuConfig, EmuDevice, Link, ROCE_PORT};
+use emu_core::nic::{DeviceDriver, EmuConfig, EmuDevice, Link, Route, Transmit, ROCE_PORT};
 use emu_wire::{write_icrc, AethRepr, Ipv4Endpoints, Opcode, PacketRepr, Syndrome};
 use parking_lot::{Mutex, RecursiveRwLock};
 
@@ -285,8 +285,6 @@ impl fmt::Debug for Fabric {
 struct FabricLink {
     shared: Arc<Shared>,
     node: usize,
-    /// The TOS byte of what the device sends now (`Link::set_traffic_class`).
-    tos: std::sync::atomic::AtomicU8,
 }
 
 impl fmt::Debug for FabricLink {
@@ -302,9 +300,14 @@ impl Link for FabricLink {
         self.shared.t0 + self.shared.now()
     }
 
-    fn send(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
-        write_icrc(&self.endpoints(src, dst), packet);
-        self.enqueue(dst, Pkt::copy_of(packet, self.tos.load(Ordering::Relaxed)));
+    fn send(&self, runs: &mut [Transmit<'_>]) -> io::Result<()> {
+        for t in runs {
+            let Route { src, dst, tos } = t.route;
+            for packet in t.packets() {
+                write_icrc(&self.endpoints(src, dst), packet);
+                self.enqueue(dst, Pkt::copy_of(packet, tos));
+            }
+        }
         Ok(())
     }
 
@@ -312,21 +315,11 @@ impl Link for FabricLink {
         Some(Pkt::buffer())
     }
 
-    fn send_owned(
-        &self,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
-        mut buf: Vec<u8>,
-        len: usize,
-    ) -> io::Result<()> {
+    fn send_owned(&self, route: Route, mut buf: Vec<u8>, len: usize) -> io::Result<()> {
+        let Route { src, dst, tos } = route;
         write_icrc(&self.endpoints(src, dst), &mut buf[..len]);
-        let tos = self.tos.load(Ordering::Relaxed);
         self.enqueue(dst, Pkt { buf, len, tos });
         Ok(())
-    }
-
-    fn set_traffic_class(&self, tos: u8) {
-        self.tos.store(tos, Ordering::Relaxed);
     }
 
     fn idle(&self) -> bool {
@@ -847,7 +840,6 @@ impl Fabric {
         let link: Arc<dyn Link> = Arc::new(FabricLink {
             shared: self.shared.clone(),
             node,
-            tos: std::sync::atomic::AtomicU8::new(0),
         });
         let dev = Arc::new(EmuDevice::with_link(cfg, link)?);
         self.shared.endpoints.write()[node] = Arc::new(Device(dev.driver()));
@@ -886,7 +878,6 @@ impl Fabric {
         let link: Arc<dyn Link> = Arc::new(FabricLink {
             shared: self.shared.clone(),
             node,
-            tos: std::sync::atomic::AtomicU8::new(0),
         });
         Ok((node, link))
     }

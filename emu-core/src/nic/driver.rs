@@ -40,7 +40,7 @@ impl DeviceDriver {
 
     /// [`DeviceDriver::handle_datagram_to`] for a link that carries the IPv4 header's
     /// TOS byte `tos` (the traffic class the sender's path gave it, which the device
-    /// sends with [`Link::set_traffic_class`]): a UD receive's GRH shows it.
+    /// sends with ([`Route::tos`](super::Route)): a UD receive's GRH shows it.
     pub fn handle_datagram_tos(
         &self,
         src: Ipv4Addr,

@@ -11,77 +11,38 @@ use std::time::Instant;
 /// real deployment, or a simulated fabric with virtual time (crate `sims`).
 ///
 /// A device drives its engine with [`Link::now`] and hands every packet the engine
-/// emits to [`Link::send`]. Packets arrive through the device's thread (UDP) or through
+/// emits to [`Link::send`], in runs ([`Transmit`]). Packets arrive through the device's thread (UDP) or through
 /// its [`super::DeviceDriver`] (a fabric delivers them itself).
 pub trait Link: Send + Sync + std::fmt::Debug {
     /// The time now: `Instant::now()` for a real link, the fabric's virtual clock for a
     /// simulated one.
     fn now(&self) -> Instant;
 
-    /// Fills in the ICRC of `packet` (a RoCEv2 UDP payload, BTH to ICRC, from `src` to
-    /// `dst`, both on the device port) and sends it.
-    fn send(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()>;
+    /// Sends `runs` in order, filling in every packet's ICRC. A link that can hand the
+    /// kernel a whole run at once (UDP GSO) does, and one that can hand it several
+    /// single packets in one call (`sendmmsg`: an answer and the ACK held for the same
+    /// peer) does that too. The first error is returned after the rest was tried.
+    fn send(&self, runs: &mut [Transmit<'_>]) -> io::Result<()>;
 
-    /// Sends `packets`: consecutive packets of `segment` bytes each (the last may be
-    /// shorter), all from `src` to `dst`; fills in each one's ICRC. A link that can
-    /// hand the kernel a whole run at once (UDP GSO) does; the default sends them one
-    /// by one through [`Link::send`].
-    fn send_batch(
-        &self,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
-        packets: &mut [u8],
-        segment: usize,
-    ) -> io::Result<()> {
-        let mut r = Ok(());
-        for p in packets.chunks_mut(segment.max(1)) {
-            if let Err(e) = self.send(src, dst, p) {
-                r = Err(e);
-            }
-        }
-        r
+    /// How many packets one [`Transmit`] may hold (1: no batching).
+    fn max_segments(&self) -> usize {
+        1
     }
 
-    /// Sends `first` and then `second`, one packet each, both from `src` to `dst`, as
-    /// two datagrams in that order; fills in both ICRCs. A link that can hand the
-    /// kernel both in one call (`sendmmsg`) does; the default sends them one by one
-    /// through [`Link::send`].
-    fn send_two(
-        &self,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
-        first: &mut [u8],
-        second: &mut [u8],
-    ) -> io::Result<()> {
-        let r = self.send(src, dst, first);
-        self.send(src, dst, second).and(r)
-    }
-
-    /// A buffer at least [`MAX_PACKET`](crate::engine::MAX_PACKET) bytes long for the
-    /// device to write its next packet into, if the link keeps the packets it is given
-    /// (a simulated fabric queues them): the device then hands the buffer over with
-    /// [`Link::send_owned`] and the link stores it instead of copying the packet.
-    /// `None` (the default): packets go through [`Link::send`] and
-    /// [`Link::send_batch`].
+    /// The link's buffer pool, if it keeps the packets it is given (a simulated fabric
+    /// queues them): a buffer at least [`MAX_PACKET`](crate::engine::MAX_PACKET) bytes
+    /// long for the device to write its next packet into and hand back with
+    /// [`Link::send_owned`], so the packet is never copied. `None` (the default):
+    /// packets go through [`Link::send`].
     fn lend(&self) -> Option<Vec<u8>> {
         None
     }
 
-    /// Fills in the ICRC of the packet in `buf[..len]` (as [`Link::send`]) and sends
-    /// it, keeping `buf`, which [`Link::lend`] gave.
-    fn send_owned(
-        &self,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
-        mut buf: Vec<u8>,
-        len: usize,
-    ) -> io::Result<()> {
-        self.send(src, dst, &mut buf[..len])
-    }
-
-    /// How many packets [`Link::send_batch`] takes at once (1: no batching).
-    fn max_batch(&self) -> usize {
-        1
+    /// Fills in the ICRC of the packet in `buf[..len]` and sends it along `route`,
+    /// keeping `buf`, which [`Link::lend`] gave.
+    fn send_owned(&self, route: Route, mut buf: Vec<u8>, len: usize) -> io::Result<()> {
+        let mut t = Transmit::one(route, &mut buf[..len]);
+        self.send(std::slice::from_mut(&mut t))
     }
 
     /// Called when the application found nothing to do: an empty `poll_cq`, or a wait
@@ -91,14 +52,6 @@ pub trait Link: Send + Sync + std::fmt::Debug {
     /// the caller waits in real time.
     fn idle(&self) -> bool {
         false
-    }
-
-    /// The TOS byte of the IPv4 header of the packets the send methods get from now on,
-    /// until the next call: the traffic class of their path
-    /// ([`Transmit::traffic_class`](crate::engine::Transmit), IBTA Annex A17.4.5). A
-    /// link that cannot set it ignores it (the default).
-    fn set_traffic_class(&self, tos: u8) {
-        let _ = tos;
     }
 
     /// Whether the device wants each received datagram's TOS byte: while it has UD QPs,
@@ -118,5 +71,55 @@ pub trait Link: Send + Sync + std::fmt::Debug {
         } else {
             Err(io::ErrorKind::Unsupported.into())
         }
+    }
+}
+
+/// Where packets go: from the device's address to a peer's (both on the device port),
+/// with the TOS byte of their IPv4 header, the traffic class of their path
+/// ([`engine::Transmit::traffic_class`](crate::engine::Transmit), IBTA Annex A17.4.5; a
+/// link that cannot set it ignores it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// The device's address.
+    pub src: Ipv4Addr,
+    /// The peer's address, or a multicast group's.
+    pub dst: Ipv4Addr,
+    /// The IPv4 TOS byte.
+    pub tos: u8,
+}
+
+/// A run of packets for [`Link::send`], shaped as quinn-udp's `Transmit`: RoCEv2 UDP
+/// payloads (BTH to a zeroed ICRC slot) back to back in `contents`, each
+/// `segment_size` bytes long but the last, which may be shorter.
+#[derive(Debug)]
+pub struct Transmit<'a> {
+    /// Where they go.
+    pub route: Route,
+    /// The packets.
+    pub contents: &'a mut [u8],
+    /// The size of every packet but the last; `contents.len()` for a single packet.
+    pub segment_size: usize,
+}
+
+impl<'a> Transmit<'a> {
+    /// One packet.
+    pub fn one(route: Route, packet: &'a mut [u8]) -> Transmit<'a> {
+        let segment_size = packet.len();
+        Transmit {
+            route,
+            contents: packet,
+            segment_size,
+        }
+    }
+
+    /// How many packets the run holds.
+    #[must_use]
+    pub fn count(&self) -> usize {
+        self.contents.len().div_ceil(self.segment_size.max(1))
+    }
+
+    /// The packets, one slice each.
+    pub fn packets(&mut self) -> std::slice::ChunksMut<'_, u8> {
+        self.contents.chunks_mut(self.segment_size.max(1))
     }
 }

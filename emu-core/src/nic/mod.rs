@@ -62,7 +62,7 @@ use verbs_api::{AsyncEvent, CqId, Error, Gid, Result};
 use crate::engine::{self, Engine, Limits};
 use crate::notify::Notifier;
 pub use driver::DeviceDriver;
-pub use link::Link;
+pub use link::{Link, Route, Transmit};
 pub use manage::Management;
 use transmit::TxBatch;
 use udp::{RxBufs, UdpLink, GSO_MAX_BYTES};
@@ -148,7 +148,7 @@ pub struct LinkCounters {
 struct Core {
     engine: Engine,
     /// Packets waiting to leave as one run: same destination, same size (the last may
-    /// be shorter), at most [`GSO_MAX_BYTES`] and the link's `max_batch` packets.
+    /// be shorter), at most [`GSO_MAX_BYTES`] and the link's `max_segments` packets.
     tx: TxBatch,
     /// Positive ACKs held back so that requests gathered in the same flush leave
     /// first (on a link that sends runs: UDP with GSO; see `Inner::flush`).
@@ -371,7 +371,7 @@ impl Inner {
                     e
                 },
                 tx: TxBatch::new(GSO_MAX_BYTES),
-                acks: TxBatch::new(if link.max_batch() > 1 { 4096 } else { 0 }),
+                acks: TxBatch::new(if link.max_segments() > 1 { 4096 } else { 0 }),
                 lent: None,
                 peers: HashMap::new(),
             }),

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::{Core, Inner};
+use super::{Core, Inner, Route, Transmit};
 use crate::engine::{Engine, PacketKind, MAX_PACKET};
 
 /// A run of packets being gathered in one buffer, as the engine writes them.
@@ -70,6 +70,15 @@ impl TxBatch {
         true
     }
 
+    /// Where the run goes, from `src`.
+    fn route(&self, src: Ipv4Addr) -> Route {
+        Route {
+            src,
+            dst: self.dst,
+            tos: self.tos,
+        }
+    }
+
     /// Empties the run (after it was sent or moved elsewhere).
     pub(super) fn clear(&mut self) {
         self.fill = 0;
@@ -110,7 +119,7 @@ impl Inner {
         // Nor while a thread waits for an event receiving (`wait_receiving`): it does
         // not poll, so nothing would send the rest before the device thread's nap ends.
         self.link.udp().is_some()
-            && self.link.max_batch() > 1
+            && self.link.max_segments() > 1
             && self.napping.load(Ordering::Acquire)
             && self.waiters.load(Ordering::Acquire) == 0
     }
@@ -133,7 +142,7 @@ impl Inner {
     /// that cannot join the run (another peer, another size, or no room) sends the run
     /// and starts the next.
     ///
-    /// On a link that sends runs (`max_batch` above 1: UDP with GSO), positive ACKs
+    /// On a link that sends runs (`max_segments` above 1: UDP with GSO), positive ACKs
     /// go to a second run that leaves after the requests: a responder that answers a
     /// message with a message (a ping-pong) sends its answer before the ACK of the
     /// question, which is off the round trip's critical path.
@@ -141,7 +150,7 @@ impl Inner {
     /// first, so the responder's packets keep their order. A deferred flush (`defer`)
     /// still sends a run that can carry held ACKs to its peer: it answers that peer,
     /// and a one-packet answer leaves ahead of those ACKs as a datagram of its own
-    /// (with a single held ACK, both in one [`Link::send_two`] call).
+    /// (with a single held ACK, both in one [`Link::send`] call).
     pub(super) fn flush(&self, core: &mut Core, now: Instant, defer: bool) {
         let Core {
             engine,
@@ -155,7 +164,7 @@ impl Inner {
             self.notify(engine);
             return;
         }
-        let max_batch = self.link.max_batch().max(1);
+        let max_batch = self.link.max_segments().max(1);
         let hold_acks = !acks.buf.is_empty() && max_batch > 1;
         loop {
             if tx.count > 0 && (tx.fill + MAX_PACKET > tx.buf.len() || tx.count >= max_batch) {
@@ -265,8 +274,12 @@ impl Inner {
             let Some(dst) = t.dest.to_ipv4() else {
                 continue;
             };
-            self.link.set_traffic_class(t.traffic_class);
-            if let Err(e) = self.link.send_owned(self.cfg.ip, dst, buf, t.size) {
+            let route = Route {
+                src: self.cfg.ip,
+                dst,
+                tos: t.traffic_class,
+            };
+            if let Err(e) = self.link.send_owned(route, buf, t.size) {
                 self.send_failed(&e, 1, t.size);
             }
             match self.link.lend() {
@@ -277,16 +290,14 @@ impl Inner {
         *spare = Some(buf);
     }
 
-    /// Sends the one packet of `first` and then the one of `then`, to the same peer
-    /// ([`Link::send_two`]), and empties both.
+    /// Sends the one packet of `first` and then the one of `then`, to the same peer,
+    /// in one [`Link::send`] (one `sendmmsg` on UDP), and empties both.
     pub(super) fn send_pair(&self, first: &mut TxBatch, then: &mut TxBatch) {
-        self.link.set_traffic_class(first.tos);
-        let r = self.link.send_two(
-            self.cfg.ip,
-            first.dst,
-            &mut first.buf[..first.fill],
-            &mut then.buf[..then.fill],
-        );
+        let (a, b) = (first.route(self.cfg.ip), then.route(self.cfg.ip));
+        let r = self.link.send(&mut [
+            Transmit::one(a, &mut first.buf[..first.fill]),
+            Transmit::one(b, &mut then.buf[..then.fill]),
+        ]);
         if let Err(e) = r {
             self.send_failed(&e, 2, first.fill.max(then.fill));
         }
@@ -296,13 +307,12 @@ impl Inner {
 
     /// Hands the gathered run to the link and empties it.
     pub(super) fn send_run(&self, tx: &mut TxBatch) {
-        self.link.set_traffic_class(tx.tos);
-        let r = if tx.count == 1 {
-            self.link.send(self.cfg.ip, tx.dst, &mut tx.buf[..tx.fill])
-        } else {
-            self.link
-                .send_batch(self.cfg.ip, tx.dst, &mut tx.buf[..tx.fill], tx.segment)
-        };
+        let segment_size = if tx.count == 1 { tx.fill } else { tx.segment };
+        let r = self.link.send(&mut [Transmit {
+            route: tx.route(self.cfg.ip),
+            contents: &mut tx.buf[..tx.fill],
+            segment_size,
+        }]);
         if let Err(e) = r {
             let size = if tx.count == 1 { tx.fill } else { tx.segment };
             self.send_failed(&e, tx.count, size);

@@ -40,25 +40,21 @@ mod inbox;
 mod recv;
 mod send;
 
-use std::io::{self, IoSlice};
+use std::io::{self};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use emu_wire::{write_icrc, Ipv4Endpoints};
 use quinn_udp::{UdpSockRef, UdpSocketState};
-use rustix::net::addr::SocketAddrArg;
-use rustix::net::{MMsgHdr, SendAncillaryBuffer};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::nic::drops::KernelDrops;
 use crate::nic::interop::{LinkOptions, PacketHook};
-use crate::nic::ip_id::IpIds;
 use crate::nic::share;
 
-use super::link::Link;
+use super::link::{Link, Transmit};
 pub(crate) use recv::RxBufs;
 use send::PeerSocket;
 
@@ -121,7 +117,7 @@ pub(crate) struct UdpLink {
     /// Interop mode: the raw socket datagrams are read from (IP header included).
     raw: Option<Socket>,
     hook: Option<Arc<dyn PacketHook>>,
-    /// The TOS byte the packets being sent should carry ([`Link::set_traffic_class`]).
+    /// The TOS byte of the run being sent ([`Route::tos`]).
     tos: AtomicU8,
     /// The TOS byte the bound socket sends with now.
     bound_tos: AtomicU8,
@@ -251,122 +247,28 @@ impl Link for UdpLink {
         Instant::now()
     }
 
-    fn send(&self, _src: Ipv4Addr, dst: Ipv4Addr, packet: &mut [u8]) -> io::Result<()> {
-        if let Some(hook) = &self.hook {
-            return self.send_hooked(hook.as_ref(), dst, packet);
-        }
-        let n = packet.len();
-        if let Some(r) = self.send_local(dst, packet, n) {
-            return r;
-        }
-        let mut peers = self.peers.lock();
-        let out = self.out(&mut peers, dst);
-        self.transmit(&out, dst, packet, n.max(1))
-    }
-
-    fn send_batch(
-        &self,
-        _src: Ipv4Addr,
-        dst: Ipv4Addr,
-        packets: &mut [u8],
-        segment: usize,
-    ) -> io::Result<()> {
-        let segment = segment.max(1);
-        if self.hook.is_some() {
-            let mut r = Ok(());
-            for p in packets.chunks_mut(segment) {
-                if let Err(e) = self.send(_src, dst, p) {
-                    r = Err(e);
-                }
+    fn send(&self, runs: &mut [Transmit<'_>]) -> io::Result<()> {
+        if let [first, second] = runs {
+            if first.count() == 1 && second.count() == 1 && first.route == second.route {
+                return self.send_two(first.route, first.contents, second.contents);
             }
-            return r;
         }
-        if let Some(r) = self.send_local(dst, packets, segment) {
-            return r;
-        }
-        let mut peers = self.peers.lock();
-        let out = self.out(&mut peers, dst);
-        // GSO cuts a run into datagrams with the IP ID counting up from the send's;
-        // `transmit` computes each segment's ICRC with its own.
-        if packets.len() <= segment || self.max_batch() == 1 {
-            return self.transmit_each(&out, dst, packets, segment);
-        }
-        self.transmit(&out, dst, packets, segment)
-    }
-
-    fn send_two(
-        &self,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
-        first: &mut [u8],
-        second: &mut [u8],
-    ) -> io::Result<()> {
-        if self.hook.is_some() || (dst == self.ip && self.router.is_some()) {
-            let r = self.send(src, dst, first);
-            return self.send(src, dst, second).and(r);
-        }
-        let mut peers = self.peers.lock();
-        let out = self.out(&mut peers, dst);
-        // Two sends: the second takes the ID after the first's.
-        let next = out.ids.and_then(IpIds::next).unwrap_or(0);
-        let ep = self.endpoints(dst, out.src_port);
-        write_icrc(&Ipv4Endpoints { ip_id: next, ..ep }, first);
-        let ip_id = if out.ids.is_some() {
-            next.wrapping_add(1)
-        } else {
-            0
-        };
-        write_icrc(&Ipv4Endpoints { ip_id, ..ep }, second);
-        self.apply_tos(&out);
-        // One system call for both (a ping-pong's answer and the ACK of the question:
-        // busy-poll send_lat, see docs/performance.md). The kernel delivers the first on
-        // loopback before it takes the second, so the answer waits for nothing.
-        let sent = {
-            let iov = [[IoSlice::new(first)], [IoSlice::new(second)]];
-            let (mut c0, mut c1) = (
-                SendAncillaryBuffer::default(),
-                SendAncillaryBuffer::default(),
-            );
-            let to = out.to.map(|a| SocketAddrV4::from(a).as_any());
-            let mut msgs = match &to {
-                Some(to) => [
-                    MMsgHdr::new_with_addr(to, &iov[0], &mut c0),
-                    MMsgHdr::new_with_addr(to, &iov[1], &mut c1),
-                ],
-                None => [
-                    MMsgHdr::new(&iov[0], &mut c0),
-                    MMsgHdr::new(&iov[1], &mut c1),
-                ],
-            };
-            rustix::net::sendmmsg(out.socket, &mut msgs, rustix::net::SendFlags::empty())
-                .unwrap_or(0)
-        };
-        if let Some(i) = out.ids {
-            i.advance(sent as u16);
-        }
-        // What did not go (a full send buffer, an earlier datagram's ICMP error) goes
-        // the way a single send does, which waits for room and sends again.
         let mut r = Ok(());
-        if sent < 1 {
-            r = self.transmit(&out, dst, first, first.len().max(1));
-        }
-        if sent < 2 {
-            r = self.transmit(&out, dst, second, second.len().max(1)).and(r);
+        for t in runs {
+            if let Err(e) = self.send_run(t) {
+                r = Err(e);
+            }
         }
         r
     }
 
-    fn max_batch(&self) -> usize {
+    fn max_segments(&self) -> usize {
         // Interop mode and a hook see every datagram on its own.
         if self.interop() || self.hook.is_some() || self.gso_failed.load(Ordering::Relaxed) {
             1
         } else {
             self.state.max_gso_segments()
         }
-    }
-
-    fn set_traffic_class(&self, tos: u8) {
-        self.tos.store(tos, Ordering::Relaxed);
     }
 
     fn receive_traffic_class(&self, on: bool) {

@@ -16,6 +16,9 @@ use crate::nic::interop::{PacketHook, Verdict};
 use crate::nic::ip_id::{self, IpIds};
 
 use super::{large_send_buffer, UdpLink};
+use crate::nic::link::{Link, Route, Transmit};
+use rustix::net::addr::SocketAddrArg;
+use rustix::net::{MMsgHdr, SendAncillaryBuffer};
 
 /// How many peers get a connected send socket of their own (see the module docs); sends
 /// to any further peer leave from the bound socket. A file descriptor each: a process
@@ -302,5 +305,98 @@ impl UdpLink {
             src_port,
             dst_port: self.port,
         }
+    }
+
+    /// Sends one run: a single packet, or a GSO run from the peer's socket (one by
+    /// one where GSO cannot take it, or through the hook or the inbox).
+    pub(super) fn send_run(&self, t: &mut Transmit<'_>) -> io::Result<()> {
+        let dst = t.route.dst;
+        self.tos.store(t.route.tos, Ordering::Relaxed);
+        let segment = t.segment_size.max(1);
+        if let Some(hook) = &self.hook {
+            let mut r = Ok(());
+            for p in t.packets() {
+                if let Err(e) = self.send_hooked(hook.as_ref(), dst, p) {
+                    r = Err(e);
+                }
+            }
+            return r;
+        }
+        let packets = &mut *t.contents;
+        if let Some(r) = self.send_local(dst, packets, segment) {
+            return r;
+        }
+        let mut peers = self.peers.lock();
+        let out = self.out(&mut peers, dst);
+        // GSO cuts a run into datagrams with the IP ID counting up from the send's;
+        // `transmit` computes each segment's ICRC with its own.
+        if packets.len() > segment && self.max_segments() == 1 {
+            return self.transmit_each(&out, dst, packets, segment);
+        }
+        self.transmit(&out, dst, packets, segment)
+    }
+
+    /// Sends two single packets along `route`, `first` first, in one `sendmmsg`.
+    pub(super) fn send_two(
+        &self,
+        route: Route,
+        first: &mut [u8],
+        second: &mut [u8],
+    ) -> io::Result<()> {
+        let dst = route.dst;
+        if self.hook.is_some() || (dst == self.ip && self.router.is_some()) {
+            let r = self.send_run(&mut Transmit::one(route, first));
+            return self.send_run(&mut Transmit::one(route, second)).and(r);
+        }
+        self.tos.store(route.tos, Ordering::Relaxed);
+        let mut peers = self.peers.lock();
+        let out = self.out(&mut peers, dst);
+        // Two sends: the second takes the ID after the first's.
+        let next = out.ids.and_then(IpIds::next).unwrap_or(0);
+        let ep = self.endpoints(dst, out.src_port);
+        write_icrc(&Ipv4Endpoints { ip_id: next, ..ep }, first);
+        let ip_id = if out.ids.is_some() {
+            next.wrapping_add(1)
+        } else {
+            0
+        };
+        write_icrc(&Ipv4Endpoints { ip_id, ..ep }, second);
+        self.apply_tos(&out);
+        // One system call for both (a ping-pong's answer and the ACK of the question:
+        // busy-poll send_lat, see docs/performance.md). The kernel delivers the first on
+        // loopback before it takes the second, so the answer waits for nothing.
+        let sent = {
+            let iov = [[IoSlice::new(first)], [IoSlice::new(second)]];
+            let (mut c0, mut c1) = (
+                SendAncillaryBuffer::default(),
+                SendAncillaryBuffer::default(),
+            );
+            let to = out.to.map(|a| SocketAddrV4::from(a).as_any());
+            let mut msgs = match &to {
+                Some(to) => [
+                    MMsgHdr::new_with_addr(to, &iov[0], &mut c0),
+                    MMsgHdr::new_with_addr(to, &iov[1], &mut c1),
+                ],
+                None => [
+                    MMsgHdr::new(&iov[0], &mut c0),
+                    MMsgHdr::new(&iov[1], &mut c1),
+                ],
+            };
+            rustix::net::sendmmsg(out.socket, &mut msgs, rustix::net::SendFlags::empty())
+                .unwrap_or(0)
+        };
+        if let Some(i) = out.ids {
+            i.advance(sent as u16);
+        }
+        // What did not go (a full send buffer, an earlier datagram's ICMP error) goes
+        // the way a single send does, which waits for room and sends again.
+        let mut r = Ok(());
+        if sent < 1 {
+            r = self.transmit(&out, dst, first, first.len().max(1));
+        }
+        if sent < 2 {
+            r = self.transmit(&out, dst, second, second.len().max(1)).and(r);
+        }
+        r
     }
 }

@@ -9,8 +9,28 @@ use super::recv::{BATCH_AFTER, BATCH_BACKOFF};
 use super::send::MAX_PEER_SOCKETS;
 use super::*;
 use crate::nic::interop::{LinkOptions, PacketHook, Verdict};
-use crate::nic::link::Link;
-use emu_wire::check_icrc;
+use crate::nic::link::{Link, Route, Transmit};
+
+/// Sends one packet from `src` to `dst` through `l`.
+fn send1(l: &UdpLink, src: Ipv4Addr, dst: Ipv4Addr, p: &mut [u8]) -> std::io::Result<()> {
+    l.send(&mut [Transmit::one(Route { src, dst, tos: 0 }, p)])
+}
+
+/// Sends a run of `segment`-byte packets from `src` to `dst` through `l`.
+fn send_run(
+    l: &UdpLink,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    run: &mut [u8],
+    segment: usize,
+) -> std::io::Result<()> {
+    l.send(&mut [Transmit {
+        route: Route { src, dst, tos: 0 },
+        contents: run,
+        segment_size: segment,
+    }])
+}
+use emu_wire::{check_icrc, Ipv4Endpoints};
 use nix::sys::socket::sockopt;
 
 /// Two links on one port, on 127.0.0.1 and 127.0.0.2.
@@ -69,9 +89,9 @@ fn a_gso_run_arrives_as_its_datagrams() {
         let (a, b) = pair();
         // Three "packets": 100, 100 and 60 bytes, ICRC slots included.
         let mut run: Vec<u8> = (0..260u32).map(|i| (i % 251) as u8).collect();
-        a.send_batch(a.ip, b.ip, &mut run, 100).unwrap();
+        send_run(&a, a.ip, b.ip, &mut run, 100).unwrap();
         let (got, calls) = receive(&b, idle, 3, sent_from(&a, b.ip));
-        if a.max_batch() > 1 && b.state.gro_segments() > 1 {
+        if a.max_segments() > 1 && b.state.gro_segments() > 1 {
             // GSO and GRO on: one receive took the whole run and split it by the
             // segment size the kernel reported.
             assert_eq!(calls, 1, "idle {idle}");
@@ -90,13 +110,13 @@ fn a_gso_run_arrives_as_its_datagrams() {
 fn a_single_datagram_arrives_with_its_icrc() {
     let (a, b) = pair();
     let mut p = vec![7u8; 40];
-    a.send(a.ip, b.ip, &mut p).unwrap();
+    send1(&a, a.ip, b.ip, &mut p).unwrap();
     let (got, _) = receive(&b, true, 1, sent_from(&a, b.ip));
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].0, got[0].1), (40, true));
     let mut rx = b.rx_bufs();
     let mut q = vec![9u8; 40];
-    a.send(a.ip, b.ip, &mut q).unwrap();
+    send1(&a, a.ip, b.ip, &mut q).unwrap();
     assert!(b.wait_readable(Duration::from_secs(2)));
     rx.found = 0;
     assert_eq!(b.recv_batch(&mut rx), 1);
@@ -123,7 +143,7 @@ fn receives_batch_only_once_datagrams_keep_coming() {
     let (a, b) = pair();
     for n in 0..5u8 {
         let mut p = vec![n; 40];
-        a.send(a.ip, b.ip, &mut p).unwrap();
+        send1(&a, a.ip, b.ip, &mut p).unwrap();
     }
     let mut rx = b.rx_bufs();
     rx.found = 0;
@@ -185,25 +205,25 @@ fn gro_follows_the_traffic() {
     assert!(!gro_on(&b) && !rx.gro.on());
     assert!(rx.gro.plain(), "the socket was empty at the switch");
     let mut p = vec![3u8; 40];
-    a.send(a.ip, b.ip, &mut p).unwrap();
+    send1(&a, a.ip, b.ip, &mut p).unwrap();
     assert_eq!(take(&b, &mut rx, 1), (vec![40], 1));
     assert_eq!(rx.got[0].from.port(), sent_from(&a, b.ip));
     assert_eq!(rx.bytes(&rx.got[0])[..36], p[..36]);
     let mut run: Vec<u8> = (0..260u32).map(|i| (i % 251) as u8).collect();
-    a.send_batch(a.ip, b.ip, &mut run, 100).unwrap();
+    send_run(&a, a.ip, b.ip, &mut run, 100).unwrap();
     rx.found = 0;
     assert_eq!(take(&b, &mut rx, 3).0, [100, 100, 60]);
     // A backlog: runs split into twelve datagrams, taken by one batched receive.
     for _ in 0..4 {
         let mut run: Vec<u8> = vec![5u8; 300];
-        a.send_batch(a.ip, b.ip, &mut run, 100).unwrap();
+        send_run(&a, a.ip, b.ip, &mut run, 100).unwrap();
     }
     rx.found = BATCH_AFTER;
     rx.backoff = 0;
     assert_eq!(take(&b, &mut rx, 12), (vec![100; 12], 1));
     assert!(gro_on(&b) && rx.gro.on() && !rx.gro.plain());
     let mut run: Vec<u8> = vec![6u8; 260];
-    a.send_batch(a.ip, b.ip, &mut run, 100).unwrap();
+    send_run(&a, a.ip, b.ip, &mut run, 100).unwrap();
     rx.found = 0;
     assert_eq!(take(&b, &mut rx, 3), (vec![100, 100, 60], 1));
 }
@@ -220,7 +240,7 @@ fn gro_stays_on_while_something_is_queued() {
     let mut rx = b.rx_bufs();
     rx.found = 0;
     let mut run: Vec<u8> = (0..260u32).map(|i| (i % 251) as u8).collect();
-    a.send_batch(a.ip, b.ip, &mut run, 100).unwrap();
+    send_run(&a, a.ip, b.ip, &mut run, 100).unwrap();
     assert!(b.wait_readable(Duration::from_secs(2)));
     b.switch_gro(&mut rx.gro, false);
     assert!(gro_on(&b) && rx.gro.on() && !rx.gro.plain());
@@ -239,7 +259,7 @@ fn a_batch_without_backlog_backs_off() {
     let send = |n: u8| {
         for i in 0..n {
             let mut p = vec![i; 40];
-            a.send(a.ip, b.ip, &mut p).unwrap();
+            send1(&a, a.ip, b.ip, &mut p).unwrap();
         }
     };
     send(1);
@@ -266,14 +286,23 @@ fn a_batch_without_backlog_backs_off() {
     assert_eq!(counts, [5]);
 }
 
-/// `send_two` delivers two datagrams in order, each with its own ICRC, from the
+/// Two single packets in one `send` (one `sendmmsg`) deliver two datagrams in order, each with its own ICRC, from the
 /// peer's connected socket.
 #[test]
 fn send_two_sends_both_in_order() {
     let (a, b) = pair();
     let mut first = vec![1u8; 40];
     let mut second = vec![2u8; 28];
-    a.send_two(a.ip, b.ip, &mut first, &mut second).unwrap();
+    let route = Route {
+        src: a.ip,
+        dst: b.ip,
+        tos: 0,
+    };
+    a.send(&mut [
+        Transmit::one(route, &mut first),
+        Transmit::one(route, &mut second),
+    ])
+    .unwrap();
     let (got, _) = receive(&b, true, 2, sent_from(&a, b.ip));
     let lens: Vec<usize> = got.iter().map(|g| g.0).collect();
     assert_eq!(lens, [40, 28]);
@@ -289,7 +318,7 @@ fn sends_to_a_peer_leave_from_its_connected_socket() {
     let (a, b) = pair();
     for n in 0..3u8 {
         let mut p = vec![n; 40];
-        a.send(a.ip, b.ip, &mut p).unwrap();
+        send1(&a, a.ip, b.ip, &mut p).unwrap();
     }
     let port = sent_from(&a, b.ip);
     assert_ne!(port, a.port());
@@ -314,7 +343,7 @@ fn sends_to_a_peer_leave_from_its_connected_socket() {
     let h = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &opts, None).unwrap();
     let c = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 2), h.port(), &opts, None).unwrap();
     let mut p = vec![1u8; 40];
-    h.send(h.ip, c.ip, &mut p).unwrap();
+    send1(&h, h.ip, c.ip, &mut p).unwrap();
     let (got, _) = receive(&c, true, 1, h.port());
     assert!(got[0].1, "ICRC");
     assert!(h.peers.lock().is_empty());
@@ -329,13 +358,13 @@ fn a_closed_peer_port_loses_only_datagrams() {
     let gone = Ipv4Addr::new(127, 0, 0, 3);
     for _ in 0..3 {
         let mut p = vec![5u8; 40];
-        a.send(a.ip, gone, &mut p).unwrap();
+        send1(&a, a.ip, gone, &mut p).unwrap();
         // Let the port unreachable come back before the next send.
         std::thread::sleep(Duration::from_millis(20));
     }
     let c = UdpLink::bind(gone, a.port(), &opts, None).unwrap();
     let mut p = vec![6u8; 40];
-    a.send(a.ip, gone, &mut p).unwrap();
+    send1(&a, a.ip, gone, &mut p).unwrap();
     let mut rx = c.rx_bufs();
     assert!(c.wait_readable(Duration::from_secs(2)), "nothing arrived");
     rx.found = 0;
@@ -392,7 +421,7 @@ fn a_delayed_packet_does_not_keep_the_address() {
     let n = emu_wire::PacketRepr::new(emu_wire::Opcode::UdSendOnly, 1, emu_wire::Psn::new(0))
         .emit(&mut p, b"late");
     p.truncate(n);
-    a.send(ip, Ipv4Addr::new(127, 0, 0, 72), &mut p).unwrap();
+    send1(&a, ip, Ipv4Addr::new(127, 0, 0, 72), &mut p).unwrap();
     drop(a);
     let again = UdpLink::bind(ip, port, &opts, None);
     assert!(again.is_ok(), "{:?}", again.err());
@@ -422,7 +451,7 @@ fn peer_sockets_are_capped() {
     let n = MAX_PEER_SOCKETS as u8 + 4;
     for i in 1..=n {
         let mut p = vec![i; 40];
-        a.send(a.ip, Ipv4Addr::new(127, 0, 1, i), &mut p).unwrap();
+        send1(&a, a.ip, Ipv4Addr::new(127, 0, 1, i), &mut p).unwrap();
     }
     assert_eq!(a.peers.lock().len(), MAX_PEER_SOCKETS);
     assert_ne!(sent_from(&a, Ipv4Addr::new(127, 0, 1, 1)), a.port());
