@@ -37,7 +37,7 @@ use emu_core::nic::{DeviceDriver, EmuConfig, EmuDevice, Link, Route, Transmit, R
 use emu_wire::{write_icrc, AethRepr, Ipv4Endpoints, Opcode, PacketRepr, Syndrome};
 use parking_lot::{Mutex, RecursiveRwLock};
 
-use crate::link::{Direction, LinkConfig};
+use crate::fault::{Direction, LinkConfig};
 use crate::queue::{EventQueue, Keyed};
 use crate::rules::{Action, PacketInfo, Rule};
 use crate::trace::{Cause, Fate, Label, PacketRecord, Trace, TraceDevice, TraceMode};

@@ -16,9 +16,9 @@
 
 pub mod chaos;
 pub mod fabric;
+pub mod fault;
 pub mod hook;
 pub mod ladder;
-pub mod link;
 pub mod pair;
 pub mod pcap;
 mod queue;
@@ -28,7 +28,7 @@ pub mod svg;
 pub mod trace;
 
 pub use fabric::{Endpoint, Fabric, FabricError, FabricStats};
+pub use fault::LinkConfig;
 pub use hook::RuleHook;
-pub use link::LinkConfig;
 pub use rules::{Action, Kind, Match, PacketInfo, Rule, Which};
 pub use trace::{Cause, Fate, Label, PacketRecord, Trace, TraceDevice, TraceMode};

@@ -40,7 +40,7 @@ pub mod interop;
 mod ip_id;
 mod link;
 mod liveness;
-mod manage;
+mod management;
 mod netdev;
 mod receive;
 mod share;
@@ -63,7 +63,7 @@ use crate::engine::{self, Engine, Limits};
 use crate::notify::Notifier;
 pub use driver::DeviceDriver;
 pub use link::{Link, Route, Transmit};
-pub use manage::Management;
+pub use management::Management;
 use transmit::TxBatch;
 use udp::{RxBufs, UdpLink, GSO_MAX_BYTES};
 

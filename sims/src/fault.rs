@@ -1,4 +1,4 @@
-//! One direction of a link between two devices: its configuration (loss, duplication,
+//! The faults of one direction of a link between two devices: its configuration (loss, duplication,
 //! latency and jitter, corruption, MTU, bandwidth and queue) and its state (seeded
 //! ChaCha stream, partition, hold, the transmitter's busy time).
 
