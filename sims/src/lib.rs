@@ -32,3 +32,15 @@ pub use fault::LinkConfig;
 pub use hook::RuleHook;
 pub use rules::{Action, Kind, Match, PacketInfo, Rule, Which};
 pub use trace::{Cause, Fate, Label, PacketRecord, Trace, TraceDevice, TraceMode};
+
+/// The code blocks of `docs/testing-your-code.md`, run as doctests so the guide stays
+/// true.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/testing-your-code.md")]
+pub struct TestingYourCodeGuide;
+
+/// The Rust code of the README, run as a doctest so the first example a user copies
+/// works.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExample;

@@ -13,7 +13,7 @@ use verbs_api::Gid;
 
 use super::Inner;
 
-/// Feeds an [`EmuDevice`] that sits on a link without sockets: the owner of the link
+/// Feeds an [`EmuDevice`](super::EmuDevice) that sits on a link without sockets: the owner of the link
 /// delivers datagrams and fires timers through it. It holds the device weakly: once
 /// the device is dropped, every call does nothing.
 #[derive(Clone, Debug)]

@@ -4,10 +4,9 @@
 //! datagram, which one receive takes with the segment size in a control message: bulk
 //! traffic needs it, since without it the kernel splits every run as it delivers it,
 //! in the sender's time. But a control message needs `recvmsg`, and for one datagram
-//! at a time `recvfrom` costs less: in a raw ping-pong on this VM a successful
-//! `recvfrom` took 0.73 us against 0.91 us for `recvmsg` with room for the control
-//! message, and busy-poll send_lat (rounds interleaved in one process) measured 1.33x
-//! against 1.38x the raw ping-pong.
+//! at a time `recvfrom` costs less than `recvmsg` with room for the control message,
+//! which a ping-pong pays on every half round trip (`rdma-emu bench send_lat
+//! --busy-poll`; docs/performance.md).
 //!
 //! So the link turns GRO off after [`QUIET`] receives without a sign of bulk traffic,
 //! and on again at the first backlog: a receive that took [`BULK`] datagrams or more

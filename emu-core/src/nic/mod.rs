@@ -1,4 +1,4 @@
-//! `EmuDevice`: the [`Device`] trait over the engine, on a UDP link.
+//! `EmuDevice`: the [`Device`](verbs_api::Device) trait over the engine, on a UDP link.
 //!
 //! One device is one engine behind a lock, one UDP socket, and one thread. The thread
 //! receives datagrams (ICRC checked first: a bad one is dropped and counted), feeds them
@@ -15,7 +15,7 @@
 //! deterministically.
 //!
 //! Batching: packets the engine emits back to back to one peer with one size go to
-//! the link as one run ([`Link::send_batch`]; UDP sends it with GSO), and the device
+//! the link as one run ([`Link::send`]; UDP sends it with GSO), and the device
 //! thread receives with `recvmmsg` and GRO (see `link`).
 //!
 //! Run to completion: an empty `poll_cq` takes waiting datagrams off the socket and

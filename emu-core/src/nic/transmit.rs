@@ -218,17 +218,15 @@ impl Inner {
         if !defer || answers {
             if answers && tx.count == 1 && acks.count == 1 && tx.tos == acks.tos {
                 // A ping-pong's answer and the ACK of the question: the order below,
-                // in one system call (busy-poll send_lat, interleaved rounds: 1.58x
-                // against 1.62x for two sends; see docs/performance.md).
+                // in one system call rather than two (`bench send_lat --busy-poll`).
                 self.send_pair(tx, acks);
             }
             if tx.count > 0 {
                 // A lone answer leaves alone and its ACKs after it: on loopback a
                 // send delivers to the peer's socket before it returns, so the ACK
-                // segment would delay the answer by its own delivery (busy-poll
-                // send_lat, interleaved: medians 1.47-1.54x against 1.55-1.56x the
-                // raw ping-pong; see docs/performance.md). Held ACKs ride at the end of a
-                // longer run: one send instead of two.
+                // segment would delay the answer by its own delivery (`bench
+                // send_lat --busy-poll`). Held ACKs ride at the end of a longer run:
+                // one send instead of two.
                 if tx.count > 1 {
                     tx.absorb(acks, max_batch);
                 }

@@ -30,8 +30,8 @@
 //!
 //! Sends to a unicast peer leave from a socket of their own, connected to the peer
 //! (`peers`; at most [`MAX_PEER_SOCKETS`]): the kernel keeps the route of a connected
-//! socket, where an unconnected `sendto` looks it up on every call (0.4 us of a 3.9 us
-//! loopback half round trip here). Its source port is an ephemeral one, as rxe's is a
+//! socket, where an unconnected `sendto` looks it up on every call, a tenth of a
+//! loopback half round trip (`bench send_lat`). Its source port is an ephemeral one, as rxe's is a
 //! per-QP hash. Where the kernel does not tell a connected socket's IDs, its peer gets
 //! the bound socket. Interop mode and a fault hook send every datagram from the bound
 //! socket.
@@ -166,7 +166,7 @@ impl UdpLink {
         // quinn-udp also asks for every datagram's TOS byte (for ECN) and destination
         // address, which nothing here reads (a datagram on this socket is for our
         // address; groups have their own sockets): two control messages less for the
-        // kernel to write per receive (about 60 ns each of a 1 us receive on loopback).
+        // kernel to write per receive.
         let _ = rustix::net::sockopt::set_ip_recvtos(&socket, false);
         let _ = nix::sys::socket::setsockopt(
             &socket,

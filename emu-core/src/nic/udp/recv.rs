@@ -83,10 +83,9 @@ pub(crate) struct RxBufs {
     /// backlog). A ping-pong on two busy cores finds datagrams many receives in a row
     /// (the ACK of its question, then the answer; streaks of 16 and more), and a
     /// batched receive costs more than a one-slot one when one datagram waits: `recvmmsg`
-    /// tries the next slot too, and the header table is built for all of them (2.3 us
-    /// against 1.2 us a call, with the ACK and the answer on the critical path
-    /// together). Busy-poll send_lat, interleaved rounds: 1.39x against 1.50x the raw
-    /// ping-pong; a stream's batches take several datagrams each and keep batching.
+    /// tries the next slot too, and the header table is built for all of them, with
+    /// the ACK and the answer on the critical path together (`bench send_lat
+    /// --busy-poll`); a stream's batches take several datagrams each and keep batching.
     pub(super) backoff: u8,
     /// Room for the `UDP_GRO` control message of a one-slot receive.
     pub(super) cmsg: Vec<u8>,
