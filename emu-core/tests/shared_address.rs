@@ -175,18 +175,21 @@ fn each_device_of_an_address_gets_its_own_datagrams() {
     assert!(passed > 0, "the kernel gave every datagram to its owner");
 }
 
-/// RC between two devices of one address: WRITEs of 256 KiB each way (GSO runs) and
-/// a SEND arrive whole.
-#[test]
-fn rc_between_two_devices_of_one_address() {
-    let port = port() + 1;
-    let (a, b) = (open(shared_ip(), port), open(shared_ip(), port));
-    const LEN: usize = 256 << 10;
-    let (qa, qb) = (qp(&a, QpType::Rc, LEN), qp(&b, QpType::Rc, LEN));
-    for (d, q, peer) in [(&a, &qa, &qb), (&b, &qb, &qa)] {
+/// Connects RC QPs `qa` of `a` (on `ip_a`) and `qb` of `b` (on `ip_b`) and WRITEs all
+/// of each one's buffer into the other's, a pattern each way, checking it arrived
+/// whole.
+fn rc_write_both_ways(
+    a: &dyn Device,
+    qa: &Qp,
+    ip_a: Ipv4Addr,
+    b: &dyn Device,
+    qb: &Qp,
+    ip_b: Ipv4Addr,
+) {
+    for (d, q, peer, ip) in [(a, qa, qb, ip_b), (b, qb, qa, ip_a)] {
         let remote = Endpoint {
             qpn: peer.qpn,
-            gid: Gid::from_ipv4(shared_ip()),
+            gid: Gid::from_ipv4(ip),
             ..Endpoint::default()
         };
         let params = QpParams {
@@ -195,12 +198,13 @@ fn rc_between_two_devices_of_one_address() {
         };
         connect_qp(d, q.qpn, QpType::Rc, &params, 0, &remote).unwrap();
     }
-    let pattern = |seed: u8| -> Vec<u8> { (0..LEN).map(|i| (i as u8) ^ seed).collect() };
-    for (d, q, peer, seed) in [(&a, &qa, &qb, 0x5A), (&b, &qb, &qa, 0xA5)] {
+    let len = qa.buf.len();
+    let pattern = |seed: u8| -> Vec<u8> { (0..len).map(|i| (i as u8) ^ seed).collect() };
+    for (d, q, peer, seed) in [(a, qa, qb, 0x5A), (b, qb, qa, 0xA5)] {
         q.buf.write(0, &pattern(seed)).unwrap();
         let wr = SendWr::new(
             1,
-            vec![Sge::new(q.mr.addr, LEN as u32, q.mr.lkey)],
+            vec![Sge::new(q.mr.addr, len as u32, q.mr.lkey)],
             WrOperation::RdmaWrite {
                 remote_addr: peer.mr.addr,
                 rkey: peer.mr.rkey,
@@ -213,6 +217,17 @@ fn rc_between_two_devices_of_one_address() {
             "the WRITE arrived whole"
         );
     }
+}
+
+/// RC between two devices of one address: WRITEs of 256 KiB each way (GSO runs) and
+/// a SEND arrive whole.
+#[test]
+fn rc_between_two_devices_of_one_address() {
+    let port = port() + 1;
+    let (a, b) = (open(shared_ip(), port), open(shared_ip(), port));
+    const LEN: usize = 256 << 10;
+    let (qa, qb) = (qp(&a, QpType::Rc, LEN), qp(&b, QpType::Rc, LEN));
+    rc_write_both_ways(&a, &qa, shared_ip(), &b, &qb, shared_ip());
     b.post_recv(
         qb.qpn,
         &[RecvWr::new(5, vec![Sge::new(qb.mr.addr, 64, qb.mr.lkey)])],
@@ -493,5 +508,70 @@ fn a_datagram_sent_just_before_exit_arrives() {
             tag,
             "message {tag}"
         );
+    }
+}
+
+/// `n` RC pairs at once, one thread each: a device on `ip_a` and one on `ip_b` (all on
+/// `port`), 64 KiB written each way.
+fn pairs_in_threads(n: usize, ip_a: Ipv4Addr, ip_b: Ipv4Addr, port: u16) {
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let (a, b) = (open(ip_a, port), open(ip_b, port));
+                let (qa, qb) = (qp(&a, QpType::Rc, 64 << 10), qp(&b, QpType::Rc, 64 << 10));
+                rc_write_both_ways(&a, &qa, ip_a, &b, &qb, ip_b);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a pair failed");
+    }
+}
+
+/// Devices opened at once never collide (issue: parallel `cargo test`): 32 pairs in
+/// 32 threads, every device on one of two addresses and one port, each pair's
+/// transfer whole.
+#[test]
+fn thirty_two_pairs_at_once_in_threads() {
+    pairs_in_threads(
+        32,
+        Ipv4Addr::new(127, 0, 96, 1),
+        Ipv4Addr::new(127, 0, 96, 2),
+        port() + 6,
+    );
+}
+
+/// Run as a child process by `thirty_two_pairs_at_once_in_processes`: eight pairs in
+/// threads on the addresses and port it is given.
+#[test]
+fn child_pairs() {
+    let Ok(port) = std::env::var("SHARED_ADDRESS_PAIRS") else {
+        return;
+    };
+    pairs_in_threads(
+        8,
+        Ipv4Addr::new(127, 0, 97, 1),
+        Ipv4Addr::new(127, 0, 97, 2),
+        port.parse().unwrap(),
+    );
+}
+
+/// The same as four processes of eight pairs each, started together, as `cargo test`
+/// runs several test binaries.
+#[test]
+fn thirty_two_pairs_at_once_in_processes() {
+    let port = (port() + 7).to_string();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "child_pairs", "--test-threads=1"])
+                .env("SHARED_ADDRESS_PAIRS", &port)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        let status = c.wait().unwrap();
+        assert!(status.success(), "a child's pairs failed: {status}");
     }
 }
