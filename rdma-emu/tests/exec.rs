@@ -11,12 +11,43 @@ use std::process::{Command, Output};
 const BIN: &str = env!("CARGO_BIN_EXE_rdma-emu");
 
 /// A directory holding a file named libibverbs.so.1: enough for the launcher to start
-/// programs that do not load it (`sh`).
-fn stand_in_lib() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rdma-emu-exec-test-lib-{}", std::process::id()));
+/// programs that do not load it (`sh`). Removed when dropped.
+struct StandInLib(PathBuf);
+
+impl std::ops::Deref for StandInLib {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for StandInLib {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for StandInLib {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for StandInLib {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A [`StandInLib`] of this test's own (tests run in parallel threads).
+fn stand_in_lib() -> StandInLib {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("rdma-emu-exec-test-lib-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     std::fs::write(d.join("libibverbs.so.1"), b"").unwrap();
-    d
+    StandInLib(d)
 }
 
 fn exec(lib: &Path, args: &[&str], script: &str) -> Output {
