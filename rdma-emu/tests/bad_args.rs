@@ -23,9 +23,18 @@ fn rdma_emu(args: &[String]) -> Command {
     cmd
 }
 
+/// Each case fails with one line, and before printing anything: no banner, no half a
+/// table, ahead of the error.
 fn table(cases: &[Vec<String>]) {
     for args in cases {
-        assert_one_line_error(&run(rdma_emu(args), Duration::from_secs(60)));
+        let ended = run(rdma_emu(args), Duration::from_secs(60));
+        assert_one_line_error(&ended);
+        assert!(
+            ended.stdout.is_empty(),
+            "{}: printed before failing:\n{}",
+            ended.what,
+            ended.stdout
+        );
     }
 }
 
@@ -102,6 +111,26 @@ fn pingpong_refuses_bad_arguments() {
 fn bench_refuses_bad_arguments() {
     table(&[
         args("bench write_bw --iters 0"),
+        args("bench write_bw -n 0"),
+        args("bench send_lat -n 0"),
+        args("bench read_lat --size 0"),
+        args("bench atomic_bw --size 0"),
+        args("bench write_bw -m 3000"),
+        args("bench write_bw --qps 200000"),
+        args("bench write_bw --tx-depth 16384"),
+        args("bench write_bw --qps 2 --tx-depth 32769"),
+        args("bench flood -n 0"),
+        args("bench flood --size 0"),
+        args("bench flood --size 65508"),
+        args("bench flood -m 3000"),
+        args("bench flood --rounds 0"),
+        args("bench flood --tx-depth 0"),
+        args("bench flood --tx-depth 8193"),
+        args("bench flood --qps 2"),
+        args("bench flood --fabric"),
+        args("bench flood --events"),
+        args("bench flood --no-baseline"),
+        args("bench flood --json"),
         args("bench write_bw --size 0"),
         args("bench write_bw --size 4294967296"),
         args("bench write_bw --qps 0"),

@@ -138,3 +138,28 @@ fn zero_rounds_is_an_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--rounds must be at least 1"), "{err}");
 }
+
+/// A debug build's bench says so in its banner, ahead of its results, and in its JSON
+/// line; a release build's says nothing of the kind (issue 29, point 5). The test and
+/// the binary are built with the same profile, so `cfg!(debug_assertions)` here is
+/// the binary's.
+#[test]
+fn a_debug_build_says_so_before_its_results() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+        .args(["bench", "write_bw", "--fabric", "--no-baseline", "--json"])
+        .args(["--size", "64", "-n", "10"])
+        .output()
+        .expect("run rdma-emu");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    let note = text.find(" Build           : DEBUG");
+    let results = text.find("#bytes").expect("a results table");
+    let json = text.lines().last().expect("a JSON line");
+    if cfg!(debug_assertions) {
+        assert!(note.is_some_and(|n| n < results), "{text}");
+        assert!(json.contains("\"debug_build\":true"), "{json}");
+    } else {
+        assert!(note.is_none(), "{text}");
+        assert!(json.contains("\"debug_build\":false"), "{json}");
+    }
+}

@@ -264,12 +264,20 @@ fn open_host(
     })
 }
 
+/// The bytes of each side's buffer for `qps` QPs of `size`-byte messages, and each
+/// QP's region of it: a region per QP as long as that stays under 256 MiB; beyond that
+/// QPs share.
+fn buffer(size: u64, qps: u32) -> Result<(u64, u64), String> {
+    let region = size.max(8);
+    let len = region
+        .checked_mul(u64::from(qps).min((256u64 << 20).div_ceil(region).max(1)))
+        .ok_or("the message does not fit memory")?;
+    Ok((len, region))
+}
+
 fn setup(o: &BenchOpts, size: u64, qps: u32, send_wr: u32, recv_wr: u32) -> Result<Setup, String> {
     let mtu = mtu_of(o.mtu)?;
-    // Each QP gets a region of the buffers, as long as that stays under 256 MiB;
-    // beyond that QPs share.
-    let region = size.max(8);
-    let buf_len = region * u64::from(qps).min((256u64 << 20).div_ceil(region).max(1));
+    let (buf_len, region) = buffer(size, qps)?;
     let buf_len = usize::try_from(buf_len).map_err(|_| "the message does not fit memory")?;
     // One buffer on each side.
     check_memory(
@@ -1029,6 +1037,16 @@ pub(super) fn measure_lat(o: &BenchOpts, iters: u64) -> Result<LatStats, String>
     Ok(LatStats::of(&mut samples))
 }
 
+/// In a debug build, one banner line saying so: its figures and ratios are those of
+/// unoptimized code, many times below a release build's.
+pub(super) fn print_build() {
+    if cfg!(debug_assertions) {
+        println!(
+            " Build           : DEBUG: figures of unoptimized code, far below a release build's"
+        );
+    }
+}
+
 pub(super) fn line() -> &'static str {
     "---------------------------------------------------------------------------------------"
 }
@@ -1083,23 +1101,44 @@ fn median_of(keys: &[f64]) -> usize {
     order[order.len() / 2]
 }
 
-/// Runs `rdma-emu bench`.
-pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
-    if o.test == Test::Flood {
-        return super::flood::run(&o);
+/// The message size of `o`'s test: `--size`, else 8 for atomics and latency tests and
+/// 65536 for bandwidth tests (flood: the junk datagram's, 1024).
+fn size_of(o: &BenchOpts) -> u64 {
+    o.size.unwrap_or(match o.test {
+        Test::Flood => 1024,
+        Test::AtomicBw => 8,
+        t if t.is_lat() => 8,
+        _ => 65536,
+    })
+}
+
+/// Every rule on the options, checked before anything is printed: a bad option ends
+/// `bench` with one line on stderr and no banner, and no count of zero runs nothing.
+pub(crate) fn check(o: &BenchOpts) -> Result<(), String> {
+    if o.iters == Some(0) {
+        return Err("--iters must be at least 1".into());
     }
-    let lat = o.test.is_lat();
-    let size = match (o.test, o.size) {
-        (Test::AtomicBw, None | Some(8)) => 8,
-        (Test::AtomicBw, Some(s)) => {
-            return Err(format!("--size {s}: atomic_bw's messages are 8 bytes"))
-        }
-        (_, s) => s.unwrap_or(if lat { 8 } else { 65536 }),
-    };
-    if size == 0 || size > 1 << 31 {
-        return Err("--size must be 1..=2147483648".into());
+    if o.rounds == 0 {
+        return Err("--rounds must be at least 1".into());
+    }
+    if o.qps == 0 {
+        return Err("--qps must be at least 1".into());
+    }
+    if o.tx_depth == Some(0) {
+        return Err("--tx-depth must be at least 1".into());
     }
     mtu_of(o.mtu)?;
+    if o.test == Test::Flood {
+        return super::flood::check(o);
+    }
+    let lat = o.test.is_lat();
+    let size = size_of(o);
+    if o.test == Test::AtomicBw && size != 8 {
+        return Err(format!("--size {size}: atomic_bw's messages are 8 bytes"));
+    }
+    if size == 0 || size > 1 << 31 {
+        return Err(format!("--size {size}: must be 1..=2147483648"));
+    }
     if lat && o.tx_depth.is_some() {
         return Err(
             "--tx-depth is for bandwidth tests (a latency test has one message in flight)".into(),
@@ -1108,9 +1147,6 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
     if o.fabric && o.port.is_some() {
         return Err("--port is for UDP (the fabric has no ports)".into());
     }
-    if o.iters == Some(0) {
-        return Err("--iters must be at least 1".into());
-    }
     if lat && o.qps != 1 {
         return Err("latency tests use one QP".into());
     }
@@ -1118,17 +1154,51 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         // An RDMA WRITE or READ completes nothing at the side that waits for it.
         return Err("--events is for send_lat (the answer is a receive completion)".into());
     }
-    if o.qps == 0 || o.depth() == 0 || o.rounds == 0 {
-        return Err("--qps, --tx-depth and --rounds must be at least 1".into());
+    if lat && o.fabric {
+        return Err("latency tests run on UDP only (the fabric's time is virtual)".into());
     }
+    check_queues(o)?;
+    let (buf_len, _) = buffer(size, o.qps)?;
+    check_memory(
+        &format!("--size {size} with --qps {}", o.qps),
+        buf_len.saturating_mul(2),
+    )
+}
+
+/// `--qps` and `--tx-depth` against the limits the bench's devices are opened with:
+/// each QP holds its share of the depth as send WRs and twice that as receive WRs.
+pub(super) fn check_queues(o: &BenchOpts) -> Result<(), String> {
+    let l = EmuConfig::default().limits;
+    if o.qps > l.max_qp {
+        return Err(format!(
+            "--qps {}: the device has at most {} QPs",
+            o.qps, l.max_qp
+        ));
+    }
+    let per_qp = u64::from(o.depth()).div_ceil(u64::from(o.qps));
+    if per_qp * 2 > u64::from(l.max_qp_wr) {
+        return Err(format!(
+            "--tx-depth {}: {per_qp} WRs per QP (and twice that in receives), over the device's max_qp_wr ({})",
+            o.depth(),
+            l.max_qp_wr
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `rdma-emu bench`.
+pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
+    check(&o)?;
+    if o.test == Test::Flood {
+        return super::flood::run(&o);
+    }
+    let lat = o.test.is_lat();
+    let size = size_of(&o);
     let iters = o.iters.unwrap_or(if lat {
         10_000
     } else {
         ((4u64 << 30) / size / u64::from(o.qps)).clamp(1, 20_000)
     });
-    if lat && o.fabric {
-        return Err("latency tests run on UDP only (the fabric's time is virtual)".into());
-    }
     o.size = Some(size);
     let transport = if o.fabric {
         "in-memory fabric (sims::Fabric)"
@@ -1157,6 +1227,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         println!(" TX depth        : {}", o.depth());
     }
     println!(" ICRC            : computed on send, checked on receive");
+    print_build();
     println!("{}", line());
     let rss_before = rss_kib();
     let per_qp = (o.depth() as usize).div_ceil(o.qps as usize).max(1) as u32;
@@ -1171,7 +1242,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         verify_fill(&o, &st);
     }
     let mut json = format!(
-        "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{},\"events\":{}",
+        "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{},\"events\":{},\"debug_build\":{}",
         o.test.name(),
         if o.fabric { "fabric" } else { "udp" },
         size,
@@ -1179,7 +1250,8 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         o.qps,
         o.mtu,
         o.busy_poll,
-        o.events
+        o.events,
+        cfg!(debug_assertions)
     );
     if lat {
         let mut first = Some(st);

@@ -179,19 +179,39 @@ fn device_rate(port: u16, size: usize) -> Result<(f64, u64, f64), String> {
     Ok((last as f64 / secs, kernel, sent as f64 / secs))
 }
 
-/// Runs the flood bench (see the module docs).
-pub(crate) fn run(o: &BenchOpts) -> Result<(), String> {
+/// The flood bench's own rules, after the ones every test shares (`bench::check`):
+/// a junk datagram's size, and no option it would ignore.
+pub(crate) fn check(o: &BenchOpts) -> Result<(), String> {
     let size = o.size.unwrap_or(1024);
     if !(1..=65_507).contains(&size) {
-        return Err("--size: a junk datagram is 1..=65507 bytes".into());
+        return Err(format!("--size {size}: a junk datagram is 1..=65507 bytes"));
     }
-    let size = size as usize;
+    // Part 2 runs one QP, on UDP, byte-exact, polled; it has no baseline of its own
+    // and no JSON line.
+    for (given, option) in [
+        (o.qps != 1, "--qps"),
+        (o.fabric, "--fabric"),
+        (o.events, "--events"),
+        (o.no_baseline, "--no-baseline"),
+        (o.json, "--json"),
+    ] {
+        if given {
+            return Err(format!("{option} is not for flood"));
+        }
+    }
+    bench::check_queues(o)
+}
+
+/// Runs the flood bench (see the module docs); `o` has passed [`check`].
+pub(crate) fn run(o: &BenchOpts) -> Result<(), String> {
+    let size = o.size.unwrap_or(1024) as usize;
     let port = o
         .port
         .unwrap_or(20000 + (std::process::id() % 20000) as u16);
     println!("{}", bench::line());
     println!("                    Junk flood");
     println!(" Junk            : {size}-byte datagrams of random bytes, one sender");
+    bench::print_build();
     println!("{}", bench::line());
     let (raw, raw_sent) = raw_rate(port, size)?;
     let (dev, kernel, dev_sent) = device_rate(port, size)?;
