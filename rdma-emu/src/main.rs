@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use sims::scenario;
 
 mod cli;
@@ -50,6 +50,16 @@ enum Command {
     Scenario {
         #[command(subcommand)]
         action: ScenarioCmd,
+    },
+    /// Prints a shell completion script on stdout.
+    ///
+    /// Bash: `rdma-emu completions bash > ~/.local/share/bash-completion/completions/rdma-emu`;
+    /// zsh: `rdma-emu completions zsh > ~/.zfunc/_rdma-emu` (with ~/.zfunc on $fpath);
+    /// fish: `rdma-emu completions fish > ~/.config/fish/completions/rdma-emu.fish`.
+    Completions {
+        /// The shell: bash, elvish, fish, powershell or zsh.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
 }
 
@@ -159,6 +169,15 @@ fn main() -> ExitCode {
     };
     let r = match cli.command {
         Command::Scenario { action } => scenario_cmd(action),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "rdma-emu",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
         Command::Devinfo(o) => cli::devinfo::run(o),
         Command::Bench(o) => cli::bench::run(o),
         Command::Exec(o) => cli::exec::run(o),

@@ -66,6 +66,9 @@ fn usage_errors_are_one_line() {
         args("scenario"),
         args("scenario run"),
         args("scenario run no_such_scenario"),
+        args("completions"),
+        args("completions tcsh"),
+        args("completions bash extra"),
     ]);
 }
 
