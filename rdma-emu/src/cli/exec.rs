@@ -46,8 +46,8 @@ use nix::sched::{unshare, CloneFlags};
 use verbs_api::{Device, LinkLayer, PortState};
 
 /// The device configuration parser of the emulator's libibverbs, shared so that the
-/// launcher reads `RDMA_EMU_*` exactly as the library does.
-#[path = "../../../capi/src/config.rs"]
+/// launcher reads `RDMA_EMU_*` exactly as the library does (`exec/config.rs` is a
+/// symbolic link to `capi/src/config.rs`).
 #[allow(dead_code, unreachable_pub)]
 mod config;
 

@@ -16,7 +16,9 @@
 
 use std::io::Write;
 
-#[path = "../../../emu-core/examples/common/checks.rs"]
+// `conformance/checks.rs` is a symbolic link to emu-core's examples' `common/checks.rs`,
+// so that `cargo package` puts its text in this crate's package.
+#[path = "conformance/checks.rs"]
 mod checks;
 use checks::{die, OrDie};
 

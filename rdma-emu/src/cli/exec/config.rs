@@ -1,0 +1,1 @@
+../../../../capi/src/config.rs

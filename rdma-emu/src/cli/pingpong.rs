@@ -1,0 +1,1 @@
+../../../emu-core/examples/common/pingpong.rs
