@@ -136,7 +136,29 @@ fn scenario_cmd(action: ScenarioCmd) -> Result<(), String> {
     }
 }
 
+/// A reader that closes the pipe early (`rdma-emu scenario list | head`) ends the tool
+/// quietly, as SIGPIPE ends a C program, with the shell's status for it (128 + 13),
+/// instead of a panic: `println!` panics when stdout is a closed pipe, and restoring
+/// SIGPIPE's default action would need `unsafe`. Every other panic is reported as
+/// before.
+fn quiet_on_closed_stdout() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if text.starts_with("failed printing to stdout") && text.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        report(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version print to stdout and exit 0, as clap does.

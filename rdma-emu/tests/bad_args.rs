@@ -183,3 +183,19 @@ fn pingpong_whose_peer_dies_ends_with_one_line() {
         assert_one_line_error(&survivor.wait(Duration::from_secs(60)));
     }
 }
+
+/// A reader that closes the pipe before the tool writes (`rdma-emu ... | head`) ends it
+/// quietly with the status a SIGPIPE would give (141), not a panic's backtrace.
+#[test]
+fn a_closed_stdout_ends_the_tool_quietly() {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+        .args(["scenario", "list"])
+        .stdout(writer)
+        .output()
+        .expect("run rdma-emu");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "stderr: {err}");
+    assert!(!err.contains("panicked"), "stderr: {err}");
+}
