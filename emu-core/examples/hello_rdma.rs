@@ -10,6 +10,7 @@
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use emu_core::nic::{EmuConfig, EmuDevice};
 use verbs_api::*;
@@ -20,7 +21,7 @@ use checks::{die, OrDie};
 
 /// One side: a device and the objects a program needs.
 struct Side {
-    gid: Gid,
+    ctx: Context,
     mem: MemBuf,
     mr: Mr,
     cq: Cq,
@@ -43,7 +44,6 @@ fn side(ip: [u8; 4], port: u16) -> Side {
             ))
         }),
     );
-    let gid = dev.gid();
     let ctx = Context::new(dev);
     // 2. A protection domain, and memory registered in it that peers may read and write.
     let pd = ctx.alloc_pd().or_die("alloc_pd");
@@ -53,20 +53,12 @@ fn side(ip: [u8; 4], port: u16) -> Side {
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
     let mr = pd.reg_mr(&mem, access).or_die("reg_mr");
-    // 3. A completion queue and a queue pair that reports to it.
+    // 3. A completion queue and a queue pair that reports to it (128 WRs of one SGE
+    //    each way, every send completing; `QpBuilder` changes any of it).
     let cq = ctx.create_cq(16, None).or_die("create_cq");
-    let cap = QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qp = pd
-        .create_qp(&cq, &cq, QpType::Rc, cap, true)
-        .or_die("create_qp");
+    let qp = pd.qp(QpType::Rc, &cq).build().or_die("create_qp");
     Side {
-        gid,
+        ctx,
         mem,
         mr,
         cq,
@@ -86,32 +78,22 @@ fn connect(me: &Side, peer: &Side) {
     };
     let remote = Endpoint {
         qpn: peer.qp.qpn(),
-        gid: peer.gid,
+        gid: peer.ctx.gid().or_die("query_gid"),
         ..Endpoint::default()
     };
     // Each transition with the attributes IBTA requires of it for RC (manual 3.5).
-    for (attr, mask) in [
-        params.init(QpType::Rc),
-        params.rtr(QpType::Rc, &remote),
-        params.rts(QpType::Rc, 0),
-    ] {
-        me.qp.modify(&attr, mask).or_die("modify_qp");
-    }
+    me.qp.connect(&params, 0, &remote).or_die("connect");
 }
 
 /// 5. Wait for one completion.
 fn poll_one(cq: &Cq) -> WorkCompletion {
-    let mut wc = Vec::new();
-    while wc.is_empty() {
-        cq.poll(1, &mut wc).or_die("poll");
+    let wc = cq
+        .wait(Duration::from_secs(5))
+        .or_die("wait for a completion");
+    if wc.status != WcStatus::Success {
+        die(&format!("work request {} failed: {}", wc.wr_id, wc.status));
     }
-    if wc[0].status != WcStatus::Success {
-        die(&format!(
-            "work request {} failed: {}",
-            wc[0].wr_id, wc[0].status
-        ));
-    }
-    wc[0]
+    wc
 }
 
 fn main() {
@@ -122,11 +104,8 @@ fn main() {
     connect(&b, &a);
 
     // SEND: b posts a receive buffer first; a's message lands in it.
-    b.qp.post_recv(&[RecvWr {
-        wr_id: 1,
-        sg_list: vec![b.mr.sge(0, 64)],
-    }])
-    .or_die("post_recv");
+    b.qp.post_recv(&[RecvWr::new(1, vec![b.mr.sge(0, 64)])])
+        .or_die("post_recv");
     a.mem.write(0, b"hello, rdma").or_die("write");
     a.qp.post_send(&[SendWr::send(10, vec![a.mr.sge(0, 11)])])
         .or_die("post_send");
@@ -141,7 +120,7 @@ fn main() {
     a.qp.post_send(&[SendWr::rdma_write(
         11,
         vec![a.mr.sge(100, 12)],
-        b.mr.info().addr + 100,
+        b.mr.addr(100),
         b.mr.rkey(),
     )])
     .or_die("post_send");
@@ -157,7 +136,7 @@ fn main() {
     a.qp.post_send(&[SendWr::rdma_read(
         12,
         vec![a.mr.sge(200, 12)],
-        b.mr.info().addr + 100,
+        b.mr.addr(100),
         b.mr.rkey(),
     )])
     .or_die("post_send");
@@ -170,7 +149,7 @@ fn main() {
     a.qp.post_send(&[SendWr::atomic_fetch_add(
         13,
         a.mr.sge(512, 8),
-        b.mr.info().addr + 512,
+        b.mr.addr(512),
         b.mr.rkey(),
         1,
     )])

@@ -92,15 +92,12 @@ fn main() {
         .reg_mr(&mem, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
         .or_die("reg_mr");
     let cq = ctx.create_cq(64, None).or_die("create_cq");
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 1,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
     let qp = pd
-        .create_qp(&cq, &cq, QpType::Rc, cap, false)
+        .qp(QpType::Rc, &cq)
+        .max_send_wr(16)
+        .max_recv_wr(1)
+        .sq_sig_all(false)
+        .build()
         .or_die("create_qp");
     let psn = (std::process::id() ^ u32::from(ip)) & 0xFF_FFFF;
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use emu_core::nic::EmuDevice;
 use verbs_api::{
-    AccessFlags, AsyncEvent, Context, Cq, Device, Gid, MemBuf, Mr, Mtu, Pd, Qp, QpCap, QpState,
-    QpType, RecvWr, SendWr, Sge, WorkCompletion,
+    AccessFlags, AsyncEvent, Context, Cq, Device, Gid, MemBuf, Mr, Mtu, Pd, Qp, QpState, QpType,
+    RecvWr, SendWr, Sge, WorkCompletion,
 };
 
 use crate::Fabric;
@@ -103,15 +103,13 @@ impl Host {
         let mr = pd.reg_mr(&mem, access).expect("reg_mr");
         fabric.label(&format!("{name}.mem"), mr.info().addr, mr.info().length);
         let cq = ctx.create_cq(cfg.cq_size, None).expect("create_cq");
-        let cap = QpCap {
-            max_send_wr: cfg.max_send_wr,
-            max_recv_wr: cfg.max_recv_wr,
-            max_send_sge: 2,
-            max_recv_sge: 2,
-            max_inline_data: 0,
-        };
         let qp = pd
-            .create_qp(&cq, &cq, cfg.qp_type, cap, cfg.sq_sig_all)
+            .qp(cfg.qp_type, &cq)
+            .max_send_wr(cfg.max_send_wr)
+            .max_recv_wr(cfg.max_recv_wr)
+            .max_sge(2)
+            .sq_sig_all(cfg.sq_sig_all)
+            .build()
             .expect("create_qp");
         Host {
             name: name.into(),
@@ -133,7 +131,7 @@ impl Host {
 
     /// The remote address of `offset` in this host's memory.
     pub fn addr(&self, offset: u64) -> u64 {
-        self.mr.info().addr + offset
+        self.mr.addr(offset)
     }
 
     /// This host's rkey.

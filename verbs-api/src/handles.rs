@@ -16,8 +16,7 @@
 //! let buf = MemBuf::new(4096);
 //! let mr = pd.reg_mr(&buf, AccessFlags::LOCAL_WRITE)?;
 //! let cq = ctx.create_cq(64, None)?;
-//! let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-//! let qp = pd.create_qp(&cq, &cq, QpType::Rc, cap, false)?;
+//! let qp = pd.qp(QpType::Rc, &cq).build()?;
 //! # let _ = (mr, qp); Ok(()) }
 //! ```
 
@@ -52,6 +51,11 @@ impl Context {
     /// The device, for the verbs the handles do not wrap (queries, async events).
     pub fn device(&self) -> &dyn Device {
         &*self.dev
+    }
+
+    /// The GID a peer reaches this device at: port 1, index 0 (`ibv_query_gid`).
+    pub fn gid(&self) -> Result<crate::Gid> {
+        self.dev.query_gid(1, 0)
     }
 
     /// `ibv_alloc_pd`.
@@ -197,6 +201,28 @@ impl Pd {
         })))
     }
 
+    /// A QP of `qp_type` in this PD whose sends and receives complete on `cq`, with
+    /// defaults that work: 128 send and 128 receive WRs of one SGE each, no inline
+    /// data, every send WR signaled. [`QpBuilder`] changes any of them.
+    ///
+    /// ```no_run
+    /// # fn demo(pd: &verbs_api::Pd, cq: &verbs_api::Cq) -> verbs_api::Result<()> {
+    /// use verbs_api::QpType;
+    /// let qp = pd.qp(QpType::Rc, cq).max_send_wr(16).build()?;
+    /// # let _ = qp; Ok(()) }
+    /// ```
+    pub fn qp<'a>(&'a self, qp_type: QpType, cq: &'a Cq) -> QpBuilder<'a> {
+        QpBuilder {
+            pd: self,
+            qp_type,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap: QpBuilder::DEFAULT_CAP,
+            sq_sig_all: true,
+        }
+    }
+
     /// `ibv_create_qp` in this PD.
     pub fn create_qp(
         &self,
@@ -319,6 +345,11 @@ impl Mr {
     pub fn rkey(&self) -> u32 {
         self.0.info.rkey
     }
+    /// The address a peer names to reach `offset` into the region (with
+    /// [`Mr::rkey`]), or a local SGE starts at.
+    pub fn addr(&self, offset: u64) -> u64 {
+        self.0.info.addr + offset
+    }
     /// An SGE over `length` bytes at `offset` into the region.
     pub fn sge(&self, offset: u64, length: u32) -> crate::Sge {
         crate::Sge {
@@ -376,6 +407,37 @@ impl Cq {
     /// `ibv_req_notify_cq`.
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         self.0.dev.req_notify_cq(self.0.id, solicited_only)
+    }
+    /// The next completion, polling until one comes or `timeout` passes
+    /// ([`Error::TimedOut`]). On a simulated fabric each empty poll moves the
+    /// network on, so `timeout` is real time and virtual time runs as needed.
+    pub fn wait(&self, timeout: Duration) -> Result<WorkCompletion> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut out = Vec::with_capacity(1);
+        loop {
+            if self.poll(1, &mut out)? > 0 {
+                return Ok(out[0]);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::TimedOut);
+            }
+            std::thread::yield_now();
+        }
+    }
+    /// The completions in the CQ now, oldest first, taken as the iterator is advanced
+    /// (polled in batches); it ends when the CQ is empty. A failed poll is its last
+    /// item.
+    pub fn completions(&self) -> Completions<'_> {
+        Completions {
+            cq: self,
+            batch: Vec::new(),
+            next: 0,
+            done: false,
+        }
+    }
+    /// `ibv_resize_cq`: room for at least `cqe` completions (EINVAL below those queued).
+    pub fn resize(&self, cqe: u32) -> Result<()> {
+        self.0.dev.resize_cq(self.0.id, cqe)
     }
     /// `ibv_destroy_cq` now: EBUSY (and the handle back) while a QP uses it.
     pub fn destroy(self) -> std::result::Result<(), (Cq, Error)> {
@@ -511,5 +573,119 @@ impl Qp {
     pub fn destroy(self) -> std::result::Result<(), (Qp, Error)> {
         destroy_now(self.0, |t| &mut t.live, |t| t.dev.destroy_qp(t.id))
             .map_err(|(a, e)| (Qp(a), e))
+    }
+}
+
+/// [`Cq::completions`]: what a CQ holds, oldest first.
+#[derive(Debug)]
+pub struct Completions<'a> {
+    cq: &'a Cq,
+    batch: Vec<WorkCompletion>,
+    next: usize,
+    done: bool,
+}
+
+impl Iterator for Completions<'_> {
+    type Item = Result<WorkCompletion>;
+
+    fn next(&mut self) -> Option<Result<WorkCompletion>> {
+        if self.next == self.batch.len() {
+            if self.done {
+                return None;
+            }
+            self.batch.clear();
+            self.next = 0;
+            match self.cq.poll(16, &mut self.batch) {
+                Ok(0) => {
+                    self.done = true;
+                    return None;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        self.next += 1;
+        Some(Ok(self.batch[self.next - 1]))
+    }
+}
+
+/// Builds a QP: [`Pd::qp`] gives one with working defaults, each method changes one.
+#[derive(Debug)]
+#[must_use = "a builder does nothing until build()"]
+pub struct QpBuilder<'a> {
+    pd: &'a Pd,
+    qp_type: QpType,
+    send_cq: &'a Cq,
+    recv_cq: &'a Cq,
+    srq: Option<&'a Srq>,
+    cap: QpCap,
+    sq_sig_all: bool,
+}
+
+impl<'a> QpBuilder<'a> {
+    /// The queue sizes a QP gets unless told otherwise.
+    pub const DEFAULT_CAP: QpCap = QpCap {
+        max_send_wr: 128,
+        max_recv_wr: 128,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+
+    /// Receives complete on `cq` instead of the send CQ.
+    pub fn recv_cq(mut self, cq: &'a Cq) -> Self {
+        self.recv_cq = cq;
+        self
+    }
+    /// Receives come from `srq` (then `post_recv` on the QP is EINVAL).
+    pub fn srq(mut self, srq: &'a Srq) -> Self {
+        self.srq = Some(srq);
+        self
+    }
+    /// All queue sizes at once.
+    pub fn cap(mut self, cap: QpCap) -> Self {
+        self.cap = cap;
+        self
+    }
+    /// Send WRs outstanding at most.
+    pub fn max_send_wr(mut self, n: u32) -> Self {
+        self.cap.max_send_wr = n;
+        self
+    }
+    /// Receive WRs outstanding at most.
+    pub fn max_recv_wr(mut self, n: u32) -> Self {
+        self.cap.max_recv_wr = n;
+        self
+    }
+    /// SGEs per send and per receive WR.
+    pub fn max_sge(mut self, n: u32) -> Self {
+        self.cap.max_send_sge = n;
+        self.cap.max_recv_sge = n;
+        self
+    }
+    /// Bytes a send WR may carry inline.
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.cap.max_inline_data = n;
+        self
+    }
+    /// Whether every send WR completes (true by default), or only those posted with
+    /// `SendFlags::SIGNALED` (`sq_sig_all` 0, libibverbs' default).
+    pub fn sq_sig_all(mut self, all: bool) -> Self {
+        self.sq_sig_all = all;
+        self
+    }
+    /// `ibv_create_qp`.
+    pub fn build(self) -> Result<Qp> {
+        self.pd.create_qp_on(
+            self.send_cq,
+            self.recv_cq,
+            self.srq,
+            self.qp_type,
+            self.cap,
+            self.sq_sig_all,
+        )
     }
 }
