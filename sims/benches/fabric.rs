@@ -15,7 +15,7 @@ use std::time::Instant;
 use emu_core::nic::{Link, Route, Transmit};
 use emu_wire::{Opcode, PacketRepr, Psn};
 use sims::pair::{pair, PairConfig};
-use sims::{Endpoint, Fabric, TraceMode};
+use sims::{Fabric, Station, TraceMode};
 use verbs_api::{SendFlags, SendWr};
 
 struct Echo {
@@ -23,7 +23,7 @@ struct Echo {
     link: OnceLock<Arc<dyn Link>>,
 }
 
-impl Endpoint for Echo {
+impl Station for Echo {
     fn deliver(&self, src: Ipv4Addr, _dst: Ipv4Addr, packet: &[u8]) {
         let mut buf = [0u8; 256];
         let b = &mut buf[..packet.len()];
@@ -63,7 +63,7 @@ fn fabric_echo(packets: u64) -> f64 {
         })
         .collect();
     for (i, e) in eps.iter().enumerate() {
-        let link = f.add_endpoint(&format!("e{i}"), ips[i], e.clone()).unwrap();
+        let link = f.add_station(&format!("e{i}"), ips[i], e.clone()).unwrap();
         let _ = e.link.set(link);
     }
     let mut p = packet();

@@ -44,10 +44,10 @@ use crate::trace::{Cause, Fate, Label, PacketRecord, Trace, TraceDevice, TraceMo
 
 /// What a fabric delivers packets to and fires timers of: an emulated device (through
 /// its `DeviceDriver`), or anything else a test attaches with
-/// [`Fabric::add_endpoint`].
-pub trait Endpoint: Send + Sync {
+/// [`Fabric::add_station`].
+pub trait Station: Send + Sync {
     /// A packet (RoCEv2 UDP payload, BTH through ICRC) from `src` to `dst` (the
-    /// endpoint's address, or a multicast group it joined) arrived.
+    /// station's address, or a multicast group it joined) arrived.
     fn deliver(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &[u8]);
     /// Packets that arrived at the same instant, in order: one call, so a device takes
     /// them under one lock and answers once (ACK coalescing, as with `recvmmsg` on UDP).
@@ -56,21 +56,21 @@ pub trait Endpoint: Send + Sync {
             self.deliver(src, dst, packet);
         }
     }
-    /// [`Endpoint::deliver`] with the IP header's TOS byte the packet was sent with
-    /// (its traffic class, IBTA A17.4.5.2); an endpoint that has no use for it takes
+    /// [`Station::deliver`] with the IP header's TOS byte the packet was sent with
+    /// (its traffic class, IBTA A17.4.5.2); a station that has no use for it takes
     /// the packet through `deliver`.
     fn deliver_tos(&self, src: Ipv4Addr, dst: Ipv4Addr, tos: u8, packet: &[u8]) {
         let _ = tos;
         self.deliver(src, dst, packet);
     }
-    /// [`Endpoint::deliver_batch`] with each packet's TOS byte (see
-    /// [`Endpoint::deliver_tos`]).
+    /// [`Station::deliver_batch`] with each packet's TOS byte (see
+    /// [`Station::deliver_tos`]).
     fn deliver_batch_tos(&self, batch: &[(Ipv4Addr, Ipv4Addr, u8, &[u8])]) {
         let plain: Vec<(Ipv4Addr, Ipv4Addr, &[u8])> =
             batch.iter().map(|&(s, d, _, p)| (s, d, p)).collect();
         self.deliver_batch(&plain);
     }
-    /// When the endpoint's next timer is due.
+    /// When the station's next timer is due.
     fn poll_timeout(&self) -> Option<Instant> {
         None
     }
@@ -80,7 +80,7 @@ pub trait Endpoint: Send + Sync {
 
 struct Device(DeviceDriver);
 
-impl Endpoint for Device {
+impl Station for Device {
     fn deliver(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &[u8]) {
         self.0.handle_datagram_to(src, dst, packet);
     }
@@ -101,10 +101,10 @@ impl Endpoint for Device {
     }
 }
 
-/// An endpoint that is not attached yet (or failed to open): it drops everything.
+/// A station that is not attached yet (or failed to open): it drops everything.
 struct Nothing;
 
-impl Endpoint for Nothing {
+impl Station for Nothing {
     fn deliver(&self, _: Ipv4Addr, _: Ipv4Addr, _: &[u8]) {}
 }
 
@@ -262,7 +262,7 @@ struct Shared {
     state: Mutex<State>,
     /// Reader-biased: a device stepping the fabric from inside a callback takes the
     /// read lock again while another thread may be waiting to write.
-    endpoints: RecursiveRwLock<Vec<Arc<dyn Endpoint>>>,
+    stations: RecursiveRwLock<Vec<Arc<dyn Station>>>,
 }
 
 /// An in-memory network with virtual time. Cloning gives another handle to the same
@@ -365,8 +365,8 @@ impl Shared {
             .fetch_max(t.as_nanos() as u64, Ordering::Relaxed);
     }
 
-    /// When the next timer of any endpoint is due (no earlier than `now`), and whose.
-    fn next_timer(&self, eps: &[Arc<dyn Endpoint>], now: Duration) -> Option<(Duration, usize)> {
+    /// When the next timer of any station is due (no earlier than `now`), and whose.
+    fn next_timer(&self, eps: &[Arc<dyn Station>], now: Duration) -> Option<(Duration, usize)> {
         let mut timer: Option<(Duration, usize)> = None;
         for (i, e) in eps.iter().enumerate() {
             if let Some(t) = e.poll_timeout() {
@@ -382,9 +382,9 @@ impl Shared {
     /// One step: the next delivery or timer due no later than `limit`.
     fn step(&self, limit: Option<Duration>) -> bool {
         let now = self.now();
-        let eps = self.endpoints.read();
+        let eps = self.stations.read();
         let mut st = self.state.lock();
-        // A packet due now goes first without asking the endpoints for their timers
+        // A packet due now goes first without asking the stations for their timers
         // (asking takes each device's lock): no timer is due before now, and packets
         // win ties. Otherwise the timers are read without the fabric's lock (the lock
         // order is device, then fabric).
@@ -794,7 +794,7 @@ impl Fabric {
                     },
                     stats: FabricStats::default(),
                 }),
-                endpoints: RecursiveRwLock::new(Vec::new()),
+                stations: RecursiveRwLock::new(Vec::new()),
             }),
         }
     }
@@ -817,7 +817,7 @@ impl Fabric {
             .attach(&cfg.name, cfg.ip)
             .map_err(|_| verbs_api::Error::InvalidArgument("device name or address in use"))?;
         let dev = Arc::new(EmuDevice::with_link(cfg, link)?);
-        self.shared.endpoints.write()[node] = Arc::new(Device(dev.driver()));
+        self.shared.stations.write()[node] = Arc::new(Device(dev.driver()));
         Ok(dev)
     }
 
@@ -842,19 +842,19 @@ impl Fabric {
             node,
         });
         let dev = Arc::new(EmuDevice::with_link(cfg, link)?);
-        self.shared.endpoints.write()[node] = Arc::new(Device(dev.driver()));
+        self.shared.stations.write()[node] = Arc::new(Device(dev.driver()));
         Ok(dev)
     }
 
-    /// Attaches any [`Endpoint`]; returns the link it sends through.
-    pub fn add_endpoint(
+    /// Attaches any [`Station`]; returns the link it sends through.
+    pub fn add_station(
         &self,
         name: &str,
         ip: Ipv4Addr,
-        ep: Arc<dyn Endpoint>,
+        ep: Arc<dyn Station>,
     ) -> Result<Arc<dyn Link>, FabricError> {
         let (node, link) = self.attach(name, ip)?;
-        self.shared.endpoints.write()[node] = ep;
+        self.shared.stations.write()[node] = ep;
         Ok(link)
     }
 
@@ -874,7 +874,7 @@ impl Fabric {
         });
         let node = st.nodes.len() - 1;
         drop(st);
-        self.shared.endpoints.write().push(Arc::new(Nothing));
+        self.shared.stations.write().push(Arc::new(Nothing));
         let link: Arc<dyn Link> = Arc::new(FabricLink {
             shared: self.shared.clone(),
             node,
