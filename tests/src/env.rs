@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use verbs_api::{
-    connect_qp, AccessFlags, AsyncEvent, CqId, Device, Endpoint, Gid, MemBuf, MrInfo, PdId, QpCap,
-    QpInitAttr, QpParams, QpType, RecvWr, SendWr, Sge, WorkCompletion,
+    AccessFlags, AsyncEvent, AsyncEventType, CqId, Device, Endpoint, EventElement, Gid, MemBuf,
+    MrInfo, PdId, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpParams, QpState, QpType, RecvWr, SendWr,
+    Sge, SrqAttr, SrqId, UdDest, WorkCompletion,
 };
 
 /// How long a case waits for a completion or an event before failing.
@@ -69,10 +70,44 @@ pub struct Pair {
     pub a: End,
     /// The responder side, by convention.
     pub b: End,
+    /// The SRQ `b` takes its receives from, if it has one ([`PairSpec::b_srq`]).
+    pub srq: Option<SrqId>,
 }
 
 /// Size of each end's buffer.
 pub const BUF: usize = 1 << 20;
+
+/// The first PSN the requester `a` of a pair sends.
+pub const PSN_A: u32 = 0x10_0000;
+/// The first PSN the responder `b` of a pair sends.
+pub const PSN_B: u32 = 0x20_0000;
+
+/// The states a QP passes through on its way from RESET to RTS, in order.
+const STEPS: [QpState; 3] = [QpState::Init, QpState::Rtr, QpState::Rts];
+
+/// How far each QP of a pair is brought up, and what else it is built with.
+#[derive(Clone, Copy, Debug)]
+pub struct PairSpec {
+    /// The state `a` stops in (INIT, RTR or RTS).
+    pub a_upto: QpState,
+    /// The state `b` stops in (INIT, RTR or RTS).
+    pub b_upto: QpState,
+    /// `a` completes every send WR (`sq_sig_all`).
+    pub a_sq_sig_all: bool,
+    /// The SRQ `b` takes its receives from, created in the pair's PD with these sizes.
+    pub b_srq: Option<SrqAttr>,
+}
+
+impl Default for PairSpec {
+    fn default() -> Self {
+        PairSpec {
+            a_upto: QpState::Rts,
+            b_upto: QpState::Rts,
+            a_sq_sig_all: false,
+            b_srq: None,
+        }
+    }
+}
 
 /// Default queue sizes of the pairs.
 pub fn default_cap() -> QpCap {
@@ -128,10 +163,11 @@ impl Env {
 
     /// A QP in RESET.
     pub fn qp(&self, pd: PdId, cq: CqId, qp_type: QpType, cap: QpCap) -> u32 {
-        self.qp_signalling(pd, cq, qp_type, cap, false)
+        self.qp_signalling(pd, cq, qp_type, cap, false, None)
     }
 
-    /// A QP in RESET whose every send WR completes when `sq_sig_all`.
+    /// A QP in RESET whose every send WR completes when `sq_sig_all`, taking its
+    /// receives from `srq` if given.
     fn qp_signalling(
         &self,
         pd: PdId,
@@ -139,6 +175,7 @@ impl Env {
         qp_type: QpType,
         cap: QpCap,
         sq_sig_all: bool,
+        srq: Option<SrqId>,
     ) -> u32 {
         self.dev
             .create_qp(&QpInitAttr {
@@ -148,16 +185,114 @@ impl Env {
                 qp_type,
                 cap,
                 sq_sig_all,
-                srq: None,
+                srq,
             })
             .expect("create_qp")
     }
 
-    fn end(&self, pd: PdId, qp_type: QpType, cap: QpCap, cqe: u32, sq_sig_all: bool) -> End {
+    fn end(
+        &self,
+        pd: PdId,
+        qp_type: QpType,
+        cap: QpCap,
+        cqe: u32,
+        sq_sig_all: bool,
+        srq: Option<SrqId>,
+    ) -> End {
         let cq = self.cq(cqe);
-        let qpn = self.qp_signalling(pd, cq, qp_type, cap, sq_sig_all);
+        let qpn = self.qp_signalling(pd, cq, qp_type, cap, sq_sig_all, srq);
         let (buf, mr) = self.mr(pd, BUF, all_access());
         End { qpn, cq, buf, mr }
+    }
+
+    /// The endpoint a peer of QP `qpn` connects to: its number, the PSN it sends
+    /// first, this device's GID.
+    pub fn endpoint(&self, qpn: u32, psn: u32) -> Endpoint {
+        Endpoint {
+            lid: 0,
+            qpn,
+            psn,
+            gid: self.gid(),
+        }
+    }
+
+    /// Moves QP `qpn` of `qp_type`, now in `from` (RESET, INIT or RTR), up the
+    /// connection steps to `to` (manual 3.5.2-3.5.4): connected to `remote`, sending
+    /// from PSN `sq_psn`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn raise(
+        &self,
+        qpn: u32,
+        qp_type: QpType,
+        params: &QpParams,
+        sq_psn: u32,
+        remote: &Endpoint,
+        from: QpState,
+        to: QpState,
+    ) {
+        let start = STEPS.iter().position(|&s| s == from).map_or(0, |i| i + 1);
+        for &s in STEPS[start..]
+            .iter()
+            .take_while(|&&s| s.as_u32() <= to.as_u32())
+        {
+            let (attr, mask) = match s {
+                QpState::Init => params.init(qp_type),
+                QpState::Rtr => params.rtr(qp_type, remote),
+                _ => params.rts(qp_type, sq_psn),
+            };
+            self.dev
+                .modify_qp(qpn, &attr, mask)
+                .unwrap_or_else(|e| panic!("QP {qpn} from {from:?} to {s:?}: {e:?}"));
+        }
+    }
+
+    /// Moves end `a` (or `b`, when `a` is false) of pair `p`, now in `from`, up to
+    /// `to`, connected to the other end as [`Env::pair_spec`] connects them.
+    pub fn raise_end(
+        &self,
+        p: &Pair,
+        qp_type: QpType,
+        params: &QpParams,
+        a: bool,
+        from: QpState,
+        to: QpState,
+    ) {
+        let (me, psn, peer, peer_psn) = if a {
+            (p.a.qpn, PSN_A, p.b.qpn, PSN_B)
+        } else {
+            (p.b.qpn, PSN_B, p.a.qpn, PSN_A)
+        };
+        self.raise(
+            me,
+            qp_type,
+            params,
+            psn,
+            &self.endpoint(peer, peer_psn),
+            from,
+            to,
+        );
+    }
+
+    /// Two QPs of `qp_type` in one PD, connected to each other with `params` as far
+    /// as `spec` says (UD QPs are only brought up).
+    pub fn pair_spec(
+        &self,
+        qp_type: QpType,
+        params: &QpParams,
+        cap: QpCap,
+        cqe: u32,
+        spec: &PairSpec,
+    ) -> Pair {
+        let pd = self.pd();
+        let srq = spec
+            .b_srq
+            .map(|attr| self.dev.create_srq(pd, &attr).expect("create_srq"));
+        let a = self.end(pd, qp_type, cap, cqe, spec.a_sq_sig_all, None);
+        let b = self.end(pd, qp_type, cap, cqe, false, srq);
+        let p = Pair { pd, a, b, srq };
+        self.raise_end(&p, qp_type, params, true, QpState::Reset, spec.a_upto);
+        self.raise_end(&p, qp_type, params, false, QpState::Reset, spec.b_upto);
+        p
     }
 
     /// Two QPs of `qp_type`, connected with `params` (UD QPs are only brought to RTS).
@@ -175,26 +310,11 @@ impl Env {
         cqe: u32,
         a_sq_sig_all: bool,
     ) -> Pair {
-        let pd = self.pd();
-        let a = self.end(pd, qp_type, cap, cqe, a_sq_sig_all);
-        let b = self.end(pd, qp_type, cap, cqe, false);
-        let gid = self.gid();
-        let (pa, pb) = (0x10_0000, 0x20_0000);
-        let ea = Endpoint {
-            lid: 0,
-            qpn: a.qpn,
-            psn: pa,
-            gid,
+        let spec = PairSpec {
+            a_sq_sig_all,
+            ..PairSpec::default()
         };
-        let eb = Endpoint {
-            lid: 0,
-            qpn: b.qpn,
-            psn: pb,
-            gid,
-        };
-        connect_qp(&*self.dev, a.qpn, qp_type, params, pa, &eb).expect("connect a");
-        connect_qp(&*self.dev, b.qpn, qp_type, params, pb, &ea).expect("connect b");
-        Pair { pd, a, b }
+        self.pair_spec(qp_type, params, cap, cqe, &spec)
     }
 
     /// Two connected QPs of `qp_type` with the default parameters (every remote access
@@ -254,6 +374,77 @@ impl Env {
         self.faults
             .as_deref()
             .expect("a faulty case runs only with fault injection")
+    }
+
+    /// Moves QP `qpn` to `state` with a modify that carries the state alone (RESET,
+    /// ERR, SQD->RTS, SQE->RTS); panics if it is refused.
+    pub fn set_state(&self, qpn: u32, state: QpState) {
+        let attr = QpAttr {
+            qp_state: state,
+            ..QpAttr::default()
+        };
+        self.dev
+            .modify_qp(qpn, &attr, QpAttrMask::STATE)
+            .unwrap_or_else(|e| panic!("QP {qpn} to {state:?}: {e:?}"));
+    }
+
+    /// The state QP `qpn` reports.
+    pub fn state_of(&self, qpn: u32) -> QpState {
+        self.dev.query_qp(qpn).expect("query_qp").0.qp_state
+    }
+
+    /// Waits until QP `qpn` reports `state` (a device may move a QP just after it
+    /// writes the completion that caused the move); panics after [`WAIT`].
+    pub fn wait_state(&self, qpn: u32, state: QpState) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let now = self.state_of(qpn);
+            if now == state {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "QP {qpn} is in {now:?}, not {state:?}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Moves QP `qpn` from RTS to SQD asking for the SQ_DRAINED event, and waits for
+    /// it (IBTA 10.3.1: only a drained QP may go back to RTS).
+    pub fn drain_to_sqd(&self, qpn: u32) {
+        let attr = QpAttr {
+            qp_state: QpState::Sqd,
+            en_sqd_async_notify: true,
+            ..QpAttr::default()
+        };
+        self.dev
+            .modify_qp(
+                qpn,
+                &attr,
+                QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY,
+            )
+            .unwrap_or_else(|e| panic!("QP {qpn} to SQD: {e:?}"));
+        let ev = self.next_event();
+        assert_eq!(
+            (ev.event_type, ev.element),
+            (AsyncEventType::SqDrained, EventElement::Qp(qpn)),
+            "{ev:?}"
+        );
+    }
+
+    /// The destination of a UD send to QP `remote_qpn` of this device: an AH in `pd`
+    /// and the Q_Key of [`Env::params`].
+    pub fn ud_dest(&self, pd: PdId, remote_qpn: u32) -> UdDest {
+        let ah = self
+            .dev
+            .create_ah(pd, &self.params().ah_attr(self.gid()))
+            .expect("create_ah");
+        UdDest {
+            ah,
+            remote_qpn,
+            remote_qkey: self.params().qkey,
+        }
     }
 
     /// Waits for the next async event (panics after [`WAIT`]).

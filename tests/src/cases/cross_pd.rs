@@ -192,19 +192,7 @@ fn bind_type2(env: &Env, p: &Pair, mw_rkey: u32, mr: &MrInfo) -> S {
     if wc.status != S::Success {
         // IBTA 10.8: a WR completed in error moves the QP to ERR (kernel rxe moves it
         // just after it writes the completion, so the state is polled).
-        let deadline = std::time::Instant::now() + crate::env::WAIT;
-        loop {
-            let (attr, _) = env.dev.query_qp(p.b.qpn).expect("query_qp");
-            if attr.qp_state == QpState::Err {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "after {wc:?} the QP is in {:?}, not ERR",
-                attr.qp_state
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        env.wait_state(p.b.qpn, QpState::Err);
     }
     wc.status
 }

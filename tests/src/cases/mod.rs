@@ -13,6 +13,7 @@ mod errors;
 mod mw;
 mod pd_mr;
 mod ports;
+mod post_state;
 mod qp_state;
 mod srq;
 mod ud;
@@ -25,6 +26,7 @@ pub fn register(v: &mut Vec<Case>) {
     pd_mr::register(v);
     cq::register(v);
     qp_state::register(v);
+    post_state::register(v);
     data::register(v);
     wc_flags::register(v);
     errors::register(v);

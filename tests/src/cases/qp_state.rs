@@ -16,7 +16,7 @@ use crate::{Case, Env, Outcome};
 const STATES: [S; 6] = [S::Reset, S::Init, S::Rtr, S::Rts, S::Sqd, S::Err];
 const TYPES: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
 
-fn name(s: S) -> &'static str {
+pub(super) fn name(s: S) -> &'static str {
     match s {
         S::Reset => "reset",
         S::Init => "init",
@@ -29,7 +29,7 @@ fn name(s: S) -> &'static str {
     }
 }
 
-fn type_name(t: QpType) -> &'static str {
+pub(super) fn type_name(t: QpType) -> &'static str {
     match t {
         QpType::Rc => "rc",
         QpType::Uc => "uc",
