@@ -12,6 +12,7 @@ mod device;
 mod errors;
 mod mw;
 mod pd_mr;
+mod peer_state;
 mod ports;
 mod post_state;
 mod qp_state;
@@ -27,6 +28,7 @@ pub fn register(v: &mut Vec<Case>) {
     cq::register(v);
     qp_state::register(v);
     post_state::register(v);
+    peer_state::register(v);
     data::register(v);
     wc_flags::register(v);
     errors::register(v);

@@ -17,11 +17,11 @@ use verbs_api::{QpState as S, QpType, RecvWr, SendWr, Sge, WcStatus};
 
 use super::errno::EINVAL;
 use super::qp_state::{name, type_name};
-use crate::env::{default_cap, Pair, PairSpec};
+use crate::env::{default_cap, End, Pair, PairSpec};
 use crate::{Case, Env, Outcome};
 
 /// What fills memory a message must not reach.
-const UNTOUCHED: u8 = 0x5A;
+pub(super) const UNTOUCHED: u8 = 0x5A;
 
 /// Bytes of the GRH in front of a UD receive's payload (IBTA 11.4).
 const GRH: u32 = 40;
@@ -38,11 +38,11 @@ fn states(t: QpType) -> &'static [S] {
 
 const TYPES: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
 
-fn encode(t: QpType, s: S) -> u64 {
+pub(super) fn encode(t: QpType, s: S) -> u64 {
     (u64::from(t.as_u32()) << 8) | u64::from(s.as_u32())
 }
 
-fn decode(p: u64) -> (QpType, S) {
+pub(super) fn decode(p: u64) -> (QpType, S) {
     (
         QpType::try_from((p >> 8) as u32).unwrap(),
         S::try_from((p & 0xFF) as u32).unwrap(),
@@ -82,13 +82,39 @@ pub(super) fn register(v: &mut Vec<Case>) {
 
 /// A SEND of `len` bytes of `from`'s buffer to `to_qpn`, signaled (with a destination
 /// in `p`'s PD for UD).
-fn message(env: &Env, p: &Pair, t: QpType, from: Sge, to_qpn: u32, wr_id: u64) -> SendWr {
+pub(super) fn message(
+    env: &Env,
+    p: &Pair,
+    t: QpType,
+    from: Sge,
+    to_qpn: u32,
+    wr_id: u64,
+) -> SendWr {
     let wr = SendWr::send(wr_id, vec![from]).signaled();
     if t == QpType::Ud {
         wr.with_ud(env.ud_dest(p.pd, to_qpn))
     } else {
         wr
     }
+}
+
+/// Checks that send WR `wr_id` of `from` completes successfully and that receive WR
+/// `recv_id` of `to` takes its `len` bytes.
+pub(super) fn expect_delivery(
+    env: &Env,
+    t: QpType,
+    (from, wr_id): (&End, u64),
+    (to, recv_id): (&End, u64),
+    len: u32,
+) {
+    let wc = env.poll_one(from.cq);
+    assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::Success), "{wc:?}");
+    let wc = env.poll_one(to.cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len, wc.qp_num),
+        (recv_id, WcStatus::Success, received(t, len), to.qpn),
+        "the receive did not take WR {wr_id}'s {len} bytes: {wc:?}"
+    );
 }
 
 /// The byte_len of a receive completion for `len` bytes of payload.
@@ -156,14 +182,7 @@ fn post_send_in(env: &Env, param: u64) -> Outcome {
             env.raise_end(&p, t, &env.params(), true, s, S::Rts);
             // Only WR 2, posted in RTS, runs: 8 bytes, where the refused WR had 16.
             env.post_send(p.a.qpn, message(env, &p, t, p.a.sge(0, 8), p.b.qpn, 2));
-            let wc = env.poll_one(p.a.cq);
-            assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success), "{wc:?}");
-            let wc = env.poll_one(p.b.cq);
-            assert_eq!(
-                (wc.wr_id, wc.status, wc.byte_len),
-                (9, WcStatus::Success, received(t, 8)),
-                "the receive took another message than WR 2's: {wc:?}"
-            );
+            expect_delivery(env, t, (&p.a, 2), (&p.b, 9), 8);
             env.assert_no_completion(p.a.cq, quiet);
         }
         S::Sqd => {
@@ -171,14 +190,7 @@ fn post_send_in(env: &Env, param: u64) -> Outcome {
             env.assert_no_completion(p.a.cq, quiet);
             env.assert_no_completion(p.b.cq, quiet);
             env.set_state(p.a.qpn, S::Rts);
-            let wc = env.poll_one(p.a.cq);
-            assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success), "{wc:?}");
-            let wc = env.poll_one(p.b.cq);
-            assert_eq!(
-                (wc.wr_id, wc.status, wc.byte_len),
-                (9, WcStatus::Success, received(t, 16)),
-                "{wc:?}"
-            );
+            expect_delivery(env, t, (&p.a, 1), (&p.b, 9), 16);
         }
         _ => {
             env.post_send(p.a.qpn, wr);
@@ -219,14 +231,7 @@ fn post_recv_in(env: &Env, param: u64) -> Outcome {
     }
     p.b.buf.write(0, &[0xD4; 24]).unwrap();
     env.post_send(p.b.qpn, message(env, &p, t, p.b.sge(0, 24), p.a.qpn, 3));
-    let wc = env.poll_one(p.b.cq);
-    assert_eq!((wc.wr_id, wc.status), (3, WcStatus::Success), "{wc:?}");
-    let wc = env.poll_one(p.a.cq);
-    assert_eq!(
-        (wc.wr_id, wc.status, wc.byte_len, wc.qp_num),
-        (7, WcStatus::Success, received(t, 24), p.a.qpn),
-        "{wc:?}"
-    );
+    expect_delivery(env, t, (&p.b, 3), (&p.a, 7), 24);
     let off = 4096 + u64::from(received(t, 0));
     let mut got = [0u8; 24];
     p.a.buf.read(off as usize, &mut got).unwrap();
@@ -242,13 +247,6 @@ fn sqe_to_rts(env: &Env, param: u64) -> Outcome {
     p.a.buf.write(0, &[0xE5; 32]).unwrap();
     env.post_recv(p.b.qpn, RecvWr::new(9, vec![p.b.sge(0, 256)]));
     env.post_send(p.a.qpn, message(env, &p, t, p.a.sge(0, 32), p.b.qpn, 4));
-    let wc = env.poll_one(p.a.cq);
-    assert_eq!((wc.wr_id, wc.status), (4, WcStatus::Success), "{wc:?}");
-    let wc = env.poll_one(p.b.cq);
-    assert_eq!(
-        (wc.wr_id, wc.status, wc.byte_len),
-        (9, WcStatus::Success, received(t, 32)),
-        "{wc:?}"
-    );
+    expect_delivery(env, t, (&p.a, 4), (&p.b, 9), 32);
     Outcome::Pass
 }
