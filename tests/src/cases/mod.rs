@@ -16,6 +16,7 @@ mod peer_state;
 mod ports;
 mod post_state;
 mod qp_state;
+mod rq_limits;
 mod srq;
 mod ud;
 mod unsignaled;
@@ -29,6 +30,7 @@ pub fn register(v: &mut Vec<Case>) {
     qp_state::register(v);
     post_state::register(v);
     peer_state::register(v);
+    rq_limits::register(v);
     data::register(v);
     wc_flags::register(v);
     errors::register(v);
