@@ -120,6 +120,20 @@ pub fn default_cap() -> QpCap {
     }
 }
 
+/// What `create_qp` takes for a QP of `qp_type` in `pd` with both queues on `cq`, the
+/// [`default_cap`] sizes, no `sq_sig_all` and no SRQ.
+pub fn qp_init_attr(pd: PdId, cq: CqId, qp_type: QpType) -> QpInitAttr {
+    QpInitAttr {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type,
+        cap: default_cap(),
+        sq_sig_all: false,
+        srq: None,
+    }
+}
+
 /// Every access flag an MR can have without MW_BIND.
 pub fn all_access() -> AccessFlags {
     AccessFlags::LOCAL_WRITE
@@ -179,13 +193,10 @@ impl Env {
     ) -> u32 {
         self.dev
             .create_qp(&QpInitAttr {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type,
                 cap,
                 sq_sig_all,
                 srq,
+                ..qp_init_attr(pd, cq, qp_type)
             })
             .expect("create_qp")
     }

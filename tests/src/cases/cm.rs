@@ -16,7 +16,7 @@ use verbs_api::{
 
 use super::assert_errno;
 use super::errno::{EBUSY, EINVAL};
-use crate::env::{default_cap, WAIT};
+use crate::env::WAIT;
 use crate::{Case, Env, Outcome};
 
 pub(super) fn register(v: &mut Vec<Case>) {
@@ -74,16 +74,7 @@ fn ev(cm: &Cm, ch: CmChannelId, want: CmEventType) -> CmEvent {
 }
 
 fn init(env: &Env, qp_type: QpType) -> QpInitAttr {
-    let cq = env.cq(64);
-    QpInitAttr {
-        pd: env.pd(),
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type,
-        cap: default_cap(),
-        sq_sig_all: false,
-        srq: None,
-    }
+    crate::env::qp_init_attr(env.pd(), env.cq(64), qp_type)
 }
 
 /// A listener on the device's address and an active id resolved toward it.

@@ -15,6 +15,7 @@ mod pd_mr;
 mod peer_state;
 mod ports;
 mod post_state;
+mod qp_create;
 mod qp_state;
 mod rq_limits;
 mod srq;
@@ -28,6 +29,7 @@ pub fn register(v: &mut Vec<Case>) {
     pd_mr::register(v);
     cq::register(v);
     qp_state::register(v);
+    qp_create::register(v);
     post_state::register(v);
     peer_state::register(v);
     rq_limits::register(v);
