@@ -38,10 +38,12 @@ fn states(t: QpType) -> &'static [S] {
 
 const TYPES: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
 
+/// The parameter of a case about a QP of type `t` in state `s`.
 pub(super) fn encode(t: QpType, s: S) -> u64 {
     (u64::from(t.as_u32()) << 8) | u64::from(s.as_u32())
 }
 
+/// The QP type and state [`encode`] put in `p`.
 pub(super) fn decode(p: u64) -> (QpType, S) {
     (
         QpType::try_from((p >> 8) as u32).unwrap(),

@@ -39,7 +39,8 @@ pub(super) fn register(v: &mut Vec<Case>) {
     for (i, what) in BEYOND.iter().enumerate() {
         v.push(Case::param(format!("qp_create::{what}_beyond_device_is_einval"), "manual 3.4.3 struct ibv_qp_cap (the values may not exceed the device's: max_qp_wr, max_sge of ibv_query_device, 3.3.1; inline data is bounded by the device too), IBTA 11.2.4.1: ibv_create_qp fails with EINVAL (google/rdma-unit-test QpTest.ExceedsDeviceCap)", beyond_device, i as u64));
     }
-    v.push(Case::new("qp_create::caps_at_device_limits_are_granted", "manual 3.4.3 (cap may reach the device's max_qp_wr and max_sge; the QP gets at least what it asked for), 3.6.4-3.6.5: a QP with both queues at max_qp_wr WRs and max_sge SGEs is created, reports at least that, and carries a SEND gathered from max_sge SGEs into a receive that scatters it over max_sge SGEs", caps_at_limits).wc(WcStatus::Success));
+    v.push(Case::param("qp_create::max_wrs_at_device_limit_are_granted", "manual 3.4.3 (cap.max_send_wr and max_recv_wr may reach the device's max_qp_wr, 3.3.1; the QP gets at least what it asked for), 3.6.4: a QP with both queues at max_qp_wr WRs is created, reports at least that, takes max_qp_wr receive WRs in one post, and the first of them takes a message", at_limits, 0).wc(WcStatus::Success));
+    v.push(Case::param("qp_create::max_sges_at_device_limit_carry_a_message", "manual 3.4.3 (cap.max_send_sge and max_recv_sge may reach the device's max_sge, 3.3.1), 3.6.4-3.6.5: a QP with both at max_sge is created, reports at least that, and carries a SEND gathered from max_sge SGEs into a receive that scatters it over max_sge SGEs", at_limits, 1).wc(WcStatus::Success));
     v.push(Case::new("qp_create::destroyed_qpn_names_no_qp", "manual 3.4.4 ibv_destroy_qp (the QP is gone), 3.5.1, 3.6.1, 3.6.4-3.6.5: on the number of a destroyed QP, query, modify, post_send, post_recv and a second destroy fail with EINVAL", destroyed_qpn));
     v.push(Case::new("qp_create::qpns_stay_unique_and_reuse_starts_fresh", "IBTA 10.2.4 (a QP number names one QP of the channel adapter), manual 3.4.3-3.4.4: across creating and destroying QPs no two live QPs share a number, and a QP that gets a freed number starts in RESET with its own type and capacities, nothing of the destroyed QP", qpn_reuse));
     v.push(Case::new("qp_create::query_of_a_fresh_qp", "manual 3.4.3 (a created QP is in RESET), 3.6.1 ibv_query_qp: init_attr returns the PD, send and receive CQs, type, sq_sig_all and no SRQ it was created with, cap at least what was asked for, and attr.cap equal to init_attr.cap", query_fresh));
@@ -161,14 +162,25 @@ fn beyond_device(env: &Env, which: u64) -> Outcome {
     Outcome::Pass
 }
 
-fn caps_at_limits(env: &Env) -> Outcome {
+/// A pair whose queues are at the device's max_qp_wr WRs (`which` 0) or max_sge SGEs
+/// (1), used to its limit.
+fn at_limits(env: &Env, which: u64) -> Outcome {
     let dev = env.dev.query_device().expect("query_device");
-    let cap = QpCap {
-        max_send_wr: dev.max_qp_wr,
-        max_recv_wr: dev.max_qp_wr,
-        max_send_sge: dev.max_sge,
-        max_recv_sge: dev.max_sge,
-        max_inline_data: 0,
+    let cap = if which == 0 {
+        QpCap {
+            max_send_wr: dev.max_qp_wr,
+            max_recv_wr: dev.max_qp_wr,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
+    } else {
+        QpCap {
+            max_send_sge: dev.max_sge,
+            max_recv_sge: dev.max_sge,
+            max_inline_data: 0,
+            ..default_cap()
+        }
     };
     let p = env.pair_spec(QpType::Rc, &env.params(), cap, 64, &PairSpec::default());
     for qpn in [p.a.qpn, p.b.qpn] {
@@ -183,10 +195,28 @@ fn caps_at_limits(env: &Env) -> Outcome {
         );
         assert_eq!(attr.cap, c);
     }
-    // A SEND gathered from max_sge SGEs into a receive scattering it over max_sge.
-    let n = u64::from(dev.max_sge);
-    let gather = (0..n).map(|i| p.a.sge(i * 8, 8)).collect();
-    scatter_check(env, &p, n, gather, |wr| env.post_recv(p.b.qpn, wr));
+    if which == 0 {
+        let wrs: Vec<_> = (0..u64::from(dev.max_qp_wr))
+            .map(|i| RecvWr::new(i, vec![p.b.sge(0, 64)]))
+            .collect();
+        env.dev
+            .post_recv(p.b.qpn, &wrs)
+            .expect("posting max_qp_wr receive WRs");
+        p.a.buf.write(0, b"full").unwrap();
+        env.post_send(p.a.qpn, SendWr::send(1, vec![p.a.sge(0, 4)]).signaled());
+        assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
+        let wc = env.poll_one(p.b.cq);
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.byte_len),
+            (0, WcStatus::Success, 4),
+            "{wc:?}"
+        );
+    } else {
+        // A SEND gathered from max_sge SGEs into a receive scattering it over max_sge.
+        let n = u64::from(dev.max_sge);
+        let gather = (0..n).map(|i| p.a.sge(i * 8, 8)).collect();
+        scatter_check(env, &p, n, gather, |wr| env.post_recv(p.b.qpn, wr));
+    }
     Outcome::Pass
 }
 
