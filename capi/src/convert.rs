@@ -257,7 +257,7 @@ pub(crate) fn send_wr_from_c(
 ) -> Result<SendWr> {
     Ok(SendWr {
         wr_id: wr.wr_id,
-        sg_list,
+        sg_list: sg_list.into(),
         op: wr_operation_from_c(wr)?,
         send_flags: SendFlags::from_bits_retain(wr.send_flags),
         ud: ud.map(|(ah, remote_qpn, remote_qkey)| UdDest {
@@ -277,7 +277,10 @@ pub(crate) fn ud_fields(wr: &sys::ibv_send_wr) -> (*mut sys::ibv_ah, u32, u32) {
 
 /// A receive WR from its id and SGEs.
 pub(crate) fn recv_wr(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
-    RecvWr { wr_id, sg_list }
+    RecvWr {
+        wr_id,
+        sg_list: sg_list.into(),
+    }
 }
 
 /// [`WorkCompletion`] to `ibv_wc` (immediate data back to network order).

@@ -64,7 +64,7 @@ fn start_wr(qp: *mut sys::ibv_qp_ex, op: WrOperation) {
     with_batch(qp, |b, raw| {
         b.wrs.push(SendWr {
             wr_id: raw.wr_id,
-            sg_list: Vec::new(),
+            sg_list: verbs_api::SgList::new(),
             op,
             send_flags: SendFlags::from_bits_retain(raw.wr_flags),
             ud: None,
@@ -249,7 +249,7 @@ unsafe extern "C" fn wr_atomic_write(qp: *mut sys::ibv_qp_ex, _: u32, _: u64, _:
 }
 
 unsafe extern "C" fn wr_set_sge(qp: *mut sys::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    on_last(qp, |w| w.sg_list = vec![Sge::new(addr, length, lkey)]);
+    on_last(qp, |w| w.sg_list = Sge::new(addr, length, lkey).into());
 }
 
 unsafe extern "C" fn wr_set_sge_list(qp: *mut sys::ibv_qp_ex, n: usize, list: *const sys::ibv_sge) {
@@ -262,7 +262,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut sys::ibv_qp_ex, n: usize, list: *c
             .map(crate::convert::sge_from_c)
             .collect()
     };
-    on_last(qp, |w| w.sg_list = sges);
+    on_last(qp, |w| w.sg_list = sges.into());
 }
 
 unsafe extern "C" fn wr_set_ud_addr(
@@ -291,7 +291,7 @@ unsafe extern "C" fn wr_set_inline_data(qp: *mut sys::ibv_qp_ex, addr: *mut c_vo
         return fail_batch(qp, libc::EINVAL);
     };
     on_last(qp, |w| {
-        w.sg_list = vec![Sge::new(addr as u64, len, 0)];
+        w.sg_list = Sge::new(addr as u64, len, 0).into();
         w.send_flags |= SendFlags::INLINE;
     });
 }
@@ -318,7 +318,7 @@ unsafe extern "C" fn wr_set_inline_data_list(
         })
         .collect();
     on_last(qp, |w| {
-        w.sg_list = sges;
+        w.sg_list = sges.into();
         w.send_flags |= SendFlags::INLINE;
     });
 }

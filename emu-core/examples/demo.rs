@@ -103,7 +103,7 @@ impl Nic {
                 self.qpn,
                 &[SendWr {
                     wr_id,
-                    sg_list,
+                    sg_list: sg_list.into(),
                     op,
                     send_flags: SendFlags::SIGNALED,
                     ud: None,
@@ -176,7 +176,8 @@ fn main() {
                     addr: b.mr.addr,
                     length: 16384,
                     lkey: b.mr.lkey,
-                }],
+                }]
+                .into(),
             }],
         )
         .or_die("post_recv");

@@ -195,7 +195,7 @@ fn main() {
                 n.qpn,
                 &[SendWr {
                     wr_id: id,
-                    sg_list,
+                    sg_list: sg_list.into(),
                     op,
                     send_flags: SendFlags::SIGNALED,
                     ud: None,
@@ -208,7 +208,7 @@ fn main() {
     a.buf.write(0, &[7u8; 10000]).or_die("write");
     let recv = RecvWr {
         wr_id: 100,
-        sg_list: vec![sge(&b, 0, 16384)],
+        sg_list: vec![sge(&b, 0, 16384)].into(),
     };
     b.engine.post_recv(now, b.qpn, &[recv]).or_die("post_recv");
     post(

@@ -104,10 +104,10 @@ fn main() {
     connect(&b, &a);
 
     // SEND: b posts a receive buffer first; a's message lands in it.
-    b.qp.post_recv(&[RecvWr::new(1, vec![b.mr.sge(0, 64)])])
+    b.qp.post_recv(&[RecvWr::new(1, b.mr.sge(0, 64))])
         .or_die("post_recv");
     a.mem.write(0, b"hello, rdma").or_die("write");
-    a.qp.post_send(&[SendWr::send(10, vec![a.mr.sge(0, 11)])])
+    a.qp.post_send(&[SendWr::send(10, a.mr.sge(0, 11))])
         .or_die("post_send");
     poll_one(&a.cq);
     let got = poll_one(&b.cq);
@@ -119,7 +119,7 @@ fn main() {
     a.mem.write(100, b"written by a").or_die("write");
     a.qp.post_send(&[SendWr::rdma_write(
         11,
-        vec![a.mr.sge(100, 12)],
+        a.mr.sge(100, 12),
         b.mr.addr(100),
         b.mr.rkey(),
     )])
@@ -135,7 +135,7 @@ fn main() {
     // RDMA READ: fetch it back into a different place in a's memory.
     a.qp.post_send(&[SendWr::rdma_read(
         12,
-        vec![a.mr.sge(200, 12)],
+        a.mr.sge(200, 12),
         b.mr.addr(100),
         b.mr.rkey(),
     )])

@@ -463,11 +463,12 @@ fn run(
             };
             let wr = SendWr {
                 wr_id: posted,
-                sg_list: vec![Sge {
+                sg_list: Sge {
                     addr: mr.addr + off,
                     length: o.size as u32,
                     lkey: mr.lkey,
-                }],
+                }
+                .into(),
                 op,
                 send_flags: SendFlags::SIGNALED,
                 ud: None,

@@ -132,7 +132,7 @@ fn interop_mode_checks_icrc_with_the_ip_id_and_the_hook_drops_an_ack() {
         y,
         &[RecvWr {
             wr_id: 1,
-            sg_list: vec![sge],
+            sg_list: vec![sge].into(),
         }],
     )
     .unwrap();
@@ -140,7 +140,7 @@ fn interop_mode_checks_icrc_with_the_ip_id_and_the_hook_drops_an_ack() {
         x,
         &[SendWr {
             wr_id: 2,
-            sg_list: vec![sge],
+            sg_list: vec![sge].into(),
             op: WrOperation::Send,
             send_flags: SendFlags::SIGNALED,
             ud: None,

@@ -361,7 +361,8 @@ fn bad_receive_sge() {
             addr: b.mr.addr,
             length: 64,
             lkey: 12345,
-        }],
+        }]
+        .into(),
     };
     p.b.post_recv(now, b.qpn, &[wr]).unwrap();
     a.post_send(&mut p, signaled(1, WrOperation::Send, vec![a.sge(0, 8)]));
@@ -386,7 +387,7 @@ fn cq_overrun() {
             &mut p,
             SendWr {
                 wr_id: i,
-                sg_list: vec![a.sge(0, 4)],
+                sg_list: vec![a.sge(0, 4)].into(),
                 op: WrOperation::Send,
                 send_flags: SendFlags::empty(),
                 ud: None,

@@ -10,7 +10,7 @@ use verbs_api::{SendFlags, SendWr, WcFlags, WcOpcode, WcStatus, WrOperation};
 fn wr(wr_id: u64, op: WrOperation, sges: Vec<verbs_api::Sge>) -> SendWr {
     SendWr {
         wr_id,
-        sg_list: sges,
+        sg_list: sges.into(),
         op,
         send_flags: SendFlags::SIGNALED,
         ud: None,

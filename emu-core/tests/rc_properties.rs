@@ -144,7 +144,7 @@ fn run(ops: &[Op], mtu: Mtu, f: Faults) -> Result<(), TestCaseError> {
             &mut p,
             SendWr {
                 wr_id: i as u64,
-                sg_list: vec![a.sge(slot as u64, len as u32)],
+                sg_list: vec![a.sge(slot as u64, len as u32)].into(),
                 op: wr_op,
                 send_flags: SendFlags::SIGNALED,
                 ud: None,

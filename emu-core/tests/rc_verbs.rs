@@ -181,7 +181,7 @@ fn post_errors() {
     );
     let recv = RecvWr {
         wr_id: 1,
-        sg_list: vec![],
+        sg_list: vec![].into(),
     };
     assert_eq!(
         e.post_recv(now, qpn, std::slice::from_ref(&recv))
@@ -220,7 +220,8 @@ fn post_errors() {
                 lkey: 0
             };
             2
-        ],
+        ]
+        .into(),
     };
     assert_eq!(e.post_recv(now, qpn, &[two]).unwrap_err().error.errno(), 22);
     let missing = e.post_send(now, 0xABCDE, &[]).unwrap_err();

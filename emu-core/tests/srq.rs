@@ -19,7 +19,7 @@ const ENOMEM: i32 = 12;
 const EBUSY: i32 = 16;
 
 fn recv(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
-    RecvWr { wr_id, sg_list }
+    RecvWr::new(wr_id, sg_list)
 }
 
 fn srq_cfg() -> Config {
@@ -137,7 +137,7 @@ fn write_with_immediate_consumes_an_srq_wqe() {
     a.write_bytes(0, b"written");
     let write = |wr_id, imm: Option<u32>| SendWr {
         wr_id,
-        sg_list: vec![a.sge(0, 7)],
+        sg_list: vec![a.sge(0, 7)].into(),
         op: match imm {
             Some(imm_data) => WrOperation::RdmaWriteWithImm {
                 remote_addr: b.mr.addr + 500,
@@ -572,7 +572,7 @@ fn responder_error_on_an_srq_qp_raises_last_wqe_reached() {
         &mut p,
         SendWr {
             wr_id: 1,
-            sg_list: vec![a.sge(0, 8)],
+            sg_list: vec![a.sge(0, 8)].into(),
             op: WrOperation::RdmaWrite {
                 remote_addr: b.mr.addr + b.mr.length,
                 rkey: b.mr.rkey,

@@ -113,7 +113,8 @@ fn write_all(da: &EmuDevice, a: &End, b: &End, total: usize, chunk: usize, depth
                     addr: a.mr.addr + off,
                     length: chunk as u32,
                     lkey: a.mr.lkey,
-                }],
+                }]
+                .into(),
                 op: WrOperation::RdmaWrite {
                     remote_addr: b.mr.addr + off,
                     rkey: b.mr.rkey,
@@ -178,7 +179,8 @@ fn completion_channel_wakes_waiter() {
                 addr: b.mr.addr,
                 length: 64,
                 lkey: b.mr.lkey,
-            }],
+            }]
+            .into(),
         }],
     )
     .unwrap();
@@ -197,7 +199,8 @@ fn completion_channel_wakes_waiter() {
             addr: a.mr.addr,
             length: 4,
             lkey: a.mr.lkey,
-        }],
+        }]
+        .into(),
         op: WrOperation::Send,
         send_flags: SendFlags::SIGNALED,
         ud: None,
@@ -542,7 +545,7 @@ fn verbs_return_libibverbs_errnos() {
     );
     let wr = SendWr {
         wr_id: 1,
-        sg_list: vec![],
+        sg_list: vec![].into(),
         op: WrOperation::Send,
         send_flags: SendFlags::SIGNALED,
         ud: None,
@@ -592,7 +595,8 @@ fn write_wr(a: &End, b: &End, wr_id: u64, off: u64, len: u32) -> SendWr {
             addr: a.mr.addr + off,
             length: len,
             lkey: a.mr.lkey,
-        }],
+        }]
+        .into(),
         op: WrOperation::RdmaWrite {
             remote_addr: b.mr.addr + off,
             rkey: b.mr.rkey,

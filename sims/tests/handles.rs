@@ -42,12 +42,7 @@ fn wait_returns_the_next_completion_or_times_out() {
         a.cq.wait(Duration::from_millis(20)),
         Err(Error::TimedOut)
     ));
-    a.post(&[SendWr::rdma_write(
-        3,
-        vec![a.sge(0, 8)],
-        b.addr(0),
-        b.rkey(),
-    )]);
+    a.post(&[SendWr::rdma_write(3, a.sge(0, 8), b.addr(0), b.rkey())]);
     let wc = a.cq.wait(Duration::from_secs(5)).unwrap();
     assert_eq!((wc.wr_id, wc.status), (3, WcStatus::Success));
 }
@@ -57,7 +52,7 @@ fn completions_yield_what_the_cq_holds_then_end() {
     let fabric = Fabric::new(1);
     let (a, b) = pair(&fabric, &PairConfig::default());
     let wrs: Vec<SendWr> = (0..40)
-        .map(|i| SendWr::rdma_write(i, vec![a.sge(0, 8)], b.addr(0), b.rkey()))
+        .map(|i| SendWr::rdma_write(i, a.sge(0, 8), b.addr(0), b.rkey()))
         .collect();
     a.post(&wrs[..20]);
     a.post(&wrs[20..]);
@@ -74,7 +69,7 @@ fn resize_grows_and_will_not_shrink_below_what_is_queued() {
     let (a, b) = pair(&fabric, &PairConfig::default());
     a.cq.resize(1024).unwrap();
     let wrs: Vec<SendWr> = (0..4)
-        .map(|i| SendWr::rdma_write(i, vec![a.sge(0, 8)], b.addr(0), b.rkey()))
+        .map(|i| SendWr::rdma_write(i, a.sge(0, 8), b.addr(0), b.rkey()))
         .collect();
     a.post(&wrs);
     fabric.run(Duration::from_secs(1));

@@ -303,7 +303,7 @@ impl End<'_> {
                 self.qpn,
                 &[RecvWr {
                     wr_id: 1,
-                    sg_list: vec![self.sge(MSG)],
+                    sg_list: self.sge(MSG).into(),
                 }],
             )
             .unwrap_or_else(|e| die(&format!("post_recv: {e:?}")));
@@ -323,7 +323,7 @@ impl End<'_> {
                 self.qpn,
                 &[SendWr {
                     wr_id: 2,
-                    sg_list: vec![self.sge(MSG)],
+                    sg_list: self.sge(MSG).into(),
                     op,
                     send_flags: SendFlags::SIGNALED,
                     ud: None,

@@ -341,6 +341,17 @@ pub struct UdDest {
     pub remote_qkey: u32,
 }
 
+/// A scatter/gather list: up to one element inline (a WR with one SGE, the common
+/// case, allocates nothing), more on the heap. Made from one [`Sge`], an array, or a
+/// `Vec`: `SendWr::send(1, mr.sge(0, 64))`, `RecvWr::new(2, vec![a, b])`.
+pub type SgList = smallvec::SmallVec<[Sge; 1]>;
+
+impl From<Sge> for SgList {
+    fn from(sge: Sge) -> SgList {
+        smallvec::smallvec![sge]
+    }
+}
+
 /// `struct ibv_send_wr` (manual 3.6.5 ibv_post_send). A list of these is
 /// posted as a slice; the index of the first rejected WR is reported in
 /// [`crate::PostError::index`] (libibverbs' `bad_wr`).
@@ -350,7 +361,7 @@ pub struct SendWr {
     pub wr_id: u64,
     /// Gather list (data to send or write; destination of READ and atomic
     /// results).
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
     /// The operation and its fields.
     pub op: WrOperation,
     /// Send flags.
@@ -362,10 +373,10 @@ pub struct SendWr {
 impl SendWr {
     /// A WR with the given operation, no flags and no UD destination.
     #[must_use]
-    pub fn new(wr_id: u64, sg_list: Vec<Sge>, op: WrOperation) -> SendWr {
+    pub fn new(wr_id: u64, sg_list: impl Into<SgList>, op: WrOperation) -> SendWr {
         SendWr {
             wr_id,
-            sg_list,
+            sg_list: sg_list.into(),
             op,
             send_flags: SendFlags::empty(),
             ud: None,
@@ -374,19 +385,24 @@ impl SendWr {
 
     /// A SEND.
     #[must_use]
-    pub fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {
+    pub fn send(wr_id: u64, sg_list: impl Into<SgList>) -> SendWr {
         SendWr::new(wr_id, sg_list, WrOperation::Send)
     }
 
     /// A SEND with immediate data.
     #[must_use]
-    pub fn send_with_imm(wr_id: u64, sg_list: Vec<Sge>, imm_data: u32) -> SendWr {
+    pub fn send_with_imm(wr_id: u64, sg_list: impl Into<SgList>, imm_data: u32) -> SendWr {
         SendWr::new(wr_id, sg_list, WrOperation::SendWithImm { imm_data })
     }
 
     /// An RDMA WRITE of the gather list to `remote_addr` under `rkey`.
     #[must_use]
-    pub fn rdma_write(wr_id: u64, sg_list: Vec<Sge>, remote_addr: u64, rkey: u32) -> SendWr {
+    pub fn rdma_write(
+        wr_id: u64,
+        sg_list: impl Into<SgList>,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> SendWr {
         SendWr::new(wr_id, sg_list, WrOperation::RdmaWrite { remote_addr, rkey })
     }
 
@@ -394,7 +410,7 @@ impl SendWr {
     #[must_use]
     pub fn rdma_write_with_imm(
         wr_id: u64,
-        sg_list: Vec<Sge>,
+        sg_list: impl Into<SgList>,
         remote_addr: u64,
         rkey: u32,
         imm_data: u32,
@@ -412,7 +428,12 @@ impl SendWr {
 
     /// An RDMA READ from `remote_addr` under `rkey` into the scatter list.
     #[must_use]
-    pub fn rdma_read(wr_id: u64, sg_list: Vec<Sge>, remote_addr: u64, rkey: u32) -> SendWr {
+    pub fn rdma_read(
+        wr_id: u64,
+        sg_list: impl Into<SgList>,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> SendWr {
         SendWr::new(wr_id, sg_list, WrOperation::RdmaRead { remote_addr, rkey })
     }
 
@@ -516,14 +537,17 @@ pub struct RecvWr {
     /// User-chosen identifier, returned in the completion.
     pub wr_id: u64,
     /// Scatter list the incoming message is written to.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
 }
 
 impl RecvWr {
     /// A receive WR.
     #[must_use]
-    pub fn new(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
-        RecvWr { wr_id, sg_list }
+    pub fn new(wr_id: u64, sg_list: impl Into<SgList>) -> RecvWr {
+        RecvWr {
+            wr_id,
+            sg_list: sg_list.into(),
+        }
     }
 
     /// The total length of the scatter list in bytes.

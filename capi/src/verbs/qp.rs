@@ -346,7 +346,7 @@ pub(crate) fn post_send_staged(
             .dev
             .reg_mr(pd.id, &buf, 0, bytes.len(), AccessFlags::LOCAL_WRITE)
             .map_err(|e| fail_at(i, e))?;
-        w.sg_list = vec![verbs_api::Sge::new(buf.addr(), bytes.len() as u32, mr.lkey)];
+        w.sg_list = verbs_api::Sge::new(buf.addr(), bytes.len() as u32, mr.lkey).into();
         staged.push(mr.lkey);
     }
     let r = ctx.dev.post_send(q.raw.qp_base.qp_num, &wrs);

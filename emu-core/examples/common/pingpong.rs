@@ -349,11 +349,12 @@ fn post_recv(c: &Ctx, n: usize) {
     };
     let wr = RecvWr {
         wr_id: RECV_WRID,
-        sg_list: vec![Sge {
+        sg_list: Sge {
             addr: c.mr.addr,
             length: len as u32,
             lkey: c.mr.lkey,
-        }],
+        }
+        .into(),
     };
     for _ in 0..n {
         let r = match c.srq {
@@ -370,11 +371,12 @@ fn post_send(c: &Ctx, i: usize) {
     let off = if c.mode == Mode::Ud { GRH as u64 } else { 0 };
     let wr = SendWr {
         wr_id: SEND_WRID,
-        sg_list: vec![Sge {
+        sg_list: Sge {
             addr: c.mr.addr + off,
             length: c.size as u32,
             lkey: c.mr.lkey,
-        }],
+        }
+        .into(),
         op: WrOperation::Send,
         send_flags: SendFlags::SIGNALED,
         ud: c.ud.get(i).map(|&(ah, remote_qpn)| UdDest {

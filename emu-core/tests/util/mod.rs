@@ -466,7 +466,7 @@ impl Node {
         let now = p.now;
         let wr = RecvWr {
             wr_id,
-            sg_list: vec![self.sge(offset, length)],
+            sg_list: vec![self.sge(offset, length)].into(),
         };
         p.engine(self.side).post_recv(now, self.qpn, &[wr]).unwrap();
     }
@@ -476,7 +476,7 @@ impl Node {
         let now = p.now;
         let wr = RecvWr {
             wr_id,
-            sg_list: vec![self.sge(offset, length)],
+            sg_list: vec![self.sge(offset, length)].into(),
         };
         let srq = self.srq.expect("the node has no SRQ");
         p.engine(self.side).post_srq_recv(now, srq, &[wr]).unwrap();

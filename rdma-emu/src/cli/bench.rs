@@ -370,7 +370,7 @@ impl Host {
     fn post_recvs(&self, qp: usize, n: u32, region: u64, len: u64) -> Result<(), String> {
         let wr = RecvWr {
             wr_id: qp as u64,
-            sg_list: vec![self.sge(self.offset(qp, region), len)],
+            sg_list: self.sge(self.offset(qp, region), len).into(),
         };
         let wrs = vec![wr; n as usize];
         self.dev

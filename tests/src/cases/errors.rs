@@ -426,7 +426,7 @@ fn too_many_sges(env: &Env) -> Outcome {
         .1
         .cap
         .max_send_sge as u64;
-    let sges = (0..=actual).map(|i| p.a.sge(i * 8, 8)).collect();
+    let sges: Vec<verbs_api::Sge> = (0..=actual).map(|i| p.a.sge(i * 8, 8)).collect();
     let e = env
         .dev
         .post_send(

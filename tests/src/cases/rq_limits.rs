@@ -151,7 +151,7 @@ fn recv_too_many_sges(env: &Env) -> Outcome {
             .cap
             .max_recv_sge,
     );
-    let wide = (0..=max).map(|i| p.b.sge(4096 + i * 64, 64)).collect();
+    let wide: Vec<verbs_api::Sge> = (0..=max).map(|i| p.b.sge(4096 + i * 64, 64)).collect();
     let wrs = [RecvWr::new(0, vec![p.b.sge(0, 64)]), RecvWr::new(1, wide)];
     let e = env
         .dev
@@ -182,7 +182,7 @@ fn srq_full(env: &Env) -> Outcome {
 fn srq_too_many_sges(env: &Env) -> Outcome {
     let (p, srq) = srq_pair(env, 8, 1);
     let max = u64::from(env.dev.query_srq(srq).expect("query_srq").max_sge);
-    let wide = (0..=max).map(|i| p.b.sge(4096 + i * 64, 64)).collect();
+    let wide: Vec<verbs_api::Sge> = (0..=max).map(|i| p.b.sge(4096 + i * 64, 64)).collect();
     let wrs = [RecvWr::new(0, vec![p.b.sge(0, 64)]), RecvWr::new(1, wide)];
     let e = env
         .dev
@@ -243,7 +243,12 @@ pub(super) fn scatter_check(
 ) {
     let data: Vec<u8> = (0..8 * n).map(|i| (i / 8) as u8 + 1).collect();
     p.a.buf.write(0, &data).unwrap();
-    post(RecvWr::new(9, (0..n).map(|i| p.b.sge(i * 64, 8)).collect()));
+    post(RecvWr::new(
+        9,
+        (0..n)
+            .map(|i| p.b.sge(i * 64, 8))
+            .collect::<Vec<verbs_api::Sge>>(),
+    ));
     env.post_send(p.a.qpn, SendWr::send(1, gather).signaled());
     assert_eq!(env.poll_one(p.a.cq).status, WcStatus::Success);
     let wc = env.poll_one(p.b.cq);
