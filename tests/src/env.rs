@@ -14,7 +14,8 @@ use verbs_api::{
 /// How long a case waits for a completion or an event before failing.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// The environment of one case.
+/// The environment of one case. A clone shares the device (for the threads of a case).
+#[derive(Clone)]
 pub struct Env {
     /// The device under test.
     pub dev: Arc<dyn Device>,
@@ -121,14 +122,14 @@ pub fn default_cap() -> QpCap {
 }
 
 /// What `create_qp` takes for a QP of `qp_type` in `pd` with both queues on `cq`, the
-/// [`default_cap`] sizes, no `sq_sig_all` and no SRQ.
-pub fn qp_init_attr(pd: PdId, cq: CqId, qp_type: QpType) -> QpInitAttr {
+/// sizes `cap` (often [`default_cap`]), no `sq_sig_all` and no SRQ.
+pub fn qp_init_attr(pd: PdId, cq: CqId, qp_type: QpType, cap: QpCap) -> QpInitAttr {
     QpInitAttr {
         pd,
         send_cq: cq,
         recv_cq: cq,
         qp_type,
-        cap: default_cap(),
+        cap,
         sq_sig_all: false,
         srq: None,
     }
@@ -143,6 +144,18 @@ pub fn all_access() -> AccessFlags {
 }
 
 impl Env {
+    /// The environment of a device `backend` opened.
+    pub fn from_opened(opened: crate::Opened, backend: &dyn crate::Backend) -> Env {
+        Env {
+            dev: opened.dev,
+            emulator: backend.is_emulator(),
+            faults: opened.faults,
+            virtual_time: opened.virtual_time,
+            gid_index: opened.gid_index,
+            cm: opened.cm,
+        }
+    }
+
     /// The device's GID at port 1 that the QPs use.
     pub fn gid(&self) -> Gid {
         self.dev
@@ -196,7 +209,7 @@ impl Env {
                 cap,
                 sq_sig_all,
                 srq,
-                ..qp_init_attr(pd, cq, qp_type)
+                ..qp_init_attr(pd, cq, qp_type, default_cap())
             })
             .expect("create_qp")
     }
@@ -303,6 +316,23 @@ impl Env {
         let p = Pair { pd, a, b, srq };
         self.raise_end(&p, qp_type, params, true, QpState::Reset, spec.a_upto);
         self.raise_end(&p, qp_type, params, false, QpState::Reset, spec.b_upto);
+        p
+    }
+
+    /// Two RC QPs of PD `pd` connected with the default parameters, the responder `b`
+    /// taking its receives from `srq`.
+    pub fn pair_on_srq(&self, pd: PdId, srq: SrqId, cap: QpCap, cqe: u32) -> Pair {
+        let a = self.end(pd, QpType::Rc, cap, cqe, false, None);
+        let b = self.end(pd, QpType::Rc, cap, cqe, false, Some(srq));
+        let p = Pair {
+            pd,
+            a,
+            b,
+            srq: Some(srq),
+        };
+        let params = self.params();
+        self.raise_end(&p, QpType::Rc, &params, true, QpState::Reset, QpState::Rts);
+        self.raise_end(&p, QpType::Rc, &params, false, QpState::Reset, QpState::Rts);
         p
     }
 
@@ -456,6 +486,51 @@ impl Env {
             remote_qpn,
             remote_qkey: self.params().qkey,
         }
+    }
+
+    /// Runs `f(env, i)` for `i` in `0..n`, each on a thread of its own with a clone of
+    /// this environment, and returns the results in the order of `i`. A thread that
+    /// panics fails the case with its message; threads not done within `within` (a
+    /// deadlock, a lost completion) fail it too, without waiting for them: they are left
+    /// behind, so the suite goes on.
+    pub fn on_threads<R: Send + 'static>(
+        &self,
+        n: usize,
+        within: Duration,
+        f: impl Fn(&Env, usize) -> R + Send + Sync + 'static,
+    ) -> Vec<R> {
+        let f = Arc::new(f);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for i in 0..n {
+            let (env, f, tx) = (self.clone(), f.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&env, i)));
+                let _ = tx.send((i, r));
+            });
+        }
+        let deadline = Instant::now() + within;
+        let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
+        for _ in 0..n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((i, Ok(r))) => out[i] = Some(r),
+                Ok((i, Err(p))) => {
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "panicked".into());
+                    panic!("thread {i} of {n}: {msg}");
+                }
+                Err(_) => {
+                    let stuck: Vec<_> = (0..n).filter(|&i| out[i].is_none()).collect();
+                    panic!("threads {stuck:?} of {n} not done within {within:?} (deadlock?)");
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| r.expect("every thread reported"))
+            .collect()
     }
 
     /// Waits for the next async event (panics after [`WAIT`]).

@@ -239,15 +239,7 @@ pub fn run_case(case: &Case, backend: &dyn Backend) -> matrix::Verdict {
             }
             _ => {}
         }
-        let env = Env {
-            dev: opened.dev,
-            emulator: backend.is_emulator(),
-            faults: opened.faults,
-            virtual_time: opened.virtual_time,
-            gid_index: opened.gid_index,
-            cm: opened.cm,
-        };
-        case.execute(&env)
+        case.execute(&Env::from_opened(opened, backend))
     }));
     match r {
         Ok(Outcome::Pass) => matrix::Verdict::Pass,

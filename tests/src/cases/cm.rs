@@ -74,7 +74,7 @@ fn ev(cm: &Cm, ch: CmChannelId, want: CmEventType) -> CmEvent {
 }
 
 fn init(env: &Env, qp_type: QpType) -> QpInitAttr {
-    crate::env::qp_init_attr(env.pd(), env.cq(64), qp_type)
+    crate::env::qp_init_attr(env.pd(), env.cq(64), qp_type, crate::env::default_cap())
 }
 
 /// A listener on the device's address and an active id resolved toward it.

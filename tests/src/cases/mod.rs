@@ -10,6 +10,7 @@ mod cross_pd;
 mod data;
 mod device;
 mod errors;
+mod limits;
 mod mw;
 mod pd_mr;
 mod peer_state;
@@ -19,6 +20,8 @@ mod qp_create;
 mod qp_state;
 mod rq_limits;
 mod srq;
+mod threads;
+pub mod traffic;
 mod ud;
 mod unsignaled;
 mod wc_flags;
@@ -44,6 +47,9 @@ pub fn register(v: &mut Vec<Case>) {
     ud::register(v);
     ports::register(v);
     cm::register(v);
+    limits::register(v);
+    threads::register(v);
+    traffic::register(v);
 }
 
 /// Asserts that `r` is an error with errno `errno`.

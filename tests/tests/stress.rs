@@ -1,0 +1,48 @@
+//! Stress runs on the simulated fabric: the concurrency cases many times over (a race
+//! that shows once in a hundred runs shows here), and the full traffic mixes of issue
+//! #28 (100 QPs x 10,000 operations each), which the suite runs shortened.
+
+use tests::cases::traffic::{run_mix, FULL_OPS, MIXES};
+use tests::matrix::Verdict;
+use tests::{all_cases, run_case, Backend, EmuFabric, Env};
+
+/// How many times each concurrency case runs.
+const RUNS: usize = 30;
+
+#[test]
+fn concurrency_cases_hold_run_after_run() {
+    let cases: Vec<_> = all_cases()
+        .into_iter()
+        .filter(|c| c.name.starts_with("threads::"))
+        .collect();
+    assert!(cases.len() >= 10, "the concurrency cases are registered");
+    for run in 0..RUNS {
+        for c in &cases {
+            match run_case(c, &EmuFabric) {
+                Verdict::Pass => {}
+                v => panic!("run {run} of {}: {v:?}", c.name),
+            }
+        }
+    }
+}
+
+fn full(which: usize) {
+    let env = Env::from_opened(EmuFabric.open(), &EmuFabric);
+    run_mix(&env, which, FULL_OPS);
+}
+
+#[test]
+fn traffic_full_rc_mixed_ops() {
+    assert_eq!(MIXES[0].0, "rc_mixed_ops_on_100_qps");
+    full(0);
+}
+
+#[test]
+fn traffic_full_uc_sends_and_writes() {
+    full(1);
+}
+
+#[test]
+fn traffic_full_rc_mixed_ops_from_4_threads() {
+    full(2);
+}
