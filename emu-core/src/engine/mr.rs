@@ -351,6 +351,8 @@ pub(crate) fn range_in(mr: &MemoryRegion, addr: u64, len: u64) -> Option<usize> 
 
 /// The access flags of `ibv_reg_mr` and `ibv_rereg_mr`.
 ///
+/// - A bit that names no flag and lies outside `IBV_ACCESS_OPTIONAL_RANGE` is refused
+///   (EINVAL), as the kernel's `ib_check_mr_access` does; optional bits are ignored.
 /// - Manual 3.4: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE (EINVAL).
 /// - `ZERO_BASED` is refused with EOPNOTSUPP. IBTA 10.6.3 gives zero-based virtual
 ///   addresses to regions made by the fast-register work request and to type 2
@@ -361,6 +363,12 @@ pub(crate) fn range_in(mr: &MemoryRegion, addr: u64, len: u64) -> Option<usize> 
 ///   the application a region no peer can reach; a zero-based type 2 window over an
 ///   ordinary region gives the same addressing (see `mw`).
 pub(crate) fn check_access_flags(access: AccessFlags) -> Result<()> {
+    // libibverbs and the kernel's ib_check_mr_access: a bit that names no flag is
+    // refused, unless it lies in the optional range, which a device may ignore.
+    let unknown = access.bits() & !AccessFlags::all().bits() & !AccessFlags::OPTIONAL_RANGE_BITS;
+    if unknown != 0 {
+        return Err(Error::InvalidArgument("unknown access flag"));
+    }
     let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
     if access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE) {
         return Err(Error::InvalidArgument(
