@@ -197,15 +197,22 @@ impl MrTable {
         Ok(())
     }
 
-    /// Invalidates the type 2 window with R_Key `rkey` for a QP of `qp_pd` (LOCAL_INV,
-    /// or a SEND with Invalidate). Regions from `reg_mr`, type 1 windows, unbound
-    /// windows and windows of another PD cannot be invalidated.
-    pub(crate) fn invalidate(&mut self, qp_pd: PdId, rkey: u32) -> std::result::Result<(), ()> {
+    /// Invalidates the type 2 window with R_Key `rkey` for QP `qpn` of `qp_pd` (LOCAL_INV,
+    /// or a SEND with Invalidate arriving at `qpn`). Regions from `reg_mr`, type 1
+    /// windows, unbound windows, windows of another PD and windows bound through
+    /// another QP cannot be invalidated (IBTA 10.6.7.2: a type 2 window belongs to the
+    /// QP it was bound through, which alone uses and invalidates it).
+    pub(crate) fn invalidate(
+        &mut self,
+        qp_pd: PdId,
+        qpn: u32,
+        rkey: u32,
+    ) -> std::result::Result<(), ()> {
         let mw = self
             .mws
             .get_mut(&(rkey >> 8))
             .filter(|w| w.rkey == rkey && w.mw_type == MwType::Type2)
-            .filter(|w| w.binding.is_some() && w.pd == qp_pd)
+            .filter(|w| w.binding.is_some() && w.pd == qp_pd && w.qpn == Some(qpn))
             .ok_or(())?;
         mw.binding = None;
         mw.qpn = None;
@@ -272,7 +279,7 @@ impl QueuePair {
             }
             WrOperation::LocalInv { invalidate_rkey } => ctx
                 .mrs
-                .invalidate(self.init.pd, *invalidate_rkey)
+                .invalidate(self.init.pd, self.qpn, *invalidate_rkey)
                 .map_err(|()| WcStatus::MwBindErr),
             _ => unreachable!("only local operations"),
         };
@@ -341,8 +348,9 @@ mod tests {
             t.bind(pd, 0x11, BindOrigin::WorkRequest, (rkey, new), &info),
             Err(WcStatus::MwBindErr)
         );
-        t.invalidate(pd, new).unwrap();
-        assert!(t.invalidate(pd, new).is_err());
+        assert!(t.invalidate(pd, 0x12, new).is_err(), "another QP");
+        t.invalidate(pd, 0x11, new).unwrap();
+        assert!(t.invalidate(pd, 0x11, new).is_err());
         assert!(t.resolve_remote(pd, 0x11, new, 0, 1, read).is_err());
         t.dereg_mr(mr.lkey).unwrap();
         let _ = id;

@@ -458,7 +458,8 @@ impl QueuePair {
         }
         if let Some(rkey) = repr.ieth {
             // IBTA 10.6.7, 9.4: SEND with Invalidate unbinds a type 2 memory window
-            // of our PD. Anything else (a region from reg_mr, a type 1 window, which
+            // of our PD bound through this QP. Anything else (a window bound through
+            // another QP, a region from reg_mr, a type 1 window, which
             // IBTA 10.6.7.2.4 / o10-37.2.26 says cannot be invalidated, an unknown or
             // unbound key) fails, found before the last bytes land, as a class J error
             // (IBTA 9.9.6.3): no NAK and no ACK for the requester, whose SEND then runs
@@ -466,7 +467,7 @@ impl QueuePair {
             // operation error (IBV_WC_MW_BIND_ERR, as a failed LOCAL_INV); the QP goes
             // to ERR. (Kernel rxe completes the receive with REM_INV_REQ_ERR and
             // acknowledges the SEND, which then completes successfully.)
-            if ctx.mrs.invalidate(self.init.pd, rkey).is_err() {
+            if ctx.mrs.invalidate(self.init.pd, self.qpn, rkey).is_err() {
                 return Err(INVALIDATE_ERROR);
             }
         }
