@@ -254,7 +254,12 @@ impl Device for EmuDevice {
 
     fn destroy_cq(&self, c: CqId) -> Result<()> {
         self.with_engine(|e, _| e.destroy_cq(c))?;
-        self.inner.cq_channel.lock().remove(&c.0);
+        // An event of the CQ still unread on its channel goes with it, as the kernel's
+        // ib_uverbs_release_ucq drops it: nobody could acknowledge it any more.
+        let channel = self.inner.cq_channel.lock().remove(&c.0);
+        if let Some(ch) = channel.and_then(|ch| self.inner.channels.lock().get(&ch).cloned()) {
+            while ch.try_pop_where(&|e| *e == c).is_some() {}
+        }
         Ok(())
     }
 
