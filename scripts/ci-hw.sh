@@ -7,7 +7,8 @@
 #   5. fails on any test failure not listed in scripts/rxe-vm/rxe-deviations.txt.
 # Env: RXEVM_W (VM work folder; default /work/rxevm-cache when /work is writable, else
 # $TMPDIR/rxevm: kept between runs, it is a cache), ACCEL=tcg|kvm (default tcg).
-# Writes the per-test table to $RXEVM_W/share/results.md.
+# Writes the per-test table to $RXEVM_W/share/results.md; this run's logs, results and
+# table stay in a folder of its own, $RXEVM_W/run.* (printed at the end).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -41,36 +42,47 @@ note "build hw-backend tests with --features hw"
 exes=$(cargo test -p hw-backend --features hw --no-run --message-format=json 2>/dev/null \
   | grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/')
 [ -n "$exes" ] || { echo "no test executables built"; exit 1; }
-rm -rf "$W/share/bin" "$W/share/results"
-mkdir -p "$W/share/bin"
+# This run's binaries and results wait in a folder of its own: $W/share is the VM's,
+# and another run may be using it; it is touched only under the VM lock below.
+RUN=$(mktemp -d "$W/run.XXXXXX")
+mkdir -p "$RUN/bin" "$RUN/conf"
 for e in $exes; do
-  n=$(basename "$e"); cp "$e" "$W/share/bin/${n%-*}"
+  n=$(basename "$e"); cp "$e" "$RUN/bin/${n%-*}"
 done
-ls "$W/share/bin"
+ls "$RUN/bin"
 note "build the conformance suite with --features hw"
 cargo build -q --release -p tests --features hw --bin conformance
-rm -rf "$W/share/conf"; mkdir -p "$W/share/conf"
-cp "${CARGO_TARGET_DIR:-target}/release/conformance" "$W/share/conf/"
+cp "${CARGO_TARGET_DIR:-target}/release/conformance" "$RUN/conf/"
 
 note "run in the VM"
 vmrc=0
 # One VM at a time on the host (ci-interop.sh takes the same lock).
 # The issue allows the VM step 10 minutes; it takes about 4 here.
-TIMEOUT=600 flock /tmp/rxe-vm.lock "$REPO/scripts/rxe-vm/run-rxe-vm.sh" "$REPO/scripts/rxe-vm/hw-job.sh" > "$W/vm.log" 2>&1 || vmrc=$?
+# Under the lock: put this run's binaries in $W/share, run the VM, take the results
+# out again (a run that cleared $W/share outside the lock lost another's results).
+export RUN REPO
+TIMEOUT=600 flock /tmp/rxe-vm.lock bash -c '
+  rm -rf "$W/share/bin" "$W/share/results" "$W/share/conf"
+  cp -r "$RUN/bin" "$RUN/conf" "$W/share/"
+  rc=0; "$REPO/scripts/rxe-vm/run-rxe-vm.sh" "$REPO/scripts/rxe-vm/hw-job.sh" > "$RUN/vm.log" 2>&1 || rc=$?
+  cp -r "$W/share/results" "$RUN/results" 2>/dev/null || true
+  exit $rc' || vmrc=$?
+cp "$RUN/vm.log" "$W/vm.log" 2>/dev/null || true
+rm -rf "$RUN/bin" "$RUN/conf"
 # Through a file: `head` closing the pipe early must not fail the step (pipefail).
-sed -n '/RXEVM: rxe0 ready/,$p' "$W/vm.log" | grep -v '^\s*$' > "$W/vm-job.log" || true
+sed -n '/RXEVM: rxe0 ready/,$p' "$RUN/vm.log" | grep -v '^\s*$' > "$RUN/vm-job.log" || true
 known=$(grep -v '^\s*#' "$REPO/scripts/rxe-vm/rxe-deviations.txt" | cut -d'|' -f1 | tr -d ' ' | grep -v '^$' || true)
 # The guest's log, a known deviation's "... FAILED" shown as such: a reader (or a tool)
 # scanning the log for failures then finds only the unexpected ones. (Lines from the
 # guest's serial console end in CR LF.)
 known_re=$(printf '%s\n' "$known" | paste -sd'|' -)
-head -200 "$W/vm-job.log" | if [ -n "$known_re" ]; then
+head -200 "$RUN/vm-job.log" | if [ -n "$known_re" ]; then
   sed -E "s/^test ($known_re) \.\.\. FAILED\r?$/test \1 ... fails (known rxe deviation)/"
 else cat; fi
 if [ "$vmrc" -ne 0 ]; then echo "VM job failed (exit $vmrc)"; exit 1; fi
 
 note "compare with scripts/rxe-vm/rxe-deviations.txt"
-results=$(cat "$W"/share/results/*.log | grep -v '^FAIL \|^skip ' | grep -E '^test .* \.\.\. (ok|FAILED|ignored)$' || true)
+results=$(cat "$RUN"/results/*.log | grep -v '^FAIL \|^skip ' | grep -E '^test .* \.\.\. (ok|FAILED|ignored)$' || true)
 [ -n "$results" ] || { echo "no test results from the VM"; exit 1; }
 unexpected=0; ok=0; dev=0
 table="| test | rxe | note |"$'\n'"|---|---|---|"
@@ -88,16 +100,17 @@ while read -r _ name _ res; do
     *) table+=$'\n'"| $name | $res | |";;
   esac
 done <<<"$results"
-printf '%s\n' "$table" > "$W/share/results.md"
-cat "$W/share/results.md"
+printf '%s\n' "$table" > "$RUN/results.md"
+cp "$RUN/results.md" "$W/share/results.md" 2>/dev/null || true
+cat "$RUN/results.md"
 if [ "$unexpected" -ne 0 ]; then
-  for f in "$W"/share/results/*.log; do sed -n '/^failures:$/,/^test result/p' "$f"; done
+  for f in "$RUN"/results/*.log; do sed -n '/^failures:$/,/^test result/p' "$f"; done
 fi
 note "rxe: $ok ok, $dev known deviations, $unexpected unexpected failures"
 
 note "conformance suite on rxe vs scripts/rxe-vm/conformance-deviations.txt"
-conf="$W/share/results/rxe.tsv"
-[ -s "$conf" ] || { echo "no conformance results from the VM"; tail -20 "$W/share/results/conformance.log" 2>/dev/null; exit 1; }
+conf="$RUN/results/rxe.tsv"
+[ -s "$conf" ] || { echo "no conformance results from the VM"; tail -20 "$RUN/results/conformance.log" 2>/dev/null; exit 1; }
 cknown=$(grep -v '^\s*#' "$REPO/scripts/rxe-vm/conformance-deviations.txt" | cut -d'|' -f1 | tr -d ' ' | grep -v '^$' || true)
 cunexpected=0
 while IFS=$'\t' read -r name verdict msg; do

@@ -113,12 +113,14 @@ fn destroy<T>(
 impl Drop for HwDevice {
     fn drop(&mut self) {
         // Children before parents, so that every free succeeds; whatever is left is
-        // freed by the kernel when the context closes after the last wrapper.
+        // freed by the kernel when the context closes after the last wrapper. Windows
+        // go first: a type 2 window bound through a QP holds it, and kernel rxe's
+        // destroy of that QP waits (about 50 s) for the window to let go.
         let t = self.t.get_mut();
+        t.mws.clear();
         t.qps.clear();
         t.srqs.clear();
         t.ahs.clear();
-        t.mws.clear();
         t.mrs.clear();
         t.cqs.clear();
         t.channels.clear();

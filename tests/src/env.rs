@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use verbs_api::{
-    AccessFlags, AsyncEvent, AsyncEventType, CqId, Device, Endpoint, EventElement, Gid, MemBuf,
-    MrInfo, PdId, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpParams, QpState, QpType, RecvWr, SendWr,
-    Sge, SrqAttr, SrqId, UdDest, WorkCompletion,
+    connect_qp, AccessFlags, AsyncEvent, AsyncEventType, ChannelId, CqId, Device, Endpoint,
+    EventElement, Gid, MemBuf, MrInfo, PdId, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpParams,
+    QpState, QpType, RecvWr, SendWr, Sge, SrqAttr, SrqId, UdDest, WorkCompletion,
 };
 
 /// How long a case waits for a completion or an event before failing.
@@ -358,6 +358,30 @@ impl Env {
         self.pair_spec(qp_type, params, cap, cqe, &spec)
     }
 
+    /// [`Env::pair_signalling`] in PD `pd` (another pair's, for cases that need two
+    /// connections in one PD).
+    pub fn pair_in(
+        &self,
+        pd: PdId,
+        qp_type: QpType,
+        params: &QpParams,
+        cap: QpCap,
+        cqe: u32,
+        a_sq_sig_all: bool,
+    ) -> Pair {
+        let a = self.end(pd, qp_type, cap, cqe, a_sq_sig_all, None);
+        let b = self.end(pd, qp_type, cap, cqe, false, None);
+        let p = Pair {
+            pd,
+            a,
+            b,
+            srq: None,
+        };
+        self.raise_end(&p, qp_type, params, true, QpState::Reset, QpState::Rts);
+        self.raise_end(&p, qp_type, params, false, QpState::Reset, QpState::Rts);
+        p
+    }
+
     /// Two connected QPs of `qp_type` with the default parameters (every remote access
     /// allowed, short timeouts so error cases finish quickly).
     pub fn pair(&self, qp_type: QpType) -> Pair {
@@ -531,6 +555,85 @@ impl Env {
         out.into_iter()
             .map(|r| r.expect("every thread reported"))
             .collect()
+    }
+
+    /// An RC QP connected to itself (its WRs complete on its own CQ), the CQ of 64
+    /// entries on a new completion channel, and a region of 4 KiB in the QP's PD with
+    /// every access: (channel, CQ, QP number, buffer, region).
+    pub fn self_loop(&self) -> (ChannelId, CqId, u32, MemBuf, MrInfo) {
+        let ch = self.dev.create_comp_channel().expect("create_comp_channel");
+        let cq = self
+            .dev
+            .create_cq(64, Some(ch))
+            .expect("create_cq on channel");
+        let pd = self.pd();
+        let qpn = self.loop_qp(pd, cq);
+        let (buf, mr) = self.mr(pd, 4096, all_access());
+        (ch, cq, qpn, buf, mr)
+    }
+
+    /// An RC QP of `pd` on `cq` (for both queues) connected to itself; its number.
+    pub fn loop_qp(&self, pd: PdId, cq: CqId) -> u32 {
+        let qpn = self.qp(pd, cq, QpType::Rc, default_cap());
+        self.connect_self(qpn);
+        qpn
+    }
+
+    /// Connects RC QP `qpn` (in RESET) to itself and brings it to RTS.
+    pub fn connect_self(&self, qpn: u32) {
+        let me = Endpoint {
+            lid: 0,
+            qpn,
+            psn: 1,
+            gid: self.gid(),
+        };
+        connect_qp(&*self.dev, qpn, QpType::Rc, &self.params(), 1, &me).expect("connect");
+    }
+
+    /// An RC QP in RESET of `pd` on `cq` that takes its receives from `srq`.
+    pub fn srq_qp(&self, pd: PdId, cq: CqId, srq: verbs_api::SrqId) -> u32 {
+        self.dev
+            .create_qp(&QpInitAttr {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                qp_type: QpType::Rc,
+                cap: default_cap(),
+                sq_sig_all: false,
+                srq: Some(srq),
+            })
+            .expect("create_qp on the SRQ")
+    }
+
+    /// Sends 64 bytes from `p.a` (wr_id 1) into the receive b has posted (wr_id 9),
+    /// which must fail locally: the receive completes with LOC_PROT_ERR and the SEND
+    /// with REM_OP_ERR (IBTA 9.9: the responder's local error is a remote operational
+    /// error for the requester; manual 6.2.5, 6.2.12).
+    pub fn send_fails_the_receive(&self, p: &Pair) {
+        self.post_send(p.a.qpn, SendWr::send(1, vec![p.a.sge(0, 64)]).signaled());
+        let wc = self.poll_one(p.a.cq);
+        assert_eq!(
+            (wc.wr_id, wc.status),
+            (1, verbs_api::WcStatus::RemOpErr),
+            "sender: {wc:?}"
+        );
+        let wc = self.poll_one(p.b.cq);
+        assert_eq!(
+            (wc.wr_id, wc.status),
+            (9, verbs_api::WcStatus::LocProtErr),
+            "receiver: {wc:?}"
+        );
+    }
+
+    /// Moves QP `qpn` to ERR (manual 3.5.2 ibv_modify_qp; any state may go there).
+    pub fn to_err(&self, qpn: u32) {
+        let attr = verbs_api::QpAttr {
+            qp_state: verbs_api::QpState::Err,
+            ..verbs_api::QpAttr::default()
+        };
+        self.dev
+            .modify_qp(qpn, &attr, verbs_api::QpAttrMask::STATE)
+            .expect("modify_qp to ERR");
     }
 
     /// Waits for the next async event (panics after [`WAIT`]).

@@ -40,6 +40,9 @@ fn parse_results(text: &str) -> Vec<(String, Verdict)> {
         .collect()
 }
 
+/// A case that takes this long is named in the output with its time.
+const SLOW: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn main() {
     let mut backend_name = "emu-udp".to_string();
     let mut emu_udp = EmuUdp::default();
@@ -125,6 +128,7 @@ fn main() {
         {
             continue;
         }
+        let started = std::time::Instant::now();
         let v = if backend.is_emulator() && EMU_PENDING.iter().any(|p| case.name.starts_with(p)) {
             Verdict::Skip("not emulated yet (README: what does not work yet)".into())
         } else if backend.name() == "emu-fabric"
@@ -135,6 +139,11 @@ fn main() {
             run_case(case, backend.as_ref())
         };
         let mut out = stdout.lock();
+        let took = started.elapsed();
+        if took >= SLOW {
+            // The suite runs within a time budget on hardware (scripts/rxe-vm/hw-job.sh).
+            let _ = writeln!(out, "slow {}: {:.1} s", case.name, took.as_secs_f64());
+        }
         match &v {
             Verdict::Pass => pass += 1,
             Verdict::Fail(m) => {

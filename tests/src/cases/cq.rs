@@ -176,7 +176,7 @@ fn poll_many(env: &Env) -> Outcome {
 }
 
 fn notify_wakes(env: &Env) -> Outcome {
-    let (ch, cq, qpn, _buf, mr) = self_loop(env);
+    let (ch, cq, qpn, _buf, mr) = env.self_loop();
     let sge = verbs_api::Sge {
         addr: mr.addr,
         length: 8,
@@ -234,38 +234,10 @@ fn no_event_unarmed(env: &Env) -> Outcome {
     Outcome::Pass
 }
 
-/// A QP connected to itself whose CQ is on a channel: (channel, cq, qpn, mr).
-fn self_loop(
-    env: &Env,
-) -> (
-    verbs_api::ChannelId,
-    verbs_api::CqId,
-    u32,
-    verbs_api::MemBuf,
-    verbs_api::MrInfo,
-) {
-    let ch = env.dev.create_comp_channel().expect("create_comp_channel");
-    let cq = env
-        .dev
-        .create_cq(64, Some(ch))
-        .expect("create_cq on channel");
-    let pd = env.pd();
-    let qpn = env.qp(pd, cq, QpType::Rc, default_cap());
-    let me = verbs_api::Endpoint {
-        lid: 0,
-        qpn,
-        psn: 1,
-        gid: env.gid(),
-    };
-    verbs_api::connect_qp(&*env.dev, qpn, QpType::Rc, &env.params(), 1, &me).expect("connect");
-    let (buf, mr) = env.mr(pd, 4096, crate::env::all_access());
-    (ch, cq, qpn, buf, mr)
-}
-
 /// A CQ armed solicited-only receives a SEND with (`solicited` 1) or without (0) the
 /// solicited event bit: the channel gets an event only for the first.
 fn solicited_only(env: &Env, solicited: u64) -> Outcome {
-    let (ch, cq, qpn, _buf, mr) = self_loop(env);
+    let (ch, cq, qpn, _buf, mr) = env.self_loop();
     let sge = |off: u64, length: u32| verbs_api::Sge {
         addr: mr.addr + off,
         length,

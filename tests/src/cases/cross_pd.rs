@@ -12,19 +12,17 @@
 use std::time::Duration;
 
 use verbs_api::{
-    AccessFlags as A, MemBuf, MrInfo, MwBindInfo, MwType, QpInitAttr, QpState, QpType, RecvWr,
-    SendWr, Sge, SrqAttr, UdDest, WcStatus as S, WrOperation,
+    AccessFlags as A, MemBuf, MrInfo, MwBindInfo, MwType, QpState, QpType, RecvWr, SendWr, Sge,
+    SrqAttr, UdDest, WcStatus as S, WrOperation,
 };
 
 use super::{
-    assert_errno,
+    assert_errno, assert_untouched,
     errno::{EBUSY, EINVAL},
+    UNTOUCHED,
 };
 use crate::env::{all_access, default_cap, Pair};
 use crate::{Case, Env, Outcome};
-
-/// What fills memory a failed WR must not touch.
-const UNTOUCHED: u8 = 0x5A;
 
 /// The remote operations of the R_Key cases.
 const REMOTE_OPS: [&str; 3] = ["rdma_write", "rdma_read", "fetch_add"];
@@ -62,14 +60,6 @@ fn sge(mr: &MrInfo, off: u64, len: u32) -> Sge {
         length: len,
         lkey: mr.lkey,
     }
-}
-
-#[track_caller]
-fn assert_untouched(buf: &MemBuf, what: &str) {
-    assert!(
-        buf.to_vec().iter().all(|&b| b == UNTOUCHED),
-        "bytes of {what} were written"
-    );
 }
 
 fn send_sge_other_pd(env: &Env) -> Outcome {
@@ -110,15 +100,7 @@ fn recv_sge_other_pd(env: &Env) -> Outcome {
     let (dst, dst_mr) = untouched_mr(env, other, 4096, all_access());
     env.post_recv(p.b.qpn, RecvWr::new(9, vec![sge(&dst_mr, 0, 256)]));
     p.a.buf.write(0, &[0xC3; 64]).unwrap();
-    env.post_send(p.a.qpn, SendWr::send(1, vec![p.a.sge(0, 64)]).signaled());
-    let wc = env.poll_one(p.a.cq);
-    assert_eq!((wc.wr_id, wc.status), (1, S::RemOpErr), "sender: {wc:?}");
-    let wc = env.poll_one(p.b.cq);
-    assert_eq!(
-        (wc.wr_id, wc.status),
-        (9, S::LocProtErr),
-        "receiver: {wc:?}"
-    );
+    env.send_fails_the_receive(&p);
     assert_untouched(&dst, "the other PD's region");
     Outcome::Pass
 }
@@ -233,18 +215,7 @@ fn srq_other_pd(env: &Env) -> Outcome {
     let (qp_pd, srq_pd) = (env.pd(), env.pd());
     let srq = env.dev.create_srq(srq_pd, &srq_attr()).expect("create_srq");
     let cq = env.cq(16);
-    let qpn = env
-        .dev
-        .create_qp(&QpInitAttr {
-            pd: qp_pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap: default_cap(),
-            sq_sig_all: false,
-            srq: Some(srq),
-        })
-        .expect("create_qp on an SRQ of another PD");
+    let qpn = env.srq_qp(qp_pd, cq, srq);
     let (_, init) = env.dev.query_qp(qpn).expect("query_qp");
     assert_eq!((init.pd, init.srq), (qp_pd, Some(srq)), "{init:?}");
     assert_errno(env.dev.dealloc_pd(qp_pd), EBUSY);

@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use verbs_api::{
     AhAttr, AsyncEvent, AsyncEventType as E, EventElement, Gid, GlobalRoute, MigState,
-    PortCapFlags, PortState, QpAttr, QpAttrMask as M, QpInitAttr, QpState, QpType, RecvWr, SendWr,
-    SrqAttr, WcStatus, WrOperation,
+    PortCapFlags, PortState, QpAttr, QpAttrMask as M, QpState, QpType, RecvWr, SendWr, SrqAttr,
+    WcStatus, WrOperation,
 };
 
 use super::assert_errno;
-use crate::env::default_cap;
 use crate::{Case, Env, Outcome};
 
 /// EIO, what libibverbs returns for verbs on a device after a fatal error.
@@ -204,18 +203,7 @@ fn srq_err(env: &Env) -> Outcome {
         )
         .expect("create_srq");
     let cq = env.cq(16);
-    let qpn = env
-        .dev
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap: default_cap(),
-            sq_sig_all: false,
-            srq: Some(srq),
-        })
-        .expect("create_qp on the SRQ");
+    let qpn = env.srq_qp(pd, cq, srq);
     // A QP in RESET is not affected; one in INIT is.
     let init = QpAttr {
         qp_state: QpState::Init,

@@ -44,7 +44,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
         )
         .wc(WcStatus::LocLenErr),
     );
-    v.push(Case::new("ud::traffic_class_reaches_the_receiver", "IBTA 8.3 (GRH TClass), Annex A17.4.5 (RoCEv2: the IP header's TOS/traffic class carries it), manual 3.4.15 ibv_ah_attr.grh.traffic_class: the traffic class of the address handle reaches the receiver, whose GRH in the receive buffer shows it", traffic_class).wc(WcStatus::Success));
+    v.push(Case::param("ud::traffic_class_reaches_the_receiver", "IBTA 8.3 (GRH TClass), Annex A17.4.5 (RoCEv2: the IP header's TOS/traffic class carries it), manual 3.4.15 ibv_ah_attr.grh.traffic_class: the traffic class of the address handle reaches the receiver, whose GRH in the receive buffer shows it", traffic_class, 252).wc(WcStatus::Success));
     v.push(Case::new("ud::send_to_a_missing_qpn_is_dropped", "IBTA 9.8, 10.2.5 (UD is unacknowledged: the sender cannot know the destination QP), 9.2 (DestQP has 24 bits), 9.6.1.4 (a packet for a QP that does not exist is dropped by the receiver): a send to remote_qpn 0xDEADBEEF is posted, completes successfully and nothing is received", missing_qpn).wc(WcStatus::Success));
     v.push(Case::new(
         "ud::ah_create_and_destroy",
@@ -75,7 +75,8 @@ pub(super) fn register(v: &mut Vec<Case>) {
     ));
 }
 
-fn dest(env: &Env, p: &Pair, qkey: u32, qpn: u32, gid: Gid) -> UdDest {
+/// A destination through a new AH of `p`'s PD towards `gid`: QP `qpn` with `qkey`.
+pub(super) fn dest(env: &Env, p: &Pair, qkey: u32, qpn: u32, gid: Gid) -> UdDest {
     let ah = env
         .dev
         .create_ah(p.pd, &env.params().ah_attr(gid))
@@ -372,11 +373,12 @@ fn grh_traffic_class(grh: &[u8; 40]) -> u8 {
     }
 }
 
-fn traffic_class(env: &Env) -> Outcome {
+/// A UD SEND through an AH with traffic class `tc`: the receiver's GRH shows `tc`.
+pub(super) fn traffic_class(env: &Env, tc: u64) -> Outcome {
     let p = env.pair(QpType::Ud);
     env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
     let mut attr = env.params().ah_attr(env.gid());
-    attr.grh.traffic_class = 252;
+    attr.grh.traffic_class = tc as u8;
     let ah = env.dev.create_ah(p.pd, &attr).expect("create_ah");
     let d = UdDest {
         ah,
@@ -392,7 +394,7 @@ fn traffic_class(env: &Env) -> Outcome {
     assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
     let mut grh = [0u8; 40];
     p.b.buf.read(0, &mut grh).unwrap();
-    assert_eq!(grh_traffic_class(&grh), 252, "GRH {grh:02x?}");
+    assert_eq!(u64::from(grh_traffic_class(&grh)), tc, "GRH {grh:02x?}");
     Outcome::Pass
 }
 
