@@ -410,7 +410,7 @@ fn traffic(env: &Env, which: u64) -> Outcome {
     Outcome::Pass
 }
 
-/// Runs mix `which` of [`MIXES`] on `env`: [`QPS`] pairs, `per_qp` operations each (a
+/// Runs mix `which` of [`MIXES`] on `env`: 100 pairs, `per_qp` operations each (a
 /// multiple of the window of 8), with the seed of `TRAFFIC_SEED` or the clock; panics
 /// with the seed on any failure.
 pub fn run_mix(env: &Env, which: usize, per_qp: usize) {
