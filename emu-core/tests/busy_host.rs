@@ -25,23 +25,39 @@ fn bytes() -> usize {
 }
 const CHUNK: usize = 64 << 10;
 
+/// Where the pairs start looking for a UDP port: below the kernel's ephemeral range
+/// (32768 and up), so that no socket bound to 0.0.0.0 by another test takes it.
 fn port() -> u16 {
-    23000 + (std::process::id() % 20000) as u16
+    12000 + (std::process::id() % 16000) as u16
 }
 
-/// One RC pair on 127.0.(100 + n).1 and .2: writes [`bytes`] in [`CHUNK`]-byte WRITEs,
-/// 8 in flight, and checks the target; the first failure, if any.
-fn pair(n: u8, port: u16) -> std::result::Result<(), String> {
-    let open = |host: u8| {
+/// The two devices of pair `n` on 127.0.(100 + n).1 and .2, sharing one UDP port: the
+/// first from `base` on that both can bind (another test may hold any one port).
+fn open_pair(n: u8, base: u16) -> std::result::Result<(EmuDevice, EmuDevice), String> {
+    let open = |host: u8, port: u16| {
         EmuDevice::open(EmuConfig {
             name: format!("busy{n}.{host}"),
             ip: Ipv4Addr::new(127, 0, 100 + n, host),
             port,
             ..EmuConfig::default()
         })
-        .map_err(|e| format!("pair {n}: open: {e}"))
     };
-    let (da, db) = (open(1)?, open(2)?);
+    let mut last = None;
+    for k in 0..64u16 {
+        let port = base.wrapping_add(k * 97).max(1024);
+        match open(1, port).and_then(|a| Ok((a, open(2, port)?))) {
+            Ok(pair) => return Ok(pair),
+            Err(e) if e.errno() == 98 => last = Some(e),
+            Err(e) => return Err(format!("pair {n}: open: {e}")),
+        }
+    }
+    Err(format!("pair {n}: open: no shared free port: {last:?}"))
+}
+
+/// One RC pair on 127.0.(100 + n).1 and .2: writes [`bytes`] in [`CHUNK`]-byte WRITEs,
+/// 8 in flight, and checks the target; the first failure, if any.
+fn pair(n: u8, port: u16) -> std::result::Result<(), String> {
+    let (da, db) = open_pair(n, port)?;
     let total = bytes();
     let mk = |d: &EmuDevice| -> std::result::Result<(u32, CqId, MemBuf, MrInfo), String> {
         let pd = d.alloc_pd().map_err(|e| e.to_string())?;

@@ -14,7 +14,7 @@ use verbs_api::*;
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
 
 fn port() -> u16 {
-    21000 + (std::process::id() % 20000) as u16
+    12000 + (std::process::id() % 20000) as u16
 }
 
 fn cfg() -> CmConfig {

@@ -41,7 +41,7 @@ fn run(name: &str, args: &[&str], port: u16) -> String {
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn port(k: u16) -> u16 {
-    40000 + (std::process::id() % 1500) as u16 * 16 + k
+    8000 + (std::process::id() % 1500) as u16 * 16 + k
 }
 
 /// The ping-pongs with `--loopback`, the demos, hello_rdma.

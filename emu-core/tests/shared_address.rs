@@ -17,7 +17,7 @@ const QKEY: u32 = 0x2222_2222;
 const WAIT: Option<Duration> = Some(Duration::from_secs(10));
 
 fn port() -> u16 {
-    30000 + (std::process::id() % 9000) as u16
+    14000 + (std::process::id() % 9000) as u16
 }
 
 fn open(ip: Ipv4Addr, port: u16) -> EmuDevice {

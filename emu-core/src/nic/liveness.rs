@@ -59,7 +59,7 @@ mod tests {
     #[test]
     fn a_peer_that_stops_beating_is_stalled() {
         let ip = Ipv4Addr::new(127, 0, 99, 7);
-        let port = 40_000 + (std::process::id() % 20_000) as u16;
+        let port = 9_000 + (std::process::id() % 20_000) as u16;
         let peers = HostPeers { port };
         let gid = Gid::from_ipv4(ip);
         let mut h = Member::join(ip, port, 0).expect("a member record");
@@ -97,7 +97,7 @@ mod tests {
     fn a_stalled_peer_does_not_spend_retries() {
         use crate::nic::{EmuConfig, EmuDevice};
         use verbs_api::*;
-        let port = 41_000 + (std::process::id() % 20_000) as u16;
+        let port = 10_000 + (std::process::id() % 20_000) as u16;
         let (ip_a, ip_b) = (Ipv4Addr::new(127, 0, 98, 1), Ipv4Addr::new(127, 0, 98, 2));
         let a = EmuDevice::open(EmuConfig {
             name: "live-a".into(),
