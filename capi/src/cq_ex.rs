@@ -55,10 +55,6 @@ pub(crate) unsafe extern "C" fn vctx_create_cq_ex(
         crate::verbs::set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
-    if !crate::verbs::comp_vector_ok(ctx, i64::from(a.comp_vector)) {
-        crate::verbs::set_errno(libc::EINVAL);
-        return std::ptr::null_mut();
-    }
     if a.wc_flags & !SUPPORTED_WC_FLAGS != 0 {
         crate::verbs::set_errno(crate::verbs::unsupported(
             "ibv_create_cq_ex with completion timestamps, flow tags or other extra fields",
@@ -73,7 +69,7 @@ pub(crate) unsafe extern "C" fn vctx_create_cq_ex(
             return std::ptr::null_mut();
         }
     };
-    match ctx.dev.create_cq(a.cqe, ch) {
+    match ctx.dev.create_cq_with_vector(a.cqe, ch, a.comp_vector) {
         Ok(id) => crate::verbs::new_cq(ctx, id, a.cqe as c_int, a.cq_context, a.channel),
         Err(e) => {
             crate::verbs::set_errno(e.errno());

@@ -290,7 +290,16 @@ impl Device for HwDevice {
         Ok(get(&self.t.read().channels, channel.0, NO_CHANNEL)?.fd())
     }
 
-    fn create_cq(&self, cqe: u32, channel: Option<ChannelId>) -> Result<CqId> {
+    fn num_comp_vectors(&self) -> u32 {
+        self.ctx.num_comp_vectors()
+    }
+
+    fn create_cq_with_vector(
+        &self,
+        cqe: u32,
+        channel: Option<ChannelId>,
+        comp_vector: u32,
+    ) -> Result<CqId> {
         let mut t = self.t.write();
         let ch = match channel {
             Some(c) => Some(
@@ -301,7 +310,7 @@ impl Device for HwDevice {
             ),
             None => None,
         };
-        let cq = self.ctx.create_cq(cqe, ch)?;
+        let cq = self.ctx.create_cq(cqe, ch, comp_vector)?;
         let id = cq.handle();
         t.cqs.insert(id, Arc::new(cq));
         Ok(CqId(id))

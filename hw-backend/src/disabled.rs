@@ -123,7 +123,16 @@ impl Device for HwDevice {
         match self.never {}
     }
 
-    fn create_cq(&self, _cqe: u32, _channel: Option<ChannelId>) -> Result<CqId> {
+    fn create_cq_with_vector(
+        &self,
+        _cqe: u32,
+        _channel: Option<ChannelId>,
+        _comp_vector: u32,
+    ) -> Result<CqId> {
+        match self.never {}
+    }
+
+    fn num_comp_vectors(&self) -> u32 {
         match self.never {}
     }
 

@@ -324,6 +324,13 @@ impl Context {
         self.ptr.as_ptr()
     }
 
+    /// `ibv_context.num_comp_vectors`.
+    pub(crate) fn num_comp_vectors(&self) -> u32 {
+        // SAFETY: live context; libibverbs sets the field at open and never changes it.
+        let n = unsafe { (*self.raw()).num_comp_vectors };
+        u32::try_from(n).unwrap_or(0)
+    }
+
     /// `ibv_query_device`.
     pub(crate) fn query_device(&self) -> Result<ffi::ibv_device_attr> {
         // SAFETY: ibv_device_attr is integers and a char array: all-zero is valid.
@@ -500,12 +507,15 @@ impl Context {
         self: &Arc<Self>,
         cqe: u32,
         channel: Option<Arc<CompChannel>>,
+        comp_vector: u32,
     ) -> Result<Cq> {
         let cqe = c_int::try_from(cqe).map_err(|_| Error::InvalidArgument("cqe too large"))?;
+        // An int in C: a vector past i32::MAX is the negative one the caller meant.
+        let comp_vector = comp_vector as c_int;
         let ch = channel.as_ref().map_or(ptr::null_mut(), |c| c.ptr.as_ptr());
         // SAFETY: live context; the channel (if any) is live and outlives the CQ (held
         // by it below).
-        let p = unsafe { ffi::ibv_create_cq(self.raw(), cqe, ptr::null_mut(), ch, 0) };
+        let p = unsafe { ffi::ibv_create_cq(self.raw(), cqe, ptr::null_mut(), ch, comp_vector) };
         Ok(Cq {
             ptr: NonNull::new(p).ok_or_else(|| null_error("ibv_create_cq"))?,
             _ctx: self.clone(),

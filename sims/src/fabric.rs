@@ -326,12 +326,21 @@ impl Link for FabricLink {
         self.shared.step(None)
     }
 
-    fn set_multicast_groups(&self, groups: &[Ipv4Addr]) -> io::Result<()> {
+    fn join_multicast_group(&self, group: Ipv4Addr) -> io::Result<()> {
         let mut st = self.shared.state.lock();
         if let Some(n) = st.nodes.get_mut(self.node) {
-            n.groups = groups.to_vec();
+            if !n.groups.contains(&group) {
+                n.groups.push(group);
+            }
         }
         Ok(())
+    }
+
+    fn leave_multicast_group(&self, group: Ipv4Addr) {
+        let mut st = self.shared.state.lock();
+        if let Some(n) = st.nodes.get_mut(self.node) {
+            n.groups.retain(|g| *g != group);
+        }
     }
 }
 

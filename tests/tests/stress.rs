@@ -1,6 +1,7 @@
 //! Stress runs on the simulated fabric: the concurrency cases many times over (a race
 //! that shows once in a hundred runs shows here), and the full traffic mixes of issue
-//! #28 (100 QPs x 10,000 operations each), which the suite runs shortened.
+//! #28 (100 QPs x 10,000 operations each, on the fabric and over UDP on loopback),
+//! which the suite runs shortened.
 
 use tests::cases::traffic::{run_mix, FULL_OPS, MIXES};
 use tests::matrix::Verdict;
@@ -45,4 +46,26 @@ fn traffic_full_uc_sends_and_writes() {
 #[test]
 fn traffic_full_rc_mixed_ops_from_4_threads() {
     full(2);
+}
+
+/// The full mixes over UDP on loopback: every packet through the kernel's sockets.
+fn full_udp(which: usize) {
+    let backend = tests::EmuUdp::default();
+    let env = Env::from_opened(backend.open(), &backend);
+    run_mix(&env, which, FULL_OPS);
+}
+
+#[test]
+fn traffic_full_rc_mixed_ops_over_udp() {
+    full_udp(0);
+}
+
+#[test]
+fn traffic_full_uc_sends_and_writes_over_udp() {
+    full_udp(1);
+}
+
+#[test]
+fn traffic_full_rc_mixed_ops_from_4_threads_over_udp() {
+    full_udp(2);
 }

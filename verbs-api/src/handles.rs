@@ -78,15 +78,33 @@ impl Context {
         })))
     }
 
-    /// `ibv_create_cq`.
+    /// `ibv_create_cq` on completion vector 0.
     pub fn create_cq(&self, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq> {
-        let id = self.dev.create_cq(cqe, channel.map(|c| c.0.id))?;
+        self.create_cq_with_vector(cqe, channel, 0)
+    }
+
+    /// `ibv_create_cq` on completion vector `comp_vector` (below
+    /// [`num_comp_vectors`](Self::num_comp_vectors), else EINVAL).
+    pub fn create_cq_with_vector(
+        &self,
+        cqe: u32,
+        channel: Option<&CompChannel>,
+        comp_vector: u32,
+    ) -> Result<Cq> {
+        let id = self
+            .dev
+            .create_cq_with_vector(cqe, channel.map(|c| c.0.id), comp_vector)?;
         Ok(Cq(Arc::new(CqInner {
             dev: self.dev.clone(),
             id,
             _channel: channel.map(|c| c.0.clone()),
             live: true,
         })))
+    }
+
+    /// `ibv_context.num_comp_vectors`.
+    pub fn num_comp_vectors(&self) -> u32 {
+        self.dev.num_comp_vectors()
     }
 
     /// `ibv_get_async_event`.

@@ -162,8 +162,23 @@ pub trait Device: Send + Sync {
     /// poll/epoll (`ibv_comp_channel.fd`).
     fn comp_channel_fd(&self, channel: ChannelId) -> Result<i32>;
 
-    /// `ibv_create_cq` with at least `cqe` entries, optionally on a completion channel.
-    fn create_cq(&self, cqe: u32, channel: Option<ChannelId>) -> Result<CqId>;
+    /// `ibv_create_cq` with at least `cqe` entries, optionally on a completion channel,
+    /// on completion vector 0.
+    fn create_cq(&self, cqe: u32, channel: Option<ChannelId>) -> Result<CqId> {
+        self.create_cq_with_vector(cqe, channel, 0)
+    }
+    /// `ibv_create_cq` with its completion vector (manual 3.3.7: the vector whose
+    /// interrupts signal the CQ's events): EINVAL unless `comp_vector` is below
+    /// [`num_comp_vectors`](Self::num_comp_vectors).
+    fn create_cq_with_vector(
+        &self,
+        cqe: u32,
+        channel: Option<ChannelId>,
+        comp_vector: u32,
+    ) -> Result<CqId>;
+    /// `ibv_context.num_comp_vectors`: how many completion vectors a CQ may choose from
+    /// (at least 1 on an open device).
+    fn num_comp_vectors(&self) -> u32;
     /// `ibv_destroy_cq`: EBUSY while a QP uses it.
     fn destroy_cq(&self, cq: CqId) -> Result<()>;
     /// `ibv_resize_cq`.

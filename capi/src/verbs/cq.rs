@@ -41,12 +41,6 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut sys::ibv_comp_ch
     }
 }
 
-/// True if `v` names one of the context's completion vectors (`num_comp_vectors`);
-/// the kernel refuses a CQ on any other with EINVAL (`ib_uverbs_create_cq`).
-pub(crate) fn comp_vector_ok(ctx: &Context, v: i64) -> bool {
-    (0..i64::from(ctx.vctx.context.num_comp_vectors)).contains(&v)
-}
-
 /// Makes a CQ object for a created device CQ and records it in the context.
 pub(crate) fn new_cq(
     ctx: &Context,
@@ -93,9 +87,6 @@ pub unsafe extern "C" fn ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut sys::ibv_cq {
     let ctx = ctx_or!(context, null(EINVAL));
-    if !comp_vector_ok(ctx, i64::from(comp_vector)) {
-        return null(EINVAL);
-    }
     // SAFETY: module safety argument.
     let ch = match unsafe { channel_id(channel) } {
         Ok(c) => c,
@@ -104,7 +95,8 @@ pub unsafe extern "C" fn ibv_create_cq(
     let Ok(n) = u32::try_from(cqe) else {
         return null(EINVAL);
     };
-    match ctx.dev.create_cq(n, ch) {
+    // A negative vector becomes one past any the device has: EINVAL from the device.
+    match ctx.dev.create_cq_with_vector(n, ch, comp_vector as u32) {
         Ok(id) => new_cq(ctx, id, cqe, cq_context, channel).cast(),
         Err(e) => null(fail(&e)),
     }

@@ -229,7 +229,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut s
     vctx.context.device = device;
     vctx.context.cmd_fd = cmd_fd;
     vctx.context.async_fd = async_fd;
-    vctx.context.num_comp_vectors = 1;
+    vctx.context.num_comp_vectors = c_int::try_from(dev.num_comp_vectors()).unwrap_or(c_int::MAX);
     vctx.context.abi_compat = usize::MAX as *mut c_void;
     let ops = &mut vctx.context.ops;
     ops.poll_cq = Some(op_poll_cq);

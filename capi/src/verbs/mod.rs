@@ -168,7 +168,7 @@ mod srq;
 
 pub use ah::*;
 pub use cq::*;
-pub(crate) use cq::{channel_id, comp_vector_ok, new_cq};
+pub(crate) use cq::{channel_id, new_cq};
 use cq::{op_poll_cq, op_req_notify_cq};
 pub(crate) use device::devices;
 pub use device::*;

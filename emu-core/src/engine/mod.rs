@@ -952,8 +952,13 @@ impl Engine {
         self.mcast.detach(qpn, gid)
     }
 
-    /// The multicast GIDs some QP of the device is attached to (a driver joins them on
-    /// its link).
+    /// Whether some QP of the device is attached to `gid` (a driver joins the group on
+    /// its link while one is).
+    pub fn has_mcast_group(&self, gid: &Gid) -> bool {
+        self.mcast.has_group(gid)
+    }
+
+    /// The multicast GIDs some QP of the device is attached to, in order.
     pub fn mcast_groups(&self) -> Vec<Gid> {
         let mut v: Vec<Gid> = self.mcast.groups().copied().collect();
         v.sort();

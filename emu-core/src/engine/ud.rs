@@ -139,6 +139,11 @@ impl McastTable {
     pub(crate) fn groups(&self) -> impl Iterator<Item = &Gid> {
         self.groups.keys()
     }
+
+    /// Whether `gid` has a member.
+    pub(crate) fn has_group(&self, gid: &Gid) -> bool {
+        self.groups.contains_key(gid)
+    }
 }
 
 impl QueuePair {

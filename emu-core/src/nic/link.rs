@@ -62,15 +62,23 @@ pub trait Link: Send + Sync + std::fmt::Debug {
         let _ = on;
     }
 
-    /// Makes the link deliver what is sent to the IPv4 multicast `groups` to this
-    /// device, and stop delivering any other group: called with the whole set each time
-    /// a QP attaches or detaches. A link without multicast says `Unsupported`.
-    fn set_multicast_groups(&self, groups: &[Ipv4Addr]) -> io::Result<()> {
-        if groups.is_empty() {
-            Ok(())
-        } else {
-            Err(io::ErrorKind::Unsupported.into())
-        }
+    /// How many multicast groups the link can deliver at once, if it has a bound of its
+    /// own: the device advertises and enforces no more (`max_mcast_grp`).
+    fn max_multicast_groups(&self) -> Option<u32> {
+        None
+    }
+
+    /// Makes the link deliver what is sent to the IPv4 multicast `group` to this device
+    /// too: called when the first QP of the device attaches to it. A link without
+    /// multicast says `Unsupported`.
+    fn join_multicast_group(&self, group: Ipv4Addr) -> io::Result<()> {
+        let _ = group;
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Stops delivering `group` to this device: called when its last QP detaches.
+    fn leave_multicast_group(&self, group: Ipv4Addr) {
+        let _ = group;
     }
 }
 

@@ -84,7 +84,8 @@ pub struct EmuConfig {
     /// The UDP port of every device it talks to (4791 by default; 0 picks a free one,
     /// for a device that talks only to itself).
     pub port: u16,
-    /// Device limits.
+    /// Device limits. A link may lower the multicast ones: a UDP device joins at most
+    /// 256 groups (one socket each).
     pub limits: Limits,
     /// Busy-poll mode (UDP only): the device thread stays off the socket for 2 ms
     /// after the last `poll_cq` (instead of 200 us), leaving the datagrams to the
@@ -358,8 +359,17 @@ impl EmuDevice {
 }
 
 impl Inner {
-    pub(super) fn new(cfg: EmuConfig, link: Wire) -> Result<Arc<Inner>> {
+    pub(super) fn new(mut cfg: EmuConfig, link: Wire) -> Result<Arc<Inner>> {
         let rx = link.udp().map(UdpLink::rx_bufs);
+        // The device promises no more groups than its link can deliver (manual 3.3.1:
+        // max_mcast_grp is what the device supports).
+        if let Some(g) = link.max_multicast_groups() {
+            let l = &mut cfg.limits;
+            l.max_mcast_grp = l.max_mcast_grp.min(g);
+            l.max_total_mcast_qp_attach = l
+                .max_total_mcast_qp_attach
+                .min(l.max_mcast_grp.saturating_mul(l.max_mcast_qp_attach));
+        }
         Ok(Arc::new(Inner {
             gid: Gid::from_ipv4(cfg.ip),
             core: Mutex::new(Core {

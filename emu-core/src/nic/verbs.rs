@@ -59,19 +59,14 @@ impl EmuDevice {
         r
     }
 
-    /// Tells the link which multicast groups the engine's QPs are attached to. The
-    /// UDP link carries IPv4 groups only.
-    pub(super) fn sync_groups(&self) -> Result<()> {
-        let groups = self.inner.core.lock().engine.mcast_groups();
-        let mut v4 = Vec::with_capacity(groups.len());
-        for g in &groups {
-            v4.push(g.to_ipv4().ok_or(Error::Unsupported(
-                "the UDP link carries IPv4 multicast groups only",
-            ))?);
-        }
+    /// Joins `gid` on the link (the UDP link carries IPv4 groups only).
+    fn join_group(&self, gid: &Gid) -> Result<()> {
+        let group = gid.to_ipv4().ok_or(Error::Unsupported(
+            "the UDP link carries IPv4 multicast groups only",
+        ))?;
         self.inner
             .link
-            .set_multicast_groups(&v4)
+            .join_multicast_group(group)
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::Unsupported => {
                     Error::Unsupported("this link does not carry multicast")
@@ -239,7 +234,17 @@ impl Device for EmuDevice {
             .ok_or(Error::InvalidArgument("no such channel"))
     }
 
-    fn create_cq(&self, cqe: u32, channel: Option<ChannelId>) -> Result<CqId> {
+    fn create_cq_with_vector(
+        &self,
+        cqe: u32,
+        channel: Option<ChannelId>,
+        comp_vector: u32,
+    ) -> Result<CqId> {
+        if comp_vector >= self.num_comp_vectors() {
+            return Err(Error::InvalidArgument(
+                "comp_vector is not below num_comp_vectors",
+            ));
+        }
         if let Some(ch) = channel {
             if !self.inner.channels.lock().contains_key(&ch.0) {
                 return Err(Error::InvalidArgument("no such channel"));
@@ -250,6 +255,11 @@ impl Device for EmuDevice {
             self.inner.cq_channel.lock().insert(c.0, ch.0);
         }
         Ok(c)
+    }
+
+    /// One: the device thread raises every completion event.
+    fn num_comp_vectors(&self) -> u32 {
+        1
     }
 
     fn destroy_cq(&self, c: CqId) -> Result<()> {
@@ -394,13 +404,12 @@ impl Device for EmuDevice {
     fn attach_mcast(&self, qpn: u32, gid: &Gid, lid: u16) -> Result<()> {
         let _serial = self.inner.mcast.lock();
         let fresh = self.live(|e, _| {
-            let fresh = !e.mcast_groups().contains(gid);
+            let fresh = !e.has_mcast_group(gid);
             e.attach_mcast(qpn, gid, lid).map(|()| fresh)
         })?;
         if fresh {
-            if let Err(err) = self.sync_groups() {
+            if let Err(err) = self.join_group(gid) {
                 let _ = self.with_engine(|e, _| e.detach_mcast(qpn, gid, lid));
-                let _ = self.sync_groups();
                 return Err(err);
             }
         }
@@ -409,8 +418,14 @@ impl Device for EmuDevice {
 
     fn detach_mcast(&self, qpn: u32, gid: &Gid, lid: u16) -> Result<()> {
         let _serial = self.inner.mcast.lock();
-        self.with_engine(|e, _| e.detach_mcast(qpn, gid, lid))?;
-        self.sync_groups()
+        let gone = self.with_engine(|e, _| {
+            e.detach_mcast(qpn, gid, lid)
+                .map(|()| !e.has_mcast_group(gid))
+        })?;
+        if let Some(group) = gid.to_ipv4().filter(|_| gone) {
+            self.inner.link.leave_multicast_group(group);
+        }
+        Ok(())
     }
 
     fn get_async_event(&self, timeout: Option<Duration>) -> Result<AsyncEvent> {

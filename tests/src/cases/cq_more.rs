@@ -8,8 +8,8 @@
 //! google/rdma-unit-test checks the same conditions (`cq_test.cc` NegativeCqe, MaxCqe,
 //! ShareChannel, CqOverflowTest.SendSharedCqOverflow; `comp_channel_test.cc`
 //! MuxOntoSingleChannel, ManyOutstanding, UpgradeRequest, DowngradeRequest,
-//! DeleteWithUnacked, NoSpuriousEvents). Its comp_vector cases have no counterpart:
-//! the `Device` trait's `create_cq` takes no completion vector.
+//! DeleteWithUnacked, NoSpuriousEvents). The cases of `comp_vector` make a CQ on each
+//! completion vector the context has, and on vectors past them.
 
 use std::time::Duration;
 
@@ -34,6 +34,9 @@ pub(super) fn register(v: &mut Vec<Case>) {
     v.push(Case::param("cq::resize_above_max_cqe_is_einval", "manual 3.3.8 ibv_resize_cq, 3.3.1 (max_cqe bounds every CQ): resizing above the device's max_cqe fails (EINVAL) and the CQ still works", resize_bad, 1));
     v.push(Case::new("cq::create_with_max_cqe_succeeds", "manual 3.3.7 ibv_create_cq, 3.3.1 max_cqe (the largest CQ the device makes): a CQ of exactly max_cqe entries is created (google/rdma-unit-test CqTest.MaxCqe)", create_max));
     v.push(Case::new("cq::cqe_of_minus_1_is_einval", "manual 3.3.7 ibv_create_cq (cqe is an int: -1 reaches the device as 0xFFFFFFFF, above max_cqe): the create fails (EINVAL) (google/rdma-unit-test CqTest.NegativeCqe)", create_minus_one));
+    v.push(Case::new("cq::every_comp_vector_delivers_events", "manual 3.3.7 ibv_create_cq (comp_vector: any from 0 to the context's num_comp_vectors - 1), 3.6.8 ibv_get_cq_event: the context has at least one vector, and an armed CQ made on each (up to 16) raises its event for a completion", every_vector));
+    v.push(Case::param("cq::comp_vector_of_num_comp_vectors_is_einval", "manual 3.3.7 ibv_create_cq (comp_vector must be below num_comp_vectors; the kernel's ib_uverbs_create_cq refuses it with EINVAL): a CQ on vector num_comp_vectors is not made", bad_vector, 0));
+    v.push(Case::param("cq::comp_vector_of_minus_1_is_einval", "manual 3.3.7 ibv_create_cq (comp_vector is an int; a negative one names no vector: EINVAL): a CQ on vector -1 is not made", bad_vector, 1));
     v.push(Case::new("cq::overrun_of_a_cq_fed_by_both_queues_raises_cq_err", "manual 6.1.1 IBV_EVENT_CQ_ERR, 3.4.3 (send_cq and recv_cq may be one CQ): a CQ that takes both the send and the receive completions of a QP overruns when they outnumber its entries, and IBV_EVENT_CQ_ERR names it (google/rdma-unit-test CqOverflowTest.SendSharedCqOverflow)", shared_overrun).event(AsyncEventType::CqErr));
     v.push(Case::new("cq::one_channel_serves_several_cqs", "manual 3.3.10 ibv_create_comp_channel (one channel may serve several CQs), 3.6.8 ibv_get_cq_event (it returns the CQ the event is for): four armed CQs on one channel each raise one event naming it, and no fifth comes (google/rdma-unit-test MuxOntoSingleChannel)", several_cqs));
     v.push(Case::new("cq::events_pile_up_until_read", "manual 3.6.7-3.6.9 (each arming yields at most one event, which waits on the channel until read): 100 rounds of arming and completing without reading the channel leave between 1 and 100 events, each naming the CQ, then none (google/rdma-unit-test ManyOutstanding)", many_outstanding));
@@ -180,6 +183,36 @@ fn shared_overrun(env: &Env) -> Outcome {
             other => panic!("unexpected event {other:?}"),
         }
     }
+    Outcome::Pass
+}
+
+fn every_vector(env: &Env) -> Outcome {
+    let n = env.dev.num_comp_vectors();
+    assert!(n >= 1, "num_comp_vectors is {n}");
+    let ch = env.dev.create_comp_channel().expect("create_comp_channel");
+    let pd = env.pd();
+    let (_buf, mr) = env.mr(pd, 4096, crate::env::all_access());
+    for v in 0..n.min(16) {
+        let cq = env
+            .dev
+            .create_cq_with_vector(16, Some(ch), v)
+            .unwrap_or_else(|e| panic!("create_cq on vector {v} of {n}: {e}"));
+        let qpn = env.loop_qp(pd, cq);
+        env.dev.req_notify_cq(cq, false).expect("req_notify_cq");
+        env.post_send(qpn, write(&mr, u64::from(v)));
+        assert_eq!(next_event(env, ch), cq, "the event of the CQ on vector {v}");
+        assert_eq!(env.poll_one(cq).status, S::Success);
+    }
+    assert_no_event(env, ch);
+    Outcome::Pass
+}
+
+fn bad_vector(env: &Env, which: u64) -> Outcome {
+    let v = match which {
+        0 => env.dev.num_comp_vectors(),
+        _ => -1i32 as u32,
+    };
+    assert_errno(env.dev.create_cq_with_vector(16, None, v), EINVAL);
     Outcome::Pass
 }
 

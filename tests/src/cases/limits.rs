@@ -51,6 +51,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
     v.push(Case::new("limits::largest_inline_size_is_usable", "manual 3.4.3 cap.max_inline_data (the device refuses a size it cannot give: EINVAL), 3.6.5 IBV_SEND_INLINE: the largest max_inline_data create_qp accepts is reported back by query_qp, a SEND of that many inline bytes arrives intact, and one byte more at create_qp is EINVAL", inline_at_max));
     v.push(Case::param("limits::max_rd_atomic_at_device_limit_then_one_more_is_einval", "manual 3.3.1 max_qp_init_rd_atom, 3.5.1 ibv_modify_qp (max_rd_atomic, RTR->RTS): the device's limit is accepted and queried back, twice as many READs as it allows in flight all complete with their data; one more is EINVAL", rd_atomic_at_max, 0));
     v.push(Case::param("limits::max_dest_rd_atomic_at_device_limit_then_one_more_is_einval", "manual 3.3.1 max_qp_rd_atom, 3.5.1 ibv_modify_qp (max_dest_rd_atomic, INIT->RTR): the device's limit is accepted and queried back, and a peer may keep that many READs in flight; one more is EINVAL", rd_atomic_at_max, 1));
+    v.push(Case::new("limits::max_mcast_grp_groups_then_one_more_is_enomem", "manual 3.3.1 max_mcast_grp (the multicast groups the device supports), 3.6.13 ibv_attach_mcast: one UD QP joins that many groups (on hardware advertising more than 512: 512), and on the emulator a datagram sent to the last one arrives; one group more is refused with ENOMEM (as kernel rxe's rxe_attach_mcast); leaving one makes room", mcast_groups_at_max));
     v.push(Case::new("limits::max_mcast_qp_attach_then_one_more_is_enomem", "manual 3.3.1 max_mcast_qp_attach, 3.6.13 ibv_attach_mcast: that many UD QPs join one group; one more is refused with ENOMEM (as kernel rxe's rxe_attach_mcast)", mcast_at_max));
 }
 
@@ -601,6 +602,44 @@ fn mcast_at_max(env: &Env) -> Outcome {
         env.dev
             .attach_mcast(q, &group, 0)
             .expect("attach after a detach");
+    }
+    Outcome::Pass
+}
+
+/// The multicast GID of group `i` (239.2.x.y).
+fn group(i: u32) -> Gid {
+    let [_, _, hi, lo] = i.to_be_bytes();
+    Gid::from_ipv4(std::net::Ipv4Addr::new(239, 2, hi, lo))
+}
+
+fn mcast_groups_at_max(env: &Env) -> Outcome {
+    let max = env.dev.query_device().expect("query_device").max_mcast_grp;
+    let (n, exact) = target(env, max, HW_OBJECTS);
+    let p = env.pair(QpType::Ud);
+    for i in 0..n {
+        env.dev
+            .attach_mcast(p.b.qpn, &group(i), 0)
+            .unwrap_or_else(|e| panic!("join group {} of {n}: {e:?}", i + 1));
+    }
+    // The last group joined delivers. Kernel rxe does not loop a device's multicast
+    // back to its own QPs (the deviation of ud::multicast_reaches_every_attached_qp),
+    // so only the emulator is asked.
+    if env.emulator {
+        env.post_recv(p.b.qpn, RecvWr::new(5, vec![p.b.sge(0, 128)]));
+        let d = super::ud::dest(env, &p, env.params().qkey, 0xFF_FFFF, group(n - 1));
+        env.post_send(
+            p.a.qpn,
+            SendWr::send(1, vec![p.a.sge(0, 16)]).with_ud(d).signaled(),
+        );
+        assert_eq!(env.poll_one(p.a.cq).status, S::Success);
+        assert_eq!(env.poll_one(p.b.cq).wr_id, 5, "the group's datagram");
+    }
+    if exact {
+        assert_errno(env.dev.attach_mcast(p.b.qpn, &group(n), 0), ENOMEM);
+        env.dev.detach_mcast(p.b.qpn, &group(0), 0).expect("detach");
+        env.dev
+            .attach_mcast(p.b.qpn, &group(n), 0)
+            .expect("join after a detach");
     }
     Outcome::Pass
 }

@@ -9,8 +9,8 @@
 //! failure names its seed. In the suite the emulator runs 100 QPs x 240 operations and
 //! hardware (kernel rxe in a VM, a software device on an emulated CPU) 100 QPs x 40, so
 //! that the fabric suite stays under a minute and the VM step within its budget; the
-//! full 100 QPs x 10,000 operations of each mix run on the fabric as the `traffic_full`
-//! test of this crate ([`run_mix`]).
+//! full 100 QPs x 10,000 operations of each mix run on the fabric and over UDP as the
+//! `traffic_full_*` tests of this crate's `stress.rs` ([`run_mix`]).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -80,6 +80,12 @@ fn large_send_buffer(s: &Socket) {
 /// bytes, less 20 of IP header and 8 of UDP header.
 pub(crate) const GSO_MAX_BYTES: usize = 65_535 - 28;
 
+/// Multicast groups one UDP device joins at most. Each takes a socket (an open file) of
+/// its own, and a Linux socket joins at most `net.ipv4.igmp_max_memberships` groups (20
+/// by default), so sharing sockets would not reach far either; 256 keeps a process with
+/// a few devices inside the usual limit of 1,024 open files.
+pub(crate) const MAX_GROUPS: u32 = 256;
+
 /// A bound RoCEv2 UDP socket, and one socket per multicast group the device joined.
 ///
 /// Multicast is IP multicast: a send to a multicast GID goes to the IPv4 group address
@@ -281,16 +287,21 @@ impl Link for UdpLink {
         }
     }
 
-    fn set_multicast_groups(&self, groups: &[Ipv4Addr]) -> io::Result<()> {
+    fn max_multicast_groups(&self) -> Option<u32> {
+        Some(MAX_GROUPS)
+    }
+
+    fn join_multicast_group(&self, group: Ipv4Addr) -> io::Result<()> {
         let mut joined = self.groups.lock();
-        joined.retain(|(g, _)| groups.contains(g));
-        for g in groups {
-            if !joined.iter().any(|(j, _)| j == g) {
-                let sock = self.join(*g)?;
-                joined.push((*g, sock));
-            }
+        if !joined.iter().any(|(g, _)| *g == group) {
+            let sock = self.join(group)?;
+            joined.push((group, sock));
         }
         Ok(())
+    }
+
+    fn leave_multicast_group(&self, group: Ipv4Addr) {
+        self.groups.lock().retain(|(g, _)| *g != group);
     }
 }
 
