@@ -737,3 +737,26 @@ fn event_fds_are_readable_while_an_event_waits() {
     assert_eq!(db.get_cq_event(ch, Some(Duration::ZERO)).unwrap(), b.cq);
     assert!(!fd_readable(ch_fd, Duration::ZERO));
 }
+
+/// A device whose address and port another program holds (a socket that does not share
+/// them) fails with one line naming the address and the holder.
+#[test]
+fn a_held_address_names_its_holder() {
+    let ip = Ipv4Addr::new(127, 0, 95, 9);
+    let held = UdpSocket::bind((ip, 0)).unwrap();
+    let port = held.local_addr().unwrap().port();
+    let e = EmuDevice::open(EmuConfig {
+        ip,
+        port,
+        ..EmuConfig::default()
+    })
+    .unwrap_err();
+    assert_eq!(e.errno(), 98, "{e}");
+    let text = e.to_string();
+    let want = format!(
+        "{ip}:{port} is already taken by process {} (",
+        std::process::id()
+    );
+    assert!(text.contains(&want), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+}

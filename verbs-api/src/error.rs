@@ -45,6 +45,8 @@ pub mod errno {
     pub const ENODATA: i32 = 61;
     /// Operation not supported on transport endpoint.
     pub const EOPNOTSUPP: i32 = 95;
+    /// Address already in use.
+    pub const EADDRINUSE: i32 = 98;
     /// Connection timed out.
     pub const ETIMEDOUT: i32 = 110;
 
@@ -68,6 +70,7 @@ pub mod errno {
             ENOSYS => "ENOSYS",
             ENODATA => "ENODATA",
             EOPNOTSUPP => "EOPNOTSUPP",
+            EADDRINUSE => "EADDRINUSE",
             ETIMEDOUT => "ETIMEDOUT",
             _ => return None,
         })
@@ -101,6 +104,15 @@ pub enum Error {
     TimedOut,
     /// `ENODEV`: no device with this name (manual 3.2.5 ibv_open_device).
     NoDevice(String),
+    /// `EADDRINUSE`: the address and UDP port a device was to open are held by a socket
+    /// that does not share them (another program, or a device that keeps its address to
+    /// itself).
+    AddressInUse {
+        /// The address and port.
+        address: std::net::SocketAddr,
+        /// Who holds them, when that can be told: `process PID (COMMAND)`.
+        holder: Option<String>,
+    },
     /// Any other errno, as reported by the operating system or a kernel driver.
     Os {
         /// The errno value.
@@ -124,6 +136,7 @@ impl Error {
             Error::WouldBlock => errno::EAGAIN,
             Error::TimedOut => errno::ETIMEDOUT,
             Error::NoDevice(_) => errno::ENODEV,
+            Error::AddressInUse { .. } => errno::EADDRINUSE,
             Error::Os { errno, .. } => *errno,
         }
     }
@@ -165,6 +178,13 @@ impl fmt::Display for Error {
             Error::WouldBlock => f.write_str("resource temporarily unavailable"),
             Error::TimedOut => f.write_str("timed out"),
             Error::NoDevice(name) => write!(f, "no such device: {name}"),
+            Error::AddressInUse { address, holder } => {
+                write!(f, "{address} is already taken")?;
+                if let Some(h) = holder {
+                    write!(f, " by {h}")?;
+                }
+                f.write_str(", which does not share it: use another address or port")
+            }
             Error::Os { context, .. } => f.write_str(context),
         }
     }
@@ -240,6 +260,16 @@ mod tests {
         assert_eq!(Error::WouldBlock.errno(), 11);
         assert_eq!(Error::TimedOut.errno(), 110);
         assert_eq!(Error::NoDevice("rxe0".into()).errno(), 19);
+        let taken = Error::AddressInUse {
+            address: "127.0.0.1:4791".parse().unwrap(),
+            holder: Some("process 7 (nc)".into()),
+        };
+        assert_eq!(taken.errno(), 98);
+        assert_eq!(
+            taken.to_string(),
+            "EADDRINUSE: 127.0.0.1:4791 is already taken by process 7 (nc), which does not \
+             share it: use another address or port"
+        );
         assert_eq!(
             Error::Os {
                 errno: 5,

@@ -134,43 +134,11 @@ fn open_emu(cfg: &DeviceConfig) -> verbs_api::Result<EmuDevice> {
     let mut last = Error::InvalidArgument("no free address");
     for ip in config::auto_candidates(cfg.ip) {
         match open(ip) {
-            Err(e @ Error::Os { errno, .. }) if errno == libc::EADDRINUSE => last = e,
+            Err(e @ Error::AddressInUse { .. }) => last = e,
             r => return r,
         }
     }
     Err(last)
-}
-
-/// The process that holds the UDP socket bound to `ip:port`, and its command name:
-/// the socket's inode from `/proc/net/udp`, then the process with a descriptor on it.
-/// None when it cannot be told (another user's process, a socket bound to every
-/// address).
-fn udp_holder(ip: std::net::Ipv4Addr, port: u16) -> Option<(u32, String)> {
-    // /proc/net/udp writes the address as the bytes of the (network order) u32 in
-    // host order, then the port: "0100007F:12B7" for 127.0.0.1:4791.
-    let want = format!("{:08X}:{port:04X}", u32::from_ne_bytes(ip.octets()));
-    let table = std::fs::read_to_string("/proc/net/udp").ok()?;
-    let inode = table.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(1) == Some(&want.as_str())).then(|| f.get(9).map(|s| s.to_string()))?
-    })?;
-    let target = format!("socket:[{inode}]");
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
-            continue;
-        };
-        let holds = fds.flatten().any(|fd| {
-            std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str())
-        });
-        if holds {
-            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            return Some((pid, comm.trim().to_string()));
-        }
-    }
-    None
 }
 
 /// `ibv_open_device`.
@@ -192,23 +160,14 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut s
                     dev
                 }
                 Err(e) => {
-                    if e.errno() == libc::EADDRINUSE && !d.cfg.auto_ip {
-                        let who = udp_holder(d.cfg.ip, d.cfg.port)
-                            .map_or_else(String::new, |(pid, comm)| {
-                                format!(" by process {pid} ({comm})")
-                            });
-                        eprintln!(
-                            "rdma-emu libibverbs: cannot open {}: {}:{} is already taken{who}, \
-                             which does not share it (emulated devices given one address \
-                             share it; one that picked its own address, one in interop \
-                             mode or another program's socket does not); use another \
-                             address (RDMA_EMU_IP=127.0.0.N, or leave it unset to take the \
-                             next free one)",
-                            d.cfg.name, d.cfg.ip, d.cfg.port
-                        );
+                    // Emulated devices given one address share it; one that picked its
+                    // own, one in interop mode or another program's socket does not.
+                    let hint = if matches!(e, Error::AddressInUse { .. }) && !d.cfg.auto_ip {
+                        " (RDMA_EMU_IP=127.0.0.N, or leave it unset to take the next free one)"
                     } else {
-                        eprintln!("rdma-emu libibverbs: cannot open {}: {e}", d.cfg.name);
-                    }
+                        ""
+                    };
+                    eprintln!("rdma-emu libibverbs: cannot open {}: {e}{hint}", d.cfg.name);
                     return null(e.errno());
                 }
             },

@@ -258,19 +258,23 @@ impl std::fmt::Debug for EmuDevice {
 impl EmuDevice {
     /// Opens a device on UDP: binds its socket and starts its thread. Devices that open
     /// one address share it, as processes share one kernel rxe device, unless
-    /// [`interop::LinkOptions::exclusive`] keeps it to one. EADDRINUSE and the like come
-    /// back as [`Error::Os`].
+    /// [`interop::LinkOptions::exclusive`] keeps it to one. An address held by a
+    /// socket that does not share it is [`Error::AddressInUse`], naming its holder when
+    /// the host tells; other failures come back as [`Error::Os`].
     pub fn open(cfg: EmuConfig) -> Result<EmuDevice> {
         let (udp, member) =
-            share::bind(cfg.ip, cfg.port, &cfg.link).map_err(|(context, e)| Error::Os {
-                errno: e
-                    .raw_os_error()
-                    .unwrap_or(if e.kind() == std::io::ErrorKind::AddrInUse {
-                        nix::errno::Errno::EADDRINUSE as i32
-                    } else {
-                        nix::errno::Errno::EIO as i32
-                    }),
-                context,
+            share::bind(cfg.ip, cfg.port, &cfg.link).map_err(|(context, e)| {
+                if e.kind() == std::io::ErrorKind::AddrInUse {
+                    Error::AddressInUse {
+                        address: std::net::SocketAddrV4::new(cfg.ip, cfg.port).into(),
+                        holder: share::holder(cfg.ip, cfg.port),
+                    }
+                } else {
+                    Error::Os {
+                        errno: e.raw_os_error().unwrap_or(nix::errno::Errno::EIO as i32),
+                        context,
+                    }
+                }
             })?;
         let udp = Arc::new(udp);
         let mut cfg = cfg;

@@ -234,6 +234,37 @@ pub(crate) fn bind(
     Ok((udp, Some(member)))
 }
 
+/// Who holds the UDP socket bound to `ip:port`: `process PID (COMMAND)`, from the
+/// socket's inode in `/proc/net/udp` and the process with a descriptor on it. None when
+/// it cannot be told (another user's process, a socket bound to every address).
+pub(crate) fn holder(ip: Ipv4Addr, port: u16) -> Option<String> {
+    // /proc/net/udp writes the address as the bytes of the (network order) u32 in host
+    // order, then the port: "0100007F:12B7" for 127.0.0.1:4791.
+    let want = format!("{:08X}:{port:04X}", u32::from_ne_bytes(ip.octets()));
+    let table = std::fs::read_to_string("/proc/net/udp").ok()?;
+    let inode = table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&want.as_str())).then(|| f.get(9).map(|s| s.to_string()))?
+    })?;
+    let target = format!("socket:[{inode}]");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str())
+        });
+        if holds {
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            return Some(format!("process {pid} ({})", comm.trim()));
+        }
+    }
+    None
+}
+
 /// Where a received datagram goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Route {
