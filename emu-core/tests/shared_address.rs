@@ -536,7 +536,6 @@ fn pairs_in_threads(n: usize, ip_a: Ipv4Addr, ip_b: Ipv4Addr, port: u16) {
 /// 32 threads, every device on one of two addresses and one port, each pair's
 /// transfer whole.
 #[test]
-#[ignore = "fails now and then: in a CI run of `cargo test --workspace` 4 of 32 pairs ran out of retries even with a 1 s ACK timeout; alone it passed 10 of 10 (issue #29 item 3, issue #26 point 2); run with --ignored"]
 fn thirty_two_pairs_at_once_in_threads() {
     pairs_in_threads(
         32,
@@ -564,7 +563,6 @@ fn child_pairs() {
 /// The same as four processes of eight pairs each, started together, as `cargo test`
 /// runs several test binaries.
 #[test]
-#[ignore = "fails now and then: in a CI run of `cargo test --workspace` 4 of 32 pairs ran out of retries even with a 1 s ACK timeout; alone it passed 10 of 10 (issue #29 item 3, issue #26 point 2); run with --ignored"]
 fn thirty_two_pairs_at_once_in_processes() {
     let port = (port() + 7).to_string();
     let children: Vec<_> = (0..4)

@@ -262,20 +262,19 @@ impl EmuDevice {
     /// socket that does not share it is [`Error::AddressInUse`], naming its holder when
     /// the host tells; other failures come back as [`Error::Os`].
     pub fn open(cfg: EmuConfig) -> Result<EmuDevice> {
-        let (udp, member) =
-            share::bind(cfg.ip, cfg.port, &cfg.link).map_err(|(context, e)| {
-                if e.kind() == std::io::ErrorKind::AddrInUse {
-                    Error::AddressInUse {
-                        address: std::net::SocketAddrV4::new(cfg.ip, cfg.port).into(),
-                        holder: share::holder(cfg.ip, cfg.port),
-                    }
-                } else {
-                    Error::Os {
-                        errno: e.raw_os_error().unwrap_or(nix::errno::Errno::EIO as i32),
-                        context,
-                    }
+        let (udp, member) = share::bind(cfg.ip, cfg.port, &cfg.link).map_err(|(context, e)| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                Error::AddressInUse {
+                    address: std::net::SocketAddrV4::new(cfg.ip, cfg.port).into(),
+                    holder: share::holder(cfg.ip, cfg.port),
                 }
-            })?;
+            } else {
+                Error::Os {
+                    errno: e.raw_os_error().unwrap_or(nix::errno::Errno::EIO as i32),
+                    context,
+                }
+            }
+        })?;
         let udp = Arc::new(udp);
         let mut cfg = cfg;
         cfg.port = udp.port();

@@ -306,8 +306,11 @@ impl Router {
     }
 
     /// Another device joined the address: read the members again at the next datagram
-    /// for one not known.
+    /// for another member. The whole reading goes, not only the read time: the newcomer
+    /// may have taken the slot of a member that left, with an inbox of its own, and
+    /// what is passed on to the old inbox is lost.
     pub(crate) fn forget(&mut self) {
+        self.members = [None; MEMBERS];
         self.read_at = None;
     }
 
@@ -503,6 +506,34 @@ mod tests {
         assert_eq!(r.route(&bth(5 << QPN_BLOCK_SHIFT), ip, now), Route::Here);
         assert_eq!(r.route(&[0u8; 5], ip, now), Route::Here);
         drop(other);
+    }
+
+    /// A member that leaves and a newcomer that takes its slot: once told (the
+    /// newcomer's join, [`Router::forget`]), the router passes the slot's datagrams to
+    /// the newcomer's inbox, not the old one.
+    #[test]
+    fn a_reused_slot_gets_the_newcomers_inbox() {
+        let ip = unique_ip();
+        let port = 4795;
+        let me = Member::join(ip, port, 1111).unwrap();
+        let old = Member::join(ip, port, 2222).unwrap();
+        let slot = old.slot();
+        let mut r = Router::new(ip, port, me.slot());
+        let now = Instant::now();
+        let qpn = u32::from(slot) << QPN_BLOCK_SHIFT | 7;
+        assert_eq!(
+            r.route(&bth(qpn), ip, now),
+            Route::To(SocketAddrV4::new(ip, 2222))
+        );
+        drop(old);
+        let new = Member::join(ip, port, 3333).unwrap();
+        assert_eq!(new.slot(), slot, "the freed slot is taken again");
+        r.forget();
+        assert_eq!(
+            r.route(&bth(qpn), ip, now),
+            Route::To(SocketAddrV4::new(ip, 3333))
+        );
+        drop((me, new));
     }
 
     /// The header carries the sender and TOS; anything without the marker is refused.
