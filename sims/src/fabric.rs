@@ -78,6 +78,17 @@ pub trait Station: Send + Sync {
     fn handle_timeout(&self) {}
 }
 
+/// Something on the fabric's clock but not on its network: the fabric fires its timers
+/// at its `now`, in order with the stations' timers and its deliveries (a connection
+/// manager on the fabric, `emu-cm`'s `EmuCm::on_fabric`). Attached with
+/// [`Fabric::add_timer`].
+pub trait Timer: Send + Sync {
+    /// When the timer is next due (`None`: not armed).
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// Fires what is due now (at the fabric's `now`).
+    fn handle_timeout(&self);
+}
+
 struct Device(DeviceDriver);
 
 impl Station for Device {
@@ -263,6 +274,8 @@ struct Shared {
     /// Reader-biased: a device stepping the fabric from inside a callback takes the
     /// read lock again while another thread may be waiting to write.
     stations: RecursiveRwLock<Vec<Arc<dyn Station>>>,
+    /// Timers with no address ([`Fabric::add_timer`]).
+    timers: RecursiveRwLock<Vec<Arc<dyn Timer>>>,
 }
 
 /// An in-memory network with virtual time. Cloning gives another handle to the same
@@ -374,11 +387,21 @@ impl Shared {
             .fetch_max(t.as_nanos() as u64, Ordering::Relaxed);
     }
 
-    /// When the next timer of any station is due (no earlier than `now`), and whose.
-    fn next_timer(&self, eps: &[Arc<dyn Station>], now: Duration) -> Option<(Duration, usize)> {
+    /// When the next timer of any station or [`Timer`] is due (no earlier than `now`),
+    /// and whose: an index into the stations, then on into the timers.
+    fn next_timer(
+        &self,
+        eps: &[Arc<dyn Station>],
+        timers: &[Arc<dyn Timer>],
+        now: Duration,
+    ) -> Option<(Duration, usize)> {
         let mut timer: Option<(Duration, usize)> = None;
-        for (i, e) in eps.iter().enumerate() {
-            if let Some(t) = e.poll_timeout() {
+        let due = eps
+            .iter()
+            .map(|e| e.poll_timeout())
+            .chain(timers.iter().map(|t| t.poll_timeout()));
+        for (i, due) in due.enumerate() {
+            if let Some(t) = due {
                 let at = t.saturating_duration_since(self.t0).max(now);
                 if timer.is_none_or(|(best, _)| at < best) {
                     timer = Some((at, i));
@@ -392,6 +415,7 @@ impl Shared {
     fn step(&self, limit: Option<Duration>) -> bool {
         let now = self.now();
         let eps = self.stations.read();
+        let timers = self.timers.read();
         let mut st = self.state.lock();
         // A packet due now goes first without asking the stations for their timers
         // (asking takes each device's lock): no timer is due before now, and packets
@@ -402,7 +426,7 @@ impl Shared {
             None
         } else {
             drop(st);
-            let t = self.next_timer(&eps, now);
+            let t = self.next_timer(&eps, &timers, now);
             st = self.state.lock();
             t
         };
@@ -465,7 +489,10 @@ impl Shared {
             }
         } else if let Some((_, i)) = timer {
             drop(st);
-            eps[i].handle_timeout();
+            match eps.get(i) {
+                Some(e) => e.handle_timeout(),
+                None => timers[i - eps.len()].handle_timeout(),
+            }
         }
         true
     }
@@ -804,6 +831,7 @@ impl Fabric {
                     stats: FabricStats::default(),
                 }),
                 stations: RecursiveRwLock::new(Vec::new()),
+                timers: RecursiveRwLock::new(Vec::new()),
             }),
         }
     }
@@ -865,6 +893,11 @@ impl Fabric {
         let (node, link) = self.attach(name, ip)?;
         self.shared.stations.write()[node] = ep;
         Ok(link)
+    }
+
+    /// Attaches a [`Timer`]: the fabric fires it at its `now` from then on.
+    pub fn add_timer(&self, t: Arc<dyn Timer>) {
+        self.shared.timers.write().push(t);
     }
 
     fn attach(&self, name: &str, ip: Ipv4Addr) -> Result<(usize, Arc<dyn Link>), FabricError> {
@@ -1010,6 +1043,12 @@ impl Fabric {
     /// Virtual time since the fabric was made.
     pub fn now(&self) -> Duration {
         self.shared.now()
+    }
+
+    /// The fabric's now as an `Instant`: the clock of its links (`Link::now`) and of
+    /// the timers of its stations and [`Timer`]s.
+    pub fn instant(&self) -> Instant {
+        self.shared.t0 + self.shared.now()
     }
 
     /// One step: delivers the next packet or fires the next timer (advancing time to

@@ -27,7 +27,7 @@ pub mod scenario;
 pub mod svg;
 pub mod trace;
 
-pub use fabric::{Fabric, FabricError, FabricStats, Station};
+pub use fabric::{Fabric, FabricError, FabricStats, Station, Timer};
 pub use fault::LinkConfig;
 pub use hook::RuleHook;
 pub use rules::{Action, Kind, Match, PacketInfo, Rule, Which};
