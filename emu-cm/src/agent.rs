@@ -12,8 +12,8 @@ use verbs_api::{
     QpInitAttr, QpParams, QpType, RecvWr, Result, SendWr, Sge, UdDest, WcStatus, WorkCompletion,
 };
 
-use super::mad::MAD_LEN;
-use crate::engine::{init_ah_from_wc, GRH_LEN, GSI_QKEY, GSI_QPN};
+use emu_core::engine::{init_ah_from_wc, GRH_LEN, GSI_QKEY, GSI_QPN};
+use emu_wire::mad::MAD_LEN;
 
 /// Receive buffers kept posted on QP1.
 const RECV_SLOTS: usize = 128;

@@ -4,30 +4,33 @@
 //! addresses), so the wire is the one a real rdma_cm peer speaks.
 //!
 //! An [`EmuCm`] is the CM of one host: it serves the devices it is given (each gets its
-//! GSI QP, QP1, made through the plain `Device` verbs; see `engine::gsi`), and an id is
-//! bound to the device that owns its address or reaches its peer.
+//! GSI QP, QP1, made through the plain `Device` verbs; see `emu_core::engine::gsi`), and
+//! an id is bound to the device that owns its address or reaches its peer. It uses
+//! nothing of a device but [`Device`], so it runs over any backend that has QP1.
 //!
-//! - [`mad`]: the CM MADs as bytes.
+//! - `emu_wire::mad`: the CM MADs as bytes.
 //! - `agent`: one device's QP1, buffers and address handles.
-//! - `proto`: ids, states, timers, and what each MAD does.
-//! - `channel`: event channels.
+//! - `proto`: ids, states, timers, and what each MAD does; time is passed in.
+//! - `fabric` (feature `fabric`): the CM on a simulated fabric's clock.
 //!
 //! Time: [`EmuCm::open`] runs on real time, with a thread that takes MADs as they
-//! arrive and fires the CM's timers. [`EmuCm::open_virtual`] runs on a simulated fabric
-//! with virtual time and no thread: the CMs that share a [`VirtualNet`] move when a CM
-//! call waits (`get_cm_event`, `get_request`): they let the fabric deliver what is in
-//! flight (through the devices' own idle hook), take the MADs, and when the fabric has
-//! nothing left to do, jump the CM clock to the next CM timer. A single-threaded test
-//! is then deterministic, and a lost REQ costs no real time.
+//! arrive and fires the CM's timers. `EmuCm::on_fabric` (feature `fabric`, on by
+//! default) runs on the clock of a `sims::Fabric`, with no thread: the fabric fires
+//! the CM's timers at its `now` and, after each packet it delivers, lets the CM take
+//! the MADs that arrived, in order with everything else on the fabric; a CM call that
+//! waits (`get_cm_event`, `get_request`) runs the fabric until its event comes or
+//! nothing can happen any more. A single-threaded test is then deterministic, and a
+//! lost REQ costs no real time.
+#![forbid(unsafe_code)]
 
 mod agent;
-pub mod mad;
-pub(crate) mod ports;
+#[cfg(feature = "fabric")]
+mod fabric;
 mod proto;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -37,8 +40,9 @@ use verbs_api::{
     PortSpace, QpAttr, QpAttrMask, QpInitAttr, QpState, Result,
 };
 
-use crate::notify::Notifier;
 use agent::Agent;
+use emu_core::notify::Notifier;
+use emu_wire::mad;
 
 /// The queue of one `rdma_event_channel`.
 type EventQueue = Notifier<CmEvent>;
@@ -91,91 +95,46 @@ pub struct CmStats {
     pub send_errors: u64,
 }
 
-/// The CMs that share one simulated fabric: one virtual clock, and every member moves
-/// when any of them waits.
-#[derive(Debug)]
-pub struct VirtualNet {
-    now: Mutex<Instant>,
-    members: Mutex<Vec<Weak<Shared>>>,
+/// The time a CM runs on, and how a CM call that waits for an event lets it pass.
+trait Clock: Send + Sync {
+    /// Now.
+    fn now(&self) -> Instant;
+
+    /// Waits up to `timeout` (forever for `None`) for an event of `q` that `want`
+    /// takes, while the CM `cm` moves on this clock.
+    fn wait(
+        &self,
+        cm: &Shared,
+        q: &EventQueue,
+        want: &dyn Fn(&CmEvent) -> bool,
+        timeout: Option<Duration>,
+    ) -> Result<CmEvent>;
 }
 
-impl VirtualNet {
-    /// A new, empty set.
-    pub fn new() -> Arc<VirtualNet> {
-        Arc::new(VirtualNet {
-            now: Mutex::new(Instant::now()),
-            members: Mutex::new(Vec::new()),
-        })
-    }
+/// Real time: the CM's thread takes MADs as they come and fires the timers
+/// ([`Shared::run`]); a call waits for its event in real time.
+struct RealTime;
 
+impl Clock for RealTime {
     fn now(&self) -> Instant {
-        *self.now.lock()
+        Instant::now()
     }
 
-    fn members(&self) -> Vec<Arc<Shared>> {
-        let mut m = self.members.lock();
-        m.retain(|w| w.strong_count() > 0);
-        m.iter().filter_map(Weak::upgrade).collect()
+    fn wait(
+        &self,
+        _: &Shared,
+        q: &EventQueue,
+        want: &dyn Fn(&CmEvent) -> bool,
+        timeout: Option<Duration>,
+    ) -> Result<CmEvent> {
+        q.pop_where(want, timeout)
     }
-
-    /// Moves every member on by one step: takes the MADs that arrived and fires due
-    /// timers, else lets the fabric deliver what is in flight, else jumps the clock to
-    /// the next CM timer. False when nothing can ever happen. `get_cm_event` calls it
-    /// while it waits; a test may call it to let time pass between two CM calls.
-    pub fn step(&self) -> bool {
-        let members = self.members();
-        let pump_all = || {
-            let now = self.now();
-            let mut did = false;
-            for m in &members {
-                did |= m.state.lock().pump(now);
-            }
-            did
-        };
-        if pump_all() {
-            return true;
-        }
-        // Let the fabric deliver what is in flight: a device's wait runs the fabric
-        // until a MAD lands on its QP1 or nothing is left.
-        let probe = members.iter().find_map(|m| {
-            let st = m.state.lock();
-            st.agents
-                .iter()
-                .find(|a| !a.dead)
-                .map(|a| (a.dev.clone(), a.channel))
-        });
-        if let Some((dev, ch)) = probe {
-            if dev.get_cq_event(ch, Some(Duration::ZERO)).is_ok() {
-                return true;
-            }
-        }
-        if pump_all() {
-            return true;
-        }
-        let next = members
-            .iter()
-            .filter_map(|m| m.state.lock().next_deadline())
-            .min();
-        match next {
-            Some(t) => {
-                let mut now = self.now.lock();
-                *now = (*now).max(t);
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-enum Clock {
-    Real,
-    Virtual(Arc<VirtualNet>),
 }
 
 /// One CM's state behind its lock.
 struct Shared {
     state: Mutex<State>,
-    clock: Clock,
+    clock: Arc<dyn Clock>,
     stop: AtomicBool,
 }
 
@@ -186,13 +145,6 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
-    fn now(&self) -> Instant {
-        match &self.clock {
-            Clock::Real => Instant::now(),
-            Clock::Virtual(net) => net.now(),
-        }
-    }
-
     /// The CM thread of real time: takes MADs as they come, fires timers.
     fn run(&self) {
         let (dev, ch, many) = {
@@ -259,14 +211,12 @@ impl EmuCm {
     /// The CM of `devices` on real time (devices on UDP), with its own thread. Each
     /// device gets its QP1 (EBUSY if another CM serves it already).
     pub fn open(devices: Vec<Arc<dyn Device>>, cfg: CmConfig) -> Result<EmuCm> {
+        // The first Local Communication ID differs per CM (see `emu_core::seed`).
+        let mut state = State::new(agents(devices)?, cfg, emu_core::seed::instance_seed());
+        state.host_ports = true;
         let shared = Arc::new(Shared {
-            // The first Local Communication ID differs per CM (see `crate::seed`).
-            state: Mutex::new({
-                let mut s = State::new(agents(devices)?, cfg, crate::seed::instance_seed());
-                s.host_ports = true;
-                s
-            }),
-            clock: Clock::Real,
+            state: Mutex::new(state),
+            clock: Arc::new(RealTime),
             stop: AtomicBool::new(false),
         });
         let worker = shared.clone();
@@ -277,25 +227,6 @@ impl EmuCm {
         Ok(EmuCm {
             shared,
             thread: Some(thread),
-        })
-    }
-
-    /// The CM of `devices` on a simulated fabric, sharing the virtual clock of `net`
-    /// with the other CMs of that fabric. No thread: it moves when a CM call waits.
-    pub fn open_virtual(
-        net: &Arc<VirtualNet>,
-        devices: Vec<Arc<dyn Device>>,
-        cfg: CmConfig,
-    ) -> Result<EmuCm> {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(agents(devices)?, cfg, 0)),
-            clock: Clock::Virtual(net.clone()),
-            stop: AtomicBool::new(false),
-        });
-        net.members.lock().push(Arc::downgrade(&shared));
-        Ok(EmuCm {
-            shared,
-            thread: None,
         })
     }
 
@@ -335,7 +266,7 @@ impl EmuCm {
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {
-        let now = self.shared.now();
+        let now = self.shared.clock.now();
         let mut st = self.shared.state.lock();
         st.watch();
         f(&mut st, now)
@@ -355,18 +286,7 @@ impl EmuCm {
             .get(&ch)
             .cloned()
             .ok_or(Error::InvalidArgument("no such event channel"))?;
-        match &self.shared.clock {
-            Clock::Real => q.pop_where(want, timeout),
-            Clock::Virtual(net) => loop {
-                if let Some(ev) = q.try_pop_where(want) {
-                    return Ok(ev);
-                }
-                if !net.step() {
-                    // Nothing in flight and no timer: nothing will ever come.
-                    return q.try_pop_where(want).ok_or(Error::TimedOut);
-                }
-            },
-        }
+        self.shared.clock.wait(&self.shared, &q, want, timeout)
     }
 }
 

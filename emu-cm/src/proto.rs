@@ -36,11 +36,13 @@ use verbs_api::{
 
 mod mcast;
 
-use super::agent::Agent;
-use super::mad::{self, reason, CmMsg, CmaHdr, Ids, Mra, Rej, Rep, Req, SidrRep, SidrReq};
-use super::ports;
-use super::EventQueue;
-use super::{CmConfig, CmStats};
+use emu_core::engine::COMM_BLOCK_SHIFT;
+use emu_core::ports;
+use emu_wire::mad::{self, reason, CmMsg, CmaHdr, Ids, Mra, Rej, Rep, Req, SidrRep, SidrReq};
+
+use crate::agent::Agent;
+use crate::EventQueue;
+use crate::{CmConfig, CmStats};
 
 /// The Q_Key rdma_cm gives `RDMA_PS_UDP` QPs (`RDMA_UDP_QKEY`).
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
@@ -60,7 +62,7 @@ const PROBES: u8 = 4;
 const EPHEMERAL: u16 = 49152;
 
 /// The bits of a communication ID below the device's block.
-const COMM_COUNTER: u32 = (1 << mad::COMM_BLOCK_SHIFT) - 1;
+const COMM_COUNTER: u32 = (1 << COMM_BLOCK_SHIFT) - 1;
 
 /// IBTA's time code: 4.096 us * 2^t.
 pub fn cm_time(t: u8) -> Duration {
@@ -279,13 +281,13 @@ impl State {
     }
 
     /// A Local Communication ID for a connection on device `dev`: its top bits are the
-    /// device's block ([`crate::nic`]'s `share`: a MAD naming it reaches the process
+    /// device's block (`emu_core::nic`'s `share`: a MAD naming it reaches the process
     /// that holds the connection when processes share the device's address).
     fn alloc_comm(&mut self, dev: usize) -> u32 {
         let block = u32::from(self.agents.get(dev).map_or(0, |a| a.block));
         loop {
             self.next_comm = self.next_comm.wrapping_add(1);
-            let c = (block << mad::COMM_BLOCK_SHIFT) | (self.next_comm & COMM_COUNTER);
+            let c = (block << COMM_BLOCK_SHIFT) | (self.next_comm & COMM_COUNTER);
             if c != 0 {
                 return c;
             }
@@ -871,8 +873,8 @@ impl State {
                 srq: param.srq,
                 local_lid: 0xFFFF,
                 remote_lid: 0xFFFF,
-                local_gid: agent.gid,
-                remote_gid: i.dgid,
+                local_gid: agent.gid.0,
+                remote_gid: i.dgid.0,
                 traffic_class: i.tos,
                 hop_limit: 64,
                 local_ack_timeout: self.cfg.ack_timeout,

@@ -10,7 +10,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use emu_core::cm::{CmConfig, EmuCm, VirtualNet};
+use emu_cm::{CmConfig, EmuCm};
 use emu_core::nic::EmuDevice;
 use sims::Fabric;
 use verbs_api::*;
@@ -24,9 +24,8 @@ struct Host {
     ch: CmChannelId,
 }
 
-fn world() -> (Fabric, Arc<VirtualNet>, Host, Host) {
+fn world() -> (Fabric, Host, Host) {
     let fabric = Fabric::new(11);
-    let net = VirtualNet::new();
     let mk = |name: &str, ip| {
         let dev = fabric.add_device(name, ip).unwrap();
         let d: Arc<dyn Device> = dev.clone();
@@ -35,13 +34,13 @@ fn world() -> (Fabric, Arc<VirtualNet>, Host, Host) {
             max_retries: 4,
             ..CmConfig::default()
         };
-        let cm = EmuCm::open_virtual(&net, vec![d], cfg).unwrap();
+        let cm = EmuCm::on_fabric(&fabric, vec![d], cfg).unwrap();
         let ch = cm.create_event_channel().unwrap();
         Host { dev, cm, ch }
     };
     let s = mk("server", S);
     let c = mk("client", C);
-    (fabric, net, s, c)
+    (fabric, s, c)
 }
 
 fn ev(h: &Host) -> CmEvent {
@@ -71,7 +70,7 @@ fn addr_resolved(s: &Host, c: &Host) -> (CmId, CmId) {
 
 #[test]
 fn a_removed_address_is_addr_change_and_the_id_lives_on() {
-    let (_f, net, s, c) = world();
+    let (f, s, c) = world();
     let (_, a) = addr_resolved(&s, &c);
     // Nothing changed: the CM's tick reports nothing.
     assert!(quiet(&c));
@@ -85,7 +84,7 @@ fn a_removed_address_is_addr_change_and_the_id_lives_on() {
     let e = ev(&c);
     assert_eq!((e.id, e.event, e.status), (a, CmEventType::AddrChange, 0));
     // Once per change: no second event while the address stays away.
-    net.step();
+    f.step();
     assert!(quiet(&c));
     // The id is not destroyed: it still resolves its route.
     set_address(Gid::from_ipv4(C));
@@ -100,7 +99,7 @@ fn a_removed_address_is_addr_change_and_the_id_lives_on() {
 
 #[test]
 fn a_dead_device_is_device_removal_on_every_id() {
-    let (_f, _net, s, c) = world();
+    let (_f, s, c) = world();
     let (l, _) = addr_resolved(&s, &c);
     let other = s.cm.create_id(s.ch, PortSpace::Udp).unwrap();
     s.cm.bind_addr(other, SocketAddr::from((S, 7001))).unwrap();
@@ -126,7 +125,7 @@ fn a_dead_device_is_device_removal_on_every_id() {
 
 #[test]
 fn a_down_port_is_route_error_and_the_route_can_be_tried_again() {
-    let (_f, _net, s, c) = world();
+    let (_f, s, c) = world();
     let (_, a) = addr_resolved(&s, &c);
     c.dev.management().port_down().unwrap();
     c.cm.resolve_route(a, Duration::from_millis(100)).unwrap();

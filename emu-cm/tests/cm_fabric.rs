@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use emu_core::cm::{CmConfig, EmuCm, VirtualNet, RDMA_UDP_QKEY};
+use emu_cm::{CmConfig, EmuCm, RDMA_UDP_QKEY};
 use sims::{Action, Fabric, Match, Rule};
 use verbs_api::*;
 
@@ -29,18 +29,17 @@ struct Host {
     ch: CmChannelId,
 }
 
-fn world() -> (Fabric, Arc<VirtualNet>, Host, Host) {
+fn world() -> (Fabric, Host, Host) {
     let fabric = Fabric::new(7);
-    let net = VirtualNet::new();
     let mk = |name: &str, ip| {
         let dev: Arc<dyn Device> = fabric.add_device(name, ip).unwrap();
-        let cm = EmuCm::open_virtual(&net, vec![dev.clone()], cfg()).unwrap();
+        let cm = EmuCm::on_fabric(&fabric, vec![dev.clone()], cfg()).unwrap();
         let ch = cm.create_event_channel().unwrap();
         Host { dev, cm, ch }
     };
     let s = mk("server", S);
     let c = mk("client", C);
-    (fabric, net, s, c)
+    (fabric, s, c)
 }
 
 fn ev(h: &Host, want: CmEventType) -> CmEvent {
@@ -98,7 +97,7 @@ fn client_mads() -> Match {
 
 #[test]
 fn a_lost_req_is_sent_again() {
-    let (fabric, _net, s, c) = world();
+    let (fabric, s, c) = world();
     let l = listen(&s, PortSpace::Tcp, 5000);
     let drop_req = fabric.add_rule(Rule::new("lose the REQ", client_mads(), Action::Drop).nth(2));
     let cid = resolve(&c, PortSpace::Tcp, 5000);
@@ -116,7 +115,7 @@ fn a_lost_req_is_sent_again() {
 
 #[test]
 fn a_lost_rtu_is_answered_by_the_rep_again() {
-    let (fabric, _net, s, c) = world();
+    let (fabric, s, c) = world();
     let l = listen(&s, PortSpace::Tcp, 5001);
     // Probe, REQ, RTU: lose the RTU; the server repeats its REP, the client its RTU.
     let drop_rtu = fabric.add_rule(Rule::new("lose the RTU", client_mads(), Action::Drop).nth(3));
@@ -135,7 +134,7 @@ fn a_lost_rtu_is_answered_by_the_rep_again() {
 
 #[test]
 fn a_peer_whose_mads_are_lost_is_unreachable() {
-    let (fabric, _net, s, c) = world();
+    let (fabric, s, c) = world();
     listen(&s, PortSpace::Tcp, 5002);
     let cid = resolve(&c, PortSpace::Tcp, 5002);
     fabric.add_rule(Rule::new("lose every MAD", client_mads(), Action::Drop));
@@ -148,7 +147,7 @@ fn a_peer_whose_mads_are_lost_is_unreachable() {
 
 #[test]
 fn a_slow_consumer_makes_its_cm_send_mra() {
-    let (_fabric, net, s, c) = world();
+    let (fabric, s, c) = world();
     let l = listen(&s, PortSpace::Tcp, 5003);
     let cid = resolve(&c, PortSpace::Tcp, 5003);
     c.cm.create_qp(cid, &qp_init(&*c.dev, QpType::Rc)).unwrap();
@@ -157,7 +156,7 @@ fn a_slow_consumer_makes_its_cm_send_mra() {
     // The server thinks for a while: the client's REQ times out, is repeated, and the
     // server's CM answers the duplicate with an MRA.
     while s.cm.stats().mra_sent < 2 {
-        assert!(net.step());
+        assert!(fabric.step());
     }
     s.cm.create_qp(req.id, &qp_init(&*s.dev, QpType::Rc))
         .unwrap();
@@ -169,7 +168,7 @@ fn a_slow_consumer_makes_its_cm_send_mra() {
 
 #[test]
 fn disconnect_from_the_passive_side() {
-    let (_fabric, _net, s, c) = world();
+    let (_fabric, s, c) = world();
     let l = listen(&s, PortSpace::Tcp, 5004);
     let cid = resolve(&c, PortSpace::Tcp, 5004);
     c.cm.create_qp(cid, &qp_init(&*c.dev, QpType::Rc)).unwrap();
@@ -192,7 +191,7 @@ fn disconnect_from_the_passive_side() {
 
 #[test]
 fn a_peer_that_never_answers_the_dreq_is_disconnected_after_the_retries() {
-    let (_fabric, _net, s, c) = world();
+    let (_fabric, s, c) = world();
     let l = listen(&s, PortSpace::Tcp, 5007);
     let cid = resolve(&c, PortSpace::Tcp, 5007);
     c.cm.create_qp(cid, &qp_init(&*c.dev, QpType::Rc)).unwrap();
@@ -213,7 +212,7 @@ fn a_peer_that_never_answers_the_dreq_is_disconnected_after_the_retries() {
 
 #[test]
 fn ud_ids_resolve_the_peers_qpn_and_qkey() {
-    let (_fabric, _net, s, c) = world();
+    let (_fabric, s, c) = world();
     let l = listen(&s, PortSpace::Udp, 6000);
     let cid = resolve(&c, PortSpace::Udp, 6000);
     let cinit = qp_init(&*c.dev, QpType::Ud);
@@ -271,7 +270,7 @@ fn ud_ids_resolve_the_peers_qpn_and_qkey() {
 
 #[test]
 fn ud_reject_is_unreachable_with_the_sidr_status() {
-    let (_fabric, _net, s, c) = world();
+    let (_fabric, s, c) = world();
     let l = listen(&s, PortSpace::Udp, 6001);
     let cid = resolve(&c, PortSpace::Udp, 6001);
     c.cm.create_qp(cid, &qp_init(&*c.dev, QpType::Ud)).unwrap();
@@ -284,7 +283,7 @@ fn ud_reject_is_unreachable_with_the_sidr_status() {
 
 #[test]
 fn an_id_without_a_qp_gets_connect_response_then_establishes() {
-    let (_fabric, _net, s, c) = world();
+    let (_fabric, s, c) = world();
     let l = listen(&s, PortSpace::Tcp, 5005);
     let cid = resolve(&c, PortSpace::Tcp, 5005);
     // The QP is the application's own, named by number (manual 4.2.9 qp_num).
@@ -317,7 +316,7 @@ fn an_id_without_a_qp_gets_connect_response_then_establishes() {
 
 #[test]
 fn a_rep_that_cannot_be_used_is_connect_error() {
-    let (_fabric, _net, s, c) = world();
+    let (_fabric, s, c) = world();
     let l = listen(&s, PortSpace::Tcp, 5006);
     let cid = resolve(&c, PortSpace::Tcp, 5006);
     let qpn = c.cm.create_qp(cid, &qp_init(&*c.dev, QpType::Rc)).unwrap();
@@ -348,7 +347,7 @@ fn a_rep_that_cannot_be_used_is_connect_error() {
 /// takes min(7, ...) (libfabric asks for 15); the active side's QP gets the same.
 #[test]
 fn retry_counts_above_7_connect_as_7() {
-    let (_fabric, _net, s, c) = world();
+    let (_fabric, s, c) = world();
     let l = listen(&s, PortSpace::Tcp, 5011);
     let cid = resolve(&c, PortSpace::Tcp, 5011);
     let qpn = c.cm.create_qp(cid, &qp_init(&*c.dev, QpType::Rc)).unwrap();

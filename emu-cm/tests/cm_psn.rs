@@ -9,9 +9,9 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-use emu_core::cm::mad::{CmMsg, CmaHdr, Req, MAD_LEN, TRANSPORT_RC};
-use emu_core::cm::{CmConfig, EmuCm, VirtualNet};
+use emu_cm::{CmConfig, EmuCm};
 use emu_core::engine::{GRH_LEN, GSI_QKEY, GSI_QPN};
+use emu_wire::mad::{CmMsg, CmaHdr, Req, MAD_LEN, TRANSPORT_RC};
 use sims::Fabric;
 use verbs_api::*;
 
@@ -40,9 +40,8 @@ fn init(pd: PdId, cq: CqId, qp_type: QpType) -> QpInitAttr {
 #[test]
 fn each_side_sends_from_the_psn_the_other_announced() {
     let fabric = Fabric::new(3);
-    let net = VirtualNet::new();
     let sdev: Arc<dyn Device> = fabric.add_device("server", S).unwrap();
-    let cm = EmuCm::open_virtual(&net, vec![sdev.clone()], CmConfig::default()).unwrap();
+    let cm = EmuCm::on_fabric(&fabric, vec![sdev.clone()], CmConfig::default()).unwrap();
     let ch = cm.create_event_channel().unwrap();
     let l = cm.create_id(ch, PortSpace::Tcp).unwrap();
     cm.bind_addr(l, SocketAddr::from((S, PORT))).unwrap();
@@ -91,8 +90,8 @@ fn each_side_sends_from_the_psn_the_other_announced() {
         max_cm_retries: 15,
         local_lid: 0xFFFF,
         remote_lid: 0xFFFF,
-        local_gid: Gid::from_ipv4(P),
-        remote_gid: Gid::from_ipv4(S),
+        local_gid: Gid::from_ipv4(P).0,
+        remote_gid: Gid::from_ipv4(S).0,
         hop_limit: 64,
         local_ack_timeout: 19,
         private_data: CmaHdr {
@@ -134,7 +133,7 @@ fn each_side_sends_from_the_psn_the_other_announced() {
     let mut wcs = Vec::new();
     for _ in 0..1000 {
         peer.poll_cq(cq, 8, &mut wcs).unwrap();
-        if wcs.iter().any(|w| w.wr_id == 1) || !net.step() {
+        if wcs.iter().any(|w| w.wr_id == 1) || !fabric.step() {
             break;
         }
     }

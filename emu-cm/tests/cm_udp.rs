@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use emu_core::cm::{CmConfig, EmuCm, RDMA_UDP_QKEY};
+use emu_cm::{CmConfig, EmuCm, RDMA_UDP_QKEY};
 use emu_core::nic::{EmuConfig, EmuDevice};
 use verbs_api::*;
 

@@ -20,7 +20,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use emu_core::cm::{CmConfig, EmuCm};
+use emu_cm::{CmConfig, EmuCm};
 use emu_core::nic::{EmuConfig, EmuDevice};
 use verbs_api::*;
 

@@ -1,7 +1,7 @@
 //! What the emulated devices and CMs of one host share: a folder of small files, one
 //! per user and network namespace. Devices publish their heartbeats and their share of
 //! an address there (`nic::share`, `nic::liveness`), CMs the ports they bound
-//! (`cm::ports`), as the kernel keeps one table of these for every process of a host.
+//! (`crate::ports`), as the kernel keeps one table of these for every process of a host.
 
 use std::path::PathBuf;
 

@@ -7,12 +7,15 @@
 //! - [`nic`]: `EmuDevice`, the `verbs_api::Device` implementation that runs the engine on
 //!   a UDP socket with a thread of its own.
 //!
-//! - [`cm`]: the connection manager (librdmacm's API) over the IB CM protocol on QP1.
+//! - [`ports`], [`notify`], [`seed`]: what the connection manager (the `emu-cm` crate,
+//!   which runs over any `Device`) shares with the devices of this crate: the host-wide
+//!   table of bound ports, the event queue with a pollable descriptor, the seed of
+//!   per-process numbering.
 #![forbid(unsafe_code)]
 
-pub mod cm;
 pub mod engine;
 mod host;
 pub mod nic;
-mod notify;
-mod seed;
+pub mod notify;
+pub mod ports;
+pub mod seed;

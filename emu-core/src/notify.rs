@@ -1,7 +1,8 @@
 //! A queue that wakes waiters two ways: a condition variable for blocking calls
 //! (`ibv_get_cq_event`, `ibv_get_async_event`, `rdma_get_cm_event`) and a pipe whose read
 //! end is readable while the queue is not empty, for poll/epoll (`ibv_comp_channel.fd`,
-//! `async_fd`, `rdma_event_channel.fd`).
+//! `async_fd`, `rdma_event_channel.fd`). The device's completion channels and async
+//! events use it, and so do the event channels of the CM (`emu-cm`).
 
 use std::collections::VecDeque;
 use std::io::{PipeReader, PipeWriter, Read, Write};
@@ -13,7 +14,7 @@ use verbs_api::{Error, Result};
 
 /// A notifying queue of `T`.
 #[derive(Debug)]
-pub(crate) struct Notifier<T> {
+pub struct Notifier<T> {
     /// The items, and how many bytes the pipe holds for them (see [`Notifier::take`]).
     queue: Mutex<(VecDeque<T>, usize)>,
     cond: Condvar,
@@ -25,7 +26,8 @@ pub(crate) struct Notifier<T> {
 }
 
 impl<T> Notifier<T> {
-    pub(crate) fn new() -> Result<Self> {
+    /// An empty queue and its pipe (`EMFILE` and the like when no pipe can be made).
+    pub fn new() -> Result<Self> {
         let (reader, writer) = std::io::pipe().map_err(|e| Error::Os {
             errno: e.raw_os_error().unwrap_or(24),
             context: "pipe",
@@ -55,7 +57,7 @@ impl<T> Notifier<T> {
 
     /// Queues `item`: one byte goes into the pipe and the waiters wake (each checks
     /// whether the item is one it takes).
-    pub(crate) fn push(&self, item: T) {
+    pub fn push(&self, item: T) {
         let mut q = self.queue.lock();
         q.0.push_back(item);
         // A full pipe (64 KiB of unread items) only means the fd stays readable.
@@ -66,22 +68,18 @@ impl<T> Notifier<T> {
     }
 
     /// Takes the oldest item, waiting up to `timeout` (forever for `None`).
-    pub(crate) fn pop(&self, timeout: Option<Duration>) -> Result<T> {
+    pub fn pop(&self, timeout: Option<Duration>) -> Result<T> {
         self.pop_where(&|_| true, timeout)
     }
 
     /// The oldest item `want` takes, without waiting.
-    pub(crate) fn try_pop_where(&self, want: &dyn Fn(&T) -> bool) -> Option<T> {
+    pub fn try_pop_where(&self, want: &dyn Fn(&T) -> bool) -> Option<T> {
         let mut q = self.queue.lock();
         self.take(&mut q, want)
     }
 
     /// The oldest item `want` takes, waiting up to `timeout` (forever for `None`).
-    pub(crate) fn pop_where(
-        &self,
-        want: &dyn Fn(&T) -> bool,
-        timeout: Option<Duration>,
-    ) -> Result<T> {
+    pub fn pop_where(&self, want: &dyn Fn(&T) -> bool, timeout: Option<Duration>) -> Result<T> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut q = self.queue.lock();
         loop {
@@ -114,7 +112,7 @@ impl<T> Notifier<T> {
     }
 
     /// The read end of the pipe.
-    pub(crate) fn fd(&self) -> i32 {
+    pub fn fd(&self) -> i32 {
         self.fd
     }
 

@@ -8,6 +8,9 @@
 //! that device's share of its address (`nic::share`: the member a request is passed
 //! to). A claim is removed when its id goes; one left by a process that died is stale
 //! (its process is gone) and is taken over.
+//!
+//! The CM (`emu-cm`) claims; a device that shares its address with other processes
+//! reads the claims (`nic::share`) to pass a request to the process that listens.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
@@ -48,7 +51,7 @@ fn read(path: &PathBuf) -> Option<Holder> {
 
 /// A port this process holds; the claim goes when it is dropped.
 #[derive(Debug)]
-pub(crate) struct PortClaim {
+pub struct PortClaim {
     path: PathBuf,
 }
 
@@ -63,7 +66,7 @@ impl Drop for PortClaim {
 /// `Ok(None)` when a live claim of another id conflicts (EADDRINUSE); an error when
 /// no claim can be written (no shared folder: the port is then this process's alone,
 /// as before there were claims).
-pub(crate) fn claim(
+pub fn claim(
     ps: u16,
     ip: Ipv4Addr,
     port: u16,

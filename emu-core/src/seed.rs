@@ -17,7 +17,7 @@
 /// A value that differs between calls made one after the other, in one process or in
 /// successive ones: the clock's nanoseconds and the process id, mixed by a Fibonacci
 /// multiply.
-pub(crate) fn instance_seed() -> u32 {
+pub fn instance_seed() -> u32 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use emu_core::cm::{CmConfig, EmuCm};
+use emu_cm::{CmConfig, EmuCm};
 use emu_core::nic::interop::LinkOptions;
 use emu_core::nic::{EmuConfig, EmuDevice};
 use verbs_api::*;

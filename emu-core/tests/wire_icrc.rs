@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use emu_core::cm::{CmConfig, EmuCm};
+use emu_cm::{CmConfig, EmuCm};
 use emu_core::nic::interop::{LinkOptions, PacketHook, Verdict};
 use emu_core::nic::{EmuConfig, EmuDevice};
 use socket2::{Domain, Protocol, Socket, Type};

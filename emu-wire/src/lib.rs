@@ -9,7 +9,8 @@
 //! 4-byte ICRC ([`icrc`], Annex A17.4). [`PacketRepr`] reads and writes that UDP
 //! payload as a whole; [`Psn`] is the 24-bit sequence number (IBTA 9.7.1); [`grh`] is
 //! the 40-byte GRH a UD receiver sees; [`frame`] splits and builds Ethernet/IP/UDP
-//! frames; [`PcapWriter`] records traces that Wireshark decodes.
+//! frames; [`PcapWriter`] records traces that Wireshark decodes. [`mad`] is what QP1
+//! carries: the connection manager's MADs (IBTA 12.6) and rdma_cm's private-data header.
 //!
 //! # Style
 //! As smoltcp's `wire` module: each header has a view over bytes
@@ -51,6 +52,7 @@ pub mod frame;
 pub mod grh;
 pub mod icrc;
 pub mod imm;
+pub mod mad;
 pub mod opcode;
 pub mod packet;
 pub mod pcap;

@@ -12,8 +12,10 @@
 //! (kernel `struct cma_hdr`): version 0, IP version in the high nibble (4), the source
 //! port, then the source and destination addresses as 16 bytes each (IPv4 in the last
 //! 4). The service ID is the port space and the destination port (Annex A11).
-
-use verbs_api::Gid;
+//!
+//! The connection manager (`emu-cm`) speaks them; the emulated device reads
+//! [`Addressee`] to pass a MAD to the process whose CM it is for when processes share
+//! an address (`emu-core`'s `nic::share`).
 
 /// Bytes of a MAD.
 pub const MAD_LEN: usize = 256;
@@ -144,9 +146,9 @@ pub struct Req {
     /// Primary remote port LID.
     pub remote_lid: u16,
     /// Primary local port GID.
-    pub local_gid: Gid,
+    pub local_gid: [u8; 16],
     /// Primary remote port GID.
-    pub remote_gid: Gid,
+    pub remote_gid: [u8; 16],
     /// Primary traffic class.
     pub traffic_class: u8,
     /// Primary hop limit.
@@ -412,8 +414,8 @@ impl CmMsg {
                 put(b2, 51, &[(r.max_cm_retries << 4) | (u8::from(r.srq) << 3)]);
                 put(b2, 52, &r.local_lid.to_be_bytes());
                 put(b2, 54, &r.remote_lid.to_be_bytes());
-                put(b2, 56, &r.local_gid.0);
-                put(b2, 72, &r.remote_gid.0);
+                put(b2, 56, &r.local_gid);
+                put(b2, 72, &r.remote_gid);
                 put(b2, 92, &[r.traffic_class, r.hop_limit]);
                 put(b2, 95, &[r.local_ack_timeout << 3]);
                 put_pdata(b2, 140, pdata::REQ, &r.private_data);
@@ -518,8 +520,8 @@ impl CmMsg {
                 srq: get8(b, 51) & 8 != 0,
                 local_lid: get16(b, 52),
                 remote_lid: get16(b, 54),
-                local_gid: Gid(get(b, 56)),
-                remote_gid: Gid(get(b, 72)),
+                local_gid: get(b, 56),
+                remote_gid: get(b, 72),
                 traffic_class: get8(b, 92),
                 hop_limit: get8(b, 93),
                 local_ack_timeout: get8(b, 95) >> 3,
@@ -575,11 +577,6 @@ impl CmMsg {
         Ok((tid, msg))
     }
 }
-
-/// Where a communication ID's top bits start: an emulated CM numbers a device's
-/// connections in the device's block of QPNs ([`verbs_api::Device::qpn_block`]), so
-/// that [`Addressee::Comm`] names the process holding the connection.
-pub const COMM_BLOCK_SHIFT: u32 = 32 - crate::engine::QPN_BLOCK_BITS;
 
 /// Whom a CM MAD is for, among the CMs of the processes that share one device address
 /// (`nic::share`), as the kernel's one CM tells its connections apart (IBTA 12.6):
@@ -763,7 +760,7 @@ mod tests {
                     local_cm_response_timeout: t, retry_count: r, pkey: a as u16,
                     path_mtu: small, rnr_retry_count: r, max_cm_retries: r, srq: flag,
                     local_lid: c as u16, remote_lid: a as u16,
-                    local_gid: Gid([r; 16]), remote_gid: Gid([t; 16]),
+                    local_gid: [r; 16], remote_gid: [t; 16],
                     traffic_class: t, hop_limit: r, local_ack_timeout: t,
                     private_data: pd(data.clone(), pdata::REQ),
                 }),

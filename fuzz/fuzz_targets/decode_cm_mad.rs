@@ -3,7 +3,7 @@
 //! re-encodes to bytes that decode to the same message.
 #![no_main]
 
-use emu_core::cm::mad::{CmMsg, CmaHdr};
+use emu_wire::mad::{CmMsg, CmaHdr};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -4,27 +4,26 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use emu_core::cm::{CmConfig, EmuCm, VirtualNet};
+use emu_cm::{CmConfig, EmuCm};
 use emu_core::nic::{EmuConfig, EmuDevice, Management};
 use sims::{Action, Fabric, Kind, Match, Rule};
 use verbs_api::{ConnectionManager, Device};
 
 use crate::{Backend, CmOpener, Faults, Opened};
 
-/// The emulator's CM over `dev`, on virtual time when the device runs on it: a short
-/// response timeout (13: 33 ms) and 3 retries, so that a peer that never answers is
-/// UNREACHABLE in about 130 ms.
-fn emu_cm(dev: Arc<dyn Device>, virtual_time: bool) -> CmOpener {
+/// The emulator's CM over `dev`, on the clock of `fabric` when the device is on one: a
+/// short response timeout (13: 33 ms) and 3 retries, so that a peer that never answers
+/// is UNREACHABLE in about 130 ms.
+fn emu_cm(dev: Arc<dyn Device>, fabric: Option<Fabric>) -> CmOpener {
     Arc::new(move || {
         let cfg = CmConfig {
             response_timeout: 13,
             max_retries: 3,
             ..CmConfig::default()
         };
-        let cm = if virtual_time {
-            EmuCm::open_virtual(&VirtualNet::new(), vec![dev.clone()], cfg)?
-        } else {
-            EmuCm::open(vec![dev.clone()], cfg)?
+        let cm = match &fabric {
+            Some(fabric) => EmuCm::on_fabric(fabric, vec![dev.clone()], cfg)?,
+            None => EmuCm::open(vec![dev.clone()], cfg)?,
         };
         Ok(Arc::new(cm) as Arc<dyn ConnectionManager>)
     })
@@ -72,7 +71,7 @@ impl Backend for EmuUdp {
         .unwrap_or_else(|e| panic!("open an emulated device on {}: {e}", self.ip));
         let dev: Arc<dyn Device> = Arc::new(dev);
         Opened {
-            cm: Some(emu_cm(dev.clone(), false)),
+            cm: Some(emu_cm(dev.clone(), None)),
             dev,
             faults: self
                 .link_faults
@@ -200,7 +199,7 @@ impl Backend for EmuFabric {
             .expect("add a device to the fabric");
         let management = dev.management();
         Opened {
-            cm: Some(emu_cm(dev.clone(), true)),
+            cm: Some(emu_cm(dev.clone(), Some(fabric.clone()))),
             dev,
             faults: Some(Arc::new(FabricFaults(fabric, management))),
             virtual_time: true,

@@ -1,5 +1,5 @@
 //! `librdmacm.so.1` over the emulator's connection manager
-//! ([`emu_core::cm::EmuCm`]): `rping`, `udaddy`, `rdma_server`/`rdma_client` and
+//! ([`emu_cm::EmuCm`]): `rping`, `udaddy`, `rdma_server`/`rdma_client` and
 //! perftest's `-R` run unmodified.
 //!
 //! The library file is the one that holds libibverbs (`build-so.sh` installs it under
@@ -39,7 +39,7 @@ use std::ffi::c_int;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, OnceLock};
 
-use emu_core::cm::{CmConfig, EmuCm};
+use emu_cm::{CmConfig, EmuCm};
 use parking_lot::Mutex;
 use verbs_api::{CmChannelId, CmId, ConnectionManager, Device, Error};
 

@@ -182,6 +182,12 @@ pub const QPN_BLOCK_BITS: u32 = 6;
 /// Where a QPN's block starts: `qpn >> QPN_BLOCK_SHIFT` is its block.
 pub const QPN_BLOCK_SHIFT: u32 = 24 - QPN_BLOCK_BITS;
 
+/// Where a CM communication ID's top bits start: an emulated CM (`emu-cm`) numbers a
+/// device's connections in the device's block of QPNs ([`verbs_api::Device::qpn_block`]),
+/// so that a MAD's [`emu_wire::mad::Addressee::Comm`] names the process holding the
+/// connection (`nic::share`).
+pub const COMM_BLOCK_SHIFT: u32 = 32 - QPN_BLOCK_BITS;
+
 /// One emulated device's verbs objects and transport.
 #[derive(Debug)]
 pub struct Engine {

@@ -11,8 +11,8 @@
 //! member's QP passes it on to that member's inbox, unchanged, behind a small header
 //! that says who sent it ([`RELAY_HEADER`]); the owner then checks its ICRC and takes
 //! it as if it had received it itself. QP1 is every member's: a CM MAD goes to the
-//! process whose CM it is for ([`crate::cm::mad::Addressee`]): a request to the
-//! process that claimed its port (`cm::ports`), any other message to the member whose
+//! process whose CM it is for ([`emu_wire::mad::Addressee`]): a request to the
+//! process that claimed its port (`crate::ports`), any other message to the member whose
 //! slot is the top six bits of the communication ID it names (the CM numbers its
 //! connections in its device's block, as it numbers its QPs).
 //!
@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 
 use super::interop::LinkOptions;
 use super::udp::UdpLink;
-use crate::cm::mad::{Addressee, COMM_BLOCK_SHIFT};
-use crate::engine::{QPN_BLOCK_BITS, QPN_BLOCK_SHIFT};
+use crate::engine::{COMM_BLOCK_SHIFT, QPN_BLOCK_BITS, QPN_BLOCK_SHIFT};
 use crate::host;
+use emu_wire::mad::Addressee;
 
 /// How many devices may share one address: one per QPN block.
 pub(crate) const MEMBERS: usize = 1 << QPN_BLOCK_BITS;
@@ -367,13 +367,13 @@ impl Router {
     }
 
     /// The member whose process listens on service ID `sid` (an RDMA CM service ID:
-    /// port space and port, `cm::ports`).
+    /// port space and port, [`crate::ports`]).
     fn listener(&mut self, sid: u64, now: Instant) -> Route {
         if sid >> 32 != 0 {
             return Route::Here;
         }
         let (ps, port) = ((sid >> 16) as u16, sid as u16);
-        let Some(h) = crate::cm::ports::holder(ps, self.ip, port) else {
+        let Some(h) = crate::ports::holder(ps, self.ip, port) else {
             return Route::Here;
         };
         if let Some(slot) = h.member {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use emu_core::cm::RDMA_UDP_QKEY;
+use emu_cm::RDMA_UDP_QKEY;
 use verbs_api::{
     CmChannelId, CmEvent, CmEventParam, CmEventType, CmId, ConnParam, ConnectionManager, Gid,
     PortSpace, QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, REJECT_CONSUMER,
