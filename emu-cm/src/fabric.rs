@@ -109,9 +109,11 @@ impl Timer for CmTimer {
 }
 
 impl EmuCm {
-    /// The CM of `devices` (on `fabric`) on the fabric's clock, driven by the fabric
-    /// (see the [module docs](self)). No thread; port claims stay in the process and
-    /// communication IDs start from a fixed value, so runs are reproducible.
+    /// The CM of `devices` (on `fabric`) on the fabric's clock, driven by the fabric:
+    /// it fires the CM's timers and lets it take each MAD at the instant it lands; a
+    /// call that waits steps the fabric (see the [crate docs](crate)). No thread; port
+    /// claims stay in the process and communication IDs start from a fixed value, so
+    /// runs are reproducible.
     pub fn on_fabric(
         fabric: &Fabric,
         devices: Vec<Arc<dyn Device>>,
