@@ -40,7 +40,7 @@ single() { # name cmd...
 # tests then check the offsets stock binaries read).
 if want bindings; then
   if command -v bindgen >/dev/null; then
-    "$root/capi/gen-bindings.sh" --check >"$work/bindings.out" 2>&1
+    "$root/verbs-ffi/gen-bindings.sh" --check >"$work/bindings.out" 2>&1
     record bindings $? "$work/bindings.out"
   else
     echo "SKIPPED bindings: bindgen is not installed"

@@ -8,8 +8,9 @@
 //! `EmuDevice`. Modules, one concern each:
 //!
 //! * [`config`]: which devices exist (environment, config file, defaults).
-//! * `sys`: the C structs, generated from `<infiniband/verbs.h>` by bindgen.
-//! * `convert`: C structs to and from `verbs_api` values.
+//! * `sys`: the C structs, generated from `<infiniband/verbs.h>` by bindgen, and
+//!   `convert` (C structs to and from `verbs_api` values): both from the `verbs_ffi`
+//!   crate, which `hw-backend` shares.
 //! * `objects`: the objects behind the pointers the program holds.
 //! * `memory`: registered C memory as a `MemBuf`.
 //! * `verbs`: the exported verbs and the `ctx->ops` / `verbs_context` operations, one
@@ -20,26 +21,25 @@
 //!   manager, on the same objects.
 //! * `stubs`: exports that fail cleanly (EOPNOTSUPP / ENOSYS) and the rate helpers.
 //!
-//! `unsafe` is denied in the crate and allowed only in `sys` (generated), `memory`,
-//! `objects`, `convert` (union reads), `verbs`, `rdmacm`, `cq_ex` and `qp_ex`, each with its
-//! safety argument in its module documentation.
+//! `unsafe` is denied in the crate and allowed only in `memory`, `objects`, `verbs`,
+//! `rdmacm`, `cq_ex` and `qp_ex`, each with its safety argument in its module
+//! documentation.
 
 #![deny(unsafe_code)]
 
 pub mod config;
-mod convert;
 mod cq_ex;
 mod memory;
 mod objects;
 mod qp_ex;
 mod rdmacm;
 mod stubs;
-#[doc(hidden)]
-pub mod sys;
 mod verbs;
 
-#[cfg(test)]
-mod layout_tests;
+/// The C structs the exports take (`verbs_ffi::sys`), for the tests that drive the
+/// exports as a C program does.
+#[doc(hidden)]
+pub use verbs_ffi::sys;
 
 pub use rdmacm::*;
 pub use stubs::*;

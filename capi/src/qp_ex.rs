@@ -225,7 +225,7 @@ unsafe extern "C" fn wr_bind_mw(
         WrOperation::BindMw {
             mw_rkey: m.raw.rkey,
             new_rkey: rkey,
-            bind_info: crate::convert::bind_info_from_c(b, lkey),
+            bind_info: verbs_ffi::convert::bind_info_from_c(b, lkey),
         },
     );
     with_batch(qp, |batch, _| {
@@ -259,7 +259,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut sys::ibv_qp_ex, n: usize, list: *c
         // SAFETY: the caller's array of n SGEs.
         unsafe { std::slice::from_raw_parts(list, n) }
             .iter()
-            .map(crate::convert::sge_from_c)
+            .map(verbs_ffi::convert::sge_from_c)
             .collect()
     };
     on_last(qp, |w| w.sg_list = sges.into());

@@ -6,9 +6,9 @@ use std::ffi::{c_char, c_int, c_void};
 use std::time::Duration;
 
 use verbs_api::{CmEvent, CmEventParam, CmEventType, ConnParam, PortSpace, QpState};
+use verbs_ffi::convert;
 
 use super::*;
-use crate::convert;
 use crate::objects::{free, into_ptr, Wraps};
 use crate::verbs::{
     ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq,

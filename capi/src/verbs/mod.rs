@@ -4,7 +4,7 @@
 //! req_notify_cq, post_srq_recv, the MW ops, query_port, query_device_ex).
 //!
 //! Each function turns its pointers into objects ([`crate::objects`]), converts the C
-//! structs ([`crate::convert`]), calls the [`Device`] verb of the context's
+//! structs ([`verbs_ffi::convert`]), calls the [`Device`] verb of the context's
 //! `EmuDevice` and writes the answer back. Errors are the errno libibverbs gives:
 //! returned (positive) by the `int` verbs, in `errno` with NULL or -1 for the others.
 //!
@@ -34,9 +34,9 @@ use verbs_api::{
     MwType, PortState, QpAttrMask, QpInitAttr, QpType, ReregMrFlags, SendFlags, SrqAttrMask,
     WcStatus, WorkCompletion, WrOperation,
 };
+use verbs_ffi::convert;
 
 use crate::config::{self, DeviceConfig};
-use crate::convert;
 use crate::memory::UserMemory;
 use crate::objects::{
     free, from_ptr, into_ptr, Ah, Channel, Context, Cq, Device as Dev, Kind, Mr, Mw, Pd, Qp, Srq,

@@ -294,7 +294,7 @@ unsafe fn send_wr(q: &Qp, w: &sys::ibv_send_wr) -> Result<verbs_api::SendWr, c_i
         mw_rkey, bind_info, ..
     } = &mut wr.op
     {
-        // SAFETY: union of plain fields (crate::convert).
+        // SAFETY: union of plain fields (verbs_ffi::convert).
         let b = unsafe { w.__bindgen_anon_2.bind_mw };
         *mw_rkey = obj_or!(Mw, b.mw, Err(EINVAL)).raw.rkey;
         bind_info.mr_lkey = obj_or!(Mr, b.bind_info.mr, Err(EINVAL)).raw.lkey;
@@ -398,7 +398,7 @@ pub(super) unsafe extern "C" fn op_post_send(
         // SAFETY: the caller's work requests, read above.
         let w = unsafe { &*p };
         if w.opcode == sys::IBV_WR_BIND_MW {
-            // SAFETY: union of plain fields (crate::convert); the program's window.
+            // SAFETY: union of plain fields (verbs_ffi::convert); the program's window.
             unsafe {
                 let b = w.__bindgen_anon_2.bind_mw;
                 mw::note_type2_bind(b.mw, b.rkey);

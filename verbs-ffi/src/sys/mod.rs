@@ -2,7 +2,7 @@
 //! from the installed rdma-core headers and committed, so the crate builds where the
 //! headers are absent. bindgen's `bindgen_test_layout_*` tests check the size and
 //! every field offset of each struct against the headers it was generated from;
-//! `tests/layout.rs` checks the offsets the stock binaries' inline verbs read.
+//! `layout_tests.rs` checks the offsets the stock binaries' inline verbs read.
 //!
 //! Safety: generated code. Its `unsafe` is bindgen's own (bitfield accessors on
 //! plain integers, `addr_of!` in the layout tests); nothing here dereferences a
