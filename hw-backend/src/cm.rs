@@ -49,7 +49,10 @@ use verbs_api::{
     QpType, Result, UdParam,
 };
 
-use crate::{convert, sys, HwDevice};
+use verbs_ffi::{convert, sys as c};
+
+use crate::layout::{from_sys, sys_mut};
+use crate::{sys, HwDevice};
 
 fn errno_error(context: &'static str) -> Error {
     let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
@@ -156,17 +159,18 @@ impl HwCm {
 
     /// The attributes librdmacm gives for moving the id's QP to `state`.
     fn init_attr(ptr: *mut ffi::rdma_cm_id, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
-        // SAFETY: ibv_qp_attr is integers and plain structs: all-zero is valid.
-        let mut attr: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        attr.qp_state = state.as_u32();
+        let mut attr = c::ibv_qp_attr {
+            qp_state: state.as_u32(),
+            ..Default::default()
+        };
         let mut mask: c_int = 0;
         // SAFETY: a live id; both out-pointers point at locals.
         check(
-            unsafe { ffi::rdma_init_qp_attr(ptr, &mut attr, &mut mask) },
+            unsafe { ffi::rdma_init_qp_attr(ptr, sys_mut(&mut attr), &mut mask) },
             "rdma_init_qp_attr",
         )?;
         Ok((
-            convert::qp_attr_from_c(&attr),
+            convert::qp_attr_from_query(&attr),
             QpAttrMask::from_bits_truncate(mask as u32),
         ))
     }
@@ -268,7 +272,7 @@ impl HwCm {
             // the join's context, here the group's IPv4 address (never dereferenced).
             let u = unsafe { e.param.ud };
             let group = Ipv4Addr::from(u.private_data as usize as u32);
-            let mut ah_attr = convert::ah_attr_from_c(&u.ah_attr);
+            let mut ah_attr = convert::ah_attr_from_c(from_sys(&u.ah_attr));
             if kind == CmEventType::MulticastError {
                 // As EmuCm: the error names its group in the address vector.
                 ah_attr = QpParams::default().ah_attr(Gid::from_ipv4(group));
@@ -286,7 +290,7 @@ impl HwCm {
             let u = unsafe { e.param.ud };
             CmEventParam::Ud(UdParam {
                 private_data: copy(u.private_data, u.private_data_len),
-                ah_attr: convert::ah_attr_from_c(&u.ah_attr),
+                ah_attr: convert::ah_attr_from_c(from_sys(&u.ah_attr)),
                 qp_num: u.qp_num,
                 qkey: u.qkey,
             })
@@ -771,8 +775,8 @@ impl ConnectionManager for HwCm {
             (
                 from_sockaddr(&a.src_addr_union.src_sin),
                 from_sockaddr(&a.dst_addr_union.dst_sin),
-                Gid(sys::gid_bytes(&a.addr.ibaddr.sgid)),
-                Gid(sys::gid_bytes(&a.addr.ibaddr.dgid)),
+                convert::gid_from_c(from_sys(&a.addr.ibaddr.sgid)),
+                convert::gid_from_c(from_sys(&a.addr.ibaddr.dgid)),
                 device,
                 i.port_num,
             )

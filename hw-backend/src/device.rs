@@ -23,8 +23,8 @@ use verbs_api::{
     QpInitAttr, RecvWr, ReregMrFlags, Result, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId,
     WorkCompletion, WrOperation,
 };
+use verbs_ffi::convert;
 
-use crate::convert;
 use crate::sys::{self, Ah, CompChannel, Context, Cq, Mr, Mw, Pd, Qp, SendRefs, Srq};
 use crate::DeviceListEntry;
 

@@ -23,8 +23,11 @@
 //!
 //! * `sys` — the only module with `unsafe` code: owned wrappers of the libibverbs
 //!   objects and the safety argument for registered memory.
-//! * `convert` — value conversions between verbs-api types and the C structs, with the
-//!   tests that check every enum and flag value against the installed `verbs.h`.
+//! * `layout` — hands the C structs of `verbs_ffi::sys`, which `verbs_ffi::convert`
+//!   builds from and reads into verbs-api types (one copy, shared with capi), to
+//!   rdma-sys's functions as rdma-sys's own structs, by casts whose soundness it checks
+//!   at compile time against the installed headers (its own `unsafe`, with its safety
+//!   argument).
 //! * `cm` — `HwCm`: the connection manager over librdmacm (its own `unsafe`, with its
 //!   safety argument).
 //! * `device` — [`HwDevice`]: the object tables and the `Device` implementation.
@@ -39,16 +42,16 @@
 //! `hw` needs `libibverbs.so.1` to start at all, and the dynamic loader names it when it
 //! is missing; without a provider package it finds no device, which is the ENODEV
 //! above.)
-// `unsafe_code` is denied by the workspace; the FFI module `sys` alone allows it. The
-// build without `hw` has no such module and forbids it outright.
+// `unsafe_code` is denied by the workspace; the FFI modules `sys`, `cm` and `layout`
+// allow it. The build without `hw` has no such module and forbids it outright.
 #![cfg_attr(not(feature = "hw"), forbid(unsafe_code))]
 
 #[cfg(feature = "hw")]
 mod cm;
 #[cfg(feature = "hw")]
-mod convert;
-#[cfg(feature = "hw")]
 mod device;
+#[cfg(feature = "hw")]
+mod layout;
 #[cfg(feature = "hw")]
 mod sys;
 

@@ -1,6 +1,6 @@
-//! The one module of `hw-backend` that calls libibverbs (through rdma-sys) and so the
-//! only one with `unsafe` code. Everything above it is safe Rust over the owned wrappers
-//! defined here.
+//! The one module of `hw-backend` that calls libibverbs (through rdma-sys), and so,
+//! with `cm` (librdmacm) and `layout` (the struct casts), one of the three with `unsafe`
+//! code. Everything above it is safe Rust over the owned wrappers defined here.
 //!
 //! # Safety argument
 //!
@@ -50,13 +50,16 @@
 //! completion is polled, touch a send source only before posting or after its completion,
 //! and coordinate remotely-writable regions through the application protocol.
 //!
-//! **Structs crossing the boundary.** C structs are built here from plain values with
-//! every field written (`mem::zeroed` is used only for all-integer/pointer structs, for
-//! which all-zero bits are valid). Pointers inside them (SGE lists, the `next` chains of
-//! work requests) point into vectors that are fully built before the chain is linked and
-//! live until the call returns; libibverbs does not keep them after the post verbs
-//! return (manual 3.6.4, 3.6.5: the WR lists may be reused at once). C unions are read
-//! only through the member their discriminant (`wc_flags`, the event type) selects.
+//! **Structs crossing the boundary.** Attribute structs, SGEs, GIDs and completions are
+//! `verbs_ffi::sys` structs, built and read by `verbs_ffi::convert` and handed to
+//! rdma-sys by the casts of `crate::layout` (its safety argument). Other C structs are
+//! built here from plain values with every field written (`mem::zeroed` is used only
+//! for all-integer/pointer structs, for which all-zero bits are valid). Pointers inside
+//! them (SGE lists, the `next` chains of work requests) point into vectors that are
+//! fully built before the chain is linked and live until the call returns; libibverbs
+//! does not keep them after the post verbs return (manual 3.6.4, 3.6.5: the WR lists
+//! may be reused at once). C unions are read only through the member their discriminant
+//! (`wc_flags`, the event type) selects.
 
 #![allow(unsafe_code)]
 
@@ -73,7 +76,9 @@ use verbs_api::{
     Result, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion, WrOperation,
 };
 
-use crate::convert;
+use verbs_ffi::{convert, sys as c};
+
+use crate::layout::{from_sys, sys_mut, sys_slice_mut, to_sys};
 use crate::DeviceListEntry;
 
 /// The errno of the last failed libc/libibverbs call.
@@ -95,29 +100,6 @@ fn check(ret: c_int, context: &'static str) -> Result<()> {
     } else {
         Err(ret_error(ret, context))
     }
-}
-
-/// A [`WorkCompletion`] from a `struct ibv_wc` (one `ibv_poll_cq` filled, or one
-/// [`convert::wc_to_c`] built).
-pub(crate) fn wc_from_raw(wc: &ffi::ibv_wc) -> WorkCompletion {
-    // SAFETY: both union members are u32; which one is meaningful is decided by
-    // wc_flags in `convert::wc_from_c`.
-    let imm_or_inv = unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey };
-    convert::wc_from_c(
-        wc.wr_id,
-        wc.status,
-        wc.opcode,
-        wc.vendor_err,
-        wc.byte_len,
-        imm_or_inv,
-        wc.qp_num,
-        wc.src_qp,
-        wc.wc_flags,
-        wc.pkey_index,
-        wc.slid,
-        wc.sl,
-        wc.dlid_path_bits,
-    )
 }
 
 /// The error for a NULL returned by a constructor verb (errno set by libibverbs).
@@ -332,25 +314,23 @@ impl Context {
     }
 
     /// `ibv_query_device`.
-    pub(crate) fn query_device(&self) -> Result<ffi::ibv_device_attr> {
-        // SAFETY: ibv_device_attr is integers and a char array: all-zero is valid.
-        let mut attr: ffi::ibv_device_attr = unsafe { std::mem::zeroed() };
+    pub(crate) fn query_device(&self) -> Result<c::ibv_device_attr> {
+        let mut attr = c::ibv_device_attr::default();
         // SAFETY: live context, valid out pointer.
         check(
-            unsafe { ffi::ibv_query_device(self.raw(), &mut attr) },
+            unsafe { ffi::ibv_query_device(self.raw(), sys_mut(&mut attr)) },
             "ibv_query_device",
         )?;
         Ok(attr)
     }
 
     /// `ibv_query_port`.
-    pub(crate) fn query_port(&self, port: u8) -> Result<ffi::ibv_port_attr> {
-        // SAFETY: ibv_port_attr is integers: all-zero is valid (and what the C inline
-        // wrapper memsets before the compat call).
-        let mut attr: ffi::ibv_port_attr = unsafe { std::mem::zeroed() };
+    pub(crate) fn query_port(&self, port: u8) -> Result<c::ibv_port_attr> {
+        // All zero, as the C inline wrapper memsets it before the compat call.
+        let mut attr = c::ibv_port_attr::default();
         // SAFETY: live context, valid out pointer of the full struct size.
         check(
-            unsafe { ffi::___ibv_query_port(self.raw(), port, &mut attr) },
+            unsafe { ffi::___ibv_query_port(self.raw(), port, sys_mut(&mut attr)) },
             "ibv_query_port",
         )?;
         Ok(attr)
@@ -360,14 +340,13 @@ impl Context {
     pub(crate) fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
         let index =
             c_int::try_from(index).map_err(|_| Error::InvalidArgument("GID index too large"))?;
-        let mut gid = ffi::ibv_gid { raw: [0; 16] };
+        let mut gid = c::ibv_gid::default();
         // SAFETY: live context, valid out pointer.
         check(
-            unsafe { ffi::ibv_query_gid(self.raw(), port, index, &mut gid) },
+            unsafe { ffi::ibv_query_gid(self.raw(), port, index, sys_mut(&mut gid)) },
             "ibv_query_gid",
         )?;
-        // SAFETY: both union members are plain bytes; `raw` covers all 16.
-        Ok(Gid(unsafe { gid.raw }))
+        Ok(convert::gid_from_c(&gid))
     }
 
     /// `ibv_query_pkey` (host order).
@@ -401,7 +380,15 @@ impl Context {
         // the attribute are fully initialized structs on this stack frame that
         // libibverbs reads (wc, grh) and writes (attr) only during the call.
         check(
-            unsafe { ffi::ibv_init_ah_from_wc(self.raw(), port, &mut c_wc, &mut c_grh, &mut attr) },
+            unsafe {
+                ffi::ibv_init_ah_from_wc(
+                    self.raw(),
+                    port,
+                    sys_mut(&mut c_wc),
+                    sys_mut(&mut c_grh),
+                    sys_mut(&mut attr),
+                )
+            },
             "ibv_init_ah_from_wc",
         )?;
         Ok(convert::ah_attr_from_c(&attr))
@@ -653,7 +640,7 @@ impl Pd {
     pub(crate) fn create_ah(&self, attr: &AhAttr) -> Result<Ah> {
         let mut c = convert::ah_attr_to_c(attr);
         // SAFETY: live PD, valid attribute struct.
-        let p = unsafe { ffi::ibv_create_ah(self.raw(), &mut c) };
+        let p = unsafe { ffi::ibv_create_ah(self.raw(), sys_mut(&mut c)) };
         Ok(Ah {
             ptr: NonNull::new(p).ok_or_else(|| null_error("ibv_create_ah"))?,
             _ctx: self._ctx.clone(),
@@ -665,11 +652,7 @@ impl Pd {
     pub(crate) fn create_srq(&self, attr: &SrqAttr) -> Result<Srq> {
         let mut init = ffi::ibv_srq_init_attr {
             srq_context: ptr::null_mut(),
-            attr: ffi::ibv_srq_attr {
-                max_wr: attr.max_wr,
-                max_sge: attr.max_sge,
-                srq_limit: attr.srq_limit,
-            },
+            attr: to_sys(convert::srq_attr_to_c(attr)),
         };
         // SAFETY: live PD, valid attribute struct.
         let p = unsafe { ffi::ibv_create_srq(self.raw(), &mut init) };
@@ -695,7 +678,7 @@ impl Pd {
             send_cq: send_cq.raw(),
             recv_cq: recv_cq.raw(),
             srq: srq.map_or(ptr::null_mut(), Srq::raw),
-            cap: convert::cap_to_c(cap),
+            cap: to_sys(convert::cap_to_c(cap)),
             qp_type: qp_type.as_u32(),
             sq_sig_all: c_int::from(sq_sig_all),
         };
@@ -892,15 +875,15 @@ impl Cq {
         let mut total = 0;
         while total < max {
             let want = (max - total).min(BATCH);
-            // SAFETY: ibv_wc is integers and a union of integers: all-zero is valid.
-            let mut wcs: [ffi::ibv_wc; BATCH] = unsafe { std::mem::zeroed() };
+            let mut wcs = [c::ibv_wc::default(); BATCH];
+            let raw = sys_slice_mut(&mut wcs).as_mut_ptr();
             // SAFETY: live CQ; `want` <= BATCH entries of valid storage.
-            let n = unsafe { ffi::ibv_poll_cq(self.raw(), want as c_int, wcs.as_mut_ptr()) };
+            let n = unsafe { ffi::ibv_poll_cq(self.raw(), want as c_int, raw) };
             if n < 0 {
                 return Err(ret_error(n, "ibv_poll_cq"));
             }
             let n = n as usize;
-            out.extend(wcs[..n].iter().map(wc_from_raw));
+            out.extend(wcs[..n].iter().map(convert::wc_from_c));
             total += n;
             if n < want {
                 break;
@@ -938,36 +921,24 @@ impl Srq {
 
     /// `ibv_modify_srq`.
     pub(crate) fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
-        let mut c = ffi::ibv_srq_attr {
-            max_wr: attr.max_wr,
-            max_sge: attr.max_sge,
-            srq_limit: attr.srq_limit,
-        };
+        let mut c = convert::srq_attr_to_c(attr);
         let mask = c_int::try_from(mask.bits()).map_err(|_| Error::InvalidArgument("mask"))?;
         // SAFETY: live SRQ, valid attribute struct.
         check(
-            unsafe { ffi::ibv_modify_srq(self.raw(), &mut c, mask) },
+            unsafe { ffi::ibv_modify_srq(self.raw(), sys_mut(&mut c), mask) },
             "ibv_modify_srq",
         )
     }
 
     /// `ibv_query_srq`.
     pub(crate) fn query(&self) -> Result<SrqAttr> {
-        let mut c = ffi::ibv_srq_attr {
-            max_wr: 0,
-            max_sge: 0,
-            srq_limit: 0,
-        };
+        let mut c = c::ibv_srq_attr::default();
         // SAFETY: live SRQ, valid out pointer.
         check(
-            unsafe { ffi::ibv_query_srq(self.raw(), &mut c) },
+            unsafe { ffi::ibv_query_srq(self.raw(), sys_mut(&mut c)) },
             "ibv_query_srq",
         )?;
-        Ok(SrqAttr {
-            max_wr: c.max_wr,
-            max_sge: c.max_sge,
-            srq_limit: c.srq_limit,
-        })
+        Ok(convert::srq_attr_from_c(&c))
     }
 
     /// `ibv_post_srq_recv`.
@@ -1018,7 +989,12 @@ fn post_recv_list(
     }
     let mut sges: Vec<Vec<ffi::ibv_sge>> = wrs
         .iter()
-        .map(|w| w.sg_list.iter().map(convert::sge_to_c).collect())
+        .map(|w| {
+            w.sg_list
+                .iter()
+                .map(|s| to_sys(convert::sge_to_c(s)))
+                .collect()
+        })
         .collect();
     let mut list: Vec<ffi::ibv_recv_wr> = Vec::with_capacity(wrs.len());
     for (w, s) in wrs.iter().zip(sges.iter_mut()) {
@@ -1082,7 +1058,7 @@ impl Qp {
         let mask = c_int::try_from(mask.bits()).map_err(|_| Error::InvalidArgument("mask"))?;
         // SAFETY: live QP, valid attribute struct.
         check(
-            unsafe { ffi::ibv_modify_qp(self.raw(), &mut c, mask) },
+            unsafe { ffi::ibv_modify_qp(self.raw(), sys_mut(&mut c), mask) },
             "ibv_modify_qp",
         )
     }
@@ -1090,16 +1066,15 @@ impl Qp {
     /// `ibv_query_qp` of every attribute; the objects of the init attributes named by
     /// their kernel handles (this backend's ids).
     pub(crate) fn query(&self) -> Result<(QpAttr, QpInitAttr)> {
-        // SAFETY: all-integer / pointer structs: all-zero is valid.
-        let mut attr: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
+        let mut attr = c::ibv_qp_attr::default();
+        // SAFETY: an all-integer / pointer struct: all-zero is valid.
         let mut init: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         // Every attribute libibverbs can query: the bits below IBV_QP_RATE_LIMIT
         // (ibv_cmd_query_qp refuses RATE_LIMIT and above with EOPNOTSUPP).
         let all = c_int::try_from(QpAttrMask::RATE_LIMIT.bits() - 1).unwrap_or(c_int::MAX);
         // SAFETY: live QP, valid out pointers.
         check(
-            unsafe { ffi::ibv_query_qp(self.raw(), &mut attr, all, &mut init) },
+            unsafe { ffi::ibv_query_qp(self.raw(), sys_mut(&mut attr), all, &mut init) },
             "ibv_query_qp",
         )?;
         // SAFETY: the QP's PD, CQs and SRQ are live while it is (the kernel refuses to
@@ -1119,11 +1094,11 @@ impl Qp {
             send_cq: CqId(send_cq),
             recv_cq: CqId(recv_cq),
             qp_type: QpType::try_from(qp_type)?,
-            cap: convert::cap_from_c(&init.cap),
+            cap: convert::cap_from_c(from_sys(&init.cap)),
             sq_sig_all: init.sq_sig_all != 0,
             srq: srq.map(SrqId),
         };
-        Ok((convert::qp_attr_from_c(&attr), init))
+        Ok((convert::qp_attr_from_query(&attr), init))
     }
 
     /// `ibv_post_recv`.
@@ -1178,7 +1153,12 @@ impl Qp {
                     }
                 }
             }
-            sges.push(w.sg_list.iter().map(convert::sge_to_c).collect());
+            sges.push(
+                w.sg_list
+                    .iter()
+                    .map(|s| to_sys(convert::sge_to_c(s)))
+                    .collect(),
+            );
         }
         let mut list: Vec<ffi::ibv_send_wr> = Vec::with_capacity(wrs.len());
         for (i, ((w, r), s)) in wrs.iter().zip(refs).zip(sges.iter_mut()).enumerate() {
@@ -1223,7 +1203,7 @@ impl Qp {
 
     /// `ibv_attach_mcast` / `ibv_detach_mcast`.
     pub(crate) fn mcast(&self, gid: &Gid, lid: u16, attach: bool) -> Result<()> {
-        let g = ffi::ibv_gid { raw: gid.0 };
+        let g = to_sys(convert::gid_to_c(gid));
         // SAFETY: live QP, valid GID.
         let ret = unsafe {
             if attach {
@@ -1360,11 +1340,4 @@ fn send_wr_to_c(
         },
         bind_mw_tso_union: bind,
     })
-}
-
-/// The 16 bytes of a GID.
-pub(crate) fn gid_bytes(g: &ffi::ibv_gid) -> [u8; 16] {
-    // SAFETY: both union members are plain integers over the same 16 bytes; `raw` covers
-    // all of them, so every bit pattern is a valid value.
-    unsafe { g.raw }
 }
