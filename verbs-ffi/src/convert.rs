@@ -911,7 +911,7 @@ mod tests {
         (
             "[ -~]{0,63}",
             any::<(u64, u64, u64, u64, u32, u32, u32)>(),
-            proptest::collection::vec(0..=i32::MAX as u32, 29),
+            proptest::collection::vec(0..=i32::MAX as u32, 27),
             (any::<u32>(), 0..3usize, any::<(u16, u8, u8)>()),
         )
             .prop_map(|(fw_ver, ids, c, (caps, atomic, tail))| DeviceAttr {
