@@ -79,7 +79,6 @@ fn main() {
         })
         .unwrap_or_else(|e| die(&format!("open: {e}"))),
     );
-    let gid = dev.gid();
     let active_mtu = dev
         .query_port(1)
         .unwrap_or_else(|e| die(&format!("query_port: {e}")))
@@ -127,7 +126,7 @@ fn main() {
         qp.qpn(),
         psn,
         ip_word,
-        mr.info().addr,
+        mr.addr(0),
         mr.rkey()
     )
     .or_die("send the connection data");
@@ -162,7 +161,6 @@ fn main() {
         ..Endpoint::default()
     };
     qp.connect(&params, psn, &remote).or_die("connect the QP");
-    let _ = gid;
     // Both ends are in RTS before the first WRITE: each says so and waits for the other.
     writeln!(stream, "ready").or_die("say ready");
     read_msg(&mut reader, &mut line, "ready");
@@ -173,29 +171,21 @@ fn main() {
         let n = bytes.div_ceil(chunk);
         let start = Instant::now();
         let (mut posted, mut done) = (0, 0);
-        let mut wcs = Vec::new();
         while done < n {
             while posted < n && posted - done < 8 {
                 let off = posted * chunk;
-                let len = chunk.min(bytes - off) as u32;
-                qp.post_send(&[SendWr::rdma_write(
-                    posted as u64,
-                    vec![mr.sge(off as u64, len)],
-                    raddr + off as u64,
-                    rrkey,
-                )
-                .signaled()])
-                    .or_die("post_send");
+                let sge = mr.sge(off as u64, chunk.min(bytes - off) as u32);
+                let wr = SendWr::rdma_write(posted as u64, sge, raddr + off as u64, rrkey);
+                qp.post_send(&[wr.signaled()]).or_die("post_send");
                 posted += 1;
             }
-            wcs.clear();
-            cq.poll(16, &mut wcs).or_die("poll_cq");
-            for wc in &wcs {
+            for wc in cq.completions() {
+                let wc = wc.or_die("poll_cq");
                 if wc.status != WcStatus::Success {
                     die(&format!("write {} failed: {}", wc.wr_id, wc.status));
                 }
+                done += 1;
             }
-            done += wcs.len();
         }
         let secs = start.elapsed().as_secs_f64();
         println!(
