@@ -39,6 +39,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emu_core::nic::interop::LinkOptions;
@@ -237,17 +238,19 @@ fn mtu_from_code(c: u8) -> Option<Mtu> {
 fn main() {
     let o = parse_args();
     let client = o.server.is_some();
-    let dev = EmuDevice::open(EmuConfig {
-        ip: o.ip,
-        port: o.udp_port,
-        link: if o.interop {
-            LinkOptions::interop()
-        } else {
-            LinkOptions::default()
-        },
-        ..EmuConfig::default()
-    })
-    .unwrap_or_else(|e| die(&format!("cannot open an emulated device on {}: {e}", o.ip)));
+    let dev = Arc::new(
+        EmuDevice::open(EmuConfig {
+            ip: o.ip,
+            port: o.udp_port,
+            link: if o.interop {
+                LinkOptions::interop()
+            } else {
+                LinkOptions::default()
+            },
+            ..EmuConfig::default()
+        })
+        .unwrap_or_else(|e| die(&format!("cannot open an emulated device on {}: {e}", o.ip))),
+    );
     // What the options ask of the device and of memory, before the peer is involved
     // (perftest's buffer is twice the message, at least).
     let max_qp_wr = dev.query_device().or_die("query_device").max_qp_wr;
@@ -258,7 +261,7 @@ fn main() {
         ));
     }
     let what = format!("-s {}", o.size);
-    check_msg(&dev, &what, o.size as u64).unwrap_or_else(|e| die(&e));
+    check_msg(&*dev, &what, o.size as u64).unwrap_or_else(|e| die(&e));
     check_memory(&what, (o.size as u64).saturating_mul(2)).unwrap_or_else(|e| die(&e));
 
     let mut s = match &o.server {
@@ -308,7 +311,7 @@ fn main() {
     let per = o.size.max(cycle).div_ceil(cache_line) * cache_line;
     let what = format!("-s {} (the peer's cycle buffer {cycle})", o.size);
     check_memory(&what, 2 * per as u64).unwrap_or_else(|e| die(&e));
-    check_mr(&dev, &what, 2 * per as u64).unwrap_or_else(|e| die(&e));
+    check_mr(&*dev, &what, 2 * per as u64).unwrap_or_else(|e| die(&e));
     let buf = MemBuf::new(per * 2);
     // The server's bytes start as 0xEE (atomics: 0), so it can tell what was written;
     // the client's WRITE source is 0x5A.
@@ -317,39 +320,30 @@ fn main() {
         (Verb::Write, true) => 0x5A,
         _ => 0xEE,
     });
-    let pd = dev.alloc_pd().or_die("alloc_pd");
+    let ctx = Context::new(dev);
+    let pd = ctx.alloc_pd().or_die("alloc_pd");
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
-    let mr = dev.reg_mr(pd, &buf, 0, buf.len(), access).or_die("reg_mr");
+    let mr = pd.reg_mr(&buf, access).or_die("reg_mr");
     let depth = o.tx_depth as u32;
-    let cq = dev.create_cq(depth * 2, None).or_die("create_cq");
-    let qpn = dev
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap: QpCap {
-                max_send_wr: depth,
-                max_recv_wr: 1,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-            srq: None,
-        })
+    let cq = ctx.create_cq(depth * 2, None).or_die("create_cq");
+    let qp = pd
+        .qp(QpType::Rc, &cq)
+        .max_send_wr(depth)
+        .max_recv_wr(1)
+        .sq_sig_all(false)
+        .build()
         .unwrap_or_else(|e| die(&format!("create QP: {e}")));
-    let gid = dev.query_gid(1, 0).or_die("query_gid");
+    let gid = ctx.gid().or_die("query_gid");
     let me = Keys {
         lid: 0,
         out_reads: if o.verb == Verb::Write { 1 } else { OUT_READS },
-        qpn,
-        psn: (std::process::id().wrapping_mul(2_654_435_761) ^ qpn) & 0xFF_FFFF,
-        rkey: mr.rkey,
-        vaddr: mr.addr,
+        qpn: qp.qpn(),
+        psn: (std::process::id().wrapping_mul(2_654_435_761) ^ qp.qpn()) & 0xFF_FFFF,
+        rkey: mr.rkey(),
+        vaddr: mr.addr(0),
         gid,
         srqn: 0,
     };
@@ -382,7 +376,7 @@ fn main() {
         psn: rem.psn,
         gid: rem.gid,
     };
-    connect_qp(&dev, qpn, QpType::Rc, &p, me.psn, &remote)
+    qp.connect(&p, me.psn, &remote)
         .unwrap_or_else(|e| die(&format!("connect the QP: {e}")));
     xchg_keys(&mut s, client, &me);
     xchg_keys(&mut s, client, &me);
@@ -393,7 +387,7 @@ fn main() {
         ..Report::default()
     };
     let ok = if client {
-        let t = run(&dev, &o, cq, qpn, &mr, &rem, cycle);
+        let t = run(&o, &cq, &qp, &mr, &rem, cycle);
         let secs = t.as_secs_f64();
         mine.iters = o.iters;
         mine.bw_avg = (o.size as f64 * o.iters as f64) / secs / 1_048_576.0;
@@ -421,15 +415,7 @@ fn main() {
 }
 
 /// The client's test: ITERS work requests, at most TX_DEPTH in flight, each signaled.
-fn run(
-    dev: &EmuDevice,
-    o: &Opts,
-    cq: CqId,
-    qpn: u32,
-    mr: &MrInfo,
-    rem: &Keys,
-    cycle: usize,
-) -> Duration {
+fn run(o: &Opts, cq: &Cq, qp: &Qp, mr: &Mr, rem: &Keys, cycle: usize) -> Duration {
     let len = o.size as u64;
     // perftest moves the remote address by SIZE within the cycle buffer when SIZE fits
     // twice in it; else it stays.
@@ -445,41 +431,19 @@ fn run(
     while done < o.iters {
         while posted < o.iters && in_flight < o.tx_depth {
             let off = (posted % slots) * len;
-            let remote_addr = rem.vaddr + off;
-            let op = match o.verb {
-                Verb::Write => WrOperation::RdmaWrite {
-                    remote_addr,
-                    rkey: rem.rkey,
-                },
-                Verb::Read => WrOperation::RdmaRead {
-                    remote_addr,
-                    rkey: rem.rkey,
-                },
-                Verb::Atomic => WrOperation::AtomicFetchAndAdd {
-                    remote_addr,
-                    rkey: rem.rkey,
-                    add: 1,
-                },
+            let (sge, far, rkey) = (mr.sge(off, o.size as u32), rem.vaddr + off, rem.rkey);
+            let wr = match o.verb {
+                Verb::Write => SendWr::rdma_write(posted, sge, far, rkey),
+                Verb::Read => SendWr::rdma_read(posted, sge, far, rkey),
+                Verb::Atomic => SendWr::atomic_fetch_add(posted, sge, far, rkey, 1),
             };
-            let wr = SendWr {
-                wr_id: posted,
-                sg_list: Sge {
-                    addr: mr.addr + off,
-                    length: o.size as u32,
-                    lkey: mr.lkey,
-                }
-                .into(),
-                op,
-                send_flags: SendFlags::SIGNALED,
-                ud: None,
-            };
-            dev.post_send(qpn, &[wr])
+            qp.post_send(&[wr.signaled()])
                 .unwrap_or_else(|e| die(&format!("post_send: {e}")));
             posted += 1;
             in_flight += 1;
         }
         wcs.clear();
-        dev.poll_cq(cq, 64, &mut wcs).or_die("poll_cq");
+        cq.poll(64, &mut wcs).or_die("poll_cq");
         for wc in &wcs {
             if wc.status != WcStatus::Success {
                 die(&format!(
