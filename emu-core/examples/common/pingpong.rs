@@ -29,6 +29,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emu_core::nic::interop::LinkOptions;
@@ -181,15 +182,15 @@ impl Dest {
 }
 
 struct Ctx {
-    dev: EmuDevice,
-    pd: PdId,
-    cq: CqId,
-    qpns: Vec<u32>,
-    srq: Option<SrqId>,
+    ctx: Context,
+    pd: Pd,
+    cq: Cq,
+    qps: Vec<Qp>,
+    srq: Option<Srq>,
     /// UD: the address handle and QP number of each peer QP.
-    ud: Vec<(AhId, u32)>,
+    ud: Vec<(Ah, u32)>,
     buf: MemBuf,
-    mr: MrInfo,
+    mr: Mr,
     size: usize,
     mode: Mode,
 }
@@ -233,56 +234,42 @@ fn setup(
             "-q {num_qp} is more QPs than the device's max_qp ({max_qp})"
         ));
     }
-    let pd = dev.alloc_pd().or_die("alloc_pd");
-    let cq = dev
+    let ctx = Context::new(Arc::new(dev));
+    let pd = ctx.alloc_pd().or_die("alloc_pd");
+    let cq = ctx
         .create_cq((RX_DEPTH + num_qp) as u32, None)
         .or_die("create_cq");
     let srq = (mode == Mode::Srq).then(|| {
-        dev.create_srq(
-            pd,
-            &SrqAttr {
-                max_wr: RX_DEPTH as u32,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-        )
+        pd.create_srq(&SrqAttr {
+            max_wr: RX_DEPTH as u32,
+            max_sge: 1,
+            srq_limit: 0,
+        })
         .or_die("create_srq")
     });
-    let cap = QpCap {
-        max_send_wr: 1,
-        max_recv_wr: RX_DEPTH as u32,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qpns = (0..num_qp)
+    let qps = (0..num_qp)
         .map(|_| {
-            dev.create_qp(&QpInitAttr {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: mode.qp_type(),
-                cap,
-                sq_sig_all: false,
-                srq,
-            })
+            let qp = pd.qp(mode.qp_type(), &cq).max_send_wr(1);
+            let qp = qp.max_recv_wr(RX_DEPTH as u32).sq_sig_all(false);
+            match &srq {
+                Some(srq) => qp.srq(srq).build(),
+                None => qp.build(),
+            }
             .unwrap_or_else(|e| die(&format!("couldn't create a QP: {e}")))
         })
         .collect::<Vec<_>>();
     let buf = MemBuf::new(len);
-    let mr = dev
-        .reg_mr(pd, &buf, 0, len, AccessFlags::LOCAL_WRITE)
-        .or_die("reg_mr");
+    let mr = pd.reg_mr(&buf, AccessFlags::LOCAL_WRITE).or_die("reg_mr");
     let (init, mask) = params().init(mode.qp_type());
-    for &qpn in &qpns {
-        dev.modify_qp(qpn, &init, mask)
+    for qp in &qps {
+        qp.modify(&init, mask)
             .unwrap_or_else(|e| die(&format!("failed to modify QP to INIT: {e}")));
     }
     let c = Ctx {
-        dev,
+        ctx,
         pd,
         cq,
-        qpns,
+        qps,
         srq,
         ud: Vec::new(),
         buf,
@@ -309,7 +296,7 @@ fn params() -> QpParams {
 fn connect(c: &mut Ctx, mine: &[Dest], rems: &[Dest]) {
     let p = params();
     let qp_type = c.mode.qp_type();
-    for ((&qpn, me), rem) in c.qpns.iter().zip(mine).zip(rems) {
+    for ((qp, me), rem) in c.qps.iter().zip(mine).zip(rems) {
         let remote = Endpoint {
             lid: rem.lid,
             qpn: rem.qpn,
@@ -317,19 +304,16 @@ fn connect(c: &mut Ctx, mine: &[Dest], rems: &[Dest]) {
             gid: rem.gid,
         };
         let (rtr, rtr_mask) = p.rtr(qp_type, &remote);
-        c.dev
-            .modify_qp(qpn, &rtr, rtr_mask)
+        qp.modify(&rtr, rtr_mask)
             .unwrap_or_else(|e| die(&format!("failed to modify QP to RTR: {e}")));
         let (rts, rts_mask) = p.rts(qp_type, me.psn);
-        c.dev
-            .modify_qp(qpn, &rts, rts_mask)
+        qp.modify(&rts, rts_mask)
             .unwrap_or_else(|e| die(&format!("failed to modify QP to RTS: {e}")));
         let av = p.ah_attr(rem.gid);
         if c.mode == Mode::Ud {
-            let ah = c
-                .dev
-                .create_ah(c.pd, &av)
-                .unwrap_or_else(|e| die(&format!("failed to create AH: {e}")));
+            let ah =
+                c.pd.create_ah(&av)
+                    .unwrap_or_else(|e| die(&format!("failed to create AH: {e}")));
             c.ud.push((ah, rem.qpn));
         }
     }
@@ -347,19 +331,11 @@ fn post_recv(c: &Ctx, n: usize) {
     } else {
         c.size
     };
-    let wr = RecvWr {
-        wr_id: RECV_WRID,
-        sg_list: Sge {
-            addr: c.mr.addr,
-            length: len as u32,
-            lkey: c.mr.lkey,
-        }
-        .into(),
-    };
+    let wr = [RecvWr::new(RECV_WRID, c.mr.sge(0, len as u32))];
     for _ in 0..n {
-        let r = match c.srq {
-            Some(srq) => c.dev.post_srq_recv(srq, std::slice::from_ref(&wr)),
-            None => c.dev.post_recv(c.qpns[0], std::slice::from_ref(&wr)),
+        let r = match &c.srq {
+            Some(srq) => srq.post_recv(&wr),
+            None => c.qps[0].post_recv(&wr),
         };
         r.unwrap_or_else(|e| die(&format!("post_recv: {e}")));
     }
@@ -370,23 +346,15 @@ fn post_recv(c: &Ctx, n: usize) {
 fn post_send(c: &Ctx, i: usize) {
     let off = if c.mode == Mode::Ud { GRH as u64 } else { 0 };
     let wr = SendWr {
-        wr_id: SEND_WRID,
-        sg_list: Sge {
-            addr: c.mr.addr + off,
-            length: c.size as u32,
-            lkey: c.mr.lkey,
-        }
-        .into(),
-        op: WrOperation::Send,
-        send_flags: SendFlags::SIGNALED,
-        ud: c.ud.get(i).map(|&(ah, remote_qpn)| UdDest {
-            ah,
-            remote_qpn,
+        ud: c.ud.get(i).map(|(ah, remote_qpn)| UdDest {
+            ah: ah.id(),
+            remote_qpn: *remote_qpn,
             remote_qkey: QKEY,
         }),
+        ..SendWr::send(SEND_WRID, c.mr.sge(off, c.size as u32)).signaled()
     };
-    c.dev
-        .post_send(c.qpns[i], &[wr])
+    c.qps[i]
+        .post_send(&[wr])
         .unwrap_or_else(|e| die(&format!("post_send: {e}")));
 }
 
@@ -395,7 +363,7 @@ fn post_send(c: &Ctx, i: usize) {
 fn run(c: &Ctx, client: bool, iters: usize, timeout: u64) {
     // The receives were posted in INIT, before connecting (see `setup`): on UC and UD a
     // SEND that finds no receive is dropped, so none may arrive before they are there.
-    let n = c.qpns.len();
+    let n = c.qps.len();
     let mut recvs_posted = RX_DEPTH;
     let (mut rcnt, mut scnt) = (vec![0; n], vec![0; n]);
     let mut pending_send = vec![false; n];
@@ -413,7 +381,7 @@ fn run(c: &Ctx, client: bool, iters: usize, timeout: u64) {
     let done = |r: &[usize], s: &[usize]| r.iter().chain(s).all(|&k| k >= iters);
     while !done(&rcnt, &scnt) {
         wcs.clear();
-        c.dev.poll_cq(c.cq, 16, &mut wcs).or_die("poll_cq");
+        c.cq.poll(16, &mut wcs).or_die("poll_cq");
         for wc in &wcs {
             if wc.status != WcStatus::Success {
                 die(&format!(
@@ -424,9 +392,9 @@ fn run(c: &Ctx, client: bool, iters: usize, timeout: u64) {
                 ));
             }
             let i = c
-                .qpns
+                .qps
                 .iter()
-                .position(|&q| q == wc.qp_num)
+                .position(|q| q.qpn() == wc.qp_num)
                 .unwrap_or_else(|| die(&format!("completion for unknown QP {}", wc.qp_num)));
             match wc.wr_id {
                 SEND_WRID => {
@@ -514,11 +482,12 @@ fn recv_dests(stream: &mut TcpStream, n: usize) -> Vec<Dest> {
 }
 
 fn my_dests(c: &Ctx) -> Vec<Dest> {
-    let gid = c.dev.query_gid(1, 0).or_die("query_gid");
+    let gid = c.ctx.gid().or_die("query_gid");
     let salt = u32::from_be_bytes([gid.0[12], gid.0[13], gid.0[14], gid.0[15]]);
-    c.qpns
+    c.qps
         .iter()
-        .map(|&qpn| Dest {
+        .map(Qp::qpn)
+        .map(|qpn| Dest {
             lid: 0,
             qpn,
             psn: (std::process::id().wrapping_mul(2_654_435_761) ^ qpn ^ salt.wrapping_mul(40_503))
