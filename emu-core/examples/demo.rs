@@ -174,6 +174,7 @@ fn main() {
     let msgs = 8192u64;
     let start = Instant::now();
     let (mut posted, mut done) = (0u64, 0u64);
+    let mut wcs = Vec::new();
     while done < msgs {
         while posted < msgs && posted - done < 16 {
             let off = (posted % 512) * 65536;
@@ -181,13 +182,14 @@ fn main() {
             a.post(SendWr::rdma_write(1000 + posted, sge, b.mr.addr(off), rkey));
             posted += 1;
         }
-        for w in a.cq.completions() {
-            let w = w.or_die("poll_cq");
-            if w.status != WcStatus::Success {
-                die(&format!("RDMA WRITE {} failed: {}", w.wr_id, w.status));
-            }
-            done += 1;
+        // One poll a round, as many as are there: on an emulated device an empty poll
+        // receives from the socket itself, so draining the CQ would cost a receive.
+        wcs.clear();
+        a.cq.poll(16, &mut wcs).or_die("poll_cq");
+        if let Some(w) = wcs.iter().find(|w| w.status != WcStatus::Success) {
+            die(&format!("RDMA WRITE {} failed: {}", w.wr_id, w.status));
         }
+        done += wcs.len() as u64;
     }
     let secs = start.elapsed().as_secs_f64();
     println!(

@@ -171,6 +171,7 @@ fn main() {
         let n = bytes.div_ceil(chunk);
         let start = Instant::now();
         let (mut posted, mut done) = (0, 0);
+        let mut wcs = Vec::new();
         while done < n {
             while posted < n && posted - done < 8 {
                 let off = posted * chunk;
@@ -179,13 +180,14 @@ fn main() {
                 qp.post_send(&[wr.signaled()]).or_die("post_send");
                 posted += 1;
             }
-            for wc in cq.completions() {
-                let wc = wc.or_die("poll_cq");
+            wcs.clear();
+            cq.poll(16, &mut wcs).or_die("poll_cq");
+            for wc in &wcs {
                 if wc.status != WcStatus::Success {
                     die(&format!("write {} failed: {}", wc.wr_id, wc.status));
                 }
-                done += 1;
             }
+            done += wcs.len();
         }
         let secs = start.elapsed().as_secs_f64();
         println!(
