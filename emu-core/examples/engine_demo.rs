@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use emu_core::engine::{Engine, MAX_PACKET};
 use emu_wire::{check_icrc, write_icrc, Ipv4Endpoints, PacketRepr};
 use verbs_api::{
-    AccessFlags, Endpoint, Gid, MemBuf, Mtu, QpCap, QpParams, QpType, RecvWr, SendFlags, SendWr,
-    Sge, WorkCompletion, WrOperation,
+    AccessFlags, Endpoint, Gid, MemBuf, Mtu, QpCap, QpParams, QpType, RecvWr, SendWr, Sge,
+    WorkCompletion,
 };
 use verbs_api::{CqId, MrInfo, QpInitAttr};
 
@@ -183,98 +183,47 @@ fn main() {
         length: len,
         lkey: n.mr.lkey,
     };
-    let post = |n: &mut Nic, id: u64, op: WrOperation, off: u64, len: u32| {
-        let sg_list = vec![Sge {
-            addr: n.mr.addr + off,
-            length: len,
-            lkey: n.mr.lkey,
-        }];
+    // Every WR signaled: the QPs were created with sq_sig_all off.
+    let post = |n: &mut Nic, wr: SendWr| {
         n.engine
-            .post_send(
-                now,
-                n.qpn,
-                &[SendWr {
-                    wr_id: id,
-                    sg_list: sg_list.into(),
-                    op,
-                    send_flags: SendFlags::SIGNALED,
-                    ud: None,
-                }],
-            )
+            .post_send(now, n.qpn, &[wr.signaled()])
             .or_die("post_send");
     };
 
     println!("1. SEND 10000 bytes with immediate data (B posted a receive):");
     a.buf.write(0, &[7u8; 10000]).or_die("write");
-    let recv = RecvWr {
-        wr_id: 100,
-        sg_list: vec![sge(&b, 0, 16384)].into(),
-    };
+    let recv = RecvWr::new(100, sge(&b, 0, 16384));
     b.engine.post_recv(now, b.qpn, &[recv]).or_die("post_recv");
-    post(
-        &mut a,
-        1,
-        WrOperation::SendWithImm { imm_data: 0x1234 },
-        0,
-        10000,
-    );
+    let wr = SendWr::send_with_imm(1, sge(&a, 0, 10000), 0x1234);
+    post(&mut a, wr);
     run(&mut a, &mut b, now, true);
     show(&mut a);
     show(&mut b);
 
     println!("\n2. RDMA WRITE 5000 bytes into B's memory (no receive needed):");
     let (b_addr, b_rkey) = (b.mr.addr, b.mr.rkey);
-    post(
-        &mut a,
-        2,
-        WrOperation::RdmaWrite {
-            remote_addr: b_addr + 65536,
-            rkey: b_rkey,
-        },
-        0,
-        5000,
-    );
+    let wr = SendWr::rdma_write(2, sge(&a, 0, 5000), b_addr + 65536, b_rkey);
+    post(&mut a, wr);
     run(&mut a, &mut b, now, true);
     show(&mut a);
 
     println!("\n3. RDMA READ 4100 bytes back from B:");
-    post(
-        &mut a,
-        3,
-        WrOperation::RdmaRead {
-            remote_addr: b_addr + 65536,
-            rkey: b_rkey,
-        },
-        131072,
-        4100,
-    );
+    let wr = SendWr::rdma_read(3, sge(&a, 131072, 4100), b_addr + 65536, b_rkey);
+    post(&mut a, wr);
     run(&mut a, &mut b, now, true);
     show(&mut a);
 
     println!("\n4. FETCH_AND_ADD 5, then COMPARE_AND_SWAP 5 -> 99 on B's counter:");
     b.buf.write_u64(262144, 0).or_die("write_u64");
+    let (old_add, old_cas) = (sge(&a, 8, 8), sge(&a, 16, 8));
+    let counter = b_addr + 262144;
     post(
         &mut a,
-        4,
-        WrOperation::AtomicFetchAndAdd {
-            remote_addr: b_addr + 262144,
-            rkey: b_rkey,
-            add: 5,
-        },
-        8,
-        8,
+        SendWr::atomic_fetch_add(4, old_add, counter, b_rkey, 5),
     );
     post(
         &mut a,
-        5,
-        WrOperation::AtomicCmpAndSwp {
-            remote_addr: b_addr + 262144,
-            rkey: b_rkey,
-            compare: 5,
-            swap: 99,
-        },
-        16,
-        8,
+        SendWr::atomic_cmp_swp(5, old_cas, counter, b_rkey, 5, 99),
     );
     run(&mut a, &mut b, now, true);
     show(&mut a);
@@ -284,16 +233,8 @@ fn main() {
     );
 
     println!("\n5. RDMA WRITE with a wrong rkey: NAK, error completion, QP to ERR on both sides:");
-    post(
-        &mut a,
-        6,
-        WrOperation::RdmaWrite {
-            remote_addr: b_addr,
-            rkey: b_rkey ^ 0x100,
-        },
-        0,
-        64,
-    );
+    let wr = SendWr::rdma_write(6, sge(&a, 0, 64), b_addr, b_rkey ^ 0x100);
+    post(&mut a, wr);
     run(&mut a, &mut b, now, true);
     show(&mut a);
     while let Some(ev) = b.engine.poll_event() {
@@ -314,16 +255,8 @@ fn main() {
     while done < msgs {
         while posted < msgs && posted - done < 64 {
             let off = (posted % 8) * 65536;
-            post(
-                &mut a,
-                posted,
-                WrOperation::RdmaWrite {
-                    remote_addr: b_addr + off,
-                    rkey: b_rkey,
-                },
-                off,
-                65536,
-            );
+            let wr = SendWr::rdma_write(posted, sge(&a, off, 65536), b_addr + off, b_rkey);
+            post(&mut a, wr);
             posted += 1;
         }
         run(&mut a, &mut b, now, false);
