@@ -449,7 +449,7 @@ impl SendWr {
     ) -> SendWr {
         SendWr::new(
             wr_id,
-            vec![result],
+            result,
             WrOperation::AtomicCmpAndSwp {
                 remote_addr,
                 rkey,
@@ -470,7 +470,7 @@ impl SendWr {
     ) -> SendWr {
         SendWr::new(
             wr_id,
-            vec![result],
+            result,
             WrOperation::AtomicFetchAndAdd {
                 remote_addr,
                 rkey,
@@ -699,5 +699,25 @@ mod tests {
         assert_eq!(RecvWr::new(5, vec![sge]).total_len(), 64);
         let big = vec![Sge::new(0, u32::MAX, 0); 3];
         assert_eq!(sg_total_len(&big), 3 * u64::from(u32::MAX));
+    }
+
+    #[test]
+    fn one_sge_constructors_do_not_allocate() {
+        let sge = Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 7,
+        };
+        for wr in [
+            SendWr::send(1, sge),
+            SendWr::rdma_write(2, sge, 0x2000, 3),
+            SendWr::rdma_read(3, sge, 0x2000, 3),
+            SendWr::atomic_fetch_add(4, sge, 0x2000, 3, 1),
+            SendWr::atomic_cmp_swp(5, sge, 0x2000, 3, 1, 2),
+        ] {
+            assert!(!wr.sg_list.spilled(), "{wr:?}");
+            assert_eq!(&wr.sg_list[..], &[sge]);
+        }
+        assert!(!RecvWr::new(6, sge).sg_list.spilled());
     }
 }
