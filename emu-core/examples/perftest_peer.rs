@@ -437,8 +437,7 @@ fn run(o: &Opts, cq: &Cq, qp: &Qp, mr: &Mr, rem: &Keys, cycle: usize) -> Duratio
                 Verb::Read => SendWr::rdma_read(posted, sge, far, rkey),
                 Verb::Atomic => SendWr::atomic_fetch_add(posted, sge, far, rkey, 1),
             };
-            qp.post_send(&[wr.signaled()])
-                .unwrap_or_else(|e| die(&format!("post_send: {e}")));
+            qp.post_send(&[wr.signaled()]).or_die("post_send");
             posted += 1;
             in_flight += 1;
         }

@@ -333,11 +333,11 @@ fn post_recv(c: &Ctx, n: usize) {
     };
     let wr = [RecvWr::new(RECV_WRID, c.mr.sge(0, len as u32))];
     for _ in 0..n {
-        let r = match &c.srq {
+        match &c.srq {
             Some(srq) => srq.post_recv(&wr),
             None => c.qps[0].post_recv(&wr),
-        };
-        r.unwrap_or_else(|e| die(&format!("post_recv: {e}")));
+        }
+        .or_die("post_recv");
     }
 }
 
@@ -353,9 +353,7 @@ fn post_send(c: &Ctx, i: usize) {
         }),
         ..SendWr::send(SEND_WRID, c.mr.sge(off, c.size as u32)).signaled()
     };
-    c.qps[i]
-        .post_send(&[wr])
-        .unwrap_or_else(|e| die(&format!("post_send: {e}")));
+    c.qps[i].post_send(&[wr]).or_die("post_send");
 }
 
 /// The ping-pong loop of ibv_rc_pingpong, per QP (ibv_srq_pingpong): every receive
