@@ -106,13 +106,8 @@ pub enum Error {
     NoDevice(String),
     /// `EADDRINUSE`: the address and UDP port a device was to open are held by a socket
     /// that does not share them (another program, or a device that keeps its address to
-    /// itself).
-    AddressInUse {
-        /// The address and port.
-        address: std::net::SocketAddr,
-        /// Who holds them, when that can be told: `process PID (COMMAND)`.
-        holder: Option<String>,
-    },
+    /// itself). Boxed: it is rare, and every `Result` of a verb carries this enum.
+    AddressInUse(Box<TakenAddress>),
     /// Any other errno, as reported by the operating system or a kernel driver.
     Os {
         /// The errno value.
@@ -120,6 +115,15 @@ pub enum Error {
         /// What was being done when it was reported.
         context: &'static str,
     },
+}
+
+/// An address and port held by another socket ([`Error::AddressInUse`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TakenAddress {
+    /// The address and port.
+    pub address: std::net::SocketAddr,
+    /// Who holds them, when that can be told: `process PID (COMMAND)`.
+    pub holder: Option<String>,
 }
 
 impl Error {
@@ -136,7 +140,7 @@ impl Error {
             Error::WouldBlock => errno::EAGAIN,
             Error::TimedOut => errno::ETIMEDOUT,
             Error::NoDevice(_) => errno::ENODEV,
-            Error::AddressInUse { .. } => errno::EADDRINUSE,
+            Error::AddressInUse(_) => errno::EADDRINUSE,
             Error::Os { errno, .. } => *errno,
         }
     }
@@ -178,9 +182,9 @@ impl fmt::Display for Error {
             Error::WouldBlock => f.write_str("resource temporarily unavailable"),
             Error::TimedOut => f.write_str("timed out"),
             Error::NoDevice(name) => write!(f, "no such device: {name}"),
-            Error::AddressInUse { address, holder } => {
-                write!(f, "{address} is already taken")?;
-                if let Some(h) = holder {
+            Error::AddressInUse(t) => {
+                write!(f, "{} is already taken", t.address)?;
+                if let Some(h) = &t.holder {
                     write!(f, " by {h}")?;
                 }
                 f.write_str(", which does not share it: use another address or port")
@@ -260,10 +264,11 @@ mod tests {
         assert_eq!(Error::WouldBlock.errno(), 11);
         assert_eq!(Error::TimedOut.errno(), 110);
         assert_eq!(Error::NoDevice("rxe0".into()).errno(), 19);
-        let taken = Error::AddressInUse {
+        let taken = Error::AddressInUse(Box::new(TakenAddress {
             address: "127.0.0.1:4791".parse().unwrap(),
             holder: Some("process 7 (nc)".into()),
-        };
+        }));
+        assert_eq!(std::mem::size_of::<Error>(), 32, "small enough to return");
         assert_eq!(taken.errno(), 98);
         assert_eq!(
             taken.to_string(),

@@ -134,7 +134,7 @@ fn open_emu(cfg: &DeviceConfig) -> verbs_api::Result<EmuDevice> {
     let mut last = Error::InvalidArgument("no free address");
     for ip in config::auto_candidates(cfg.ip) {
         match open(ip) {
-            Err(e @ Error::AddressInUse { .. }) => last = e,
+            Err(e @ Error::AddressInUse(_)) => last = e,
             r => return r,
         }
     }
@@ -162,7 +162,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut s
                 Err(e) => {
                     // Emulated devices given one address share it; one that picked its
                     // own, one in interop mode or another program's socket does not.
-                    let hint = if matches!(e, Error::AddressInUse { .. }) && !d.cfg.auto_ip {
+                    let hint = if matches!(e, Error::AddressInUse(_)) && !d.cfg.auto_ip {
                         " (RDMA_EMU_IP=127.0.0.N, or leave it unset to take the next free one)"
                     } else {
                         ""

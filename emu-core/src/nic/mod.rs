@@ -264,10 +264,10 @@ impl EmuDevice {
     pub fn open(cfg: EmuConfig) -> Result<EmuDevice> {
         let (udp, member) = share::bind(cfg.ip, cfg.port, &cfg.link).map_err(|(context, e)| {
             if e.kind() == std::io::ErrorKind::AddrInUse {
-                Error::AddressInUse {
+                Error::AddressInUse(Box::new(verbs_api::TakenAddress {
                     address: std::net::SocketAddrV4::new(cfg.ip, cfg.port).into(),
                     holder: share::holder(cfg.ip, cfg.port),
-                }
+                }))
             } else {
                 Error::Os {
                     errno: e.raw_os_error().unwrap_or(nix::errno::Errno::EIO as i32),

@@ -348,7 +348,7 @@ impl Net {
                 let t0 = Instant::now();
                 loop {
                     match EmuDevice::open(cfg.clone()) {
-                        Err(verbs_api::Error::AddressInUse { .. })
+                        Err(verbs_api::Error::AddressInUse(_))
                             if again && t0.elapsed() < Duration::from_secs(2) =>
                         {
                             self.reopen_waits += 1;
