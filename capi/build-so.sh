@@ -1,7 +1,7 @@
 #!/bin/sh
 # Links the emulator's libibverbs.so.1 and librdmacm.so.1 from the crate's static library.
 #   capi/build-so.sh [--release] OUTDIR
-# Builds `cargo build -p capi` (honouring CARGO_TARGET_DIR), then links
+# Builds `cargo build -p rdma-emu-ibverbs` (honouring CARGO_TARGET_DIR), then links
 # OUTDIR/libibverbs.so.1 with the version scripts libibverbs.map and librdmacm.map (a
 # Rust cdylib cannot carry symbol versions: rustc passes a version script of its own),
 # and makes OUTDIR/librdmacm.so.1 a link to the same file: the dynamic loader maps a
@@ -14,9 +14,9 @@ if [ "${1:-}" = "--release" ]; then profile=release; shift; fi
 out=${1:?usage: build-so.sh [--release] OUTDIR}
 target=${CARGO_TARGET_DIR:-$here/../target}
 if [ "$profile" = release ]; then
-  cargo build -q --release -p capi --manifest-path "$here/../Cargo.toml"
+  cargo build -q --release -p rdma-emu-ibverbs --manifest-path "$here/../Cargo.toml"
 else
-  cargo build -q -p capi --manifest-path "$here/../Cargo.toml"
+  cargo build -q -p rdma-emu-ibverbs --manifest-path "$here/../Cargo.toml"
 fi
 mkdir -p "$out"
 cc -shared -o "$out/libibverbs.so.1" \

@@ -51,7 +51,7 @@ for e in $exes; do
 done
 ls "$RUN/bin"
 note "build the conformance suite with --features hw"
-cargo build -q --release -p tests --features hw --bin conformance
+cargo build -q --release -p verbs-conformance --features hw --bin conformance
 cp "${CARGO_TARGET_DIR:-target}/release/conformance" "$RUN/conf/"
 
 note "run in the VM"

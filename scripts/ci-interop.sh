@@ -45,7 +45,7 @@ for f in qemu-root kernel initramfs.cpio.gz rootfs; do ln -sfn "$RXEVM_W/$f" "$W
 
 note "build"
 cargo build -q --release -p emu-core --example rc_pingpong --example uc_pingpong --example ud_pingpong --example perftest_peer || exit 1
-cargo build -q --release -p tests --features hw --example interop || exit 1
+cargo build -q --release -p verbs-conformance --features hw --example interop || exit 1
 "$REPO/capi/build-so.sh" --release "$W/capi-lib" >/dev/null || exit 1
 EX=$TGT/release/examples
 cp "$EX/interop" "$W/share/bin/interop"

@@ -50,7 +50,7 @@ lib=$work/lib
 # The conformance suite and the launcher in debug: `cargo test --workspace` (an
 # earlier CI step) has built both already.
 echo "building the conformance suite and rdma-emu (debug)"
-cargo build -q -p tests --bin conformance -p rdma-emu || { echo "FAIL build conformance, rdma-emu"; exit 1; }
+cargo build -q -p verbs-conformance --bin conformance -p rdma-emu || { echo "FAIL build conformance, rdma-emu"; exit 1; }
 dbg=$CARGO_TARGET_DIR/debug
 
 # ---- the hosts ----

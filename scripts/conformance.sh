@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${TMPDIR:-/tmp}/conformance.$$"
 mkdir -p "$out"
-cargo run -q -p tests --bin conformance -- --backend emu-udp --save "$out/emu-udp.tsv" | tail -1
+cargo run -q -p verbs-conformance --bin conformance -- --backend emu-udp --save "$out/emu-udp.tsv" | tail -1
 extra=()
 for f in "$@"; do extra+=(--results "$f"); done
-cargo run -q -p tests --bin conformance -- --backend emu-fabric --results "$out/emu-udp.tsv" \
+cargo run -q -p verbs-conformance --bin conformance -- --backend emu-fabric --results "$out/emu-udp.tsv" \
   "${extra[@]}" --markdown docs/conformance.md | tail -2
 rm -rf "$out"
 # Every case that fails on rxe, with what rxe does and the citation that shows it

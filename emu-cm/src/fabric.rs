@@ -1,4 +1,4 @@
-//! The CM on the clock of a simulated fabric ([`sims::Fabric`]), driven by the fabric.
+//! The CM on the clock of a simulated fabric ([`emu_sims::Fabric`]), driven by the fabric.
 //!
 //! The CM is one of the fabric's [`Timer`]s: the fabric fires it at the CM's next
 //! deadline (a REQ's response timeout, the time-wait; IBTA 12.6) and right after each
@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use emu_sims::{Fabric, Timer};
 use parking_lot::Mutex;
-use sims::{Fabric, Timer};
 use verbs_api::{CmEvent, Device, Error, Result};
 
 use crate::proto::State;

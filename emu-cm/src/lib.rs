@@ -15,7 +15,7 @@
 //!
 //! Time: [`EmuCm::open`] runs on real time, with a thread that takes MADs as they
 //! arrive and fires the CM's timers. `EmuCm::on_fabric` (feature `fabric`, on by
-//! default) runs on the clock of a `sims::Fabric`, with no thread: the fabric fires
+//! default) runs on the clock of a `emu_sims::Fabric`, with no thread: the fabric fires
 //! the CM's timers at its `now` and, after each packet it delivers, lets the CM take
 //! the MADs that arrived, in order with everything else on the fabric; a CM call that
 //! waits (`get_cm_event`, `get_request`) runs the fabric until its event comes or

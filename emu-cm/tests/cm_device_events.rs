@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use emu_cm::{CmConfig, EmuCm};
 use emu_core::nic::EmuDevice;
-use sims::Fabric;
+use emu_sims::Fabric;
 use verbs_api::*;
 
 const S: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use emu_cm::{CmConfig, EmuCm, RDMA_UDP_QKEY};
-use sims::{Action, Fabric, Match, Rule};
+use emu_sims::{Action, Fabric, Match, Rule};
 use verbs_api::*;
 
 const S: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);

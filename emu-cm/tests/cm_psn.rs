@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use emu_cm::{CmConfig, EmuCm};
 use emu_core::engine::{GRH_LEN, GSI_QKEY, GSI_QPN};
+use emu_sims::Fabric;
 use emu_wire::mad::{CmMsg, CmaHdr, Req, MAD_LEN, TRANSPORT_RC};
-use sims::Fabric;
 use verbs_api::*;
 
 const S: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);

@@ -5,7 +5,7 @@
 use std::net::Ipv4Addr;
 
 use emu_core::engine::{GSI_QKEY, GSI_QPN};
-use sims::Fabric;
+use emu_sims::Fabric;
 use verbs_api::*;
 
 fn ud_init(dev: &dyn Device, pd: PdId, cq: CqId, qp_type: QpType) -> u32 {

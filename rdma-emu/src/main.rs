@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use sims::scenario;
+use emu_sims::scenario;
 
 mod cli;
 
@@ -114,15 +114,15 @@ fn scenario_cmd(action: ScenarioCmd) -> Result<(), String> {
                 .ok_or_else(|| format!("no scenario {name:?} (see `rdma-emu scenario list`)"))?;
             println!("{}: {}\n", s.name, s.description);
             let out = scenario::run(s, seed);
-            print!("{}", sims::ladder::render(&out.trace));
+            print!("{}", emu_sims::ladder::render(&out.trace));
             if let Some(path) = pcap {
                 let file =
                     std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-                sims::pcap::write(&out.trace, std::io::BufWriter::new(file))
+                emu_sims::pcap::write(&out.trace, std::io::BufWriter::new(file))
                     .map_err(|e| format!("{}: {e}", path.display()))?;
             }
             if let Some(path) = svg {
-                std::fs::write(&path, sims::svg::render(&out.trace))
+                std::fs::write(&path, emu_sims::svg::render(&out.trace))
                     .map_err(|e| format!("{}: {e}", path.display()))?;
             }
             match out.result {

@@ -1,6 +1,6 @@
-//! `rdma-emu scenario`: the scenario library (`sims::scenario`) from the command line.
+//! `rdma-emu scenario`: the scenario library (`emu_sims::scenario`) from the command line.
 
-use sims::scenario;
+use emu_sims::scenario;
 
 /// `rdma-emu scenario list` prints one scenario per line, its name first.
 #[test]

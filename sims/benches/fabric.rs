@@ -1,5 +1,5 @@
 //! Simulated packets per second, with a memcpy baseline measured in the same run.
-//! Run: `cargo bench -p sims --bench fabric` (release).
+//! Run: `cargo bench -p emu-sims --bench fabric` (release).
 //!
 //! - fabric: two endpoints that echo every packet back (64-byte RC WRITE ONLY), 64 in
 //!   flight: the fabric's own cost per packet (ICRC on send, queue, delivery).
@@ -13,9 +13,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use emu_core::nic::{Link, Route, Transmit};
+use emu_sims::pair::{pair, PairConfig};
+use emu_sims::{Fabric, Station, TraceMode};
 use emu_wire::{Opcode, PacketRepr, Psn};
-use sims::pair::{pair, PairConfig};
-use sims::{Fabric, Station, TraceMode};
 use verbs_api::{SendFlags, SendWr};
 
 struct Echo {

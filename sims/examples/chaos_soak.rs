@@ -1,10 +1,10 @@
-//! The chaos soak (see `sims::chaos`): RC, UC and UD traffic between three emulated
+//! The chaos soak (see `emu_sims::chaos`): RC, UC and UD traffic between three emulated
 //! devices over UDP with seeded loss, duplication, reordering, junk datagrams and one
 //! device restarting, every byte checked; or, with `--fabric`, its replay on the
 //! simulated fabric. Prints the seed and a summary; exits 1 on any failure, with the
 //! command that replays the run on the fabric.
 //!
-//! `cargo run --release -p sims --example chaos_soak -- --secs 120 --pairs 8`
+//! `cargo run --release -p emu-sims --example chaos_soak -- --secs 120 --pairs 8`
 
 use clap::Parser;
 
@@ -13,12 +13,12 @@ use clap::Parser;
 #[command(about = "Chaos soak of the emulated RoCE devices over UDP (or its replay on the fabric)")]
 struct Cli {
     #[command(flatten)]
-    soak: sims::chaos::SoakArgs,
+    soak: emu_sims::chaos::SoakArgs,
 }
 
 fn main() {
     let cli = Cli::parse();
-    let report = sims::chaos::run(&cli.soak);
+    let report = emu_sims::chaos::run(&cli.soak);
     print!("{report}");
     if !report.passed() {
         std::process::exit(1);

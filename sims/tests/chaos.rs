@@ -1,9 +1,9 @@
-//! The chaos soak (`sims::chaos`), short: over UDP with faults, junk and a restart, then
+//! The chaos soak (`emu_sims::chaos`), short: over UDP with faults, junk and a restart, then
 //! its replay on the fabric from the command line the UDP run prints; the fabric run is
 //! deterministic; a failure is reported with the seed and the replay command.
 
 use clap::Parser;
-use sims::chaos::{run, SoakArgs, SoakReport};
+use emu_sims::chaos::{run, SoakArgs, SoakReport};
 
 #[derive(Parser)]
 struct Cli {
@@ -129,7 +129,7 @@ fn a_fabric_device_restarts_on_its_name_and_address() {
     use emu_core::nic::EmuConfig;
     use std::net::Ipv4Addr;
     use verbs_api::Device;
-    let f = sims::Fabric::new(1);
+    let f = emu_sims::Fabric::new(1);
     let ip = Ipv4Addr::new(10, 0, 0, 1);
     let old = f.add_device("a", ip).unwrap();
     let b = f.add_device("b", Ipv4Addr::new(10, 0, 0, 2)).unwrap();

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use emu_sims::pair::{pair, Host, PairConfig};
+use emu_sims::{Cause, Fabric, Fate, LinkConfig, Rule};
 use emu_wire::Opcode;
-use sims::pair::{pair, Host, PairConfig};
-use sims::{Cause, Fabric, Fate, LinkConfig, Rule};
 use verbs_api::{SendWr, WcOpcode, WcStatus};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use sims::pair::{pair, PairConfig};
-use sims::Fabric;
+use emu_sims::pair::{pair, PairConfig};
+use emu_sims::Fabric;
 use verbs_api::{Error, QpBuilder, QpType, SendWr, WcStatus};
 
 #[test]

@@ -1,7 +1,7 @@
 //! Every scenario passes its own checks, and its text diagram is the one recorded
 //! (insta snapshots in tests/snapshots).
 
-use sims::scenario;
+use emu_sims::scenario;
 
 #[test]
 fn every_scenario_passes_and_its_diagram_is_unchanged() {
@@ -13,11 +13,11 @@ fn every_scenario_passes_and_its_diagram_is_unchanged() {
             failed.push(format!(
                 "{}: {e}\n{}",
                 s.name,
-                sims::ladder::render(&out.trace)
+                emu_sims::ladder::render(&out.trace)
             ));
             continue;
         }
-        insta::assert_snapshot!(s.name, sims::ladder::render(&out.trace));
+        insta::assert_snapshot!(s.name, emu_sims::ladder::render(&out.trace));
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
@@ -35,7 +35,7 @@ fn scenarios_are_deterministic() {
         let y = scenario::run(s, 7);
         drop(elsewhere);
         assert_eq!(x.trace.lines(), y.trace.lines(), "{}", s.name);
-        let pcap = |t: &sims::Trace| sims::pcap::write(t, Vec::new()).unwrap();
+        let pcap = |t: &emu_sims::Trace| emu_sims::pcap::write(t, Vec::new()).unwrap();
         let (px, py) = (pcap(&x.trace), pcap(&y.trace));
         assert!(px.len() > 24 || x.trace.packets.is_empty(), "{}", s.name);
         assert!(px == py, "{}: the pcap files differ", s.name);
@@ -53,7 +53,7 @@ fn scenarios_are_deterministic() {
 fn every_scenario_draws_a_well_formed_svg() {
     for s in scenario::all() {
         let out = scenario::run(s, 1);
-        let svg = sims::svg::render(&out.trace);
+        let svg = emu_sims::svg::render(&out.trace);
         let doc = roxmltree::Document::parse(&svg)
             .unwrap_or_else(|e| panic!("{}: not well-formed XML: {e}", s.name));
         assert_eq!(doc.root_element().tag_name().name(), "svg", "{}", s.name);
@@ -71,7 +71,7 @@ fn every_scenario_draws_a_well_formed_svg() {
         let crosses = doc.descendants().filter(|n| n.has_tag_name("path")).count();
         let lost = crossing
             .iter()
-            .filter(|p| matches!(p.fate, sims::trace::Fate::Dropped(_)))
+            .filter(|p| matches!(p.fate, emu_sims::trace::Fate::Dropped(_)))
             .count();
         // The arrowhead's marker is a path too.
         assert_eq!(crosses, lost + 1, "{}", s.name);

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use sims::scenario;
+use emu_sims::scenario;
 
 /// tshark's InfiniBand payload heuristics misread arbitrary payloads; off.
 const NO_HEURISTICS: &[&str] = &[
@@ -55,7 +55,7 @@ fn tshark_decodes_every_scenario_cleanly() {
         out.result.unwrap_or_else(|e| panic!("{}: {e}", s.name));
         let path = dir.join(format!("{}.pcap", s.name));
         let file = std::fs::File::create(&path).unwrap();
-        sims::pcap::write(&out.trace, file).unwrap();
+        emu_sims::pcap::write(&out.trace, file).unwrap();
         let p = path.to_str().unwrap();
         let fields = tshark(&["-r", p, "-T", "fields", "-e", "infiniband.bth.psn"]);
         let psns: Vec<String> = out

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use emu_core::nic::interop::{LinkOptions, PacketHook, Verdict};
 use emu_core::nic::{EmuConfig, EmuDevice};
-use sims::{Action, Kind, Match, Rule, RuleHook};
+use emu_sims::{Action, Kind, Match, Rule, RuleHook};
 use verbs_api::*;
 
 const PROBE_PORT: u16 = 18600;

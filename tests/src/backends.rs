@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use emu_cm::{CmConfig, EmuCm};
 use emu_core::nic::{EmuConfig, EmuDevice, Management};
-use sims::{Action, Fabric, Kind, Match, Rule};
+use emu_sims::{Action, Fabric, Kind, Match, Rule};
 use verbs_api::{ConnectionManager, Device};
 
 use crate::{Backend, CmOpener, Faults, Opened};
@@ -87,7 +87,7 @@ impl Backend for EmuUdp {
     }
 }
 
-/// The emulator on the simulated fabric of `sims`: each case gets a fabric of its own
+/// The emulator on the simulated fabric of `emu-sims`: each case gets a fabric of its own
 /// (seeded, virtual time) with one device; faults are fabric rules.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EmuFabric;

@@ -9,7 +9,7 @@
 //! the backend cannot produce its condition (it says why).
 //!
 //! Backends: the emulator over UDP (`tests/conformance_emu_udp.rs`, part of `cargo test`),
-//! and any other [`Backend`] the `hw-backend` and `sims` crates provide.
+//! and any other [`Backend`] the `hw-backend` and `emu-sims` crates provide.
 //!
 //! [`matrix`] maps every `WcStatus` and every async event type to the cases that
 //! produce it, or to the reason none can; a test fails when a variant has no entry.
@@ -257,7 +257,7 @@ pub fn run_case(case: &Case, backend: &dyn Backend) -> matrix::Verdict {
 /// missing): runners report them as ignored until the feature lands.
 pub const EMU_PENDING: &[&str] = &[];
 
-/// Cases whose condition the simulated fabric of `sims` cannot carry yet, though the
+/// Cases whose condition the simulated fabric of `emu-sims` cannot carry yet, though the
 /// emulator over UDP passes them: runners on the fabric report them as ignored.
 pub const FABRIC_PENDING: &[&str] = &[];
 

@@ -3,8 +3,8 @@
 //! cases the fabric cannot carry yet (`FABRIC_PENDING`) are ignored.
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use tests::matrix::Verdict;
-use tests::{all_cases, run_case, EmuFabric, FABRIC_PENDING};
+use verbs_conformance::matrix::Verdict;
+use verbs_conformance::{all_cases, run_case, EmuFabric, FABRIC_PENDING};
 
 fn main() {
     let args = Arguments::from_args();

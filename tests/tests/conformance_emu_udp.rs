@@ -3,15 +3,15 @@
 //! that need fault injection run on the fabric (`conformance_emu_fabric`) only.
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use tests::matrix::Verdict;
-use tests::{all_cases, run_case, EmuUdp, EMU_PENDING};
+use verbs_conformance::matrix::Verdict;
+use verbs_conformance::{all_cases, run_case, EmuUdp, EMU_PENDING};
 
 fn main() {
     let args = Arguments::from_args();
     let trials = all_cases()
         .into_iter()
         .map(|case| {
-            let pending = case.needs != tests::FaultNeed::Nothing
+            let pending = case.needs != verbs_conformance::FaultNeed::Nothing
                 || EMU_PENDING.iter().any(|p| case.name.starts_with(p));
             Trial::test(case.name.clone(), move || {
                 match run_case(&case, &EmuUdp::default()) {

@@ -3,9 +3,9 @@
 //! #28 (100 QPs x 10,000 operations each, on the fabric and over UDP on loopback),
 //! which the suite runs shortened.
 
-use tests::cases::traffic::{run_mix, FULL_OPS, MIXES};
-use tests::matrix::Verdict;
-use tests::{all_cases, run_case, Backend, EmuFabric, Env};
+use verbs_conformance::cases::traffic::{run_mix, FULL_OPS, MIXES};
+use verbs_conformance::matrix::Verdict;
+use verbs_conformance::{all_cases, run_case, Backend, EmuFabric, Env};
 
 /// How many times each concurrency case runs.
 const RUNS: usize = 30;
@@ -50,7 +50,7 @@ fn traffic_full_rc_mixed_ops_from_4_threads() {
 
 /// The full mixes over UDP on loopback: every packet through the kernel's sockets.
 fn full_udp(which: usize) {
-    let backend = tests::EmuUdp::default();
+    let backend = verbs_conformance::EmuUdp::default();
     let env = Env::from_opened(backend.open(), &backend);
     run_mix(&env, which, FULL_OPS);
 }

@@ -8,7 +8,7 @@ use std::net::Ipv4Addr;
 use std::time::Instant;
 
 /// What carries an emulated device's packets and tells its time: the UDP socket of a
-/// real deployment, or a simulated fabric with virtual time (crate `sims`).
+/// real deployment, or a simulated fabric with virtual time (crate `emu-sims`).
 ///
 /// A device drives its engine with [`Link::now`] and hands every packet the engine
 /// emits to [`Link::send`], in runs ([`Transmit`]). Packets arrive through the device's thread (UDP) or through

@@ -7,7 +7,7 @@
 //! wake-ups and asynchronous events are queued for blocking waiters and signalled
 //! through pipes for poll/epoll.
 //!
-//! A device can also sit on another [`Link`], e.g. the simulated fabric of crate `sims`:
+//! A device can also sit on another [`Link`], e.g. the simulated fabric of crate `emu-sims`:
 //! [`EmuDevice::with_link`] opens it without a thread, the link tells the time, and the
 //! fabric delivers packets and fires timers through the device's [`DeviceDriver`]. An
 //! empty `poll_cq` or a wait with nothing queued calls [`Link::idle`], which lets a
@@ -307,7 +307,7 @@ impl EmuDevice {
 
     /// Opens a device on any [`Link`], without a thread of its own: whoever owns the
     /// link delivers packets and fires timers through [`EmuDevice::driver`] (this is
-    /// how the simulated fabric of crate `sims` attaches devices).
+    /// how the simulated fabric of crate `emu-sims` attaches devices).
     pub fn with_link(cfg: EmuConfig, link: Arc<dyn Link>) -> Result<EmuDevice> {
         Ok(EmuDevice {
             inner: Inner::new(cfg, Wire::Other(link))?,

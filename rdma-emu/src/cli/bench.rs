@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use emu_core::nic::{EmuConfig, EmuDevice};
+use emu_sims::{Fabric, TraceMode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sims::{Fabric, TraceMode};
 use verbs_api::{
     connect_qp, AccessFlags, ChannelId, CqId, Device, Endpoint, MemBuf, MrInfo, Mtu, PdId, QpCap,
     QpInitAttr, QpParams, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WorkCompletion,
@@ -1201,7 +1201,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
     });
     o.size = Some(size);
     let transport = if o.fabric {
-        "in-memory fabric (sims::Fabric)"
+        "in-memory fabric (emu_sims::Fabric)"
     } else {
         "UDP loopback (127.0.0.1 <-> 127.0.0.2)"
     };

@@ -16,7 +16,7 @@
 //! prints that command. (The junk is UDP's alone: the fabric carries what devices
 //! send.)
 //!
-//! Run it with `cargo run --release -p sims --example chaos_soak -- --secs 60`.
+//! Run it with `cargo run --release -p emu-sims --example chaos_soak -- --secs 60`.
 
 pub mod faults;
 pub mod flows;
@@ -161,7 +161,7 @@ impl SoakReport {
     pub fn replay_command(&self) -> String {
         let a = &self.args;
         let mut c = format!(
-            "cargo run --release -p sims --example chaos_soak -- --fabric --seed {} --pairs {} --loss {} --dup {} --reorder {} --ops {}",
+            "cargo run --release -p emu-sims --example chaos_soak -- --fabric --seed {} --pairs {} --loss {} --dup {} --reorder {} --ops {}",
             a.seed.unwrap_or(0),
             a.pairs,
             a.loss,

@@ -22,8 +22,10 @@ use std::io::Write;
 mod checks;
 use checks::{die, OrDie};
 
-use tests::matrix::{render, Verdict};
-use tests::{all_cases, run_case, Backend, EmuFabric, EmuUdp, EMU_PENDING, FABRIC_PENDING};
+use verbs_conformance::matrix::{render, Verdict};
+use verbs_conformance::{
+    all_cases, run_case, Backend, EmuFabric, EmuUdp, EMU_PENDING, FABRIC_PENDING,
+};
 
 fn parse_results(text: &str) -> Vec<(String, Verdict)> {
     text.lines()
@@ -96,7 +98,7 @@ fn main() {
         "emu-udp" => Box::new(emu_udp),
         "emu-fabric" => Box::new(EmuFabric),
         #[cfg(feature = "hw")]
-        hw if hw == "hw" || hw.starts_with("hw:") => Box::new(tests::backends::Hw {
+        hw if hw == "hw" || hw.starts_with("hw:") => Box::new(verbs_conformance::backends::Hw {
             name: hw.strip_prefix("hw:").map(String::from),
         }),
         other => {
