@@ -29,7 +29,7 @@ fn info(node: &Node, offset: u64, length: u64, access: AccessFlags) -> MwBindInf
     }
 }
 
-fn bind1(p: &mut Pair, node: &Node, mw: MwId, info: MwBindInfo) -> u32 {
+fn bind1(p: &mut Engines, node: &Node, mw: MwId, info: MwBindInfo) -> u32 {
     let now = p.now;
     let bind = MwBind {
         wr_id: 77,
@@ -343,7 +343,7 @@ fn bad_binds_are_mw_bind_errors() {
     ] {
         let (mut p, _a, b) = connected(cfg());
         let mut good = info(&b, 0, 128, RW);
-        let type1 = |p: &mut Pair, pd: PdId, i: MwBindInfo| {
+        let type1 = |p: &mut Engines, pd: PdId, i: MwBindInfo| {
             let (mw, _) = p.b.alloc_mw(pd, MwType::Type1).unwrap();
             bind1(p, &b, mw, i);
         };

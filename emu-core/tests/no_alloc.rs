@@ -11,7 +11,7 @@ use util::*;
 use verbs_api::{Mtu, RecvWr, SendWr, WcStatus, WorkCompletion, WrOperation};
 
 /// Moves every packet either engine has to send to the other until both are quiet.
-fn pump(p: &mut Pair, buf: &mut [u8]) -> usize {
+fn pump(p: &mut Engines, buf: &mut [u8]) -> usize {
     let now = p.now;
     let mut moved = 0;
     loop {
@@ -50,7 +50,7 @@ fn the_data_path_allocates_nothing_per_packet() {
     let recv = [RecvWr::new(3, vec![b.sge(0, 4096)])];
     let mut buf = vec![0u8; 8192];
     let mut wcs = Vec::with_capacity(64);
-    let round = |p: &mut Pair, wcs: &mut Vec<WorkCompletion>, buf: &mut [u8]| {
+    let round = |p: &mut Engines, wcs: &mut Vec<WorkCompletion>, buf: &mut [u8]| {
         let now = p.now;
         p.b.post_recv(now, b.qpn, &recv).unwrap();
         p.a.post_send(now, a.qpn, &write).unwrap();

@@ -31,7 +31,7 @@ fn av(dgid: Gid, sgid_index: u8) -> AhAttr {
 /// RTS -> RTS loading an alternate path through `sgid_index` to `dgid`, asking for
 /// `mig`.
 fn load_alt(
-    p: &mut Pair,
+    p: &mut Engines,
     node: &Node,
     dgid: Gid,
     sgid_index: u8,
@@ -49,7 +49,7 @@ fn load_alt(
         .modify_qp(now, node.qpn, &attr, M::ALT_PATH | M::PATH_MIG_STATE)
 }
 
-fn qp_events(p: &mut Pair, node: &Node) -> Vec<AsyncEventType> {
+fn qp_events(p: &mut Engines, node: &Node) -> Vec<AsyncEventType> {
     node.events(p)
         .into_iter()
         .map(|e: AsyncEvent| {
@@ -59,7 +59,7 @@ fn qp_events(p: &mut Pair, node: &Node) -> Vec<AsyncEventType> {
         .collect()
 }
 
-fn connected_with_gids(cfg: Config) -> (Pair, Node, Node) {
+fn connected_with_gids(cfg: Config) -> (Engines, Node, Node) {
     let (mut p, a, b) = connected(cfg);
     p.a.set_gid(gid(Side::A));
     p.b.set_gid(gid(Side::B));

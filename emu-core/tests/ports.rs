@@ -139,7 +139,7 @@ fn tables_lid_and_sm_changes_raise_port_events_and_show_in_queries() {
 
 /// A 3-packet SEND from A to B whose last packet is lost: B holds a receive WQE with
 /// a message in progress, A a started send WQE waiting for its ACK.
-fn message_in_progress(cfg: Config) -> (Pair, Node, Node) {
+fn message_in_progress(cfg: Config) -> (Engines, Node, Node) {
     let (mut p, a, b) = connected(cfg);
     if cfg.srq {
         b.post_srq_recv(&mut p, 1, 0, 4096);

@@ -367,7 +367,7 @@ fn duplicates_and_reordering_deliver_exactly_once() {
 #[test]
 fn comm_est_on_first_packet_in_rtr() {
     let cfg = Config::default();
-    let mut p = Pair::default();
+    let mut p = Engines::default();
     let a = setup(&mut p.a, Side::A, &cfg);
     let b = setup(&mut p.b, Side::B, &cfg);
     let now = p.now;

@@ -30,7 +30,7 @@ fn srq_cfg() -> Config {
 }
 
 /// A second QP on `node`'s engine, sharing its PD, CQ, buffer and SRQ (if any).
-fn second_qp(p: &mut Pair, node: &Node, cfg: &Config) -> Node {
+fn second_qp(p: &mut Engines, node: &Node, cfg: &Config) -> Node {
     let qpn = p
         .engine(node.side)
         .create_qp(QpInitAttr {
@@ -50,7 +50,7 @@ fn second_qp(p: &mut Pair, node: &Node, cfg: &Config) -> Node {
 }
 
 /// Two connections A1<->B1 and A2<->B2; B1 and B2 receive from one SRQ.
-fn two_on_one_srq() -> (Pair, [Node; 2], [Node; 2]) {
+fn two_on_one_srq() -> (Engines, [Node; 2], [Node; 2]) {
     let cfg = srq_cfg();
     let (mut p, a1, b1) = connected(cfg);
     let a_cfg = Config { srq: false, ..cfg };
@@ -228,7 +228,7 @@ fn srq_limit_fires_exactly_once_per_arming() {
     for i in 0..8 {
         b.post_srq_recv(&mut p, i, 64 * i, 64);
     }
-    let arm = |p: &mut Pair, limit| {
+    let arm = |p: &mut Engines, limit| {
         p.b.modify_srq(
             srq,
             &SrqAttr {
@@ -239,7 +239,7 @@ fn srq_limit_fires_exactly_once_per_arming() {
         )
         .unwrap();
     };
-    let one_message = |p: &mut Pair| {
+    let one_message = |p: &mut Engines| {
         a.post_send(p, send(0, a.sge(0, 4)));
         p.drive();
         srq_events(&b.events(p))
@@ -468,7 +468,7 @@ fn destroy_srq_with_a_qp_attached_is_ebusy() {
     p.b.dealloc_pd(b.pd).unwrap();
 }
 
-fn to_err(p: &mut Pair, node: &Node) {
+fn to_err(p: &mut Engines, node: &Node) {
     let now = p.now;
     let attr = QpAttr {
         qp_state: QpState::Err,

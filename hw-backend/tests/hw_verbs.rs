@@ -12,7 +12,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wait_event, wait_wc, wait_wcs, Pair, PairOpts};
+use common::{wait_event, wait_wc, wait_wcs, Loopback, LoopbackOpts};
 use verbs_api::{
     errno, AccessFlags, AsyncEventType, Device, EventElement, LinkLayer, MemBuf, MwBind,
     MwBindInfo, MwType, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr,
@@ -142,7 +142,7 @@ fn lifecycle_and_ebusy_ordering() {
 #[test]
 fn rc_send_recv_and_send_with_imm() {
     let dev = dev_or_skip!();
-    let p = Pair::new(&dev, PairOpts::default());
+    let p = Loopback::new(&dev, LoopbackOpts::default());
     p.a.buf.write(0, b"hello, rxe").unwrap();
     p.recv_b(&dev, 11, 64);
     dev.post_send(p.a.qpn, &[SendWr::send(1, vec![p.a.sge(0, 10)])])
@@ -203,7 +203,7 @@ fn rc_send_recv_and_send_with_imm() {
 #[test]
 fn rc_rdma_write_write_imm_read() {
     let dev = dev_or_skip!();
-    let p = Pair::new(&dev, PairOpts::default());
+    let p = Loopback::new(&dev, LoopbackOpts::default());
     let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
     p.a.buf.write(0, &data).unwrap();
     let remote = p.b.buf.addr() + 1000;
@@ -273,7 +273,7 @@ fn rc_rdma_write_write_imm_read() {
 #[test]
 fn rc_atomics_cas_and_faa() {
     let dev = dev_or_skip!();
-    let p = Pair::new(&dev, PairOpts::default());
+    let p = Loopback::new(&dev, LoopbackOpts::default());
     p.b.buf.write_u64(64, 100).unwrap();
     let target = p.b.buf.addr() + 64;
     dev.post_send(
@@ -319,7 +319,7 @@ fn rc_atomics_cas_and_faa() {
 #[test]
 fn bad_rkey_is_rem_access_err() {
     let dev = dev_or_skip!();
-    let p = Pair::new(&dev, PairOpts::default());
+    let p = Loopback::new(&dev, LoopbackOpts::default());
     p.a.buf.write(0, &[0xaa; 64]).unwrap();
     dev.post_send(
         p.a.qpn,
@@ -335,7 +335,7 @@ fn bad_rkey_is_rem_access_err() {
     assert_eq!((s.wr_id, s.status), (1, WcStatus::RemAccessErr));
     assert!(p.b.buf.to_vec().iter().all(|&b| b == 0));
     // Out of bounds with the right rkey: the same.
-    let p2 = Pair::new(&dev, PairOpts::default());
+    let p2 = Loopback::new(&dev, LoopbackOpts::default());
     dev.post_send(
         p2.a.qpn,
         &[SendWr::rdma_write(
@@ -355,11 +355,11 @@ fn bad_rkey_is_rem_access_err() {
 #[test]
 fn rnr_with_zero_retry_is_rnr_retry_exc_err() {
     let dev = dev_or_skip!();
-    let p = Pair::new(
+    let p = Loopback::new(
         &dev,
-        PairOpts {
+        LoopbackOpts {
             rnr_retry: 0,
-            ..PairOpts::default()
+            ..LoopbackOpts::default()
         },
     );
     dev.post_send(p.a.qpn, &[SendWr::send(1, vec![p.a.sge(0, 8)])])
@@ -374,12 +374,12 @@ fn rnr_with_zero_retry_is_rnr_retry_exc_err() {
 #[test]
 fn silent_peer_is_retry_exc_err() {
     let dev = dev_or_skip!();
-    let p = Pair::new(
+    let p = Loopback::new(
         &dev,
-        PairOpts {
+        LoopbackOpts {
             retry_cnt: 1,
             timeout: 10,
-            ..PairOpts::default()
+            ..LoopbackOpts::default()
         },
     );
     common::set_state(&dev, p.b.qpn, QpState::Err);
@@ -401,12 +401,12 @@ fn silent_peer_is_retry_exc_err() {
 #[test]
 fn peer_in_reset_is_retry_exc_err() {
     let dev = dev_or_skip!();
-    let p = Pair::new(
+    let p = Loopback::new(
         &dev,
-        PairOpts {
+        LoopbackOpts {
             retry_cnt: 1,
             timeout: 10,
-            ..PairOpts::default()
+            ..LoopbackOpts::default()
         },
     );
     common::set_state(&dev, p.b.qpn, QpState::Reset);
@@ -421,7 +421,7 @@ fn peer_in_reset_is_retry_exc_err() {
 #[test]
 fn err_state_flushes_with_wr_flush_err() {
     let dev = dev_or_skip!();
-    let p = Pair::new(&dev, PairOpts::default());
+    let p = Loopback::new(&dev, LoopbackOpts::default());
     for i in 0..3 {
         p.recv_b(&dev, 100 + i, 64);
     }
@@ -439,7 +439,7 @@ fn err_state_flushes_with_wr_flush_err() {
 #[test]
 fn post_recv_in_err_state_completes_with_flush_err() {
     let dev = dev_or_skip!();
-    let p = Pair::new(&dev, PairOpts::default());
+    let p = Loopback::new(&dev, LoopbackOpts::default());
     common::set_state(&dev, p.b.qpn, QpState::Err);
     p.recv_b(&dev, 200, 64);
     let c = wait_wc(&dev, p.b.cq);
@@ -452,12 +452,12 @@ fn post_recv_in_err_state_completes_with_flush_err() {
 #[test]
 fn cq_overrun_raises_cq_err_async_event() {
     let dev = dev_or_skip!();
-    let p = Pair::new(
+    let p = Loopback::new(
         &dev,
-        PairOpts {
+        LoopbackOpts {
             cqe: 1,
             depth: 64,
-            ..PairOpts::default()
+            ..LoopbackOpts::default()
         },
     );
     let wrs: Vec<SendWr> = (0..48)
@@ -481,7 +481,7 @@ fn cq_overrun_raises_cq_err_async_event() {
 #[test]
 fn rkey_violation_raises_qp_access_err_on_responder() {
     let dev = dev_or_skip!();
-    let p = Pair::new(&dev, PairOpts::default());
+    let p = Loopback::new(&dev, LoopbackOpts::default());
     dev.post_send(
         p.a.qpn,
         &[SendWr::rdma_write(
@@ -505,7 +505,7 @@ fn rkey_violation_raises_qp_access_err_on_responder() {
 #[test]
 fn completion_channel_events_via_fd() {
     let dev = dev_or_skip!();
-    let p = Pair::new(&dev, PairOpts::default());
+    let p = Loopback::new(&dev, LoopbackOpts::default());
     let ch = dev.create_comp_channel().unwrap();
     let cq = dev.create_cq(16, Some(ch)).unwrap();
     // A fresh QP pair whose receiver's CQ is on the channel.
@@ -526,7 +526,7 @@ fn completion_channel_events_via_fd() {
             srq: None,
         })
         .unwrap();
-    let o = PairOpts::default();
+    let o = LoopbackOpts::default();
     common::connect_rc(&dev, qpn, p.a.qpn, &o);
     common::set_state(&dev, p.a.qpn, QpState::Reset);
     common::connect_rc(&dev, p.a.qpn, qpn, &o);
@@ -662,7 +662,7 @@ fn ud_send_with_grh() {
 #[test]
 fn srq_receive_query_and_limit_event() {
     let dev = dev_or_skip!();
-    let p = Pair::new(&dev, PairOpts::default());
+    let p = Loopback::new(&dev, LoopbackOpts::default());
     let srq = dev
         .create_srq(
             p.pd,
@@ -693,7 +693,7 @@ fn srq_receive_query_and_limit_event() {
         })
         .unwrap();
     assert_eq!(dev.query_qp(rx).unwrap().1.srq, Some(srq));
-    let o = PairOpts::default();
+    let o = LoopbackOpts::default();
     common::connect_rc(&dev, rx, p.a.qpn, &o);
     common::set_state(&dev, p.a.qpn, QpState::Reset);
     common::connect_rc(&dev, p.a.qpn, rx, &o);
@@ -738,7 +738,7 @@ fn srq_receive_query_and_limit_event() {
 #[test]
 fn rereg_mr_access() {
     let dev = dev_or_skip!();
-    let p = Pair::new(&dev, PairOpts::default());
+    let p = Loopback::new(&dev, LoopbackOpts::default());
     let info = dev
         .rereg_mr(
             p.b.mr.lkey,
@@ -768,7 +768,7 @@ fn rereg_mr_access() {
 #[test]
 fn memory_window_type1_bind_and_access() {
     let dev = dev_or_skip!();
-    let p = Pair::new(&dev, PairOpts::default());
+    let p = Loopback::new(&dev, LoopbackOpts::default());
     let mw = dev.alloc_mw(p.pd, MwType::Type1).expect("alloc_mw");
     // The MR must allow binding.
     let buf = MemBuf::new(4096);

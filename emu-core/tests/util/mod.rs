@@ -79,7 +79,7 @@ impl Record {
 type Rule = Box<dyn FnMut(Side, &PacketRepr, usize) -> Action>;
 
 /// Two engines, a wire, virtual time.
-pub struct Pair {
+pub struct Engines {
     pub t0: Instant,
     pub now: Instant,
     pub a: Engine,
@@ -101,7 +101,7 @@ pub fn gid(side: Side) -> Gid {
     }
 }
 
-impl Default for Pair {
+impl Default for Engines {
     fn default() -> Self {
         let t0 = Instant::now();
         let engine = |side| {
@@ -109,7 +109,7 @@ impl Default for Pair {
             e.set_gid(gid(side));
             e
         };
-        Pair {
+        Engines {
             t0,
             now: t0,
             a: engine(Side::A),
@@ -125,7 +125,7 @@ impl Default for Pair {
     }
 }
 
-impl Pair {
+impl Engines {
     pub fn engine(&mut self, side: Side) -> &mut Engine {
         match side {
             Side::A => &mut self.a,
@@ -428,8 +428,8 @@ pub fn bring_up(e: &mut Engine, now: Instant, qpn: u32, remote: Remote, sq_psn: 
 }
 
 /// A connected RC pair.
-pub fn connected(cfg: Config) -> (Pair, Node, Node) {
-    let mut p = Pair::default();
+pub fn connected(cfg: Config) -> (Engines, Node, Node) {
+    let mut p = Engines::default();
     let a = setup(&mut p.a, Side::A, &cfg);
     let b = setup(&mut p.b, Side::B, &cfg);
     let now = p.now;
@@ -457,12 +457,12 @@ impl Node {
         }
     }
 
-    pub fn post_send(&self, p: &mut Pair, wr: SendWr) {
+    pub fn post_send(&self, p: &mut Engines, wr: SendWr) {
         let now = p.now;
         p.engine(self.side).post_send(now, self.qpn, &[wr]).unwrap();
     }
 
-    pub fn post_recv(&self, p: &mut Pair, wr_id: u64, offset: u64, length: u32) {
+    pub fn post_recv(&self, p: &mut Engines, wr_id: u64, offset: u64, length: u32) {
         let now = p.now;
         let wr = RecvWr {
             wr_id,
@@ -472,7 +472,7 @@ impl Node {
     }
 
     /// Posts one receive WR to the node's SRQ (the config must have asked for one).
-    pub fn post_srq_recv(&self, p: &mut Pair, wr_id: u64, offset: u64, length: u32) {
+    pub fn post_srq_recv(&self, p: &mut Engines, wr_id: u64, offset: u64, length: u32) {
         let now = p.now;
         let wr = RecvWr {
             wr_id,
@@ -482,7 +482,7 @@ impl Node {
         p.engine(self.side).post_srq_recv(now, srq, &[wr]).unwrap();
     }
 
-    pub fn poll(&self, p: &mut Pair) -> Vec<WorkCompletion> {
+    pub fn poll(&self, p: &mut Engines) -> Vec<WorkCompletion> {
         let mut out = Vec::new();
         p.engine(self.side)
             .poll_cq(self.cq, usize::MAX, &mut out)
@@ -490,11 +490,11 @@ impl Node {
         out
     }
 
-    pub fn events(&self, p: &mut Pair) -> Vec<AsyncEvent> {
+    pub fn events(&self, p: &mut Engines) -> Vec<AsyncEvent> {
         std::iter::from_fn(|| p.engine(self.side).poll_event()).collect()
     }
 
-    pub fn state(&self, p: &mut Pair) -> QpState {
+    pub fn state(&self, p: &mut Engines) -> QpState {
         p.engine(self.side).query_qp(self.qpn).unwrap().0.qp_state
     }
 
@@ -557,8 +557,8 @@ pub fn ud_config() -> Config {
 }
 
 /// Two UD QPs in RTS, one per engine, both with Q_Key `qkey`; each engine knows its GID.
-pub fn ud_pair(cfg: Config, qkey: u32) -> (Pair, Node, Node) {
-    let mut p = Pair::default();
+pub fn ud_pair(cfg: Config, qkey: u32) -> (Engines, Node, Node) {
+    let mut p = Engines::default();
     p.a.set_gid(gid(Side::A));
     p.b.set_gid(gid(Side::B));
     let a = setup(&mut p.a, Side::A, &cfg);
@@ -585,7 +585,7 @@ pub fn ah_attr_to(dgid: Gid) -> AhAttr {
 
 impl Node {
     /// An address handle on this node's engine for `dgid`.
-    pub fn create_ah(&self, p: &mut Pair, dgid: Gid) -> verbs_api::AhId {
+    pub fn create_ah(&self, p: &mut Engines, dgid: Gid) -> verbs_api::AhId {
         let pd = self.pd;
         p.engine(self.side)
             .create_ah(pd, &ah_attr_to(dgid))

@@ -129,7 +129,7 @@ pub(crate) fn wait_event(
 
 /// How to set up a loopback pair.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct PairOpts {
+pub(crate) struct LoopbackOpts {
     /// Entries of each CQ.
     pub(crate) cqe: u32,
     /// Send/receive queue depth of each QP.
@@ -144,9 +144,9 @@ pub(crate) struct PairOpts {
     pub(crate) buf_len: usize,
 }
 
-impl Default for PairOpts {
+impl Default for LoopbackOpts {
     fn default() -> Self {
-        PairOpts {
+        LoopbackOpts {
             cqe: 64,
             depth: 32,
             retry_cnt: 7,
@@ -173,11 +173,11 @@ impl Side {
 }
 
 /// Two RC QPs of one device, connected to each other through the device's own GID.
-pub(crate) struct Pair {
+pub(crate) struct Loopback {
     pub(crate) pd: PdId,
     pub(crate) a: Side,
     pub(crate) b: Side,
-    pub(crate) opts: PairOpts,
+    pub(crate) opts: LoopbackOpts,
 }
 
 const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
@@ -185,7 +185,7 @@ const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_READ)
     .union(AccessFlags::REMOTE_ATOMIC);
 
-fn side(dev: &dyn Device, pd: PdId, o: &PairOpts, qp_type: QpType) -> Side {
+fn side(dev: &dyn Device, pd: PdId, o: &LoopbackOpts, qp_type: QpType) -> Side {
     let cq = dev.create_cq(o.cqe, None).expect("create_cq");
     let buf = MemBuf::new(o.buf_len);
     let mr = dev
@@ -212,7 +212,7 @@ fn side(dev: &dyn Device, pd: PdId, o: &PairOpts, qp_type: QpType) -> Side {
 }
 
 /// RESET -> INIT -> RTR -> RTS of an RC QP towards `dest` on this device.
-pub(crate) fn connect_rc(dev: &dyn Device, qpn: u32, dest: u32, o: &PairOpts) {
+pub(crate) fn connect_rc(dev: &dyn Device, qpn: u32, dest: u32, o: &LoopbackOpts) {
     let (sgid_index, gid) = local_gid(dev);
     let params = verbs_api::QpParams {
         access: ALL_ACCESS,
@@ -249,15 +249,15 @@ pub(crate) fn set_state(dev: &dyn Device, qpn: u32, state: QpState) {
         .expect("modify_qp state");
 }
 
-impl Pair {
+impl Loopback {
     /// A connected pair.
-    pub(crate) fn new(dev: &dyn Device, opts: PairOpts) -> Pair {
+    pub(crate) fn new(dev: &dyn Device, opts: LoopbackOpts) -> Loopback {
         let pd = dev.alloc_pd().expect("alloc_pd");
         let a = side(dev, pd, &opts, QpType::Rc);
         let b = side(dev, pd, &opts, QpType::Rc);
         connect_rc(dev, a.qpn, b.qpn, &opts);
         connect_rc(dev, b.qpn, a.qpn, &opts);
-        Pair { pd, a, b, opts }
+        Loopback { pd, a, b, opts }
     }
 
     /// Posts one receive of `len` bytes at offset 0 on side B.
