@@ -11,7 +11,7 @@ use verbs_api::{
 };
 
 use super::recovery::{count, statuses};
-use super::{ensure, expect_eq, Check, Scenario};
+use super::{ensure, expect_eq, hello, Check, Scenario};
 use crate::pair::{connect_qp, pair, Host, PairConfig};
 use crate::{Action, Fabric, Kind, Match, Rule};
 
@@ -109,7 +109,8 @@ fn cq_overrun(f: &Fabric) -> Check {
     for i in 0..3 {
         b.post_recv(i, 64 * i, 64);
     }
-    let wrs: Vec<SendWr> = (0..3).map(|i| SendWr::send(i, vec![a.sge(0, 4)])).collect();
+    let text = hello(&a)?;
+    let wrs: Vec<SendWr> = (0..3).map(|i| SendWr::send(i, vec![text])).collect();
     a.post(&wrs);
     f.run(Duration::from_secs(1));
     let ev: Vec<AsyncEventType> = b.events().iter().map(|e| e.event_type).collect();
@@ -180,12 +181,13 @@ fn srq_limit(f: &Fabric) -> Check {
             .filter(|e| e.event_type == AsyncEventType::SrqLimitReached)
             .count()
     };
+    let text = hello(&a)?;
     for i in 0..2 {
-        a.post(&[SendWr::send(i, vec![a.sge(0, 4)])]);
+        a.post(&[SendWr::send(i, vec![text])]);
         a.wait(1);
     }
     expect_eq("limit events with 2 receives left", limit_events(&b), 0)?;
-    a.post(&[SendWr::send(2, vec![a.sge(0, 4)])]);
+    a.post(&[SendWr::send(2, vec![text])]);
     a.wait(1);
     expect_eq("limit events with 1 left", limit_events(&b), 1)?;
     expect_eq(
@@ -259,7 +261,7 @@ fn qp_error_flush(f: &Fabric) -> Check {
     for i in 0..3 {
         b.post_recv(i, 64 * i, 64);
     }
-    a.post(&[SendWr::send(10, vec![a.sge(0, 4)])]);
+    a.post(&[SendWr::send(10, vec![hello(&a)?])]);
     expect_eq(
         "a's completion",
         statuses(&a.wait(1)),

@@ -11,8 +11,24 @@ mod mw;
 mod recovery;
 mod ud;
 
+use verbs_api::Sge;
+
+use crate::pair::Host;
 use crate::trace::Trace;
 use crate::Fabric;
+
+/// What the SEND scenarios send: readable text of at least 16 bytes. tshark 4.0's
+/// RPC-over-RDMA heuristic (on by default) reads the 4-byte word at offset 12 of every
+/// RC SEND payload before it checks the length, so a shorter payload ("hello") shows as
+/// `[Malformed Packet: RPCoRDMA]`; text there is never an RPC-over-RDMA message type
+/// (0 to 4), so the heuristic declines and the payload shows as data.
+pub(crate) const HELLO: &[u8] = b"hello from a to b";
+
+/// Writes [`HELLO`] at offset 0 of `h`'s memory and returns the SGE that sends it.
+pub(crate) fn hello(h: &Host) -> Result<Sge, String> {
+    h.mem.write(0, HELLO).map_err(|e| e.to_string())?;
+    Ok(h.sge(0, HELLO.len() as u32))
+}
 
 /// What a scenario returns: `Err` names the check that failed.
 pub type Check = Result<(), String>;

@@ -76,7 +76,7 @@ fn mw_invalidation(f: &Fabric) -> Check {
     b.post_recv(5, 0, 64);
     a.post(&[SendWr::new(
         2,
-        vec![a.sge(0, 4)],
+        vec![a.sge(0, 18)],
         WrOperation::SendWithInv {
             invalidate_rkey: rkey,
         },

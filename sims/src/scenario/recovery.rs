@@ -6,7 +6,7 @@ use std::time::Duration;
 use emu_wire::{NakCode, Opcode, Syndrome};
 use verbs_api::{QpState, SendWr, WcStatus, WorkCompletion};
 
-use super::{ensure, expect_eq, Check, Scenario};
+use super::{ensure, expect_eq, hello, Check, Scenario};
 use crate::pair::{pair, PairConfig};
 use crate::trace::{Fate, PacketRecord, Trace};
 use crate::{Fabric, LinkConfig, Rule};
@@ -40,8 +40,7 @@ fn rnr_nak_then_success(f: &Fabric) -> Check {
         ..PairConfig::default()
     };
     let (a, b) = pair(f, &cfg);
-    a.mem.write(0, b"hello").map_err(|e| e.to_string())?;
-    a.post(&[SendWr::send(1, vec![a.sge(0, 5)])]);
+    a.post(&[SendWr::send(1, vec![hello(&a)?])]);
     // b posts its receive only 100 us later.
     f.run_for(Duration::from_micros(100));
     b.post_recv(7, 0, 64);
@@ -87,10 +86,8 @@ fn rnr_retry_exhausted(f: &Fabric) -> Check {
         ..PairConfig::default()
     };
     let (a, _b) = pair(f, &cfg);
-    a.post(&[
-        SendWr::send(1, vec![a.sge(0, 8)]),
-        SendWr::send(2, vec![a.sge(0, 8)]),
-    ]);
+    let text = hello(&a)?;
+    a.post(&[SendWr::send(1, vec![text]), SendWr::send(2, vec![text])]);
     expect_eq(
         "a's completions",
         statuses(&a.wait(2)),
@@ -112,7 +109,7 @@ fn ack_timeout_retransmit(f: &Fabric) -> Check {
     let (a, b) = pair(f, &PairConfig::default());
     f.add_rule(Rule::drop_nth(Opcode::RcSendOnly, 1));
     b.post_recv(1, 0, 64);
-    a.post(&[SendWr::send(1, vec![a.sge(0, 8)])]);
+    a.post(&[SendWr::send(1, vec![hello(&a)?])]);
     expect_eq(
         "a's completion",
         statuses(&a.wait(1)),
@@ -153,10 +150,8 @@ fn retry_exhausted(f: &Fabric) -> Check {
     let (a, b) = pair(f, &cfg);
     b.post_recv(1, 0, 64);
     f.partition("a", "b").map_err(|e| e.to_string())?;
-    a.post(&[
-        SendWr::send(1, vec![a.sge(0, 8)]),
-        SendWr::send(2, vec![a.sge(0, 8)]),
-    ]);
+    let text = hello(&a)?;
+    a.post(&[SendWr::send(1, vec![text]), SendWr::send(2, vec![text])]);
     expect_eq(
         "a's completions",
         statuses(&a.wait(2)),
