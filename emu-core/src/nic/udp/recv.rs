@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use emu_wire::{check_icrc, icrc_ip_id, Ipv4Endpoints};
 use nix::errno::Errno;
-use nix::sys::socket::{setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrIn};
+use nix::poll::{PollFd, PollFlags};
+use nix::sys::socket::{recv, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrIn};
+use nix::sys::time::TimeSpec;
 use quinn_udp::{RecvMeta, UdpSockRef};
-use rustix::event::{PollFd, PollFlags};
 use socket2::Socket;
 
 use crate::nic::gro::Gro;
@@ -165,9 +166,10 @@ impl UdpLink {
         other: Option<BorrowedFd<'_>>,
         timeout: Option<Duration>,
     ) -> bool {
-        let ts = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
+        // ppoll, not poll: a timer due in less than a millisecond must not spin.
+        let ts = timeout.map(TimeSpec::from);
         // The UDP socket gets a copy of what the raw one shows: it is drained too.
-        let socket = PollFd::new(&self.socket, PollFlags::IN);
+        let socket = PollFd::new(self.socket.as_fd(), PollFlags::POLLIN);
         let mut fds = [socket.clone(), socket.clone(), socket.clone(), socket];
         let mut n = 1;
         for fd in [
@@ -178,10 +180,10 @@ impl UdpLink {
         .into_iter()
         .flatten()
         {
-            fds[n] = PollFd::from_borrowed_fd(fd, PollFlags::IN);
+            fds[n] = PollFd::new(fd, PollFlags::POLLIN);
             n += 1;
         }
-        matches!(rustix::event::poll(&mut fds[..n], ts.as_ref()), Ok(k) if k > 0)
+        matches!(nix::poll::ppoll(&mut fds[..n], ts, None), Ok(k) if k > 0)
     }
 
     /// Interop mode's receive: drains the UDP socket and the group sockets (their
@@ -268,7 +270,12 @@ impl UdpLink {
         if setsockopt(&self.socket, sockopt::UdpGroSegment, &on).is_err() {
             return;
         }
-        if on || rustix::io::ioctl_fionread(&self.socket).is_ok_and(|n| n == 0) {
+        // Nothing queued: a peek at no bytes finds no datagram.
+        let empty = || {
+            let peek = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+            recv(self.socket.as_raw_fd(), &mut [], peek) == Err(Errno::EAGAIN)
+        };
+        if on || empty() {
             gro.switched(on, true);
         } else if setsockopt(&self.socket, sockopt::UdpGroSegment, &true).is_ok() {
             gro.switched(true, false);
