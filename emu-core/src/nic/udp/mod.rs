@@ -12,10 +12,10 @@
 //! traffic is quiet (see `gro`): a lone datagram is then read with the cheaper
 //! `recvfrom`. Kernels without GSO or GRO
 //! get one datagram per slot and per send (quinn-udp probes and falls back). Two
-//! single packets to one peer (an answer and the ACK held for that peer) leave in one
-//! `sendmmsg`, the answer first. The batched receive is quinn-udp's; sends and the
-//! one-slot receive are nix's `sendto`, `sendmsg` and `recvmsg` and rustix's
-//! `sendmmsg`, with no control message but `UDP_SEGMENT`/`UDP_GRO` (quinn-udp adds
+//! single packets to one peer (an answer and the ACK held for that peer) leave back to
+//! back, the answer first. The batched receive is quinn-udp's; sends and the one-slot
+//! receive are nix's `send`, `sendto`, `sendmsg` and `recvmsg`, with no control
+//! message but `UDP_SEGMENT`/`UDP_GRO` (quinn-udp adds
 //! the TOS byte on send and asks for the destination address on receive, which a
 //! ping-pong pays on every half round trip). All wrap the system calls safely, so this
 //! crate keeps no `unsafe`.
