@@ -40,7 +40,9 @@ use parking_lot::{Mutex, RecursiveRwLock};
 use crate::fault::{Direction, LinkConfig};
 use crate::queue::{EventQueue, Keyed};
 use crate::rules::{Action, PacketInfo, Rule};
-use crate::trace::{Cause, Fate, Label, PacketRecord, Trace, TraceDevice, TraceMode};
+use crate::trace::{Cause, Fate, HostNote, Label, PacketRecord, Trace, TraceDevice, TraceMode};
+use emu_core::engine::Note;
+use emu_core::nic::NoteSink;
 
 /// What a fabric delivers packets to and fires timers of: an emulated device (through
 /// its `DeviceDriver`), or anything else a test attaches with
@@ -264,6 +266,9 @@ struct State {
     mode: TraceMode,
     trace: Trace,
     stats: FabricStats,
+    /// The trace records of the packets being delivered now (a receiver's discard
+    /// note names one of them).
+    delivering: Vec<usize>,
 }
 
 struct Shared {
@@ -291,6 +296,45 @@ impl fmt::Debug for Fabric {
             .field("now", &self.now())
             .field("stats", &self.stats())
             .finish()
+    }
+}
+
+/// Puts a device's engine notes in the trace at the fabric's `now` (called under the
+/// device's lock; the lock order is device, then fabric).
+struct NoteRecorder {
+    shared: Arc<Shared>,
+    node: usize,
+}
+
+impl NoteSink for NoteRecorder {
+    fn note(&self, note: Note) {
+        let at = self.shared.now();
+        let mut st = self.shared.state.lock();
+        if st.mode == TraceMode::Off {
+            return;
+        }
+        // A discard names the packet being delivered: its row says so.
+        if let Note::Discard { qpn, psn, reason } = note {
+            let State {
+                trace, delivering, ..
+            } = &mut *st;
+            let rec = delivering.iter().rev().find_map(|&r| {
+                let p = trace.packets.get(r)?;
+                let b = p.repr.as_ref()?.bth;
+                (b.dest_qp == qpn && b.psn.value() == psn && p.verdict.is_none()).then_some(r)
+            });
+            if let Some(r) = rec {
+                trace.packets[r].verdict = Some(reason.to_string());
+                return;
+            }
+        }
+        let after_packets = st.trace.packets.len();
+        st.trace.notes.push(HostNote {
+            at,
+            device: self.node,
+            after_packets,
+            note,
+        });
     }
 }
 
@@ -473,6 +517,9 @@ impl Shared {
                 addrs.push((st.nodes[ev.src].ip, ev.group.unwrap_or(st.nodes[ev.dst].ip)));
             }
             let dst = batch[0].dst;
+            st.delivering.clear();
+            st.delivering
+                .extend(batch.iter().filter_map(|ev| ev.record));
             drop(st);
             if let [ev] = batch.as_slice() {
                 eps[dst].deliver_tos(addrs[0].0, addrs[0].1, ev.pkt.tos, ev.pkt.bytes());
@@ -556,6 +603,7 @@ impl State {
             payload_len: parsed.map_or(0, |p| p.1.len()),
             bytes: (self.mode == TraceMode::Full).then(|| bytes.to_vec()),
             fate,
+            verdict: None,
         });
         Some(self.trace.packets.len() - 1)
     }
@@ -829,6 +877,7 @@ impl Fabric {
                         ..Trace::default()
                     },
                     stats: FabricStats::default(),
+                    delivering: Vec::new(),
                 }),
                 stations: RecursiveRwLock::new(Vec::new()),
                 timers: RecursiveRwLock::new(Vec::new()),
@@ -854,8 +903,17 @@ impl Fabric {
             .attach(&cfg.name, cfg.ip)
             .map_err(|_| verbs_api::Error::InvalidArgument("device name or address in use"))?;
         let dev = Arc::new(EmuDevice::with_link(cfg, link)?);
+        self.trace_notes(&dev, node);
         self.shared.stations.write()[node] = Arc::new(Device(dev.driver()));
         Ok(dev)
+    }
+
+    /// Sends `dev`'s engine notes into the trace as node `node`'s host events.
+    fn trace_notes(&self, dev: &EmuDevice, node: usize) {
+        dev.set_note_sink(Some(Arc::new(NoteRecorder {
+            shared: self.shared.clone(),
+            node,
+        })));
     }
 
     /// A new device in the place of one that was on the fabric (same name and address,
@@ -879,6 +937,7 @@ impl Fabric {
             node,
         });
         let dev = Arc::new(EmuDevice::with_link(cfg, link)?);
+        self.trace_notes(&dev, node);
         self.shared.stations.write()[node] = Arc::new(Device(dev.driver()));
         Ok(dev)
     }

@@ -9,7 +9,7 @@
 //!  0.000001  |<------------------------------ACKNOWLEDGE 100-|  qp=0x000011 AETH(ACK msn=1); arrives 0.000002
 //! ```
 
-use crate::trace::{fmt_time, Fate, PacketRecord, Trace};
+use crate::trace::{fmt_time, Entry, Fate, HostNote, PacketRecord, Trace};
 
 /// Columns between two lifelines.
 const GAP: usize = 48;
@@ -37,8 +37,11 @@ pub fn render(trace: &Trace) -> String {
         "time (s)",
         String::from_utf8_lossy(&head).trim_end()
     );
-    for p in &trace.packets {
-        out += &line(trace, p, width);
+    for e in trace.entries() {
+        out += &match e {
+            Entry::Packet(p) => line(trace, p, width),
+            Entry::Host(n) => host_line(trace, n, width),
+        };
         out.push('\n');
     }
     out += &summary(trace);
@@ -90,13 +93,46 @@ fn line(trace: &Trace, p: &PacketRecord, width: usize) -> String {
         (f, true) => format!("{f}; not arrived at the end"),
         (f, false) => format!("{f}; arrives {}", arrivals.join(", ")),
     };
+    let verdict = match (&p.verdict, p.dst) {
+        (Some(v), Some(d)) => format!("; {} {v}", trace.devices[d].name),
+        (Some(v), None) => format!("; {v}"),
+        _ => String::new(),
+    };
     format!(
-        "{:>TIME$}  {}  {}; {}",
+        "{:>TIME$}  {}  {}; {}{}",
         fmt_time(p.sent),
         String::from_utf8_lossy(&row),
         trace.fields(p),
-        outcome
+        outcome,
+        verdict
     )
+}
+
+/// A host event in its device's column: `*` on the lifeline, the text beside it
+/// (right of the lifeline for every device but the last, left of it for the last).
+fn host_line(trace: &Trace, n: &HostNote, width: usize) -> String {
+    let mut row = vec![b' '; width];
+    for i in 0..trace.devices.len() {
+        row[i * GAP] = b'|';
+    }
+    let at = n.device * GAP;
+    let text = format!("{}", n.note);
+    let last = n.device + 1 == trace.devices.len() && n.device > 0;
+    let mut tail = String::new();
+    if at < row.len() {
+        row[at] = b'*';
+        let t = text.as_bytes();
+        if last && t.len() + 2 <= GAP {
+            let from = at - 2 - t.len();
+            row[from..from + t.len()].copy_from_slice(t);
+        } else if !last && t.len() + 3 < GAP {
+            row[at + 2..at + 2 + t.len()].copy_from_slice(t);
+        } else {
+            tail = format!("  {}: {text}", trace.devices[n.device].name);
+        }
+    }
+    let row = String::from_utf8_lossy(&row).trim_end().to_string();
+    format!("{:>TIME$}  {row}{tail}", fmt_time(n.at))
 }
 
 /// `N packets: delivered D, dropped X, ...` (only the fates that occurred).

@@ -5,6 +5,7 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use emu_core::engine::Note;
 use emu_wire::{write_icrc, Ipv4Endpoints, PacketRepr, Syndrome};
 
 /// Why a packet was dropped, duplicated, delayed or corrupted.
@@ -93,6 +94,42 @@ pub struct PacketRecord {
     pub bytes: Option<Vec<u8>>,
     /// What happened to it.
     pub fate: Fate,
+    /// What the receiver did with it when that was not to execute it (`discarded:
+    /// PSN gap...`, `duplicate: answered again...`): the engine's [`Note::Discard`].
+    pub verdict: Option<String>,
+}
+
+/// Something a device's host side did (a verb, a completion, an event, a QP state
+/// change, a timer), from its engine's notes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostNote {
+    /// Virtual time it happened.
+    pub at: Duration,
+    /// The device (index into [`Trace::devices`]).
+    pub device: usize,
+    /// How many packets were recorded before it: its place among them.
+    pub after_packets: usize,
+    /// What happened.
+    pub note: Note,
+}
+
+/// One entry of a trace's time-ordered log: a packet or a host event.
+#[derive(Clone, Copy, Debug)]
+pub enum Entry<'a> {
+    /// A packet, at its send time.
+    Packet(&'a PacketRecord),
+    /// A host event.
+    Host(&'a HostNote),
+}
+
+impl Entry<'_> {
+    /// When it happened (a packet: when it was sent).
+    pub fn at(&self) -> Duration {
+        match self {
+            Entry::Packet(p) => p.sent,
+            Entry::Host(n) => n.at,
+        }
+    }
 }
 
 /// A device of the trace.
@@ -135,6 +172,9 @@ pub struct Trace {
     pub devices: Vec<TraceDevice>,
     /// The packets, in send order.
     pub packets: Vec<PacketRecord>,
+    /// Host events (verbs, completions, events, state changes, timers), in order;
+    /// see [`Trace::entries`] for them merged with the packets.
+    pub notes: Vec<HostNote>,
     /// Address labels.
     pub labels: Vec<Label>,
     /// The UDP port every device uses (both ends of every packet).
@@ -142,6 +182,21 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// Packets and host events as one log in time order (in the order they were
+    /// recorded: a host event before the packets its input sent).
+    pub fn entries(&self) -> Vec<Entry<'_>> {
+        let mut out = Vec::with_capacity(self.packets.len() + self.notes.len());
+        let mut notes = self.notes.iter().peekable();
+        for (i, p) in self.packets.iter().enumerate() {
+            while let Some(n) = notes.next_if(|n| n.after_packets <= i) {
+                out.push(Entry::Host(n));
+            }
+            out.push(Entry::Packet(p));
+        }
+        out.extend(notes.map(Entry::Host));
+        out
+    }
+
     /// `va` as `label+0xoff` if a label covers it, else as hex.
     pub fn addr(&self, va: u64) -> String {
         match self

@@ -86,3 +86,92 @@ fn every_scenario_draws_a_well_formed_svg() {
         }
     }
 }
+
+/// The ladder of scenario `name` (which must pass).
+fn ladder(name: &str) -> String {
+    let out = scenario::run(scenario::find(name).unwrap(), 1);
+    out.result.unwrap();
+    emu_sims::ladder::render(&out.trace)
+}
+
+/// The rows of `ladder` that are host events (a `*` on a lifeline).
+fn host_rows(ladder: &str) -> Vec<&str> {
+    ladder.lines().filter(|l| l.contains('*')).collect()
+}
+
+/// IBTA 11.6.2: the overrun CQ raises CQ_ERR, and its QP QP_FATAL and goes to error;
+/// the ladder shows all three on b's side, in that order.
+#[test]
+fn cq_overrun_shows_cq_err_and_qp_fatal() {
+    let l = ladder("cq-overrun");
+    let rows = host_rows(&l);
+    let at = |s: &str| {
+        rows.iter()
+            .position(|r| r.contains(s))
+            .unwrap_or_else(|| panic!("no {s}:\n{l}"))
+    };
+    assert!(at("event CQ_ERR") < at("event QP_FATAL"), "{l}");
+    assert!(at("event QP_FATAL") < at("QP RTS -> ERR"), "{l}");
+    // b's events sit in b's column (right of a's lifeline).
+    assert!(
+        rows[at("event QP_FATAL")].find("event").unwrap() > 15,
+        "{l}"
+    );
+    // b's QP in error discards the retransmissions, and says so.
+    assert!(l.contains("b discarded: QP not ready to receive"), "{l}");
+}
+
+/// IBTA 9.7.6.1.4: after retry_cnt retries the ACK timer's last firing completes the
+/// head WR with RETRY_EXC_ERR; the ladder ends on it, not on the dropped packets.
+#[test]
+fn retry_exhausted_ends_with_retry_exc_err() {
+    let l = ladder("retry-exhausted");
+    let rows: Vec<&str> = l.lines().collect();
+    let last_packet = rows.iter().rposition(|r| r.contains("SEND_ONLY")).unwrap();
+    let tail = rows[last_packet..].join("\n");
+    assert!(tail.contains("ACK timer fired"), "{l}");
+    assert!(tail.contains("completion wr_id=1 RETRY_EXC_ERR"), "{l}");
+    assert!(tail.contains("QP RTS -> ERR"), "{l}");
+    assert_eq!(l.matches("ACK timer armed (4.19 ms)").count(), 4, "{l}");
+}
+
+/// IBTA 9.8: UC drops the rest of a message whose FIRST was lost; the LAST that
+/// arrives says the responder discarded it.
+#[test]
+fn uc_message_lost_shows_the_discard() {
+    let l = ladder("uc-message-lost");
+    let last = l
+        .lines()
+        .find(|r| r.contains("UC_SEND_LAST 101"))
+        .unwrap_or_else(|| panic!("{l}"));
+    assert!(
+        last.contains("b discarded: PSN gap, message dropped"),
+        "{last}"
+    );
+    assert!(
+        l.contains("completion wr_id=1 SUCCESS RECV len=2000"),
+        "{l}"
+    );
+}
+
+/// IBTA 9.7.5.2.8: the RNR NAK's timer code 14 is 1.28 ms; the requester arms its RNR
+/// timer with it and retries when it fires.
+#[test]
+fn rnr_shows_the_rnr_timer_and_its_value() {
+    let l = ladder("rnr-nak-then-success");
+    let rows: Vec<&str> = l.lines().collect();
+    let armed = rows
+        .iter()
+        .position(|r| r.contains("RNR timer armed (1.28 ms)"))
+        .unwrap_or_else(|| panic!("{l}"));
+    let fired = rows
+        .iter()
+        .position(|r| r.contains("RNR timer fired"))
+        .unwrap_or_else(|| panic!("{l}"));
+    assert!(armed < fired, "{l}");
+    assert!(rows[fired].trim_start().starts_with("0.001282"), "{l}");
+    assert!(
+        l.contains("b not taken: no receive WQE, RNR NAK sent"),
+        "{l}"
+    );
+}

@@ -37,6 +37,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) port: &'a Port,
     /// What the driver knows of peer devices on this host (`retry`).
     pub(crate) liveness: Option<&'a dyn super::retry::PeerLiveness>,
+    /// What the engine did, for a trace (module `note`).
+    pub(crate) notes: &'a mut super::note::Notes,
 }
 
 impl Ctx<'_> {
@@ -45,6 +47,13 @@ impl Ctx<'_> {
         let Some(queue) = self.cqs.get_mut(&cq.0) else {
             return;
         };
+        self.notes.add(|| super::note::Note::Completion {
+            qpn: wc.qp_num,
+            wr_id: wc.wr_id,
+            opcode: wc.opcode,
+            status: wc.status,
+            byte_len: wc.byte_len,
+        });
         match queue.push(wc, solicited) {
             Pushed::Queued { notify } => {
                 if notify {

@@ -26,6 +26,7 @@ mod manage;
 mod modify;
 mod mr;
 mod mw;
+mod note;
 mod port;
 mod qp;
 mod requester;
@@ -54,6 +55,7 @@ pub use counters::Counters;
 pub use gsi::{GSI_QKEY, GSI_QPN};
 pub use kind::{connected_dest_qpn, PacketKind};
 pub use manage::EIO;
+pub use note::{fmt_duration, upper_snake, Note, TimerKind};
 pub use port::{PortLink, DEFAULT_PKEY, PORT_NUM};
 pub use ud::{GRH_LEN, MULTICAST_QPN};
 pub use verbs_api::{SrqAttr, SrqAttrMask};
@@ -61,7 +63,7 @@ pub use verbs_api::{SrqAttr, SrqAttrMask};
 use ctx::Ctx;
 use qp::QueuePair;
 use timers::{Timer, TimerIndex};
-use verbs_api::{AhId, CqId, MrInfo, MwId, PdId, QpInitAttr, SrqId};
+use verbs_api::{AhId, CqId, MrInfo, MwId, PdId, QpInitAttr, SrqId, WrOpcode};
 
 /// The largest UDP payload the engine produces: BTH, the largest header set, a 4096-byte
 /// payload, pad and ICRC. Buffers passed to [`Engine::poll_transmit`] must be this big.
@@ -221,6 +223,8 @@ pub struct Engine {
     counters: Counters,
     /// What the driver knows of peer devices on this host (module `retry`).
     liveness: Option<std::sync::Arc<dyn PeerLiveness>>,
+    /// What the engine did, while someone traces ([`Engine::set_notes`]).
+    notes: note::Notes,
 }
 
 impl Default for Engine {
@@ -254,6 +258,22 @@ impl Engine {
             timers: TimerIndex::default(),
             counters: Counters::default(),
             liveness: None,
+            notes: note::Notes::default(),
+        }
+    }
+
+    /// Turns the engine's notes on or off (off by default): what it did, for a trace
+    /// (see [`Note`]). Off, noting costs one branch and allocates nothing.
+    pub fn set_notes(&mut self, on: bool) {
+        self.notes.0 = on.then(Vec::new);
+    }
+
+    /// Hands each note taken since the last drain to `f`, in order.
+    pub fn drain_notes(&mut self, mut f: impl FnMut(Note)) {
+        if let Some(v) = &mut self.notes.0 {
+            for n in v.drain(..) {
+                f(n);
+            }
         }
     }
 
@@ -327,6 +347,11 @@ impl Engine {
     ) -> Option<R> {
         let mut overrun = Vec::new();
         let qp = self.qps.get_mut(&qpn)?;
+        // Noting: what the QP looked like before, to note what changed.
+        let before = self
+            .notes
+            .on()
+            .then(|| (qp.state(), qp.timers.armed(), self.events.len()));
         let mut ctx = Ctx {
             now,
             mrs: &mut self.mrs,
@@ -341,8 +366,15 @@ impl Engine {
             limits: &self.limits,
             port: &self.port,
             liveness: self.liveness.as_deref(),
+            notes: &mut self.notes,
         };
         let r = f(qp, &mut ctx);
+        if let Some((state, armed, events)) = before {
+            self.note_changes(now, qpn, state, armed, events);
+        }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return Some(r);
+        };
         qp.timers.sync(qpn, &mut self.timers);
         if !qp.in_ready && qp.wants_transmit(&self.limits) {
             qp.in_ready = true;
@@ -414,6 +446,43 @@ impl Engine {
                     qp.enter_error(ctx);
                 }
             });
+        }
+    }
+
+    /// Notes what input changed on QP `qpn`: its state, timers armed that were not,
+    /// async events queued (from index `events` on).
+    fn note_changes(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        state: verbs_api::QpState,
+        armed: [Option<Instant>; 2],
+        events: usize,
+    ) {
+        let Some(qp) = self.qps.get(&qpn) else { return };
+        for e in self.events.iter().skip(events) {
+            self.notes.add(|| Note::Event(*e));
+        }
+        let to = qp.state();
+        if to != state {
+            self.notes.add(|| Note::State {
+                qpn,
+                from: state,
+                to,
+            });
+        }
+        let now_armed = qp.timers.armed();
+        for (i, timer) in [TimerKind::AckTimeout, TimerKind::Rnr]
+            .into_iter()
+            .enumerate()
+        {
+            if let (None, Some(at)) = (armed[i], now_armed[i]) {
+                self.notes.add(|| Note::TimerArmed {
+                    qpn,
+                    timer,
+                    after: at.saturating_duration_since(now),
+                });
+            }
         }
     }
 
@@ -877,6 +946,11 @@ impl Engine {
         qpn: u32,
         wrs: &[SendWr],
     ) -> std::result::Result<(), PostError> {
+        self.note_posts(
+            qpn,
+            wrs.iter()
+                .map(|w| (w.wr_id, Some(w.op.opcode()), w.total_len())),
+        );
         self.with_qp(now, qpn, |qp, ctx| qp.post_send(ctx, wrs))
             .unwrap_or_else(|| {
                 Err(PostError {
@@ -886,6 +960,24 @@ impl Engine {
             })
     }
 
+    /// Notes the WRs of a post (`(wr_id, send opcode or None for a receive, bytes)`).
+    fn note_posts(&mut self, qpn: u32, wrs: impl Iterator<Item = (u64, Option<WrOpcode>, u64)>) {
+        if !self.notes.on() {
+            return;
+        }
+        for (wr_id, op, len) in wrs {
+            self.notes.add(|| match op {
+                Some(opcode) => Note::PostSend {
+                    qpn,
+                    wr_id,
+                    opcode,
+                    len,
+                },
+                None => Note::PostRecv { qpn, wr_id, len },
+            });
+        }
+    }
+
     /// `ibv_post_recv`: on failure, `PostError::index` is the first WR not posted.
     pub fn post_recv(
         &mut self,
@@ -893,6 +985,7 @@ impl Engine {
         qpn: u32,
         wrs: &[RecvWr],
     ) -> std::result::Result<(), PostError> {
+        self.note_posts(qpn, wrs.iter().map(|w| (w.wr_id, None, w.total_len())));
         self.with_qp(now, qpn, |qp, ctx| qp.post_recv(ctx, wrs))
             .unwrap_or_else(|| {
                 Err(PostError {
@@ -1156,6 +1249,14 @@ impl Engine {
             }
             self.with_qp(now, qpn, |qp, ctx| {
                 if qp.timers.take_expired(timer, now) {
+                    let timer_kind = match timer {
+                        Timer::Retransmit => TimerKind::AckTimeout,
+                        Timer::Rnr => TimerKind::Rnr,
+                    };
+                    ctx.notes.add(|| Note::TimerFired {
+                        qpn,
+                        timer: timer_kind,
+                    });
                     match timer {
                         Timer::Retransmit => qp.on_retransmit_timeout(ctx),
                         Timer::Rnr => qp.on_rnr_timeout(ctx),

@@ -19,6 +19,7 @@ use verbs_api::{
 
 use super::ctx::Ctx;
 use super::mr::{AccessError, Segment};
+use super::note::Note;
 use super::qp::QueuePair;
 use super::requester::emit;
 use super::wqe::{RecvWqe, Segments};
@@ -237,6 +238,12 @@ impl QueuePair {
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
         ) {
             ctx.counters.rx_dropped += 1;
+            let (qpn, psn) = (self.qpn, repr.bth.psn.value());
+            ctx.notes.add(|| Note::Discard {
+                qpn,
+                psn,
+                reason: "discarded: QP not ready to receive",
+            });
             return;
         }
         if self.init.qp_type == QpType::Uc {
@@ -248,6 +255,17 @@ impl QueuePair {
         if d > 0 {
             // IBTA 9.7.5.1.1: out of sequence: one NAK, then silence until epsn arrives.
             ctx.counters.out_of_sequence += 1;
+            let qpn = self.qpn;
+            let nak = !self.resp.nak_outstanding;
+            ctx.notes.add(|| Note::Discard {
+                qpn,
+                psn: psn.value(),
+                reason: if nak {
+                    "discarded: PSN gap, NAK sent (9.7.5.1.1)"
+                } else {
+                    "discarded: PSN gap, NAK already sent"
+                },
+            });
             if !self.resp.nak_outstanding {
                 self.resp.nak_outstanding = true;
                 ctx.counters.seq_naks_sent += 1;
@@ -259,12 +277,24 @@ impl QueuePair {
         }
         if d < 0 {
             ctx.counters.duplicate_requests += 1;
+            let qpn = self.qpn;
+            ctx.notes.add(|| Note::Discard {
+                qpn,
+                psn: psn.value(),
+                reason: "duplicate: answered again, not executed (9.7.5.1.2)",
+            });
             self.handle_duplicate(ctx, repr);
             return;
         }
         match self.execute(ctx, repr, payload) {
             Ok(()) => self.communication_established(ctx),
             Err(Refusal::NotReady) => {
+                let qpn = self.qpn;
+                ctx.notes.add(|| Note::Discard {
+                    qpn,
+                    psn: psn.value(),
+                    reason: "not taken: no receive WQE, RNR NAK sent",
+                });
                 // IBTA 9.7.5.2.8: RNR NAK; the PSN does not advance.
                 ctx.counters.rnr_naks_sent += 1;
                 self.resp.nak_outstanding = true;
@@ -294,6 +324,12 @@ impl QueuePair {
         }
         if self.resp.drop_msg {
             ctx.counters.rx_dropped += 1;
+            let qpn = self.qpn;
+            ctx.notes.add(|| Note::Discard {
+                qpn,
+                psn: psn.value(),
+                reason: "discarded: PSN gap, message dropped (UC, 9.8)",
+            });
             return;
         }
         match self.execute(ctx, repr, payload) {
@@ -303,6 +339,12 @@ impl QueuePair {
             }
             Err(_) => {
                 ctx.counters.uc_dropped_messages += 1;
+                let qpn = self.qpn;
+                ctx.notes.add(|| Note::Discard {
+                    qpn,
+                    psn: psn.value(),
+                    reason: "discarded: message dropped (UC, 9.8)",
+                });
                 self.resp.abort_message(&mut self.rq);
             }
         }

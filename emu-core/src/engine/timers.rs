@@ -157,6 +157,11 @@ impl TimerTable {
         self.deadlines[timer as usize] = Some(at);
     }
 
+    /// Each timer's deadline (index: [`Timer`] as usize).
+    pub(crate) fn armed(&self) -> [Option<Instant>; 2] {
+        self.deadlines
+    }
+
     pub(crate) fn stop(&mut self, timer: Timer) {
         self.deadlines[timer as usize] = None;
     }

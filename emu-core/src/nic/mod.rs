@@ -161,6 +161,16 @@ struct Core {
     /// takes packets from, learnt from the first packet it took; forgotten when the QP
     /// is reset, reconnected or destroyed.
     peers: HashMap<u32, std::net::SocketAddrV4>,
+    /// Where the engine's notes go while someone traces ([`EmuDevice::set_note_sink`]).
+    note_sink: Option<Arc<dyn NoteSink>>,
+}
+
+/// Takes what a device's engine did ([`engine::Note`]), at the moment it did it: a
+/// trace on a fabric. Called under the device's lock, before the packets of the same
+/// input are sent, so notes come before the packets they caused.
+pub trait NoteSink: Send + Sync {
+    /// The engine did `note`.
+    fn note(&self, note: engine::Note);
 }
 
 /// The one link a device sits on.
@@ -350,6 +360,14 @@ impl EmuDevice {
         self.inner.cfg.port
     }
 
+    /// Sends the engine's notes (verbs posted, completions, events, state changes,
+    /// timers, discards) to `sink`, or stops them (`None`, the default: no cost).
+    pub fn set_note_sink(&self, sink: Option<Arc<dyn NoteSink>>) {
+        let mut core = self.inner.core.lock();
+        core.engine.set_notes(sink.is_some());
+        core.note_sink = sink;
+    }
+
     /// The engine's counters (packets, drops, retransmissions, ...).
     pub fn counters(&self) -> engine::Counters {
         *self.inner.core.lock().engine.counters()
@@ -387,6 +405,7 @@ impl Inner {
                 acks: TxBatch::new(if link.max_segments() > 1 { 4096 } else { 0 }),
                 lent: None,
                 peers: HashMap::new(),
+                note_sink: None,
             }),
             cfg,
             link,

@@ -104,6 +104,7 @@ impl Inner {
         let now = self.link.now();
         let r = f(&mut core.engine, now);
         self.flush(&mut core, now, false);
+        drain_notes(&mut core);
         r
     }
 
@@ -134,6 +135,7 @@ impl Inner {
         if core.tx.count > 0 || core.acks.count > 0 {
             let now = self.link.now();
             self.flush(core, now, false);
+            drain_notes(core);
         }
     }
 
@@ -158,7 +160,12 @@ impl Inner {
             acks,
             lent,
             peers: _,
+            note_sink,
         } = core;
+        // Notes first: they come before the packets their input sent.
+        if let Some(sink) = note_sink {
+            engine.drain_notes(|n| sink.note(n));
+        }
         if let Some(buf) = lent.take().or_else(|| self.link.lend()) {
             self.send_lent(engine, now, buf, lent);
             self.notify(engine);
@@ -382,5 +389,13 @@ mod tests {
         // No room in the buffer.
         let (mut tx, mut acks) = (run(a, 20, 12), run(a, 20, 1));
         assert!(!tx.absorb(&mut acks, 64));
+    }
+}
+
+/// Hands the engine's notes to the note sink, if any (what sending did: timers armed,
+/// UC completions).
+pub(super) fn drain_notes(core: &mut Core) {
+    if let Some(sink) = &core.note_sink {
+        core.engine.drain_notes(|n| sink.note(n));
     }
 }

@@ -56,6 +56,7 @@ impl EmuDevice {
             .map_err(|error| PostError { index: 0, error })
             .and_then(|()| f(&mut core.engine, now));
         inner.flush(&mut core, now, inner.may_defer());
+        super::transmit::drain_notes(&mut core);
         r
     }
 
