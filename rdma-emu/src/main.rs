@@ -122,8 +122,11 @@ fn scenario_cmd(action: ScenarioCmd) -> Result<(), String> {
                     .map_err(|e| format!("{}: {e}", path.display()))?;
             }
             if let Some(path) = svg {
-                std::fs::write(&path, emu_sims::svg::render(&out.trace))
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                std::fs::write(
+                    &path,
+                    emu_sims::svg::render_titled(&out.trace, s.name, s.description),
+                )
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             }
             match out.result {
                 Ok(()) => {

@@ -175,3 +175,45 @@ fn rnr_shows_the_rnr_timer_and_its_value() {
         "{l}"
     );
 }
+
+/// The SVG of a scenario reads on its own: its title and lesson, the legend, host
+/// events, tooltips, and the RNR wait drawn as one labelled compressed gap.
+#[test]
+fn the_svg_has_title_lesson_legend_and_a_compressed_gap() {
+    let s = scenario::find("rnr-nak-then-success").unwrap();
+    let out = scenario::run(s, 1);
+    let svg = emu_sims::svg::render_titled(&out.trace, s.name, s.description);
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
+    let all = texts.join("\n");
+    assert!(texts.contains(&s.name), "no title");
+    // The lesson, wrapped over lines: its first words and its citation.
+    assert!(all.contains("a SEND finds no receive WQE"), "no lesson");
+    assert!(all.contains("IBTA 9.7.5.2.8"), "no citation");
+    assert!(all.contains("A = AckReq"), "no legend");
+    assert!(all.contains("msn = "), "no legend for msn");
+    // The RNR wait (1.28 ms from the RNR NAK; the receive is posted 100 us in) is
+    // compressed: no band taller than a row, each labelled with its length.
+    let gaps: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("gap"))
+        .flat_map(|g| g.descendants().filter(|n| n.has_tag_name("text")))
+        .filter_map(|n| n.text())
+        .collect();
+    assert!(
+        gaps.contains(&"... 1.18 ms ..."),
+        "no compressed RNR wait: {gaps:?}"
+    );
+    assert!(gaps.contains(&"... 98 us ..."), "{gaps:?}");
+    assert!(all.contains("RNR timer armed (1.28 ms)"), "no host event");
+    // Every packet row has a tooltip with its full headers.
+    let tips: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("title"))
+        .filter_map(|n| n.text())
+        .collect();
+    for p in &out.trace.packets {
+        let d = out.trace.describe(p);
+        assert!(tips.iter().any(|t| t.contains(&d)), "no tooltip {d}");
+    }
+}

@@ -326,6 +326,14 @@ impl Inner {
     }
 }
 
+/// Hands the engine's notes to the note sink, if any (what sending did: timers armed,
+/// UC completions).
+pub(super) fn drain_notes(core: &mut Core) {
+    if let Some(sink) = &core.note_sink {
+        core.engine.drain_notes(|n| sink.note(n));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,13 +397,5 @@ mod tests {
         // No room in the buffer.
         let (mut tx, mut acks) = (run(a, 20, 12), run(a, 20, 1));
         assert!(!tx.absorb(&mut acks, 64));
-    }
-}
-
-/// Hands the engine's notes to the note sink, if any (what sending did: timers armed,
-/// UC completions).
-pub(super) fn drain_notes(core: &mut Core) {
-    if let Some(sink) = &core.note_sink {
-        core.engine.drain_notes(|n| sink.note(n));
     }
 }
