@@ -1,12 +1,19 @@
 //! The ladder (sequence) diagram of a trace as plain text: one lifeline per device,
 //! one arrow per packet at its send time, the arrow's head telling its fate (`>`
 //! arrived, `X` lost, `#` arrived corrupted and was dropped by the ICRC check), and
-//! every header field and the fate written after it.
+//! every header field, the fate and what the receiver did with it when it did not
+//! execute it written after it; and, in time order with the packets, each device's
+//! host events (verbs, completions, async events, QP states, timers) as a `*` on its
+//! lifeline with the text beside it.
 //!
 //! ```text
 //!  time (s)  a                                               b
+//!  0.000000  * post_send SEND wr_id=1 len=8                  |
 //!  0.000000  |--SEND_ONLY 100------------------------------->|  qp=0x000012 A len=8; arrives 0.000001
+//!  0.000000  * ACK timer armed (67.1 ms)                     |
+//!  0.000001  |         completion wr_id=7 SUCCESS RECV len=8 *
 //!  0.000001  |<------------------------------ACKNOWLEDGE 100-|  qp=0x000011 AETH(ACK msn=1); arrives 0.000002
+//!  0.000002  * completion wr_id=1 SUCCESS SEND len=8         |
 //! ```
 
 use crate::trace::{fmt_time, Entry, Fate, HostNote, PacketRecord, Trace};

@@ -1,5 +1,8 @@
-//! The packet trace: every packet the fabric carried, with its virtual send time,
-//! direction, decoded headers, and what happened to it.
+//! The trace: every packet the fabric carried, with its virtual send time, direction,
+//! decoded headers, and what happened to it; and each device's host events (its
+//! engine's notes: verbs, completions, events, QP states, timers), recorded at the
+//! fabric's virtual time. [`Trace::entries`] merges the two into one log in time
+//! order.
 
 use std::fmt;
 use std::net::Ipv4Addr;

@@ -35,6 +35,7 @@ fn scenarios_are_deterministic() {
         let y = scenario::run(s, 7);
         drop(elsewhere);
         assert_eq!(x.trace.lines(), y.trace.lines(), "{}", s.name);
+        assert_eq!(x.trace.notes, y.trace.notes, "{}: host events", s.name);
         let pcap = |t: &emu_sims::Trace| emu_sims::pcap::write(t, Vec::new()).unwrap();
         let (px, py) = (pcap(&x.trace), pcap(&y.trace));
         assert!(px.len() > 24 || x.trace.packets.is_empty(), "{}", s.name);
