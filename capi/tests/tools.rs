@@ -26,7 +26,14 @@ fn build_library(dir: &Path) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
     build
-        .args(["build", "-q", "-p", env!("CARGO_PKG_NAME"), "--lib", "--target-dir"])
+        .args([
+            "build",
+            "-q",
+            "-p",
+            env!("CARGO_PKG_NAME"),
+            "--lib",
+            "--target-dir",
+        ])
         .arg(profile_dir.parent().unwrap())
         .current_dir(env!("CARGO_MANIFEST_DIR"));
     if profile_dir.file_name().is_some_and(|n| n == "release") {
