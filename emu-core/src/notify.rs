@@ -9,7 +9,6 @@ use std::io::{PipeReader, PipeWriter, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use parking_lot::{Condvar, Mutex};
 use verbs_api::{Error, Result};
 
@@ -37,13 +36,10 @@ impl<T> Notifier<T> {
         // block `push` under the queue lock. The read end keeps its blocking mode: it
         // is the program's fd, whose O_NONBLOCK flag the program sets and the C ABI
         // reads (a blocking `ibv_get_cq_event` unless the program asked otherwise).
-        let flags = fcntl(&writer, FcntlArg::F_GETFL).map(OFlag::from_bits_retain);
-        flags
-            .and_then(|f| fcntl(&writer, FcntlArg::F_SETFL(f | OFlag::O_NONBLOCK)))
-            .map_err(|e| Error::Os {
-                errno: e as i32,
-                context: "pipe",
-            })?;
+        rustix::io::ioctl_fionbio(writer.as_fd(), true).map_err(|e| Error::Os {
+            errno: e.raw_os_error(),
+            context: "pipe",
+        })?;
         let fd = reader.as_raw_fd();
         let watch = reader.try_clone().map_err(|e| Error::Os {
             errno: e.raw_os_error().unwrap_or(24),
@@ -133,11 +129,15 @@ mod tests {
     /// Whether the pipe's read end is readable now.
     fn readable(n: &Notifier<u32>) -> bool {
         let r = n.reader.lock();
-        let mut fds = [nix::poll::PollFd::new(
-            r.as_fd(),
-            nix::poll::PollFlags::POLLIN,
+        let mut fds = [rustix::event::PollFd::new(
+            &*r,
+            rustix::event::PollFlags::IN,
         )];
-        nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).unwrap() > 0
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut fds, Some(&zero)).unwrap() > 0
     }
 
     #[test]

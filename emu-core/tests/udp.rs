@@ -693,13 +693,9 @@ fn a_reopened_device_starts_at_another_qpn() {
 /// it, without `unsafe`.
 fn fd_readable(fd: i32, wait: Duration) -> bool {
     let f = std::fs::File::open(format!("/proc/self/fd/{fd}")).expect("open the fd again");
-    use std::os::fd::AsFd;
-    let mut fds = [nix::poll::PollFd::new(
-        f.as_fd(),
-        nix::poll::PollFlags::POLLIN,
-    )];
-    let ts = nix::sys::time::TimeSpec::from(wait);
-    nix::poll::ppoll(&mut fds, Some(ts), None).unwrap() > 0
+    let mut fds = [rustix::event::PollFd::new(&f, rustix::event::PollFlags::IN)];
+    let ts = rustix::event::Timespec::try_from(wait).unwrap();
+    rustix::event::poll(&mut fds, Some(&ts)).unwrap() > 0
 }
 
 /// The completion channel's fd and the async fd are real descriptors that poll(2)

@@ -22,14 +22,13 @@
 //! unconnected socket sends with ID 0.
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use nix::poll::{PollFd, PollFlags};
 use nix::sys::socket::{
     recvmsg, sendto, setsockopt, sockopt, MsgFlags, SockaddrIn, TimestampingFlag,
 };
-use nix::sys::time::TimeSpec;
+use rustix::event::{PollFd, PollFlags};
 
 /// [`IpIds::next`]'s value when a send failed in a way that may or may not have taken a
 /// number: the socket must be probed again before it sends.
@@ -127,9 +126,12 @@ fn read_back(socket: &UdpSocket, from: SocketAddrV4, to: SocketAddrV4) -> Option
                 if left.is_zero() {
                     return None;
                 }
-                let mut fds = [PollFd::new(socket.as_fd(), PollFlags::POLLERR)];
-                let wait = left.min(std::time::Duration::from_millis(10));
-                let _ = nix::poll::ppoll(&mut fds, Some(TimeSpec::from(wait)), None);
+                let mut fds = [PollFd::new(socket, PollFlags::ERR)];
+                let ts = rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: left.as_nanos().min(10_000_000) as i64,
+                };
+                let _ = rustix::event::poll(&mut fds, Some(&ts));
             }
         }
     }
@@ -160,7 +162,11 @@ mod tests {
     fn the_probe_tells_the_next_id() {
         let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-        crate::nic::udp::set_dont_fragment(&s).unwrap();
+        rustix::net::sockopt::set_ip_mtu_discover(
+            &s,
+            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+        )
+        .unwrap();
         let to = match peer.local_addr().unwrap() {
             std::net::SocketAddr::V4(a) => a,
             _ => unreachable!(),

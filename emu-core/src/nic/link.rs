@@ -19,8 +19,9 @@ pub trait Link: Send + Sync + std::fmt::Debug {
     fn now(&self) -> Instant;
 
     /// Sends `runs` in order, filling in every packet's ICRC. A link that can hand the
-    /// kernel a whole run at once (UDP GSO) does; an answer and the ACK held for the
-    /// same peer come as two one-packet runs, the answer first. The first error is returned after the rest was tried.
+    /// kernel a whole run at once (UDP GSO) does, and one that can hand it several
+    /// single packets in one call (`sendmmsg`: an answer and the ACK held for the same
+    /// peer) does that too. The first error is returned after the rest was tried.
     fn send(&self, runs: &mut [Transmit<'_>]) -> io::Result<()>;
 
     /// How many packets one [`Transmit`] may hold (1: no batching).

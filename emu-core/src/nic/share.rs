@@ -23,9 +23,6 @@
 //! closes zeroes its record, and one whose process is gone is not a member.
 
 use std::fs::{File, OpenOptions};
-
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::unix::fs::FileExt;
@@ -83,10 +80,9 @@ fn read_record(path: &std::path::Path) -> Option<Record> {
         pid: u32::from_le_bytes(b[8..12].try_into().ok()?),
         inbox: u16::from_le_bytes(b[12..14].try_into().ok()?),
     };
-    // A shared lock taken here goes again with `Flock`'s drop.
     let held = matches!(
-        Flock::lock(f, FlockArg::LockSharedNonblock),
-        Err((_, Errno::EWOULDBLOCK))
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
+        Err(rustix::io::Errno::WOULDBLOCK)
     );
     (held && host::pid_alive(r.pid)).then_some(r)
 }
@@ -94,8 +90,7 @@ fn read_record(path: &std::path::Path) -> Option<Record> {
 /// This device's membership of its address: its slot, held while the value lives.
 #[derive(Debug)]
 pub(crate) struct Member {
-    /// The slot's file, locked exclusively for as long as the member lives.
-    file: Flock<File>,
+    file: File,
     slot: u8,
     inbox: u16,
     last_beat: Instant,
@@ -123,8 +118,8 @@ impl Member {
                 .create(true)
                 .truncate(false)
                 .open(d.join(slot.to_string()))?;
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(file) => {
+            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => {
                     let mut m = Member {
                         file,
                         slot,
@@ -138,8 +133,8 @@ impl Member {
                     }
                     return Ok(m);
                 }
-                Err((_, Errno::EWOULDBLOCK)) => continue,
-                Err((_, e)) => return Err(e.into()),
+                Err(rustix::io::Errno::WOULDBLOCK) => continue,
+                Err(e) => return Err(e.into()),
             }
         }
         Err(io::Error::new(
@@ -198,8 +193,7 @@ fn tell_others(d: &std::path::Path, slot: u8) -> bool {
 
 impl Drop for Member {
     fn drop(&mut self) {
-        // No longer a member; the lock goes with the file (`Flock` unlocks, then the
-        // file closes).
+        // No longer a member; the lock goes with the file.
         self.write(0);
     }
 }

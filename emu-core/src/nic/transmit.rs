@@ -296,7 +296,7 @@ impl Inner {
     }
 
     /// Sends the one packet of `first` and then the one of `then`, to the same peer,
-    /// in one [`Link::send`] (two back-to-back sends on UDP), and empties both.
+    /// in one [`Link::send`] (one `sendmmsg` on UDP), and empties both.
     pub(super) fn send_pair(&self, first: &mut TxBatch, then: &mut TxBatch) {
         let (a, b) = (first.route(self.cfg.ip), then.route(self.cfg.ip));
         let r = self.link.send(&mut [

@@ -12,10 +12,10 @@
 //! traffic is quiet (see `gro`): a lone datagram is then read with the cheaper
 //! `recvfrom`. Kernels without GSO or GRO
 //! get one datagram per slot and per send (quinn-udp probes and falls back). Two
-//! single packets to one peer (an answer and the ACK held for that peer) leave back to
-//! back, the answer first. The batched receive is quinn-udp's; sends and the one-slot
-//! receive are nix's `send`, `sendto`, `sendmsg` and `recvmsg`, with no control
-//! message but `UDP_SEGMENT`/`UDP_GRO` (quinn-udp adds
+//! single packets to one peer (an answer and the ACK held for that peer) leave in one
+//! `sendmmsg`, the answer first. The batched receive is quinn-udp's; sends and the
+//! one-slot receive are nix's `sendto`, `sendmsg` and `recvmsg` and rustix's
+//! `sendmmsg`, with no control message but `UDP_SEGMENT`/`UDP_GRO` (quinn-udp adds
 //! the TOS byte on send and asks for the destination address on receive, which a
 //! ping-pong pays on every half round trip). All wrap the system calls safely, so this
 //! crate keeps no `unsafe`.
@@ -47,7 +47,6 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use nix::sys::socket::{setsockopt, sockopt};
 use quinn_udp::{UdpSockRef, UdpSocketState};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -65,41 +64,16 @@ const SOCKET_BUFFER: usize = 8 << 20;
 /// Asks for a [`SOCKET_BUFFER`] receive buffer: forced past net.core.rmem_max when
 /// privileged, else what the cap allows.
 fn large_recv_buffer(s: &Socket) {
-    if setsockopt(s, sockopt::RcvBufForce, &SOCKET_BUFFER).is_err() {
+    if rustix::net::sockopt::set_socket_recv_buffer_size_force(s, SOCKET_BUFFER).is_err() {
         let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
     }
 }
 
 /// Asks for a [`SOCKET_BUFFER`] send buffer, as [`large_recv_buffer`] does.
 fn large_send_buffer(s: &Socket) {
-    if setsockopt(s, sockopt::SndBufForce, &SOCKET_BUFFER).is_err() {
+    if rustix::net::sockopt::set_socket_send_buffer_size_force(s, SOCKET_BUFFER).is_err() {
         let _ = s.set_send_buffer_size(SOCKET_BUFFER);
     }
-}
-
-// `IP_MTU_DISCOVER`, which nix names no type for, through the macro nix declares its own
-// socket options with (its `SetSockOpt` is a safe trait: the kernel reads the value
-// from a reference, `size_of::<c_int>()` bytes). The macro names `libc` and itself.
-// Its expansion holds nix's own `unsafe` call of setsockopt(2), which this crate's
-// `forbid(unsafe_code)` does not see (rustc does not lint another crate's macro): the
-// call is nix's, as for every option nix declares, and sound for the reason above;
-// neither socket2, nix nor std has a safe setter for this option.
-use nix::libc;
-use nix::{setsockopt_impl, sockopt_impl};
-sockopt_impl!(
-    /// `IP_MTU_DISCOVER`: the socket's path MTU discovery mode (`IP_PMTUDISC_*`).
-    PathMtuDiscovery,
-    SetOnly,
-    libc::IPPROTO_IP,
-    libc::IP_MTU_DISCOVER,
-    libc::c_int
-);
-
-/// Sets path MTU discovery to "do" (`IP_PMTUDISC_DO`): every datagram carries DF, so
-/// Linux gives an unconnected socket's datagrams IP ID 0 (see `ip_id`), and one larger
-/// than the path MTU fails with `EMSGSIZE` instead of leaving fragmented.
-pub(crate) fn set_dont_fragment(s: &impl AsFd) -> io::Result<()> {
-    Ok(setsockopt(s, PathMtuDiscovery, &libc::IP_PMTUDISC_DO)?)
 }
 
 /// The most UDP payload one GSO send may carry: an IPv4 datagram is at most 65535
@@ -191,13 +165,20 @@ impl UdpLink {
         // quinn-udp turns GRO on, makes the socket non-blocking, and sets path MTU
         // discovery to "probe"; DF with IP ID 0 needs "do", so set it after.
         let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
-        set_dont_fragment(&socket)?;
+        rustix::net::sockopt::set_ip_mtu_discover(
+            &socket,
+            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+        )?;
         // quinn-udp also asks for every datagram's TOS byte (for ECN) and destination
         // address, which nothing here reads (a datagram on this socket is for our
         // address; groups have their own sockets): two control messages less for the
         // kernel to write per receive.
-        let _ = setsockopt(&socket, sockopt::IpRecvTos, &false);
-        let _ = setsockopt(&socket, sockopt::Ipv4PacketInfo, &false);
+        let _ = rustix::net::sockopt::set_ip_recvtos(&socket, false);
+        let _ = nix::sys::socket::setsockopt(
+            &socket,
+            nix::sys::socket::sockopt::Ipv4PacketInfo,
+            &false,
+        );
         let port = socket.local_addr()?.port();
         let raw = if opts.raw_receive {
             let r = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::UDP)).map_err(|e| {
@@ -301,7 +282,7 @@ impl Link for UdpLink {
         if self.interop() || self.tos_rx.load(Ordering::Relaxed) == on {
             return;
         }
-        if setsockopt(&self.socket, sockopt::IpRecvTos, &on).is_ok() {
+        if rustix::net::sockopt::set_ip_recvtos(&self.socket, on).is_ok() {
             self.tos_rx.store(on, Ordering::Relaxed);
         }
     }

@@ -10,10 +10,9 @@ use std::time::Duration;
 
 use emu_wire::{check_icrc, icrc_ip_id, Ipv4Endpoints};
 use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags};
-use nix::sys::socket::{recv, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrIn};
-use nix::sys::time::TimeSpec;
+use nix::sys::socket::{setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrIn};
 use quinn_udp::{RecvMeta, UdpSockRef};
+use rustix::event::{PollFd, PollFlags};
 use socket2::Socket;
 
 use crate::nic::gro::Gro;
@@ -166,10 +165,9 @@ impl UdpLink {
         other: Option<BorrowedFd<'_>>,
         timeout: Option<Duration>,
     ) -> bool {
-        // ppoll, not poll: a timer due in less than a millisecond must not spin.
-        let ts = timeout.map(TimeSpec::from);
+        let ts = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
         // The UDP socket gets a copy of what the raw one shows: it is drained too.
-        let socket = PollFd::new(self.socket.as_fd(), PollFlags::POLLIN);
+        let socket = PollFd::new(&self.socket, PollFlags::IN);
         let mut fds = [socket.clone(), socket.clone(), socket.clone(), socket];
         let mut n = 1;
         for fd in [
@@ -180,10 +178,10 @@ impl UdpLink {
         .into_iter()
         .flatten()
         {
-            fds[n] = PollFd::new(fd, PollFlags::POLLIN);
+            fds[n] = PollFd::from_borrowed_fd(fd, PollFlags::IN);
             n += 1;
         }
-        matches!(nix::poll::ppoll(&mut fds[..n], ts, None), Ok(k) if k > 0)
+        matches!(rustix::event::poll(&mut fds[..n], ts.as_ref()), Ok(k) if k > 0)
     }
 
     /// Interop mode's receive: drains the UDP socket and the group sockets (their
@@ -270,12 +268,7 @@ impl UdpLink {
         if setsockopt(&self.socket, sockopt::UdpGroSegment, &on).is_err() {
             return;
         }
-        // Nothing queued: a peek at no bytes finds no datagram.
-        let empty = || {
-            let peek = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
-            recv(self.socket.as_raw_fd(), &mut [], peek) == Err(Errno::EAGAIN)
-        };
-        if on || empty() {
+        if on || rustix::io::ioctl_fionread(&self.socket).is_ok_and(|n| n == 0) {
             gro.switched(on, true);
         } else if setsockopt(&self.socket, sockopt::UdpGroSegment, &true).is_ok() {
             gro.switched(true, false);

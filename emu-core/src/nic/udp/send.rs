@@ -3,20 +3,22 @@
 
 use std::io::{self, IoSlice};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use emu_wire::{write_icrc, Ipv4Endpoints};
 use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags};
-use nix::sys::socket::{setsockopt, sockopt, ControlMessage, MsgFlags, SockaddrIn};
+use nix::sys::socket::{ControlMessage, MsgFlags, SockaddrIn};
+use rustix::event::{PollFd, PollFlags};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::nic::interop::{PacketHook, Verdict};
 use crate::nic::ip_id::{self, IpIds};
 
-use super::{large_send_buffer, set_dont_fragment, UdpLink};
+use super::{large_send_buffer, UdpLink};
 use crate::nic::link::{Link, Route, Transmit};
+use rustix::net::addr::SocketAddrArg;
+use rustix::net::{MMsgHdr, SendAncillaryBuffer};
 
 /// How many peers get a connected send socket of their own (see the module docs); sends
 /// to any further peer leave from the bound socket. A file descriptor each: a process
@@ -124,7 +126,10 @@ impl UdpLink {
         s.connect(&SocketAddr::V4(SocketAddrV4::new(dst, self.port)).into())?;
         s.set_nonblocking(true)?;
         let socket: UdpSocket = s.into();
-        set_dont_fragment(&socket)?;
+        rustix::net::sockopt::set_ip_mtu_discover(
+            &socket,
+            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+        )?;
         let port = socket.local_addr()?.port();
         let next = ip_id::probe(&socket, self.ip, port).ok_or_else(|| {
             io::Error::new(
@@ -188,8 +193,12 @@ impl UdpLink {
                     return Ok(());
                 }
                 Err(Errno::EAGAIN) => {
-                    let mut fds = [PollFd::new(out.socket.as_fd(), PollFlags::POLLOUT)];
-                    let _ = nix::poll::poll(&mut fds, 1u8);
+                    let mut fds = [PollFd::new(out.socket, PollFlags::OUT)];
+                    let ts = rustix::event::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: 1_000_000,
+                    };
+                    let _ = rustix::event::poll(&mut fds, Some(&ts));
                 }
                 // A connected socket reports an earlier datagram's ICMP error (the
                 // peer's port closed) on the next send, which did not go: once told,
@@ -224,7 +233,7 @@ impl UdpLink {
     pub(super) fn apply_tos(&self, out: &Out<'_>) {
         let want = self.tos.load(Ordering::Relaxed);
         if out.tos.load(Ordering::Relaxed) != want
-            && setsockopt(out.socket, sockopt::Ipv4Tos, &i32::from(want)).is_ok()
+            && rustix::net::sockopt::set_ip_tos(out.socket, want).is_ok()
         {
             out.tos.store(want, Ordering::Relaxed);
         }
@@ -271,7 +280,10 @@ impl UdpLink {
                 // bound one kept the device's address taken after the device closed,
                 // until the delay ran out, so reopening it failed with EADDRINUSE.
                 let sock = UdpSocket::bind(SocketAddrV4::new(self.ip, 0))?;
-                set_dont_fragment(&sock)?;
+                rustix::net::sockopt::set_ip_mtu_discover(
+                    &sock,
+                    rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+                )?;
                 write_icrc(&self.endpoints(dst, sock.local_addr()?.port()), packet);
                 let bytes = packet.to_vec();
                 let to = SocketAddrV4::new(dst, self.port);
@@ -324,7 +336,7 @@ impl UdpLink {
         self.transmit(&out, dst, packets, segment)
     }
 
-    /// Sends two single packets along `route`, `first` first, each sealed once.
+    /// Sends two single packets along `route`, `first` first, in one `sendmmsg`.
     pub(super) fn send_two(
         &self,
         route: Route,
@@ -350,22 +362,28 @@ impl UdpLink {
         };
         write_icrc(&Ipv4Endpoints { ip_id, ..ep }, second);
         self.apply_tos(&out);
-        // Two sends, the answer first (a ping-pong's answer and the ACK of the question:
-        // busy-poll send_lat, see docs/performance.md): the kernel delivers the first on
-        // loopback before the second call, so the answer waits for nothing. nix's
-        // `sendmmsg` would make it one call, but tells how many went only through an
-        // iterator that reads its receive-side address slots, which a send never fills.
-        let fd = out.socket.as_raw_fd();
-        let send = |p: &[u8]| match &out.to {
-            Some(to) => nix::sys::socket::sendto(fd, p, to, MsgFlags::empty()),
-            None => nix::sys::socket::send(fd, p, MsgFlags::empty()),
-        };
-        let sent = if send(first).is_err() {
-            0
-        } else if send(second).is_err() {
-            1
-        } else {
-            2
+        // One system call for both (a ping-pong's answer and the ACK of the question:
+        // busy-poll send_lat, see docs/performance.md). The kernel delivers the first on
+        // loopback before it takes the second, so the answer waits for nothing.
+        let sent = {
+            let iov = [[IoSlice::new(first)], [IoSlice::new(second)]];
+            let (mut c0, mut c1) = (
+                SendAncillaryBuffer::default(),
+                SendAncillaryBuffer::default(),
+            );
+            let to = out.to.map(|a| SocketAddrV4::from(a).as_any());
+            let mut msgs = match &to {
+                Some(to) => [
+                    MMsgHdr::new_with_addr(to, &iov[0], &mut c0),
+                    MMsgHdr::new_with_addr(to, &iov[1], &mut c1),
+                ],
+                None => [
+                    MMsgHdr::new(&iov[0], &mut c0),
+                    MMsgHdr::new(&iov[1], &mut c1),
+                ],
+            };
+            rustix::net::sendmmsg(out.socket, &mut msgs, rustix::net::SendFlags::empty())
+                .unwrap_or(0)
         };
         if let Some(i) = out.ids {
             i.advance(sent as u16);

@@ -286,7 +286,7 @@ fn a_batch_without_backlog_backs_off() {
     assert_eq!(counts, [5]);
 }
 
-/// Two single packets in one `send` (two sends, sealed once) deliver two datagrams in order, each with its own ICRC, from the
+/// Two single packets in one `send` (one `sendmmsg`) deliver two datagrams in order, each with its own ICRC, from the
 /// peer's connected socket.
 #[test]
 fn send_two_sends_both_in_order() {
