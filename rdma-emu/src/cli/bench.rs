@@ -667,6 +667,9 @@ fn run_bw(
     });
     let mut outstanding = vec![0usize; qps];
     let mut posted = vec![0u64; qps];
+    // `--tx-depth` bounds the WRs in flight over all QPs: with more QPs than that, each
+    // may have one in flight but not all at once.
+    let (depth, mut in_flight) = (o.depth() as usize, 0usize);
     let (mut done, mut next_qp) = (0u64, 0usize);
     let mut wcs = Vec::with_capacity(64);
     let mut server_wcs = Vec::with_capacity(64);
@@ -690,7 +693,8 @@ fn run_bw(
                 while calls < 64 {
                     let room = (per_qp - outstanding[q])
                         .min((iters - posted[q]) as usize)
-                        .min(post_list);
+                        .min(post_list)
+                        .min(depth.saturating_sub(in_flight));
                     if room == 0 {
                         break;
                     }
@@ -723,6 +727,7 @@ fn run_bw(
                         .post_send(c.qpns[q], &wrs)
                         .map_err(|e| format!("post_send: {e}"))?;
                     outstanding[q] += room;
+                    in_flight += room;
                     posted[q] += room as u64;
                 }
             }
@@ -730,6 +735,7 @@ fn run_bw(
             for wc in &wcs {
                 outstanding[wc.wr_id as usize] -= 1;
             }
+            in_flight -= wcs.len();
             done += n as u64;
             if n > 0 && done * samples / total > (marks.len() as u64 - 1) {
                 marks.push((Instant::now(), done));
