@@ -27,9 +27,14 @@ fn concurrency_cases_hold_run_after_run() {
     }
 }
 
-fn full(which: usize) {
-    let env = Env::from_opened(EmuFabric.open(), &EmuFabric);
+/// Mix `which` in full on `backend`.
+fn full_on(backend: &dyn Backend, which: usize) {
+    let env = Env::from_opened(backend.open(), backend);
     run_mix(&env, which, FULL_OPS);
+}
+
+fn full(which: usize) {
+    full_on(&EmuFabric, which);
 }
 
 #[test]
@@ -50,9 +55,7 @@ fn traffic_full_rc_mixed_ops_from_4_threads() {
 
 /// The full mixes over UDP on loopback: every packet through the kernel's sockets.
 fn full_udp(which: usize) {
-    let backend = verbs_conformance::EmuUdp::default();
-    let env = Env::from_opened(backend.open(), &backend);
-    run_mix(&env, which, FULL_OPS);
+    full_on(&verbs_conformance::EmuUdp::default(), which);
 }
 
 #[test]
