@@ -280,7 +280,7 @@ impl Device for HwDevice {
             if let Some(cq) = ch.try_get_cq_event()? {
                 return Ok(CqId(cq));
             }
-            if !sys::wait_readable(ch.fd(), deadline)? {
+            if !sys::wait_readable_or_signal(ch.fd(), deadline)? {
                 return Err(Error::TimedOut);
             }
         }

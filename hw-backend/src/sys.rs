@@ -124,8 +124,18 @@ fn set_nonblocking(fd: c_int) -> Result<()> {
 }
 
 /// Waits until `fd` is readable or `deadline` passes (`None`: forever). `Ok(false)` on
-/// timeout.
+/// timeout. A signal handler that runs meanwhile does not end the wait.
 pub(crate) fn wait_readable(fd: c_int, deadline: Option<Instant>) -> Result<bool> {
+    wait_readable_until(fd, deadline, false)
+}
+
+/// [`wait_readable`], but a signal handler that runs meanwhile ends the wait with
+/// `EINTR` (`Error::Os`), as it ends the read(2) of a blocking `ibv_get_cq_event`.
+pub(crate) fn wait_readable_or_signal(fd: c_int, deadline: Option<Instant>) -> Result<bool> {
+    wait_readable_until(fd, deadline, true)
+}
+
+fn wait_readable_until(fd: c_int, deadline: Option<Instant>, interruptible: bool) -> Result<bool> {
     loop {
         let ms = match deadline {
             None => -1,
@@ -153,7 +163,7 @@ pub(crate) fn wait_readable(fd: c_int, deadline: Option<Instant>) -> Result<bool
             continue;
         }
         let e = last_errno();
-        if e != libc::EINTR {
+        if e != libc::EINTR || interruptible {
             return Err(Error::from_errno(e, "poll on an event fd"));
         }
     }

@@ -156,7 +156,9 @@ pub trait Device: Send + Sync {
     fn destroy_comp_channel(&self, channel: ChannelId) -> Result<()>;
     /// `ibv_get_cq_event`: waits (up to `timeout`, forever for `None`) for a CQ on the
     /// channel that was armed with `req_notify_cq` to get a completion. ETIMEDOUT when
-    /// the time runs out.
+    /// the time runs out; EINTR (`Error::Os`) when a signal handler ran in the waiting
+    /// thread, as libibverbs' read(2) of the channel gives it to a handler installed
+    /// without `SA_RESTART` (the caller decides whether to wait again).
     fn get_cq_event(&self, channel: ChannelId, timeout: Option<Duration>) -> Result<CqId>;
     /// The channel's file descriptor: readable while an event is pending, usable with
     /// poll/epoll (`ibv_comp_channel.fd`).

@@ -152,7 +152,13 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         -1
     });
     let timeout = nonblocking(ch.raw.fd).then_some(Duration::ZERO);
-    match ctx.dev.get_cq_event(ch.id, timeout) {
+    let got = loop {
+        match ctx.dev.get_cq_event(ch.id, timeout) {
+            Err(e) if e.errno() == libc::EINTR && !a_handler_interrupts() => continue,
+            got => break got,
+        }
+    };
+    match got {
         Ok(id) => {
             let Some(p) = ctx.lookup(Kind::Cq, id.0) else {
                 set_errno(libc::EIO);
@@ -173,6 +179,39 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             -1
         }
     }
+}
+
+/// Whether a signal handler may have ended a blocking read(2) with `EINTR`: true if
+/// some signal has a handler installed without `SA_RESTART` (signal(7): a read of a
+/// descriptor that blocks is restarted after a handler with it). The emulator's wait
+/// is a poll(2), which any handler ends, and the signal that ran is not known; a
+/// program that installed a handler without `SA_RESTART` (qperf's `SIGALRM`, which
+/// ends its timed tests) counts on being interrupted, and one that did not must never
+/// see `EINTR` from libibverbs. The signals a faulting instruction raises do not
+/// count: they cannot arrive during a system call (Rust's runtime handles SIGSEGV and
+/// SIGBUS without `SA_RESTART`, for its stack overflow report).
+fn a_handler_interrupts() -> bool {
+    const FAULTS: [c_int; 5] = [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+    ];
+    (1..=libc::SIGRTMAX())
+        .filter(|s| !FAULTS.contains(s))
+        .any(|sig| {
+            let mut old = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
+            // SAFETY: a query only (no new action); `old` is a valid out pointer.
+            if unsafe { libc::sigaction(sig, std::ptr::null(), old.as_mut_ptr()) } != 0 {
+                return false;
+            }
+            // SAFETY: sigaction succeeded and filled it (zeroed before in any case).
+            let old = unsafe { old.assume_init() };
+            old.sa_sigaction != libc::SIG_DFL
+                && old.sa_sigaction != libc::SIG_IGN
+                && old.sa_flags & libc::SA_RESTART == 0
+        })
 }
 
 /// `ibv_ack_cq_events`: counted in the CQ, as rdma-core does.

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use verbs_api::{CqId, Gid, Result, WorkCompletion};
+use verbs_api::{errno, CqId, Error, Gid, Result, WorkCompletion};
 
 use super::udp::{RxBufs, UdpLink};
 use super::{EmuDevice, Inner};
@@ -30,6 +30,11 @@ pub(super) enum Receiver {
     },
 }
 
+/// Whether a received `packet` is a positive ACK (see [`PacketKind`]).
+fn is_positive_ack(packet: &[u8]) -> bool {
+    PacketKind::of(packet) == Some(PacketKind::PositiveAck)
+}
+
 /// How many of a received batch of `n` datagrams to hand the engine at once when the
 /// application waits for their completions: all but the positive ACKs at the end
 /// (`is_ack(i)` tells), unless the batch is nothing else. An ACK and the requests
@@ -38,11 +43,6 @@ pub(super) enum Receiver {
 /// handled after the completions the requests make; it is handled at the next poll
 /// or by the device thread within a nap, far inside the requester's local ACK timeout
 /// (IBTA 9.7.6.1.3).
-/// Whether a received `packet` is a positive ACK (see [`PacketKind`]).
-fn is_positive_ack(packet: &[u8]) -> bool {
-    PacketKind::of(packet) == Some(PacketKind::PositiveAck)
-}
-
 pub(super) fn before_trailing_acks(n: usize, is_ack: impl Fn(usize) -> bool) -> usize {
     (0..n).rev().find(|&i| !is_ack(i)).map_or(n, |i| i + 1)
 }
@@ -54,7 +54,9 @@ impl EmuDevice {
     /// finds its own event, without the device thread in between (one wake-up per
     /// message, as a blocking socket program has). The device thread naps meanwhile
     /// and keeps the timers; an event another thread makes (a timer, another
-    /// receiver) wakes the waiter through the channel's descriptor.
+    /// receiver) wakes the waiter through the channel's descriptor. A signal handler
+    /// that runs meanwhile ends the wait with `EINTR`, as it ends the read(2) in
+    /// libibverbs' `ibv_get_cq_event` (unless an event is there by then).
     pub(super) fn wait_receiving(
         &self,
         udp: &UdpLink,
@@ -83,7 +85,15 @@ impl EmuDevice {
             if left == Some(Duration::ZERO) {
                 break ch.pop(Some(Duration::ZERO));
             }
-            readable = udp.wait_readable_or(Some(ch.watch_fd()), left);
+            match udp.wait_readable_or(Some(ch.watch_fd()), left) {
+                Ok(r) => readable = r,
+                Err(_) => {
+                    break ch.pop(Some(Duration::ZERO)).map_err(|_| Error::Os {
+                        errno: errno::EINTR,
+                        context: "a signal handler interrupted the wait for a completion event",
+                    })
+                }
+            }
         };
         inner.waiters.fetch_sub(1, Ordering::AcqRel);
         r

@@ -153,18 +153,21 @@ impl UdpLink {
         }
     }
 
-    /// Waits up to `timeout` for the socket to become readable; true if it is.
+    /// Waits up to `timeout` for the socket to become readable; true if it is (false
+    /// also when a signal handler cut the wait short).
     pub(crate) fn wait_readable(&self, timeout: Duration) -> bool {
-        self.wait_readable_or(None, Some(timeout))
+        self.wait_readable_or(None, Some(timeout)).unwrap_or(false)
     }
 
     /// Waits up to `timeout` (forever for `None`) for the socket or `other` to become
-    /// readable; true if one is.
+    /// readable; true if one is. An `Interrupted` error when a signal handler ran meanwhile:
+    /// poll(2) is never restarted after a handler, and a caller that blocks on behalf
+    /// of a program (`ibv_get_cq_event`) owes it that interruption.
     pub(crate) fn wait_readable_or(
         &self,
         other: Option<BorrowedFd<'_>>,
         timeout: Option<Duration>,
-    ) -> bool {
+    ) -> io::Result<bool> {
         let ts = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
         // The UDP socket gets a copy of what the raw one shows: it is drained too.
         let socket = PollFd::new(&self.socket, PollFlags::IN);
@@ -181,7 +184,11 @@ impl UdpLink {
             fds[n] = PollFd::from_borrowed_fd(fd, PollFlags::IN);
             n += 1;
         }
-        matches!(rustix::event::poll(&mut fds[..n], ts.as_ref()), Ok(k) if k > 0)
+        match rustix::event::poll(&mut fds[..n], ts.as_ref()) {
+            Ok(k) => Ok(k > 0),
+            Err(rustix::io::Errno::INTR) => Err(io::ErrorKind::Interrupted.into()),
+            Err(_) => Ok(false),
+        }
     }
 
     /// Interop mode's receive: drains the UDP socket and the group sockets (their
