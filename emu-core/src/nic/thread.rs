@@ -379,6 +379,93 @@ mod tests {
         assert!(checked > 0, "the ACK was never held");
     }
 
+    /// A MAD posted on QP1 leaves at once, also while the application polls and the
+    /// device thread naps, when an ordinary post waits for the next poll: the CM's
+    /// last MAD (the DREQ a process sends as it exits) has no poll after it.
+    #[test]
+    fn a_mad_on_qp1_is_never_held_for_a_poll() {
+        use crate::engine::{GSI_QKEY, GSI_QPN};
+        use verbs_api::{
+            Endpoint, QpCap, QpInitAttr, QpParams, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest,
+            WrOperation,
+        };
+        let (dev, cq) = busy_poll_device();
+        let pd = dev.alloc_pd().unwrap();
+        let (a, b) = looped_rc_pair(&dev, pd, [cq, cq]);
+        let gsi = dev
+            .create_qp(&QpInitAttr {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                qp_type: QpType::Driver,
+                cap: QpCap {
+                    max_send_wr: 64,
+                    max_recv_wr: 1,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+                srq: None,
+            })
+            .unwrap();
+        assert_eq!(gsi, GSI_QPN);
+        let params = QpParams {
+            qkey: GSI_QKEY,
+            ..QpParams::default()
+        };
+        for (attr, mask) in [
+            params.init(QpType::Ud),
+            params.rtr(QpType::Ud, &Endpoint::default()),
+            params.rts(QpType::Ud, 0),
+        ] {
+            dev.modify_qp(gsi, &attr, mask).unwrap();
+        }
+        let ah = dev.create_ah(pd, &params.ah_attr(dev.gid())).unwrap();
+        let buf = MemBuf::new(256);
+        let mr = dev
+            .reg_mr(pd, &buf, 0, 256, AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let sge = Sge {
+            addr: mr.addr,
+            length: 256,
+            lkey: mr.lkey,
+        };
+        let held = || dev.inner.core.lock().tx.count;
+        let mut out = Vec::new();
+        // Each round, the MAD first, then an ordinary SEND on an RC QP: when that one
+        // is held, the device deferred posts then, and the MAD, an instant earlier, was
+        // not. A round in which the device thread woke in between proves nothing.
+        let mut checked = 0;
+        for round in 0..20 {
+            dev.post_recv(b, &[RecvWr::new(round, vec![sge])]).unwrap();
+            poll_until_napping(&dev, cq, 4, &mut out);
+            let mad = SendWr::send(round, vec![sge]).with_ud(UdDest {
+                ah,
+                remote_qpn: 0x00ff_ffff,
+                remote_qkey: GSI_QKEY,
+            });
+            dev.post_send(gsi, &[mad]).unwrap();
+            assert_eq!(held(), 0, "the MAD waits for a poll");
+            let mut send = SendWr::new(round, vec![sge], WrOperation::Send);
+            send.send_flags = SendFlags::SIGNALED;
+            dev.post_send(a, &[send]).unwrap();
+            if held() > 0 {
+                checked += 1;
+            }
+            // Drain: the SEND's two completions.
+            let t0 = Instant::now();
+            let mut got = 0;
+            while got < 2 {
+                assert!(t0.elapsed() < Duration::from_secs(5), "the SEND was lost");
+                out.clear();
+                dev.poll_cq(cq, 4, &mut out).unwrap();
+                got += out.len();
+            }
+        }
+        assert!(checked > 0, "no ordinary post was ever held");
+    }
+
     /// A thread waiting in `get_cq_event` receives for itself: with its CQ armed the
     /// device thread naps instead of taking the socket (which would put a second
     /// wake-up between the datagram and the waiter), and the event still comes.

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{node_guid, EmuDevice, EMU_VENDOR_ID};
-use crate::engine::{self, Engine};
+use crate::engine::{self, Engine, GSI_QPN};
 use crate::notify::Notifier;
 
 /// The glue every verb goes through.
@@ -42,9 +42,12 @@ impl EmuDevice {
         })
     }
 
-    /// [`EmuDevice::live`] for the post verbs: the first WR is the one not posted.
+    /// [`EmuDevice::live`] for the post verbs: the first WR is the one not posted. What
+    /// the post makes is sent at once unless `may_defer` and the device allows it (see
+    /// `Inner::may_defer`).
     pub(super) fn live_post(
         &self,
+        may_defer: bool,
         f: impl FnOnce(&mut Engine, Instant) -> std::result::Result<(), PostError>,
     ) -> std::result::Result<(), PostError> {
         let inner = &self.inner;
@@ -55,7 +58,7 @@ impl EmuDevice {
             .check_alive()
             .map_err(|error| PostError { index: 0, error })
             .and_then(|()| f(&mut core.engine, now));
-        inner.flush(&mut core, now, inner.may_defer());
+        inner.flush(&mut core, now, may_defer && inner.may_defer());
         super::transmit::drain_notes(&mut core);
         r
     }
@@ -328,11 +331,14 @@ impl Device for EmuDevice {
     }
 
     fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> std::result::Result<(), PostError> {
-        self.live_post(|e, now| e.post_send(now, qpn, wrs))
+        // A MAD on QP1 is never held back for a batch: the CM sends one at a time,
+        // waits for its answer, and sends its last (a DREQ as the process exits) with
+        // nothing after it that would carry it out.
+        self.live_post(qpn != GSI_QPN, |e, now| e.post_send(now, qpn, wrs))
     }
 
     fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
-        self.live_post(|e, now| e.post_recv(now, qpn, wrs))
+        self.live_post(true, |e, now| e.post_recv(now, qpn, wrs))
     }
 
     fn rereg_mr(
@@ -376,7 +382,7 @@ impl Device for EmuDevice {
     }
 
     fn post_srq_recv(&self, srq: SrqId, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
-        self.live_post(|e, now| e.post_srq_recv(now, srq, wrs))
+        self.live_post(true, |e, now| e.post_srq_recv(now, srq, wrs))
     }
 
     fn create_ah(&self, p: PdId, attr: &AhAttr) -> Result<AhId> {
