@@ -8,8 +8,8 @@
 //!   per-packet [`Rule`]s over decoded headers.
 //! - [`RuleHook`]: the same rules on the UDP link of an `EmuDevice` toward a real peer.
 //! - [`Trace`]: every packet with its virtual time, direction, headers and fate,
-//!   rendered as a ladder diagram in text ([`ladder`]) or SVG ([`svg`]), or written as
-//!   pcap ([`pcap`]).
+//!   rendered as a ladder diagram in text ([`ladder`]) or SVG ([`svg`]), as a page
+//!   that steps through it ([`html`]), or written as pcap ([`pcap`]).
 //! - [`scenario`]: a library of short, documented programs that each show one rule of
 //!   the transport and check that the engine follows it.
 #![forbid(unsafe_code)]
@@ -18,10 +18,12 @@ pub mod chaos;
 pub mod fabric;
 pub mod fault;
 pub mod hook;
+pub mod html;
 pub mod ladder;
 pub mod pair;
 pub mod pcap;
 mod queue;
+pub mod replay;
 pub mod rules;
 pub mod scenario;
 pub mod svg;
