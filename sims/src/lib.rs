@@ -12,6 +12,9 @@
 //!   that steps through it ([`html`]), or written as pcap ([`pcap`]).
 //! - [`scenario`]: a library of short, documented programs that each show one rule of
 //!   the transport and check that the engine follows it.
+//! - [`script`]: scenario files, the same experiments written as text (TOML): hosts,
+//!   QP attributes, fault rules, a program of verbs and the expected outcome, run and
+//!   checked without writing Rust.
 #![forbid(unsafe_code)]
 
 pub mod chaos;
@@ -26,6 +29,7 @@ mod queue;
 pub mod replay;
 pub mod rules;
 pub mod scenario;
+pub mod script;
 pub mod svg;
 pub mod trace;
 

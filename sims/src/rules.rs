@@ -307,6 +307,12 @@ impl Rule {
         .nth(k)
     }
 
+    /// The same rule under another name.
+    pub fn renamed(mut self, name: impl Into<String>) -> Rule {
+        self.name = name.into();
+        self
+    }
+
     /// The rule's name (it names the cause of a packet's fate in traces).
     pub fn name(&self) -> &str {
         &self.name

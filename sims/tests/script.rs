@@ -1,0 +1,195 @@
+//! Scenario files (`emu_sims::script`): every built-in file does what its Rust
+//! original does (the same ladder, packet for packet and host event for host event)
+//! and its expectations hold; rules added from outside change what happens; bad files
+//! are refused with their line.
+
+use emu_sims::scenario;
+use emu_sims::script::{self, Script, Verb};
+
+#[test]
+fn every_builtin_file_matches_its_rust_original_and_its_expectations_hold() {
+    let files = script::builtin();
+    assert!(files.len() >= 15, "{} files", files.len());
+    let mut failed = Vec::new();
+    for (name, _) in files {
+        let s = script::find_builtin(name).unwrap().unwrap();
+        assert_eq!(s.name, *name, "the file's name = its file name");
+        let rust = scenario::find(name).unwrap_or_else(|| panic!("no Rust scenario {name}"));
+        assert_eq!(s.description, rust.description, "{name}: description");
+        for seed in [1, 7] {
+            let file = s.run(seed);
+            let orig = scenario::run(rust, seed);
+            let (got, want) = (
+                emu_sims::ladder::render(&file.trace),
+                emu_sims::ladder::render(&orig.trace),
+            );
+            if got != want {
+                failed.push(format!(
+                    "{name} (seed {seed}): ladders differ\n--- file\n{got}\n--- rust\n{want}"
+                ));
+            }
+            if !file.report.passed() {
+                failed.push(format!("{name} (seed {seed}):\n{}", file.report));
+            }
+            assert!(!file.report.findings.is_empty(), "{name}: no expectation");
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
+
+#[test]
+fn a_rule_from_the_command_line_changes_the_run_and_the_report_says_so() {
+    let mut s = script::find_builtin("ack-timeout-retransmit")
+        .unwrap()
+        .unwrap();
+    assert!(s.run(1).report.passed());
+    // Every SEND lost: a's SEND ends in RETRY_EXC_ERR, not SUCCESS.
+    s.add_rule(Verb::Drop, "kind=send").unwrap();
+    let out = s.run(1);
+    assert!(!out.report.passed());
+    let a = out
+        .report
+        .findings
+        .iter()
+        .find(|f| f.what.starts_with("a completions"))
+        .unwrap();
+    assert!(!a.held);
+    assert_eq!(a.got.as_deref(), Some("1 RETRY_EXC_ERR"));
+    let text = out.report.to_string();
+    assert!(
+        text.contains("NOT HELD  sims/scenarios/ack-timeout-retransmit.toml:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_rnr_nak_rule_from_outside_is_answered_with_a_retry() {
+    let mut s = script::find_builtin("ack-coalescing").unwrap().unwrap();
+    s.add_rule(Verb::RnrNak, "kind=write,nth=1,timer=1")
+        .unwrap();
+    let out = s.run(1);
+    let rnr = out
+        .report
+        .findings
+        .iter()
+        .find(|f| f.what.starts_with("a completions"))
+        .unwrap();
+    assert!(rnr.held, "the WRITEs still complete: {}", out.report);
+    assert!(emu_sims::ladder::render(&out.trace).contains("RNR_NAK t=1"));
+}
+
+#[test]
+fn bad_rules_from_outside_are_refused() {
+    let mut s = script::find_builtin("fence").unwrap().unwrap();
+    let e = s.add_rule(Verb::Drop, "kind=read_reponse").unwrap_err();
+    assert_eq!(e.line, None);
+    assert!(e.to_string().contains("--drop"), "{e}");
+    assert!(e.to_string().contains("read_response"), "{e}");
+    assert!(
+        s.add_rule(Verb::Delay, "kind=ack").is_err(),
+        "delay without by="
+    );
+    assert!(s.add_rule(Verb::Drop, "from=c").is_err(), "no host c");
+}
+
+/// `(file text, line of the error, words the message has)`.
+const BAD: &[(&str, usize, &str)] = &[
+    // TOML syntax.
+    ("name = \"x\"\ndescription = \"d\"\n[[step]\n", 3, ""),
+    // A key the format does not have.
+    ("name = \"x\"\ndescription = \"d\"\n\n[qp]\ntimout = 3\n", 5, "timout"),
+    // A rule with a misspelt kind.
+    (
+        "name = \"x\"\ndescription = \"d\"\n[[rule]]\ndrop = \"kind=read_reponse,nth=3\"\n",
+        4,
+        "read_response",
+    ),
+    // A rule with two verbs.
+    (
+        "name = \"x\"\ndescription = \"d\"\n[[rule]]\ndrop = \"nth=1\"\nduplicate = \"nth=2\"\n",
+        3,
+        "exactly one",
+    ),
+    // A status that does not exist.
+    (
+        "name = \"x\"\ndescription = \"d\"\n\n[expect.a]\ncompletions = [\"1 SUCESS\"]\n",
+        5,
+        "SUCESS",
+    ),
+    // A step without its host.
+    (
+        "name = \"x\"\ndescription = \"d\"\n\n[[step]]\nwait = 1\n",
+        4,
+        "on = ",
+    ),
+    // A host that does not exist.
+    (
+        "name = \"x\"\ndescription = \"d\"\n\n[[step]]\non = \"c\"\nwait = 1\n",
+        5,
+        "no host",
+    ),
+    // An unknown op.
+    (
+        "name = \"x\"\ndescription = \"d\"\n[[step]]\non = \"a\"\npost_send = [\n  { wr_id = 1, op = \"SEND\", len = 4 },\n  { wr_id = 2, op = \"WRTE\", len = 4 },\n]\n",
+        7,
+        "WRTE",
+    ),
+    // A duration without a unit.
+    ("name = \"x\"\ndescription = \"d\"\n[[step]]\nrun_for = \"100\"\n", 4, "unit"),
+    // An unknown counter.
+    (
+        "name = \"x\"\ndescription = \"d\"\n[expect.b]\ncounters = { rnr_nak = 1 }\n",
+        4,
+        "rnr_naks_received",
+    ),
+    // READ on UC.
+    (
+        "name = \"x\"\ndescription = \"d\"\n[qp]\ntype = \"UC\"\n[[step]]\non = \"a\"\npost_send = [{ wr_id = 1, op = \"READ\", len = 8 }]\n",
+        7,
+        "UC",
+    ),
+];
+
+#[test]
+fn bad_files_are_refused_with_their_line() {
+    for (text, line, words) in BAD {
+        let e = Script::parse("bad.toml", text).expect_err(text);
+        assert_eq!(e.line, Some(*line), "{e}\n{text}");
+        let shown = e.to_string();
+        assert!(shown.starts_with(&format!("bad.toml:{line}: ")), "{shown}");
+        assert!(shown.contains(words), "{shown} lacks {words:?}");
+    }
+}
+
+#[test]
+fn a_failing_verb_stops_the_program_at_its_line() {
+    let text = "name = \"x\"\ndescription = \"d\"\n[[step]]\non = \"a\"\npost_send = [{ wr_id = 1, op = \"WRITE\", len = 8, rkey = \"window\" }]\n";
+    let out = Script::parse("w.toml", text).unwrap().run(1);
+    assert!(!out.report.passed());
+    let e = out.report.error.unwrap();
+    assert!(e.starts_with("w.toml:3: "), "{e}");
+    assert!(e.contains("bind_mw"), "{e}");
+}
+
+/// Every file in `sims/scenarios/` is built in (so `rdma-emu scenario run NAME` finds
+/// it with no file on disk), and every built-in text is that file's.
+#[test]
+fn the_builtin_files_are_the_files_on_disk() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut on_disk: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .map(|p| {
+            let name = p.file_stem().unwrap().to_str().unwrap().to_owned();
+            (name, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect();
+    on_disk.sort();
+    let mut built_in: Vec<(String, String)> = script::builtin()
+        .iter()
+        .map(|(n, t)| ((*n).to_owned(), (*t).to_owned()))
+        .collect();
+    built_in.sort();
+    assert_eq!(on_disk, built_in);
+}
