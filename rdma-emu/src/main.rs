@@ -80,9 +80,12 @@ enum PingpongKind {
 enum ScenarioCmd {
     /// One scenario per line: its name, then what it shows.
     List,
-    /// Runs a scenario and prints its packets as a ladder diagram.
+    /// Runs a scenario (a built-in NAME or a scenario FILE), prints its packets as a
+    /// ladder diagram and, for a file, which of its expectations held (the exit status
+    /// is 1 if one did not).
     Run {
-        /// The scenario's name (see `scenario list`).
+        /// The scenario's name (see `scenario list`) or a scenario file (TOML, see
+        /// docs/learning.md).
         name: String,
         /// Seed of the fabric's random faults.
         #[arg(long, default_value_t = 1)]
@@ -93,7 +96,95 @@ enum ScenarioCmd {
         /// Also write the diagram as SVG to this file.
         #[arg(long)]
         svg: Option<PathBuf>,
+        #[command(flatten)]
+        rules: RuleArgs,
     },
+    /// Prints a built-in scenario's file, to copy and change.
+    Show {
+        /// The scenario's name.
+        name: String,
+    },
+}
+
+/// Fault rules added after a scenario file's own, each `key=value,...` as a file's
+/// `[[rule]]` takes it (e.g. `--drop 'kind=read_response,nth=3'`). Keys: from, to,
+/// opcode, kind, psn, qp, nth, first; by (delay), bytes (truncate), timer and
+/// requester (rnr-nak).
+#[derive(clap::Args, Default)]
+struct RuleArgs {
+    /// Drops the packets the rule picks.
+    #[arg(long, value_name = "RULE")]
+    drop: Vec<String>,
+    /// Delivers them twice.
+    #[arg(long, value_name = "RULE")]
+    duplicate: Vec<String>,
+    /// Delays them by `by=` (e.g. `kind=ack,by=100us`).
+    #[arg(long, value_name = "RULE")]
+    delay: Vec<String>,
+    /// Flips a bit of their ICRC.
+    #[arg(long, value_name = "RULE")]
+    corrupt: Vec<String>,
+    /// Answers the requests with an RNR NAK (`timer=` code).
+    #[arg(long, value_name = "RULE")]
+    rnr_nak: Vec<String>,
+    /// Cuts `bytes=` off their payload.
+    #[arg(long, value_name = "RULE")]
+    truncate: Vec<String>,
+}
+
+impl RuleArgs {
+    /// Every rule, with its verb, in the order of the options above.
+    fn all(&self) -> Vec<(emu_sims::script::Verb, &str)> {
+        use emu_sims::script::Verb;
+        [
+            (Verb::Drop, &self.drop),
+            (Verb::Duplicate, &self.duplicate),
+            (Verb::Delay, &self.delay),
+            (Verb::Corrupt, &self.corrupt),
+            (Verb::RnrNak, &self.rnr_nak),
+            (Verb::Truncate, &self.truncate),
+        ]
+        .into_iter()
+        .flat_map(|(v, texts)| texts.iter().map(move |t| (v, t.as_str())))
+        .collect()
+    }
+}
+
+/// The scenario file `name` names: a path to a file, or a built-in file.
+fn load_script(name: &str) -> Result<Option<emu_sims::script::Script>, String> {
+    let path = std::path::Path::new(name);
+    if path.is_file() || name.ends_with(".toml") {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
+        return emu_sims::script::Script::parse(name, &text)
+            .map(Some)
+            .map_err(|e| e.to_string());
+    }
+    emu_sims::script::find_builtin(name)
+        .transpose()
+        .map_err(|e| e.to_string())
+}
+
+/// Writes the pcap and SVG files asked for.
+fn write_outputs(
+    trace: &emu_sims::Trace,
+    pcap: Option<PathBuf>,
+    svg: Option<PathBuf>,
+    name: &str,
+    description: &str,
+) -> Result<(), String> {
+    if let Some(path) = pcap {
+        let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        emu_sims::pcap::write(trace, std::io::BufWriter::new(file))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = svg {
+        std::fs::write(
+            &path,
+            emu_sims::svg::render_titled(trace, name, description),
+        )
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn scenario_cmd(action: ScenarioCmd) -> Result<(), String> {
@@ -104,36 +195,39 @@ fn scenario_cmd(action: ScenarioCmd) -> Result<(), String> {
             }
             Ok(())
         }
+        ScenarioCmd::Show { name } => {
+            let (_, text) = emu_sims::script::builtin()
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| format!("no scenario {name:?} (see `rdma-emu scenario list`)"))?;
+            print!("{text}");
+            Ok(())
+        }
         ScenarioCmd::Run {
             name,
             seed,
             pcap,
             svg,
+            rules,
         } => {
-            let s = scenario::find(&name)
+            let mut script = load_script(&name)?
                 .ok_or_else(|| format!("no scenario {name:?} (see `rdma-emu scenario list`)"))?;
-            println!("{}: {}\n", s.name, s.description);
-            let out = scenario::run(s, seed);
+            for (verb, text) in rules.all() {
+                script.add_rule(verb, text).map_err(|e| e.to_string())?;
+            }
+            println!("{}: {}\n", script.name, script.description);
+            let out = script.run(seed);
             print!("{}", emu_sims::ladder::render(&out.trace));
-            if let Some(path) = pcap {
-                let file =
-                    std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-                emu_sims::pcap::write(&out.trace, std::io::BufWriter::new(file))
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-            if let Some(path) = svg {
-                std::fs::write(
-                    &path,
-                    emu_sims::svg::render_titled(&out.trace, s.name, s.description),
-                )
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-            match out.result {
-                Ok(()) => {
-                    println!("\nchecks passed");
-                    Ok(())
-                }
-                Err(e) => Err(format!("check failed: {e}")),
+            write_outputs(&out.trace, pcap, svg, &script.name, &script.description)?;
+            println!("\n{}", out.report);
+            if out.report.passed() {
+                Ok(())
+            } else {
+                let failed = out.report.findings.len() - out.report.held();
+                Err(match out.report.error {
+                    Some(_) => "the program stopped at a failed verb".to_owned(),
+                    None => format!("{failed} expectation(s) did not hold"),
+                })
             }
         }
     }

@@ -241,8 +241,7 @@ impl Script {
 }
 
 /// The scenario files built into the library (`sims/scenarios/*.toml`), as
-/// `(name, text)`: the built-in scenarios the format can express, and the answers to
-/// the exercises of docs/learning.md.
+/// `(name, text)`: every scenario of [`crate::scenario::all`], written as a file.
 pub fn builtin() -> &'static [(&'static str, &'static str)] {
     macro_rules! files {
         ($($name:literal),* $(,)?) => {
