@@ -200,3 +200,56 @@ fn the_builtin_files_are_the_files_on_disk() {
     built_in.sort();
     assert_eq!(on_disk, built_in);
 }
+
+/// The answers to the exercises of docs/learning.md: each is named there, parses, and
+/// its expectations hold.
+#[test]
+fn every_exercise_answer_holds() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let guide = std::fs::read_to_string(root.join("docs/learning.md")).unwrap();
+    let mut answers: Vec<_> = std::fs::read_dir(root.join("docs/exercises"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    answers.sort();
+    assert!(
+        (8..=10).contains(&answers.len()),
+        "{} answers",
+        answers.len()
+    );
+    for path in &answers {
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let shown = format!("docs/exercises/{name}");
+        assert!(
+            guide.contains(&format!("`{shown}`")),
+            "learning.md does not name {shown}"
+        );
+        let s = Script::parse(&shown, &std::fs::read_to_string(path).unwrap())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(format!("{}.toml", s.name), name, "the name is the file's");
+        let out = s.run(1);
+        assert!(
+            out.report.findings.len() >= 3,
+            "{shown}: too few expectations"
+        );
+        assert!(out.report.passed(), "{shown}:\n{}", out.report);
+    }
+}
+
+/// Every TOML block of docs/learning.md is a scenario file that parses.
+#[test]
+fn the_guides_toml_blocks_parse() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let guide = std::fs::read_to_string(root.join("docs/learning.md")).unwrap();
+    let blocks: Vec<&str> = guide
+        .split("```toml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    assert!(!blocks.is_empty());
+    for b in blocks {
+        let s = Script::parse("learning.md", b).unwrap_or_else(|e| panic!("{e}\n{b}"));
+        assert!(s.run(1).report.passed(), "{b}");
+    }
+}

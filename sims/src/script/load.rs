@@ -475,6 +475,8 @@ fn expectations(cx: &Ctx<'_>, e: &RawExpect) -> Result<Vec<Expectation>, FileErr
             want: Want::Packets(key.clone(), Box::new(spec), *n.get_ref()),
         });
     }
+    // Tables read in key order: report in the file's order.
+    out.sort_by_key(|e| e.line);
     Ok(out)
 }
 
