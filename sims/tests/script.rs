@@ -149,6 +149,12 @@ const BAD: &[(&str, usize, &str)] = &[
         4,
         "rnr_naks_received",
     ),
+    // A fabric step given a host.
+    (
+        "name = \"x\"\ndescription = \"d\"\n[[step]]\non = \"a\"\nrun_for = \"1ms\"\n",
+        4,
+        "no on =",
+    ),
     // READ on UC.
     (
         "name = \"x\"\ndescription = \"d\"\n[qp]\ntype = \"UC\"\n[[step]]\non = \"a\"\npost_send = [{ wr_id = 1, op = \"READ\", len = 8 }]\n",
@@ -252,4 +258,64 @@ fn the_guides_toml_blocks_parse() {
         let s = Script::parse("learning.md", b).unwrap_or_else(|e| panic!("{e}\n{b}"));
         assert!(s.run(1).report.passed(), "{b}");
     }
+}
+
+/// The rule verbs a built-in file does not use, run from a file: a truncated READ
+/// response completes BAD_RESP_ERR (IBTA 9.9), a duplicated SEND is answered as a
+/// duplicate and delivered once (9.7.5.1.2).
+#[test]
+fn truncate_and_duplicate_rules_run_from_a_file() {
+    let truncated = r#"
+name = "short-read"
+description = "a READ response loses 4 bytes"
+
+[[rule]]
+truncate = "kind=read_response,bytes=4"
+
+[[step]]
+on = "a"
+post_send = [{ wr_id = 1, op = "READ", len = 64 }]
+
+[[step]]
+on = "a"
+wait = 1
+
+[expect.a]
+completions = ["1 BAD_RESP_ERR"]
+state = "ERR"
+"#;
+    let out = Script::parse("short-read.toml", truncated).unwrap().run(1);
+    assert!(out.report.passed(), "{}", out.report);
+    let duplicated = r#"
+name = "twice"
+description = "a SEND arrives twice"
+
+[[rule]]
+duplicate = "kind=send,nth=1"
+
+[[step]]
+on = "b"
+post_recv = [{ wr_id = 1, len = 64 }, { wr_id = 2, len = 64 }]
+
+[[step]]
+on = "a"
+post_send = [{ wr_id = 1, op = "SEND", text = "hello from a to b" }]
+
+[[step]]
+on = "a"
+wait = 1
+
+[[step]]
+on = "b"
+wait = 2
+
+[expect.b]
+completions = ["1 SUCCESS"]
+counters = { duplicate_requests = 1 }
+
+[expect.packets]
+"fate=duplicated" = 1
+"#;
+    let out = Script::parse("twice.toml", duplicated).unwrap().run(1);
+    assert!(out.report.passed(), "{}", out.report);
 }

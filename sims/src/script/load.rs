@@ -331,6 +331,16 @@ fn step(
         }
         acts.push(Act::Link(link));
     }
+    let global = matches!(
+        acts.first(),
+        Some(Act::RunFor(_) | Act::Run(_) | Act::Partition | Act::Link(_))
+    );
+    if let (true, Some(h)) = (global, &x.on) {
+        return Err(cx.err(
+            h.span(),
+            "run_for, run, partition and link act on the fabric: they take no on =",
+        ));
+    }
     match acts.len() {
         1 => Ok(Step {
             line: cx.line(span),
