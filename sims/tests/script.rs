@@ -155,6 +155,26 @@ const BAD: &[(&str, usize, &str)] = &[
         4,
         "no on =",
     ),
+    // c connected to a, whose QP is b's.
+    (
+        "name = \"x\"\ndescription = \"d\"\n\n[hosts.c]\npeer = \"a\"\n",
+        4,
+        "peer",
+    ),
+    // An RC WR for a host its QP is not connected to.
+    (
+        "name = \"x\"\ndescription = \"d\"\n[hosts.c]\n[[step]]\non = \"a\"\npost_send = [{ wr_id = 1, op = \"SEND\", len = 4, to = \"c\" }]\n",
+        6,
+        "connected to b",
+    ),
+    // A host of a third that has no peer.
+    (
+        "name = \"x\"\ndescription = \"d\"\n[hosts.c]\n[[step]]\non = \"c\"\npost_send = [{ wr_id = 1, op = \"SEND\", len = 4 }]\n",
+        6,
+        "no peer",
+    ),
+    // Expectations for a host there is not.
+    ("name = \"x\"\ndescription = \"d\"\n[expect.c]\nstate = \"RTS\"\n", 3, "no host \"c\""),
     // READ on UC.
     (
         "name = \"x\"\ndescription = \"d\"\n[qp]\ntype = \"UC\"\n[[step]]\non = \"a\"\npost_send = [{ wr_id = 1, op = \"READ\", len = 8 }]\n",
@@ -317,5 +337,140 @@ counters = { duplicate_requests = 1 }
 "fate=duplicated" = 1
 "#;
     let out = Script::parse("twice.toml", duplicated).unwrap().run(1);
+    assert!(out.report.passed(), "{}", out.report);
+}
+
+/// More than two hosts: a UD QP sends to any of them, each by its own address handle.
+const UD_THREE_HOSTS: &str = r#"
+name = "ud-three-hosts"
+description = "a UD QP talks to any QP: a sends to b and to c, c sends to b"
+
+[qp]
+type = "UD"
+
+[hosts.c]
+
+[[step]]
+on = "b"
+post_recv = [{ wr_id = 1, len = 1024 }, { wr_id = 2, offset = 1024, len = 1024 }]
+
+[[step]]
+on = "c"
+post_recv = [{ wr_id = 1, len = 1024 }]
+
+[[step]]
+on = "a"
+post_send = [
+    { wr_id = 1, op = "SEND", text = "hello from a to b", to = "b" },
+    { wr_id = 2, op = "SEND", text = "hello from a to c", offset = 64, to = "c" },
+]
+
+[[step]]
+on = "c"
+post_send = [{ wr_id = 7, op = "SEND", text = "hello from c to b", to = "b" }]
+
+[[step]]
+on = "a"
+wait = 2
+
+[[step]]
+on = "b"
+wait = 2
+
+[[step]]
+on = "c"
+wait = 2
+
+[expect.b]
+completions = ["1 SUCCESS len=57", "2 SUCCESS len=57"]
+memory = [{ offset = 40, text = "hello from a to b" }, { offset = 1064, text = "hello from c to b" }]
+
+[expect.c]
+completions = ["7 SUCCESS", "1 SUCCESS len=57"]
+memory = [{ offset = 40, text = "hello from a to c" }]
+
+[expect.packets]
+"from=a" = 2
+"to=b" = 2
+"from=c,to=b" = 1
+"#;
+
+#[test]
+fn a_ud_host_sends_to_two_others() {
+    let s = Script::parse("ud3.toml", UD_THREE_HOSTS).unwrap();
+    let out = s.run(1);
+    assert!(out.report.passed(), "{}", out.report);
+    assert_eq!(out.trace.devices.len(), 3);
+    assert_eq!(
+        out.trace.devices[2].ip,
+        std::net::Ipv4Addr::new(192, 0, 2, 3)
+    );
+}
+
+/// Four RC hosts in two connections: a rule on one connection leaves the other alone.
+#[test]
+fn two_rc_connections_side_by_side() {
+    let text = r#"
+name = "two-pairs"
+description = "a-b and c-d; c's first SEND is lost and retried, a's is not"
+
+[qp]
+timeout = 8
+
+[hosts.c]
+peer = "d"
+
+[hosts.d]
+peer = "c"
+
+[[rule]]
+drop = "from=c,kind=send,nth=1"
+
+[[step]]
+on = "b"
+post_recv = [{ wr_id = 1, len = 64 }]
+
+[[step]]
+on = "d"
+post_recv = [{ wr_id = 1, len = 64 }]
+
+[[step]]
+on = "a"
+post_send = [{ wr_id = 1, op = "SEND", text = "hello from a to b" }]
+
+[[step]]
+on = "c"
+post_send = [{ wr_id = 1, op = "SEND", text = "hello from c to d" }]
+
+[[step]]
+on = "a"
+wait = 1
+
+[[step]]
+on = "c"
+wait = 1
+
+[[step]]
+on = "d"
+wait = 1
+
+[expect.a]
+completions = ["1 SUCCESS"]
+counters = { ack_timeouts = 0 }
+
+[expect.c]
+completions = ["1 SUCCESS"]
+counters = { ack_timeouts = 1 }
+
+[expect.d]
+completions = ["1 SUCCESS"]
+memory = [{ offset = 0, text = "hello from c to d" }]
+
+[expect.packets]
+"from=a,kind=send" = 1
+"from=c,kind=send" = 2
+"to=d,fate=dropped" = 1
+"#;
+    let out = Script::parse("pairs.toml", text).unwrap().run(1);
     assert!(out.report.passed(), "{}", out.report);
 }

@@ -11,9 +11,7 @@ use verbs_api::{
 };
 
 use super::expect::{self, Report};
-use super::{
-    Act, Bytes, Mem, Op, RecvSpec, Rkey, Script, ScriptOutcome, SendSpec, Side, Want, HOSTS,
-};
+use super::{Act, Bytes, Mem, Op, RecvSpec, Rkey, Script, ScriptOutcome, SendSpec, Side, Want};
 use crate::pair::{connect_qp, Host};
 use crate::Fabric;
 
@@ -23,7 +21,8 @@ pub(super) struct HostState {
     /// The QP the program uses: the host's own, or one on the SRQ.
     pub qpn: u32,
     pub srq: Option<SrqId>,
-    pub ah: Option<Ah>,
+    /// On UD, an address handle to each host, by [`Side`] (`None` for itself).
+    pub ahs: Vec<Option<Ah>>,
     /// A bound memory window: its rkey, and what keeps it and its region alive.
     pub window: Option<(u32, Mw, Mr)>,
     /// Every completion polled, in order.
@@ -81,16 +80,14 @@ pub(super) fn write_mem(h: &Host, m: &Mem) -> Result<(), String> {
     r.map_err(|e| format!("write at offset {}: {e}", m.offset))
 }
 
-fn setup(s: &Script, f: &Fabric) -> Result<[HostState; 2], String> {
+fn setup(s: &Script, f: &Fabric) -> Result<Vec<HostState>, String> {
     let e = |e: verbs_api::Error| e.to_string();
     let cfg = &s.cfg;
-    let hosts = [
-        Host::new(f, "a", Ipv4Addr::new(192, 0, 2, 1), cfg),
-        Host::new(f, "b", Ipv4Addr::new(192, 0, 2, 2), cfg),
-    ];
     let mut sides = Vec::new();
-    for (i, host) in hosts.into_iter().enumerate() {
-        let (qpn, srq) = match s.srq[i] {
+    for (i, spec) in s.hosts.iter().enumerate() {
+        let ip = Ipv4Addr::new(192, 0, 2, i as u8 + 1);
+        let host = Host::new(f, &spec.name, ip, cfg);
+        let (qpn, srq) = match spec.srq {
             None => (host.qp.qpn(), None),
             Some(max_wr) => {
                 let dev = host.ctx.device();
@@ -128,20 +125,24 @@ fn setup(s: &Script, f: &Fabric) -> Result<[HostState; 2], String> {
             host,
             qpn,
             srq,
-            ah: None,
+            ahs: Vec::new(),
             window: None,
             completions: Vec::new(),
             events: Vec::new(),
         });
     }
-    let [a, b]: [HostState; 2] = sides.try_into().map_err(|_| "two hosts")?;
-    let mut sides = [a, b];
-    let gids = [
-        sides[0].dev().query_gid(1, 0).map_err(e)?,
-        sides[1].dev().query_gid(1, 0).map_err(e)?,
-    ];
-    for i in 0..2 {
-        let peer = 1 - i;
+    let gids = sides
+        .iter()
+        .map(|h| h.dev().query_gid(1, 0).map_err(e))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ud = cfg.qp_type == QpType::Ud;
+    for (i, spec) in s.hosts.iter().enumerate() {
+        // An RC or UC QP without a peer stays in RESET; a UD QP needs none.
+        let peer = match spec.peer {
+            Some(p) => p,
+            None if ud => i,
+            None => continue,
+        };
         connect_qp(
             sides[i].dev(),
             sides[i].qpn,
@@ -150,10 +151,17 @@ fn setup(s: &Script, f: &Fabric) -> Result<[HostState; 2], String> {
             cfg,
         );
     }
-    if cfg.qp_type == QpType::Ud {
+    if ud {
+        // An address handle from every host to every other.
         for (i, side) in sides.iter_mut().enumerate() {
-            let attr = QpParams::default().ah_attr(gids[1 - i]);
-            side.ah = Some(side.host.pd.create_ah(&attr).map_err(e)?);
+            for (j, gid) in gids.iter().enumerate() {
+                side.ahs.push(if i == j {
+                    None
+                } else {
+                    let attr = QpParams::default().ah_attr(*gid);
+                    Some(side.host.pd.create_ah(&attr).map_err(e)?)
+                });
+            }
         }
     }
     Ok(sides)
@@ -165,9 +173,9 @@ pub(super) fn run(s: &Script, seed: u64) -> ScriptOutcome {
     match setup(s, &f) {
         Err(e) => report.error = Some(format!("setting up the hosts: {e}")),
         Ok(mut sides) => {
-            let qpns = [sides[0].qpn, sides[1].qpn];
+            let qpns: Vec<u32> = sides.iter().map(|h| h.qpn).collect();
             for r in &s.rules {
-                let qpn_of = |h: &str| HOSTS.iter().position(|x| *x == h).map(|i| qpns[i]);
+                let qpn_of = |h: &str| s.hosts.iter().position(|x| x.name == h).map(|i| qpns[i]);
                 match r.spec.rule(r.verb, &r.text, qpn_of) {
                     Ok(rule) => {
                         f.add_rule(match &r.name {
@@ -183,7 +191,7 @@ pub(super) fn run(s: &Script, seed: u64) -> ScriptOutcome {
             }
             if report.error.is_none() {
                 for st in &s.steps {
-                    if let Err(e) = step(&f, &mut sides, &st.act) {
+                    if let Err(e) = step(s, &f, &mut sides, &st.act) {
                         report.error = Some(at(s, Some(st.line), &e));
                         break;
                     }
@@ -222,8 +230,8 @@ fn recv_wrs(h: &Host, r: &[RecvSpec]) -> Vec<RecvWr> {
         .collect()
 }
 
-fn send_wr(sides: &[HostState; 2], me: Side, w: &SendSpec) -> Result<SendWr, String> {
-    let (my, peer) = (&sides[me], &sides[1 - me]);
+fn send_wr(s: &Script, sides: &[HostState], me: Side, w: &SendSpec) -> Result<SendWr, String> {
+    let (my, peer) = (&sides[me], &sides[w.to]);
     let h = &my.host;
     if let Some(t) = &w.text {
         h.mem
@@ -235,7 +243,7 @@ fn send_wr(sides: &[HostState; 2], me: Side, w: &SendSpec) -> Result<SendWr, Str
         peer.window
             .as_ref()
             .map(|(k, _, _)| *k)
-            .ok_or_else(|| format!("host {} bound no window (bind_mw)", HOSTS[1 - me]))
+            .ok_or_else(|| format!("host {} bound no window (bind_mw)", s.hosts[w.to].name))
     };
     let rkey = match w.rkey {
         Rkey::Mr => peer.host.rkey(),
@@ -263,7 +271,7 @@ fn send_wr(sides: &[HostState; 2], me: Side, w: &SendSpec) -> Result<SendWr, Str
     if w.signaled {
         wr.send_flags |= SendFlags::SIGNALED;
     }
-    if let Some(ah) = &my.ah {
+    if let Some(Some(ah)) = my.ahs.get(w.to) {
         wr = wr.with_ud(UdDest {
             ah: ah.id(),
             remote_qpn: peer.qpn,
@@ -273,13 +281,14 @@ fn send_wr(sides: &[HostState; 2], me: Side, w: &SendSpec) -> Result<SendWr, Str
     Ok(wr)
 }
 
-fn step(f: &Fabric, sides: &mut [HostState; 2], act: &Act) -> Result<(), String> {
+fn step(s: &Script, f: &Fabric, sides: &mut [HostState], act: &Act) -> Result<(), String> {
+    let name = |h: &Side| s.hosts[*h].name.as_str();
     let e = |e: verbs_api::Error| e.to_string();
     match act {
         Act::PostSend(me, wrs) => {
             let wrs = wrs
                 .iter()
-                .map(|w| send_wr(sides, *me, w))
+                .map(|w| send_wr(s, sides, *me, w))
                 .collect::<Result<Vec<_>, _>>()?;
             let s = &sides[*me];
             s.dev()
@@ -377,7 +386,9 @@ fn step(f: &Fabric, sides: &mut [HostState; 2], act: &Act) -> Result<(), String>
             s.window = Some((rkey, mw, bindable));
             Ok(())
         }
-        Act::Partition => f.partition("a", "b").map_err(|e| e.to_string()),
-        Act::Link(cfg) => f.set_link("a", "b", *cfg).map_err(|e| e.to_string()),
+        Act::Partition(x, y) => f.partition(name(x), name(y)).map_err(|e| e.to_string()),
+        Act::Link(x, y, cfg) => f
+            .set_link(name(x), name(y), *cfg)
+            .map_err(|e| e.to_string()),
     }
 }

@@ -6,7 +6,7 @@ use std::fmt;
 use emu_core::engine::upper_snake;
 
 use super::exec::{counter, HostState};
-use super::{Bytes, Script, Want, HOSTS};
+use super::{Bytes, Script, Want};
 use crate::trace::Trace;
 
 /// The verdict on one expectation.
@@ -125,7 +125,8 @@ fn list<T: fmt::Debug>(v: &[T]) -> String {
     w.join(", ")
 }
 
-pub(super) fn check(s: &Script, trace: &Trace, sides: &[HostState; 2], report: &mut Report) {
+pub(super) fn check(s: &Script, trace: &Trace, sides: &[HostState], report: &mut Report) {
+    let host = |h: &usize| s.hosts[*h].name.as_str();
     for e in &s.expect {
         let (what, got): (String, Option<String>) = match &e.want {
             Want::Completions(h, want) => {
@@ -147,14 +148,14 @@ pub(super) fn check(s: &Script, trace: &Trace, sides: &[HostState; 2], report: &
                         .collect::<Vec<_>>(),
                 );
                 (
-                    format!("{} completions: {}", HOSTS[*h], completions(want)),
+                    format!("{} completions: {}", host(h), completions(want)),
                     (!same).then_some(got_text),
                 )
             }
             Want::Events(h, want) => {
                 let seen: Vec<_> = sides[*h].events.iter().map(|e| e.event_type).collect();
                 (
-                    format!("{} events: {}", HOSTS[*h], list(want)),
+                    format!("{} events: {}", host(h), list(want)),
                     (seen != *want).then(|| list(&seen)),
                 )
             }
@@ -162,7 +163,7 @@ pub(super) fn check(s: &Script, trace: &Trace, sides: &[HostState; 2], report: &
                 let st = &sides[*h];
                 let seen = st.host.ctx.device().query_qp(st.qpn).map(|q| q.0.qp_state);
                 (
-                    format!("{} QP state: {want}", HOSTS[*h]),
+                    format!("{} QP state: {want}", host(h)),
                     match seen {
                         Ok(s) if s == *want => None,
                         Ok(s) => Some(s.to_string()),
@@ -173,7 +174,7 @@ pub(super) fn check(s: &Script, trace: &Trace, sides: &[HostState; 2], report: &
             Want::Counter(h, name, want) => {
                 let seen = counter(&sides[*h], name);
                 (
-                    format!("{} counter {name} = {want}", HOSTS[*h]),
+                    format!("{} counter {name} = {want}", host(h)),
                     (seen != Some(*want)).then(|| format!("{seen:?}")),
                 )
             }
@@ -182,12 +183,7 @@ pub(super) fn check(s: &Script, trace: &Trace, sides: &[HostState; 2], report: &
                 let mut seen = vec![0u8; want.len()];
                 let r = sides[*h].host.mem.read(m.offset, &mut seen);
                 (
-                    format!(
-                        "{} memory at {}: {}",
-                        HOSTS[*h],
-                        m.offset,
-                        describe(&m.bytes)
-                    ),
+                    format!("{} memory at {}: {}", host(h), m.offset, describe(&m.bytes)),
                     match r {
                         Err(e) => Some(e.to_string()),
                         Ok(()) if seen == want => None,

@@ -3,7 +3,9 @@
 //! [`Script`](super::Script).
 
 use std::collections::BTreeMap;
+use std::fmt;
 
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -46,6 +48,7 @@ pub(super) struct RawQp {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawHost {
     pub srq: Option<RawSrq>,
+    pub peer: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -80,8 +83,8 @@ pub(super) struct RawStep {
     pub arm_srq: Option<u32>,
     pub write: Option<Spanned<RawMem>>,
     pub bind_mw: Option<RawBind>,
-    pub partition: Option<bool>,
-    pub link: Option<RawLink>,
+    pub partition: Option<Spanned<Vec<String>>>,
+    pub link: Option<Spanned<RawLink>>,
 }
 
 #[derive(Deserialize)]
@@ -107,6 +110,7 @@ pub(super) struct RawSend {
     #[serde(default)]
     pub signaled: bool,
     pub qkey: Option<u32>,
+    pub to: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -141,19 +145,45 @@ pub(super) struct RawBind {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLink {
+    pub between: Option<Vec<String>>,
     #[serde(default)]
     pub loss: f64,
     pub jitter: Option<Spanned<String>>,
     pub latency: Option<Spanned<String>>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+/// `[expect.HOST]` tables, one per host, and `[expect.packets]`: a map whose values
+/// take two shapes, read key by key so that every value keeps its span (serde's
+/// `flatten` would buffer them and lose it).
+#[derive(Default)]
 pub(super) struct RawExpect {
-    pub a: Option<RawHostExpect>,
-    pub b: Option<RawHostExpect>,
-    #[serde(default)]
+    pub hosts: Vec<(String, Spanned<RawHostExpect>)>,
     pub packets: BTreeMap<String, Spanned<u64>>,
+}
+
+impl<'de> Deserialize<'de> for RawExpect {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Tables;
+        impl<'de> Visitor<'de> for Tables {
+            type Value = RawExpect;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("tables [expect.HOST] and [expect.packets]")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<RawExpect, A::Error> {
+                let mut out = RawExpect::default();
+                while let Some(key) = m.next_key::<String>()? {
+                    if key == "packets" {
+                        out.packets = m.next_value()?;
+                    } else {
+                        let table = m.next_value()?;
+                        out.hosts.push((key, table));
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Tables)
+    }
 }
 
 #[derive(Deserialize)]

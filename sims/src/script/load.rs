@@ -10,8 +10,8 @@ use verbs_api::{AsyncEventType, Mtu, QpState, QpType, WcStatus};
 use super::format::{RawExpect, RawFile, RawHostExpect, RawMem, RawQp, RawRule, RawStep};
 use super::spec::{parse_duration, Spec, Verb};
 use super::{
-    Act, Bytes, Expectation, FileError, Mem, Op, RecvSpec, Rkey, RuleLine, Script, SendSpec, Side,
-    Step, Want, HOSTS,
+    Act, Bytes, Expectation, FileError, HostSpec, Mem, Op, RecvSpec, Rkey, RuleLine, Script,
+    SendSpec, Side, Step, Want,
 };
 use crate::pair::PairConfig;
 use crate::LinkConfig;
@@ -42,12 +42,31 @@ pub(crate) const COUNTERS: [&str; 21] = [
     "icrc_errors",
 ];
 
+/// The most hosts a file may have (192.0.2.1 to 192.0.2.8).
+pub(crate) const MAX_HOSTS: usize = 8;
+
 struct Ctx<'a> {
     file: &'a str,
     text: &'a str,
+    /// The hosts' names, by [`Side`].
+    names: Vec<String>,
 }
 
 impl Ctx<'_> {
+    fn side(&self, name: &str) -> Option<Side> {
+        self.names.iter().position(|h| h == name)
+    }
+
+    /// The host called `name`, or an error at `span` naming the hosts there are.
+    fn host(&self, name: &str, span: Range<usize>) -> Result<Side, FileError> {
+        self.side(name).ok_or_else(|| {
+            self.err(
+                span,
+                format!("no host {name:?}: the hosts are {}", self.names.join(", ")),
+            )
+        })
+    }
+
     fn line(&self, span: Range<usize>) -> usize {
         let end = span.start.min(self.text.len());
         self.text[..end].matches('\n').count() + 1
@@ -75,12 +94,12 @@ fn names<T: std::fmt::Debug>(all: &[T]) -> String {
     v.join(", ")
 }
 
-fn side(name: &str) -> Option<Side> {
-    HOSTS.iter().position(|h| *h == name)
-}
-
 pub(super) fn load(file: &str, text: &str) -> Result<Script, FileError> {
-    let cx = Ctx { file, text };
+    let mut cx = Ctx {
+        file,
+        text,
+        names: Vec::new(),
+    };
     let raw: RawFile = toml::from_str(text).map_err(|e| FileError {
         file: file.to_owned(),
         line: e.span().map(|s| cx.line(s)),
@@ -91,24 +110,31 @@ pub(super) fn load(file: &str, text: &str) -> Result<Script, FileError> {
         return Err(cx.err(raw.name.span(), "the name is one word (e.g. my-experiment)"));
     }
     let cfg = qp_config(&cx, raw.qp.as_ref())?;
-    let mut srq = [None, None];
+    // a and b always, then the hosts [hosts.NAME] adds, in name order.
+    cx.names = vec!["a".to_owned(), "b".to_owned()];
     for (host, h) in &raw.hosts {
-        let s = side(host)
-            .ok_or_else(|| cx.err(h.span(), format!("no host {host:?}: the hosts are a and b")))?;
-        if let Some(q) = &h.get_ref().srq {
-            if cfg.qp_type != QpType::Rc {
-                return Err(cx.err(h.span(), "an SRQ here serves an RC QP"));
-            }
-            srq[s] = Some(q.max_wr);
+        if cx.side(host).is_some() {
+            continue;
         }
+        let word = host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !word || host == "packets" || host == "all" {
+            return Err(cx.err(h.span(), format!("{host:?} cannot name a host")));
+        }
+        cx.names.push(host.clone());
     }
+    if cx.names.len() > MAX_HOSTS {
+        return Err(cx.err(0..0, format!("at most {MAX_HOSTS} hosts")));
+    }
+    let hosts = host_specs(&cx, &raw, &cfg)?;
     let mut rules = Vec::new();
     for r in &raw.rule {
         rules.push(rule(&cx, r)?);
     }
     let mut steps = Vec::new();
     for s in &raw.step {
-        steps.push(step(&cx, s, &cfg, &srq)?);
+        steps.push(step(&cx, s, &cfg, &hosts)?);
     }
     let expect = expectations(&cx, &raw.expect)?;
     Ok(Script {
@@ -116,11 +142,65 @@ pub(super) fn load(file: &str, text: &str) -> Result<Script, FileError> {
         description: raw.description.trim().to_owned(),
         file: file.to_owned(),
         cfg,
-        srq,
+        hosts,
         rules,
         steps,
         expect,
     })
+}
+
+/// Each host's SRQ and peer: a and b are each other's unless a file says otherwise;
+/// an RC or UC QP's peer must name it back, as both ends of a connection do.
+fn host_specs(cx: &Ctx<'_>, raw: &RawFile, cfg: &PairConfig) -> Result<Vec<HostSpec>, FileError> {
+    let mut hosts: Vec<HostSpec> = cx
+        .names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| HostSpec {
+            name: n.clone(),
+            peer: match i {
+                0 => Some(1),
+                1 => Some(0),
+                _ => None,
+            },
+            srq: None,
+        })
+        .collect();
+    let mut lines = vec![None; hosts.len()];
+    for (name, h) in &raw.hosts {
+        let i = cx.host(name, h.span())?;
+        lines[i] = Some(h.span());
+        if let Some(q) = &h.get_ref().srq {
+            if cfg.qp_type != QpType::Rc {
+                return Err(cx.err(h.span(), "an SRQ here serves an RC QP"));
+            }
+            hosts[i].srq = Some(q.max_wr);
+        }
+        if let Some(p) = &h.get_ref().peer {
+            let peer = cx.host(p.get_ref(), p.span())?;
+            if peer == i {
+                return Err(cx.err(p.span(), "a host is not its own peer"));
+            }
+            hosts[i].peer = Some(peer);
+        }
+    }
+    if cfg.qp_type != QpType::Ud {
+        for i in 0..hosts.len() {
+            if let Some(p) = hosts[i].peer {
+                if hosts[p].peer != Some(i) {
+                    let span = lines[i].clone().or(lines[p].clone()).unwrap_or(0..0);
+                    return Err(cx.err(
+                        span,
+                        format!(
+                            "{}'s QP is connected to {}, so {}'s must be connected to {}: give [hosts.{}] peer = {:?}",
+                            hosts[i].name, hosts[p].name, hosts[p].name, hosts[i].name, hosts[p].name, hosts[i].name
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(hosts)
 }
 
 fn qp_config(cx: &Ctx<'_>, qp: Option<&Spanned<RawQp>>) -> Result<PairConfig, FileError> {
@@ -176,9 +256,14 @@ fn qp_config(cx: &Ctx<'_>, qp: Option<&Spanned<RawQp>>) -> Result<PairConfig, Fi
 
 /// Checks what a rule's spec names beyond its syntax: hosts, and the verb's own
 /// parameters (by building the rule against dummy QP numbers).
-pub(super) fn check_rule(spec: &Spec, verb: Verb, text: &str) -> Result<(), String> {
-    if let Some(h) = spec.hosts().find(|h| side(h).is_none()) {
-        return Err(format!("no host {h:?}: the hosts are a and b"));
+pub(super) fn check_rule(
+    spec: &Spec,
+    verb: Verb,
+    text: &str,
+    names: &[&str],
+) -> Result<(), String> {
+    if let Some(h) = spec.hosts().find(|h| !names.contains(h)) {
+        return Err(format!("no host {h:?}: the hosts are {}", names.join(", ")));
     }
     spec.rule(verb, text, |_| Some(0)).map(|_| ())
 }
@@ -203,7 +288,8 @@ fn rule(cx: &Ctx<'_>, r: &Spanned<RawRule>) -> Result<RuleLine, FileError> {
         ));
     };
     let spec = Spec::parse(text.get_ref()).map_err(|e| cx.err(text.span(), e))?;
-    check_rule(&spec, verb, text.get_ref()).map_err(|e| cx.err(text.span(), e))?;
+    let names: Vec<&str> = cx.names.iter().map(String::as_str).collect();
+    check_rule(&spec, verb, text.get_ref(), &names).map_err(|e| cx.err(text.span(), e))?;
     Ok(RuleLine {
         verb,
         text: text.get_ref().clone(),
@@ -221,28 +307,22 @@ fn step(
     cx: &Ctx<'_>,
     s: &Spanned<RawStep>,
     cfg: &PairConfig,
-    srq: &[Option<u32>; 2],
+    hosts: &[HostSpec],
 ) -> Result<Step, FileError> {
     let span = s.span();
     let x = s.get_ref();
     let on = match &x.on {
-        Some(h) => Some(side(h.get_ref()).ok_or_else(|| {
-            cx.err(
-                h.span(),
-                format!("no host {:?}: the hosts are a and b", h.get_ref()),
-            )
-        })?),
+        Some(h) => Some(cx.host(h.get_ref(), h.span())?),
         None => None,
     };
-    let host = |verb: &str| {
-        on.ok_or_else(|| cx.err(span.clone(), format!("{verb} needs on = \"a\" or \"b\"")))
-    };
+    let host =
+        |verb: &str| on.ok_or_else(|| cx.err(span.clone(), format!("{verb} needs on = \"HOST\"")));
     let mut acts = Vec::new();
     if let Some(wrs) = &x.post_send {
         let side = host("post_send")?;
         let mut v = Vec::new();
         for w in wrs {
-            v.push(send(cx, w, cfg)?);
+            v.push(send(cx, w, cfg, side, hosts)?);
         }
         acts.push(Act::PostSend(side, v));
     }
@@ -260,13 +340,11 @@ fn step(
     }
     if let Some(r) = &x.post_srq_recv {
         let side = host("post_srq_recv")?;
-        if srq[side].is_none() {
+        if hosts[side].srq.is_none() {
+            let n = &hosts[side].name;
             return Err(cx.err(
                 span,
-                format!(
-                    "host {} has no SRQ ([hosts.{0}] srq = {{ max_wr = N }})",
-                    HOSTS[side]
-                ),
+                format!("host {n} has no SRQ ([hosts.{n}] srq = {{ max_wr = N }})"),
             ));
         }
         acts.push(Act::PostSrqRecv(side, recvs(r)));
@@ -292,8 +370,8 @@ fn step(
     }
     if let Some(limit) = x.arm_srq {
         let side = host("arm_srq")?;
-        if srq[side].is_none() {
-            return Err(cx.err(span, format!("host {} has no SRQ", HOSTS[side])));
+        if hosts[side].srq.is_none() {
+            return Err(cx.err(span, format!("host {} has no SRQ", hosts[side].name)));
         }
         acts.push(Act::ArmSrq(side, limit));
     }
@@ -312,10 +390,16 @@ fn step(
             key: b.key,
         });
     }
-    if x.partition == Some(true) {
-        acts.push(Act::Partition);
+    if let Some(p) = &x.partition {
+        let (h1, h2) = two_hosts(cx, p.get_ref(), p.span())?;
+        acts.push(Act::Partition(h1, h2));
     }
-    if let Some(l) = &x.link {
+    if let Some(ls) = &x.link {
+        let l = ls.get_ref();
+        let (h1, h2) = match &l.between {
+            Some(b) => two_hosts(cx, b, ls.span())?,
+            None => (0, 1),
+        };
         if !(0.0..=1.0).contains(&l.loss) {
             return Err(cx.err(span, "link loss is a share between 0 and 1"));
         }
@@ -329,11 +413,11 @@ fn step(
         if let Some(d) = &l.latency {
             link.latency = duration(cx, d)?;
         }
-        acts.push(Act::Link(link));
+        acts.push(Act::Link(h1, h2, link));
     }
     let global = matches!(
         acts.first(),
-        Some(Act::RunFor(_) | Act::Run(_) | Act::Partition | Act::Link(_))
+        Some(Act::RunFor(_) | Act::Run(_) | Act::Partition(..) | Act::Link(..))
     );
     if let (true, Some(h)) = (global, &x.on) {
         return Err(cx.err(
@@ -351,12 +435,51 @@ fn step(
     }
 }
 
+/// `["a", "c"]`: two different hosts.
+fn two_hosts(cx: &Ctx<'_>, v: &[String], span: Range<usize>) -> Result<(Side, Side), FileError> {
+    match v {
+        [x, y] if x != y => Ok((cx.host(x, span.clone())?, cx.host(y, span)?)),
+        _ => Err(cx.err(span, "name two different hosts, e.g. [\"a\", \"b\"]")),
+    }
+}
+
 fn send(
     cx: &Ctx<'_>,
     w: &Spanned<super::format::RawSend>,
     cfg: &PairConfig,
+    me: Side,
+    hosts: &[HostSpec],
 ) -> Result<SendSpec, FileError> {
     let x = w.get_ref();
+    let to = match (&x.to, hosts[me].peer) {
+        (Some(t), peer) => {
+            let to = cx.host(t.get_ref(), t.span())?;
+            if cfg.qp_type != QpType::Ud && Some(to) != peer {
+                let connected = peer.map_or("no host", |p| hosts[p].name.as_str());
+                return Err(cx.err(
+                    t.span(),
+                    format!(
+                        "{}'s QP is connected to {connected}: an RC or UC WR goes there",
+                        hosts[me].name
+                    ),
+                ));
+            }
+            to
+        }
+        (None, Some(peer)) => peer,
+        (None, None) => {
+            return Err(cx.err(
+                w.span(),
+                format!(
+                    "host {0} has no peer: give to = \"HOST\" (UD) or [hosts.{0}] peer",
+                    hosts[me].name
+                ),
+            ))
+        }
+    };
+    if to == me {
+        return Err(cx.err(w.span(), "a host does not send to itself here"));
+    }
     let op = match x.op.get_ref().to_ascii_uppercase().as_str() {
         "SEND" => Op::Send,
         "SEND_WITH_INV" => Op::SendWithInv,
@@ -416,6 +539,7 @@ fn send(
         fence: x.fence,
         signaled: x.signaled,
         qkey: x.qkey,
+        to,
     })
 }
 
@@ -459,10 +583,9 @@ fn mem(cx: &Ctx<'_>, m: &Spanned<RawMem>) -> Result<Mem, FileError> {
 
 fn expectations(cx: &Ctx<'_>, e: &RawExpect) -> Result<Vec<Expectation>, FileError> {
     let mut out = Vec::new();
-    for (side, h) in [(0, &e.a), (1, &e.b)] {
-        if let Some(h) = h {
-            host_expect(cx, side, h, &mut out)?;
-        }
+    for (name, h) in &e.hosts {
+        let side = cx.host(name, h.span())?;
+        host_expect(cx, side, h.get_ref(), &mut out)?;
     }
     for (key, n) in &e.packets {
         let text = if key == "all" { "" } else { key.as_str() };
@@ -477,8 +600,11 @@ fn expectations(cx: &Ctx<'_>, e: &RawExpect) -> Result<Vec<Expectation>, FileErr
         {
             return Err(cx.err(n.span(), format!("[expect.packets] {key:?}: a count takes the packet's headers, from, to, aeth and fate only")));
         }
-        if let Some(h) = spec.hosts().find(|h| side(h).is_none()) {
-            return Err(cx.err(n.span(), format!("no host {h:?}: the hosts are a and b")));
+        if let Some(h) = spec.hosts().find(|h| cx.side(h).is_none()) {
+            return Err(cx.err(
+                n.span(),
+                format!("no host {h:?}: the hosts are {}", cx.names.join(", ")),
+            ));
         }
         out.push(Expectation {
             line: cx.line(n.span()),

@@ -1,6 +1,7 @@
 //! Scenario files: an experiment on the fabric written as text (TOML) instead of
-//! Rust. A file names its two hosts' QP attributes, the fault rules, the program (a
-//! list of steps, each a verb on host `a` or `b` or an act on the fabric) and what the
+//! Rust. A file names its hosts (`a` and `b`, and more if it likes) and their QP
+//! attributes, the fault rules, the program (a list of steps, each a verb on one host
+//! or an act on the fabric) and what the
 //! student expects to see: completions with their statuses, async events, final QP
 //! states, counters, memory and packets on the wire. [`Script::run`] runs it and
 //! reports which expectations held.
@@ -48,11 +49,19 @@ impl fmt::Display for FileError {
 
 impl std::error::Error for FileError {}
 
-/// One of the two hosts: `a` (192.0.2.1) or `b` (192.0.2.2).
+/// A host, by its place in [`Script::hosts`]: `a` (192.0.2.1), `b` (192.0.2.2), then
+/// the others in name order (192.0.2.3, ...).
 pub(crate) type Side = usize;
 
-/// The names of the hosts, by [`Side`].
-pub(crate) const HOSTS: [&str; 2] = ["a", "b"];
+/// A host: its name, its QP's peer and whether that QP takes its receives from an SRQ.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HostSpec {
+    pub name: String,
+    /// The host its RC or UC QP is connected to; for UD, where a SEND goes by default.
+    pub peer: Option<Side>,
+    /// `Some(max_wr)`: the QP's receives come from an SRQ of that size.
+    pub srq: Option<u32>,
+}
 
 /// Bytes written to memory or expected there.
 #[derive(Clone, Debug, PartialEq)]
@@ -112,6 +121,8 @@ pub(crate) struct SendSpec {
     pub fence: bool,
     pub signaled: bool,
     pub qkey: Option<u32>,
+    /// The host whose memory (or, on UD, whose QP) the WR is for.
+    pub to: Side,
 }
 
 /// One receive work request.
@@ -141,8 +152,8 @@ pub(crate) enum Act {
         len: u64,
         key: u8,
     },
-    Partition,
-    Link(crate::LinkConfig),
+    Partition(Side, Side),
+    Link(Side, Side, crate::LinkConfig),
 }
 
 /// A step of the program and its line.
@@ -192,7 +203,7 @@ pub struct Script {
     /// The file's name, for messages.
     pub file: String,
     pub(crate) cfg: PairConfig,
-    pub(crate) srq: [Option<u32>; 2],
+    pub(crate) hosts: Vec<HostSpec>,
     pub(crate) rules: Vec<RuleLine>,
     pub(crate) steps: Vec<Step>,
     pub(crate) expect: Vec<Expectation>,
@@ -223,7 +234,8 @@ impl Script {
             message: format!("--{} {text:?}: {message}", verb.word().replace('_', "-")),
         };
         let spec = Spec::parse(text).map_err(err)?;
-        load::check_rule(&spec, verb, text).map_err(err)?;
+        let names: Vec<&str> = self.hosts.iter().map(|h| h.name.as_str()).collect();
+        load::check_rule(&spec, verb, text, &names).map_err(err)?;
         self.rules.push(RuleLine {
             verb,
             text: text.to_owned(),
