@@ -175,6 +175,8 @@ const BAD: &[(&str, usize, &str)] = &[
     ),
     // Expectations for a host there is not.
     ("name = \"x\"\ndescription = \"d\"\n[expect.c]\nstate = \"RTS\"\n", 3, "no host \"c\""),
+    // A retry count past its 3 bits.
+    ("name = \"x\"\ndescription = \"d\"\n[qp]\ntimeout = 10\nretry_cnt = 9\n", 5, "at most 7"),
     // READ on UC.
     (
         "name = \"x\"\ndescription = \"d\"\n[qp]\ntype = \"UC\"\n[[step]]\non = \"a\"\npost_send = [{ wr_id = 1, op = \"READ\", len = 8 }]\n",

@@ -230,21 +230,26 @@ fn qp_config(cx: &Ctx<'_>, qp: Option<&Spanned<RawQp>>) -> Result<PairConfig, Fi
             }
         };
     }
+    // The 5-bit and 3-bit fields of the QP context (IBTA 9.7.6.1.3, 9.7.5.2.8).
     let codes = [
-        ("timeout", q.timeout, 31),
-        ("retry_cnt", q.retry_cnt, 7),
-        ("rnr_retry", q.rnr_retry, 7),
-        ("min_rnr_timer", q.min_rnr_timer, 31),
+        ("timeout", &q.timeout, 31, &mut cfg.timeout),
+        ("retry_cnt", &q.retry_cnt, 7, &mut cfg.retry_cnt),
+        ("rnr_retry", &q.rnr_retry, 7, &mut cfg.rnr_retry),
+        (
+            "min_rnr_timer",
+            &q.min_rnr_timer,
+            31,
+            &mut cfg.min_rnr_timer,
+        ),
     ];
-    for (what, v, max) in codes {
-        if v.is_some_and(|v| v > max) {
-            return Err(cx.err(qp.span(), format!("{what} is at most {max}")));
+    for (what, v, max, field) in codes {
+        if let Some(v) = v {
+            if *v.get_ref() > max {
+                return Err(cx.err(v.span(), format!("{what} is at most {max}")));
+            }
+            *field = *v.get_ref();
         }
     }
-    cfg.timeout = q.timeout.unwrap_or(cfg.timeout);
-    cfg.retry_cnt = q.retry_cnt.unwrap_or(cfg.retry_cnt);
-    cfg.rnr_retry = q.rnr_retry.unwrap_or(cfg.rnr_retry);
-    cfg.min_rnr_timer = q.min_rnr_timer.unwrap_or(cfg.min_rnr_timer);
     cfg.rd_atomic = q.rd_atomic.unwrap_or(cfg.rd_atomic);
     cfg.cq_size = q.cq_size.unwrap_or(cfg.cq_size);
     cfg.max_send_wr = q.max_send_wr.unwrap_or(cfg.max_send_wr);
