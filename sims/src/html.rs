@@ -3,7 +3,7 @@
 //! (next and previous, first and last, a click on any row, a list to jump to any
 //! packet, the arrow keys) and shows, for the current step, its full decoded headers
 //! (and bytes, when the trace kept them) and each device's QP states, send and
-//! receive queues, completions and async events at that moment ([`replay`]).
+//! receive queues, completions and async events at that moment ([`replay`](crate::replay)).
 //!
 //! The page needs nothing but a browser: no network, no build step, its style and
 //! script inline. Its address picks the first step shown: `#step=K` (from 1), `#end`,
