@@ -96,6 +96,11 @@ enum ScenarioCmd {
         /// Also write the diagram as SVG to this file.
         #[arg(long)]
         svg: Option<PathBuf>,
+        /// Also write a page that steps through the run to this HTML file (one file,
+        /// for any browser: each packet's headers and both sides' QPs, queues and
+        /// completions at each step).
+        #[arg(long)]
+        html: Option<PathBuf>,
         #[command(flatten)]
         rules: RuleArgs,
     },
@@ -164,25 +169,36 @@ fn load_script(name: &str) -> Result<Option<emu_sims::script::Script>, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Writes the pcap and SVG files asked for.
-fn write_outputs(
-    trace: &emu_sims::Trace,
+/// The files `scenario run` writes besides its ladder.
+struct Outputs {
     pcap: Option<PathBuf>,
     svg: Option<PathBuf>,
+    html: Option<PathBuf>,
+}
+
+/// Writes the pcap, SVG and HTML files asked for.
+fn write_outputs(
+    trace: &emu_sims::Trace,
+    out: Outputs,
     name: &str,
     description: &str,
 ) -> Result<(), String> {
-    if let Some(path) = pcap {
-        let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let failed = |path: &PathBuf, e: std::io::Error| format!("{}: {e}", path.display());
+    if let Some(path) = out.pcap {
+        let file = std::fs::File::create(&path).map_err(|e| failed(&path, e))?;
         emu_sims::pcap::write(trace, std::io::BufWriter::new(file))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|e| failed(&path, e))?;
     }
-    if let Some(path) = svg {
+    if let Some(path) = out.svg {
         std::fs::write(
             &path,
             emu_sims::svg::render_titled(trace, name, description),
         )
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| failed(&path, e))?;
+    }
+    if let Some(path) = out.html {
+        std::fs::write(&path, emu_sims::html::render(trace, name, description))
+            .map_err(|e| failed(&path, e))?;
     }
     Ok(())
 }
@@ -208,6 +224,7 @@ fn scenario_cmd(action: ScenarioCmd) -> Result<(), String> {
             seed,
             pcap,
             svg,
+            html,
             rules,
         } => {
             let mut script = load_script(&name)?
@@ -218,7 +235,8 @@ fn scenario_cmd(action: ScenarioCmd) -> Result<(), String> {
             println!("{}: {}\n", script.name, script.description);
             let out = script.run(seed);
             print!("{}", emu_sims::ladder::render(&out.trace));
-            write_outputs(&out.trace, pcap, svg, &script.name, &script.description)?;
+            let files = Outputs { pcap, svg, html };
+            write_outputs(&out.trace, files, &script.name, &script.description)?;
             println!("\n{}", out.report);
             if out.report.passed() {
                 Ok(())

@@ -100,3 +100,27 @@ fn files_on_disk_run_and_bad_ones_name_their_line() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--html` writes the page that steps through the run: one self-contained file with a
+/// step for each row of the ladder.
+#[test]
+fn html_writes_a_page_with_a_step_per_ladder_row() {
+    let path = std::env::temp_dir().join(format!("rdma-emu-fence-{}.html", std::process::id()));
+    let (ok, out, err) = rdma_emu(&["scenario", "run", "fence", "--html", path.to_str().unwrap()]);
+    assert!(ok, "{out}{err}");
+    let page = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    // The ladder's rows: between its header line and its "N packets" summary.
+    let rows = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("time (s)"))
+        .skip(1)
+        .take_while(|l| !l.contains(" packets: "))
+        .count();
+    assert!(rows > 5, "{out}");
+    assert!(
+        page.contains(&format!(r#"data-steps="{rows}""#)),
+        "{rows} rows"
+    );
+    assert!(page.starts_with("<!DOCTYPE html>") && page.contains("<title>fence"));
+}
