@@ -101,8 +101,9 @@ enum ScenarioCmd {
         /// completions at each step).
         #[arg(long)]
         html: Option<PathBuf>,
+        // Boxed: the other variants are small.
         #[command(flatten)]
-        rules: RuleArgs,
+        rules: Box<RuleArgs>,
     },
     /// Prints a built-in scenario's file, to copy and change.
     Show {
