@@ -144,28 +144,11 @@ fn host_line(trace: &Trace, n: &HostNote, width: usize) -> String {
 
 /// `N packets: delivered D, dropped X, ...` (only the fates that occurred).
 pub fn summary(trace: &Trace) -> String {
-    let mut counts = [0usize; 7];
-    const NAMES: [&str; 7] = [
-        "delivered",
-        "dropped",
-        "duplicated",
-        "delayed",
-        "corrupted",
-        "held",
-        "injected",
-    ];
+    let mut counts = [0usize; Fate::NAMES.len()];
     for p in &trace.packets {
-        counts[match p.fate {
-            Fate::Delivered => 0,
-            Fate::Dropped(_) => 1,
-            Fate::Duplicated(_) => 2,
-            Fate::Delayed(_) => 3,
-            Fate::Corrupted(_) => 4,
-            Fate::Held => 5,
-            Fate::Injected(_) => 6,
-        }] += 1;
+        counts[p.fate.index()] += 1;
     }
-    let parts: Vec<String> = NAMES
+    let parts: Vec<String> = Fate::NAMES
         .iter()
         .zip(counts)
         .filter(|(_, n)| *n > 0)

@@ -60,6 +60,37 @@ pub enum Fate {
     Injected(String),
 }
 
+impl Fate {
+    /// The fates' names, one word each, in the order of [`Fate::index`].
+    pub const NAMES: [&'static str; 7] = [
+        "delivered",
+        "dropped",
+        "duplicated",
+        "delayed",
+        "corrupted",
+        "held",
+        "injected",
+    ];
+
+    /// Its place in [`Fate::NAMES`].
+    pub fn index(&self) -> usize {
+        match self {
+            Fate::Delivered => 0,
+            Fate::Dropped(_) => 1,
+            Fate::Duplicated(_) => 2,
+            Fate::Delayed(_) => 3,
+            Fate::Corrupted(_) => 4,
+            Fate::Held => 5,
+            Fate::Injected(_) => 6,
+        }
+    }
+
+    /// Its name in one word: `delivered`, `dropped`, ...
+    pub fn name(&self) -> &'static str {
+        Self::NAMES[self.index()]
+    }
+}
+
 impl fmt::Display for Fate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -99,16 +99,6 @@ const AETHS: [&str; 6] = [
     "nak_op",
 ];
 
-const FATES: [&str; 7] = [
-    "delivered",
-    "dropped",
-    "duplicated",
-    "delayed",
-    "corrupted",
-    "held",
-    "injected",
-];
-
 /// An opcode by its name in upper snake case, as the trace shows it
 /// (`RC_SEND_ONLY`, `RC_RDMA_READ_RESPONSE_MIDDLE`, `UD_SEND_ONLY`).
 pub fn opcode_by_name(name: &str) -> Option<Opcode> {
@@ -192,7 +182,7 @@ impl Spec {
                 "timer" => s.timer = Some(number(k, v)?),
                 "requester" => s.requester = Some(v.to_owned()),
                 "aeth" => s.aeth = Some(one_of(k, v, &AETHS)?),
-                "fate" => s.fate = Some(one_of(k, v, &FATES)?),
+                "fate" => s.fate = Some(one_of(k, v, &Fate::NAMES)?),
                 _ => {
                     return Err(format!(
                         "unknown key {k:?} (from, to, opcode, kind, psn, qp, nth, first, by, bytes, timer, requester, aeth, fate)"
@@ -285,7 +275,7 @@ impl Spec {
         let m = &self.when;
         let host_ok = m.from.as_deref().is_none_or(|f| Some(f) == src)
             && m.to.as_deref().is_none_or(|t| Some(t) == dst);
-        let fate_ok = self.fate.as_deref().is_none_or(|f| fate_word(&p.fate) == f);
+        let fate_ok = self.fate.as_deref().is_none_or(|f| p.fate.name() == f);
         if !(host_ok && fate_ok) {
             return false;
         }
@@ -315,18 +305,6 @@ impl Spec {
                 .aeth
                 .as_deref()
                 .is_none_or(|a| repr.aeth.is_some_and(|x| aeth_word(x.syndrome) == a))
-    }
-}
-
-fn fate_word(f: &Fate) -> &'static str {
-    match f {
-        Fate::Delivered => "delivered",
-        Fate::Dropped(_) => "dropped",
-        Fate::Duplicated(_) => "duplicated",
-        Fate::Delayed(_) => "delayed",
-        Fate::Corrupted(_) => "corrupted",
-        Fate::Held => "held",
-        Fate::Injected(_) => "injected",
     }
 }
 
