@@ -4,8 +4,9 @@
 //! # What this crate owns
 //! The bytes, and nothing else: no queues, no timers, no sockets. A RoCEv2 packet is
 //! IPv4 or IPv6 / UDP (destination port [`ROCEV2_PORT`]) / BTH ([`bth`], IBTA 9.2) /
-//! the extended headers its [`Opcode`] calls for, in IBTA order ([`deth`], [`reth`],
-//! [`atomic`], [`aeth`], [`imm`]; IBTA 9.3) / payload / pad to a multiple of 4 /
+//! the extended headers its [`Opcode`] calls for, in IBTA order ([`deth`], [`feth`],
+//! [`reth`], [`atomic`], [`aeth`], [`imm`]; IBTA 9.3 and, for FLUSH, 1.5) / payload /
+//! pad to a multiple of 4 /
 //! 4-byte ICRC ([`icrc`], Annex A17.4). [`PacketRepr`] reads and writes that UDP
 //! payload as a whole; [`Psn`] is the 24-bit sequence number (IBTA 9.7.1); [`grh`] is
 //! the 40-byte GRH a UD receiver sees; [`frame`] splits and builds Ethernet/IP/UDP
@@ -19,7 +20,8 @@
 //! `buffer_len`, and a `HEADER_LEN` constant in its module). No I/O but the pcap
 //! writer's `Write`, no `unsafe`, and no input makes a parser panic (a property test
 //! and two fuzz targets hold it to that). The ICRC is computed exactly as kernel rxe
-//! does and is checked against 50 frames captured from it (`tests/golden.rs`).
+//! does and is checked against 51 frames captured from it (`tests/golden.rs`; a 52nd,
+//! a FLUSH whose ICRC rxe 6.12 computes wrongly, is rejected).
 //!
 //! # Example
 //! Build a SEND ONLY, seal it with its ICRC, check and parse it back:
@@ -48,6 +50,7 @@ pub mod atomic;
 pub mod bth;
 pub mod deth;
 pub mod error;
+pub mod feth;
 pub mod frame;
 pub mod grh;
 pub mod icrc;
@@ -64,6 +67,7 @@ pub use atomic::{AtomicAckEthPacket, AtomicAckEthRepr, AtomicEthPacket, AtomicEt
 pub use bth::{pad_count, BthPacket, BthRepr};
 pub use deth::{DethPacket, DethRepr};
 pub use error::{Error, Result};
+pub use feth::{FethPacket, FethRepr};
 pub use frame::{build_frame, split_frame, split_ipv4, FrameParts, ROCEV2_PORT};
 pub use grh::{GrhPacket, GrhRepr};
 pub use icrc::{

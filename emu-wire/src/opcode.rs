@@ -1,8 +1,8 @@
 //! The opcode table (IBTA 9.2.1, table 38): which transport and which headers each
 //! opcode carries. RC opcodes are `0x00 + n`, UC `0x20 + n` (SEND and WRITE families
-//! only), UD `0x60 + n` (SEND ONLY, with and without immediate). RESYNC (0x15), FLUSH
-//! (0x1C), ATOMIC WRITE (0x1D) and CNP (0x81) are not supported yet and parse as
-//! [`Error::UnknownOpcode`].
+//! only), UD `0x60 + n` (SEND ONLY, with and without immediate). RC also has FLUSH
+//! (0x1C) and ATOMIC WRITE (0x1D), from IBTA 1.5 (kernel rxe since 6.2). RESYNC (0x15)
+//! and CNP (0x81) are not supported and parse as [`Error::UnknownOpcode`].
 
 use core::fmt;
 
@@ -59,6 +59,12 @@ pub enum Opcode {
     RcSendLastWithInvalidate = 0x16,
     /// RC SEND ONLY with invalidate.
     RcSendOnlyWithInvalidate = 0x17,
+    /// RC FLUSH (IBTA 1.5): FETH and RETH, no payload; answered by a zero-length
+    /// RDMA READ RESPONSE ONLY.
+    RcFlush = 0x1C,
+    /// RC ATOMIC WRITE (IBTA 1.5): RETH and 8 bytes of payload written as one unit;
+    /// answered by a zero-length RDMA READ RESPONSE ONLY.
+    RcAtomicWrite = 0x1D,
     /// UC SEND FIRST.
     UcSendFirst = 0x20,
     /// UC SEND MIDDLE.
@@ -117,7 +123,7 @@ use Opcode::*;
 
 impl Opcode {
     /// Every supported opcode, in numeric order.
-    pub const ALL: [Opcode; 37] = [
+    pub const ALL: [Opcode; 39] = [
         RcSendFirst,
         RcSendMiddle,
         RcSendLast,
@@ -141,6 +147,8 @@ impl Opcode {
         RcFetchAdd,
         RcSendLastWithInvalidate,
         RcSendOnlyWithInvalidate,
+        RcFlush,
+        RcAtomicWrite,
         UcSendFirst,
         UcSendMiddle,
         UcSendLast,
@@ -213,14 +221,30 @@ impl Opcode {
         matches!(self, RcCompareSwap | RcFetchAdd)
     }
 
+    /// FLUSH (IBTA 1.5).
+    pub fn is_flush(self) -> bool {
+        self == RcFlush
+    }
+
+    /// ATOMIC WRITE (IBTA 1.5).
+    pub fn is_atomic_write(self) -> bool {
+        self == RcAtomicWrite
+    }
+
     /// ACKNOWLEDGE or ATOMIC ACKNOWLEDGE.
     pub fn is_ack(self) -> bool {
         matches!(self, RcAcknowledge | RcAtomicAcknowledge)
     }
 
-    /// Sent by a requester (SEND, WRITE, READ request, atomic), as opposed to a response.
+    /// Sent by a requester (SEND, WRITE, READ request, atomic, FLUSH, ATOMIC WRITE), as
+    /// opposed to a response.
     pub fn is_request(self) -> bool {
-        self.is_send() || self.is_write() || self.is_read_request() || self.is_atomic()
+        self.is_send()
+            || self.is_write()
+            || self.is_read_request()
+            || self.is_atomic()
+            || self.is_flush()
+            || self.is_atomic_write()
     }
 
     /// Carries ImmDt.
@@ -233,10 +257,16 @@ impl Opcode {
         matches!(self, RcSendLastWithInvalidate | RcSendOnlyWithInvalidate)
     }
 
-    /// Carries a RETH: WRITE FIRST/ONLY and READ request.
+    /// Carries a RETH: WRITE FIRST/ONLY, READ request, FLUSH and ATOMIC WRITE.
     pub fn has_reth(self) -> bool {
-        // IBTA 9.3.3 RETH; table 38 lists it on WRITE FIRST/ONLY and READ REQUEST.
-        matches!(self.op(), 0x06 | 0x0A | 0x0B | 0x0C)
+        // IBTA 9.3.3 RETH; table 38 lists it on WRITE FIRST/ONLY and READ REQUEST, IBTA
+        // 1.5 on FLUSH and ATOMIC WRITE.
+        matches!(self.op(), 0x06 | 0x0A | 0x0B | 0x0C | 0x1C | 0x1D)
+    }
+
+    /// Carries a FETH: FLUSH (IBTA 1.5).
+    pub fn has_feth(self) -> bool {
+        self.is_flush()
     }
 
     /// Carries an AETH: ACKs and READ response FIRST/LAST/ONLY.
@@ -270,8 +300,9 @@ impl Opcode {
 
     /// May carry payload.
     pub fn has_payload(self) -> bool {
-        // IBTA 9.2.1 table 38: READ REQUEST, atomics and ACKs carry no payload.
-        !(self.is_read_request() || self.is_atomic() || self.is_ack())
+        // IBTA 9.2.1 table 38: READ REQUEST, atomics and ACKs carry no payload; nor does
+        // FLUSH (IBTA 1.5).
+        !(self.is_read_request() || self.is_atomic() || self.is_ack() || self.is_flush())
     }
 
     /// BTH plus every extended header the opcode carries.
@@ -280,6 +311,10 @@ impl Opcode {
         let mut n = crate::bth::HEADER_LEN;
         if self.has_deth() {
             n += crate::deth::HEADER_LEN;
+        }
+        // IBTA 1.5: a FLUSH's FETH comes before its RETH (as kernel rxe 6.12 sends it).
+        if self.has_feth() {
+            n += crate::feth::HEADER_LEN;
         }
         if self.has_reth() {
             n += crate::reth::HEADER_LEN;
@@ -317,7 +352,7 @@ impl Opcode {
 
     /// The name as Wireshark and kernel rxe print it, e.g. `RC_SEND_FIRST`.
     pub fn name(self) -> &'static str {
-        const RC: [&str; 24] = [
+        const RC: [&str; 30] = [
             "RC_SEND_FIRST",
             "RC_SEND_MIDDLE",
             "RC_SEND_LAST",
@@ -342,6 +377,13 @@ impl Opcode {
             "RC_RESYNC",
             "RC_SEND_LAST_WITH_INVALIDATE",
             "RC_SEND_ONLY_WITH_INVALIDATE",
+            // 0x18..=0x1B are reserved: no opcode has them.
+            "",
+            "",
+            "",
+            "",
+            "RC_FLUSH",
+            "RC_ATOMIC_WRITE",
         ];
         const UC: [&str; 12] = [
             "UC_SEND_FIRST",
@@ -405,7 +447,7 @@ mod tests {
     /// which extended headers follow the BTH, and whether payload may follow.
     /// (n, name without transport, RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH, payload)
     #[allow(clippy::type_complexity)]
-    const TABLE: [(u8, &str, bool, bool, bool, bool, bool, bool, bool); 23] = [
+    const TABLE: [(u8, &str, bool, bool, bool, bool, bool, bool, bool); 25] = [
         (
             0x00,
             "SEND_FIRST",
@@ -659,13 +701,28 @@ mod tests {
             true,
             true,
         ),
+        // IBTA 1.5; FLUSH also carries a FETH (checked below).
+        (
+            0x1C, "FLUSH", true, false, false, false, false, false, false,
+        ),
+        (
+            0x1D,
+            "ATOMIC_WRITE",
+            true,
+            false,
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
     ];
 
     #[test]
     fn every_opcode_matches_the_roce_wire_md_table() {
         let mut seen = 0;
         for (base, prefix, ops) in [
-            (0x00u8, "RC", 0x00u8..=0x17),
+            (0x00u8, "RC", 0x00u8..=0x1D),
             (0x20, "UC", 0x00..=0x0B),
             (0x60, "UD", 0x04..=0x05),
         ] {
@@ -694,7 +751,10 @@ mod tests {
                     "{op}"
                 );
                 assert_eq!((op.has_deth(), op.has_payload()), (deth, payload), "{op}");
+                let feth = op == RcFlush;
+                assert_eq!(op.has_feth(), feth, "{op}");
                 let len = 12
+                    + 4 * usize::from(feth)
                     + 8 * usize::from(deth)
                     + 16 * usize::from(reth)
                     + 28 * usize::from(atomic)
@@ -729,6 +789,8 @@ mod tests {
         assert_eq!(UdSendOnly.header_len(), 12 + 8);
         assert_eq!(UdSendOnlyWithImmediate.header_len(), 12 + 8 + 4);
         assert_eq!(UcRdmaWriteFirst.header_len(), 12 + 16);
+        assert_eq!(RcFlush.header_len(), 12 + 4 + 16);
+        assert_eq!(RcAtomicWrite.header_len(), 12 + 16);
     }
 
     #[test]
@@ -744,8 +806,10 @@ mod tests {
             }
         }
         assert_eq!(known, Opcode::ALL.len(), "every opcode decodes");
-        // RESYNC, FLUSH, ATOMIC WRITE and CNP are not supported (yet).
-        for b in [0x15, 0x1C, 0x1D, 0x81] {
+        // RESYNC and CNP are not supported; FLUSH and ATOMIC WRITE are.
+        assert_eq!(Opcode::try_from(0x1C), Ok(RcFlush));
+        assert_eq!(Opcode::try_from(0x1D), Ok(RcAtomicWrite));
+        for b in [0x15, 0x81] {
             assert_eq!(Opcode::try_from(b), Err(Error::UnknownOpcode(b)));
         }
         for w in Opcode::ALL.windows(2) {
@@ -763,6 +827,8 @@ mod tests {
                 op.is_read_response(),
                 op.is_atomic(),
                 op.is_ack(),
+                op.is_flush(),
+                op.is_atomic_write(),
             ];
             assert_eq!(classes.iter().filter(|&&c| c).count(), 1, "{op}");
             assert_eq!(

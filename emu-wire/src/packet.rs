@@ -1,5 +1,5 @@
 //! A whole RoCEv2 UDP payload: BTH, the extended headers its opcode carries in IBTA
-//! order (DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH), payload, pad to a
+//! order (DETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH), payload, pad to a
 //! multiple of 4, and the 4-byte ICRC (IBTA 9.2, Annex A17.4).
 
 use crate::aeth::{AethPacket, AethRepr, Syndrome};
@@ -7,6 +7,7 @@ use crate::atomic::{AtomicAckEthPacket, AtomicAckEthRepr, AtomicEthPacket, Atomi
 use crate::bth::{self, BthPacket, BthRepr};
 use crate::deth::{DethPacket, DethRepr};
 use crate::error::{Error, Result};
+use crate::feth::{FethPacket, FethRepr};
 use crate::imm::{IethPacket, ImmDtPacket};
 use crate::opcode::Opcode;
 use crate::psn::Psn;
@@ -23,7 +24,9 @@ pub struct PacketRepr {
     pub bth: BthRepr,
     /// UD only.
     pub deth: Option<DethRepr>,
-    /// WRITE FIRST/ONLY, READ request.
+    /// FLUSH only (IBTA 1.5).
+    pub feth: Option<FethRepr>,
+    /// WRITE FIRST/ONLY, READ request, FLUSH, ATOMIC WRITE.
     pub reth: Option<RethRepr>,
     /// COMPARE_SWAP, FETCH_ADD.
     pub atomic_eth: Option<AtomicEthRepr>,
@@ -56,6 +59,7 @@ impl PacketRepr {
                 psn,
             },
             deth: opcode.has_deth().then(DethRepr::default),
+            feth: opcode.has_feth().then(FethRepr::default),
             reth: opcode.has_reth().then(RethRepr::default),
             atomic_eth: opcode.has_atomic_eth().then(AtomicEthRepr::default),
             aeth: opcode.has_aeth().then_some(AethRepr {
@@ -88,8 +92,9 @@ impl PacketRepr {
         if b.len() < hlen + ICRC_LEN {
             return Err(Error::Truncated);
         }
-        // IBTA 9.3: extended headers in the order DETH, RETH, AtomicETH, AETH,
-        // AtomicAckETH, ImmDt, IETH. The length check above makes every slice fit.
+        // IBTA 9.3: extended headers in the order DETH, FETH (IBTA 1.5), RETH,
+        // AtomicETH, AETH, AtomicAckETH, ImmDt, IETH. The length check above makes every
+        // slice fit.
         let mut at = bth::HEADER_LEN;
         let mut next = |n: usize| {
             let s = &b[at..at + n];
@@ -98,6 +103,11 @@ impl PacketRepr {
         };
         let deth = if op.has_deth() {
             Some(DethRepr::parse(&DethPacket::new_unchecked(next(8)))?)
+        } else {
+            None
+        };
+        let feth = if op.has_feth() {
+            Some(FethRepr::parse(&FethPacket::new_unchecked(next(4)))?)
         } else {
             None
         };
@@ -148,6 +158,7 @@ impl PacketRepr {
         let repr = PacketRepr {
             bth,
             deth,
+            feth,
             reth,
             atomic_eth,
             aeth,
@@ -163,6 +174,7 @@ impl PacketRepr {
         let op = self.bth.opcode;
         [
             (op.has_deth() && self.deth.is_none(), "DETH"),
+            (op.has_feth() && self.feth.is_none(), "FETH"),
             (op.has_reth() && self.reth.is_none(), "RETH"),
             (
                 op.has_atomic_eth() && self.atomic_eth.is_none(),
@@ -219,6 +231,11 @@ impl PacketRepr {
             self.deth
                 .unwrap_or_default()
                 .emit(&mut DethPacket::new_unchecked(&mut buf[next(8)]));
+        }
+        if op.has_feth() {
+            self.feth
+                .unwrap_or_default()
+                .emit(&mut FethPacket::new_unchecked(&mut buf[next(4)]));
         }
         if op.has_reth() {
             self.reth
@@ -280,6 +297,7 @@ mod tests {
             let r = PacketRepr::new(op, 0x12, Psn::new(3));
             assert_eq!(r.missing_header(), None, "{op}");
             assert_eq!(r.deth.is_some(), op.has_deth());
+            assert_eq!(r.feth.is_some(), op.has_feth());
             assert_eq!(r.reth.is_some(), op.has_reth());
             assert_eq!(r.atomic_eth.is_some(), op.has_atomic_eth());
             assert_eq!(r.aeth.is_some(), op.has_aeth());
@@ -350,8 +368,8 @@ mod tests {
             PacketRepr::parse(&b[..n]).unwrap_err(),
             Error::BadVersion(2)
         );
-        // RESYNC, FLUSH, ATOMIC WRITE, CNP: not supported
-        for op in [0x15, 0x1C, 0x1D, 0x81] {
+        // RESYNC, CNP: not supported
+        for op in [0x15, 0x81] {
             let mut b = buf;
             b[0] = op;
             assert_eq!(
@@ -368,6 +386,42 @@ mod tests {
         let n = send.emit(&mut buf, &[]);
         buf[1] = 0x10;
         assert_eq!(PacketRepr::parse(&buf[..n]).unwrap_err(), Error::BadPadding);
+    }
+
+    #[test]
+    fn flush_and_atomic_write_layouts() {
+        // FLUSH: BTH, FETH, RETH, no payload (IBTA 1.5; kernel rxe 6.12's order).
+        let mut r = PacketRepr::new(RcFlush, 0x18, Psn::new(0x400));
+        r.feth = Some(crate::FethRepr {
+            placement_type: crate::feth::PLACEMENT_GLOBAL,
+            selectivity_level: crate::feth::SELECTIVITY_MR,
+        });
+        r.reth = Some(RethRepr {
+            va: 0x1122_3344_5566_7788,
+            rkey: 0x99,
+            dma_len: 64,
+        });
+        let mut buf = [0u8; 64];
+        let n = r.emit(&mut buf, &[]);
+        assert_eq!(n, 12 + 4 + 16 + 4);
+        assert_eq!(&buf[12..16], &[0, 0, 0, 0x11]);
+        assert_eq!(&buf[16..24], &0x1122_3344_5566_7788u64.to_be_bytes());
+        let (back, payload) = PacketRepr::parse(&buf[..n]).unwrap();
+        assert_eq!((back, payload), (r, &[][..]));
+        // payload on a FLUSH is refused
+        let n2 = r.emit(&mut buf, &[1, 2, 3, 4]);
+        assert_eq!(PacketRepr::parse(&buf[..n2]).unwrap_err(), Error::BadLength);
+        // ATOMIC WRITE: BTH, RETH, 8 bytes of payload.
+        let mut w = PacketRepr::new(RcAtomicWrite, 0x17, Psn::new(0x200));
+        w.reth = Some(RethRepr {
+            va: 0x7f00_0000_1040,
+            rkey: 0x22a,
+            dma_len: 8,
+        });
+        let n = w.emit(&mut buf, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(n, 12 + 16 + 8 + 4);
+        let (back, payload) = PacketRepr::parse(&buf[..n]).unwrap();
+        assert_eq!((back, payload), (w, &[1, 2, 3, 4, 5, 6, 7, 8][..]));
     }
 
     #[test]

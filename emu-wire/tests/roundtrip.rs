@@ -35,6 +35,13 @@ fn arb_repr() -> impl Strategy<Value = (PacketRepr, Vec<u8>)> {
                         dma_len: len,
                     });
                 }
+                if r.feth.is_some() {
+                    // Every value the two fields can hold, reserved ones included.
+                    r.feth = Some(FethRepr {
+                        placement_type: (a & 0x0F) as u8,
+                        selectivity_level: ((a >> 4) & 0x03) as u8,
+                    });
+                }
                 if r.atomic_eth.is_some() {
                     r.atomic_eth = Some(AtomicEthRepr {
                         va,

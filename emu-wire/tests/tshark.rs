@@ -79,7 +79,15 @@ fn tshark_decodes_every_opcode_cleanly() {
         dst_port: 4791,
     };
     let mut expected = Vec::new();
-    for (i, op) in Opcode::ALL.iter().enumerate() {
+    // tshark 4.0's InfiniBand dissector predates IBTA 1.5: it shows FLUSH and ATOMIC
+    // WRITE as "Unknown OpCode" (the rxe corpus's tshark fields for them are empty too),
+    // so they are left out here; tests/golden.rs checks them against kernel rxe 6.12.
+    let ops: Vec<Opcode> = Opcode::ALL
+        .iter()
+        .copied()
+        .filter(|o| !o.is_flush() && !o.is_atomic_write())
+        .collect();
+    for (i, op) in ops.iter().enumerate() {
         let qpn = 0x11 + i as u32;
         let psn = Psn::new(0xFF_FFF0 + 3 * i as u32);
         let mut repr = PacketRepr::new(*op, qpn, psn);
@@ -153,6 +161,6 @@ fn tshark_decodes_every_opcode_cleanly() {
         at += 16 + len;
         frames += 1;
     }
-    assert_eq!(frames, Opcode::ALL.len());
+    assert_eq!(frames, ops.len());
     std::fs::remove_file(&path).ok();
 }
