@@ -63,6 +63,27 @@ bitflags::bitflags! {
     }
 }
 
+bitflags::bitflags! {
+    /// The extended capabilities of `ibv_device_attr_ex.device_cap_flags_ex` above
+    /// bit 31 (`IB_UVERBS_DEVICE_*` of `<rdma/ib_user_verbs.h>`; the low 32 bits of
+    /// that field repeat [`DeviceCapFlags`]).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct DeviceCapFlagsEx: u64 {
+        /// `IB_UVERBS_DEVICE_RAW_SCATTER_FCS`: raw packet QPs can scatter the FCS.
+        const RAW_SCATTER_FCS = 1 << 34;
+        /// `IB_UVERBS_DEVICE_PCI_WRITE_END_PADDING`: PCI write end padding.
+        const PCI_WRITE_END_PADDING = 1 << 36;
+        /// `IB_UVERBS_DEVICE_FLUSH_GLOBAL`: RDMA FLUSH to global visibility (IBTA
+        /// 1.5), `IBV_FLUSH_GLOBAL`.
+        const FLUSH_GLOBAL = 1 << 38;
+        /// `IB_UVERBS_DEVICE_FLUSH_PERSISTENT`: RDMA FLUSH to persistence (IBTA
+        /// 1.5), `IBV_FLUSH_PERSISTENT`.
+        const FLUSH_PERSISTENT = 1 << 39;
+        /// `IB_UVERBS_DEVICE_ATOMIC_WRITE`: RDMA ATOMIC WRITE (IBTA 1.5).
+        const ATOMIC_WRITE = 1 << 40;
+    }
+}
+
 verbs_enum! {
     /// `enum ibv_atomic_cap`: the atomicity guarantee of atomic operations
     /// (manual 3.3.1 ibv_query_device, "atomic_cap").
@@ -112,6 +133,9 @@ pub struct DeviceAttr {
     pub max_qp_wr: u32,
     /// Optional capabilities.
     pub device_cap_flags: DeviceCapFlags,
+    /// Extended capabilities (`ibv_query_device_ex`'s `device_cap_flags_ex`, the bits
+    /// above [`DeviceCapFlags`]): FLUSH and ATOMIC WRITE.
+    pub device_cap_flags_ex: DeviceCapFlagsEx,
     /// Maximum SGEs per WR for non-RD QPs.
     pub max_sge: u32,
     /// Maximum SGEs per WR for RD QPs.

@@ -125,6 +125,32 @@ impl core::fmt::Display for WrOpcode {
     }
 }
 
+bitflags::bitflags! {
+    /// `enum ibv_placement_type`: what an RDMA FLUSH makes of the data it covers
+    /// (IBTA 1.5, FETH placement type; the `type` of `ibv_wr_flush`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct FlushPlacement: u8 {
+        /// `IBV_FLUSH_GLOBAL`: globally visible. The target memory region needs
+        /// [`AccessFlags::FLUSH_GLOBAL`](crate::AccessFlags::FLUSH_GLOBAL).
+        const GLOBAL = 1 << 0;
+        /// `IBV_FLUSH_PERSISTENT`: persistent. The target memory region needs
+        /// [`AccessFlags::FLUSH_PERSISTENT`](crate::AccessFlags::FLUSH_PERSISTENT).
+        const PERSISTENT = 1 << 1;
+    }
+}
+
+verbs_enum! {
+    /// `enum ibv_selectivity_level`: what an RDMA FLUSH covers (IBTA 1.5, FETH
+    /// selectivity level; the `level` of `ibv_wr_flush`).
+    pub enum FlushLevel ("ibv_selectivity_level") {
+        /// `IBV_FLUSH_RANGE`: the range `[remote_addr, remote_addr + length)`.
+        Range = 0,
+        /// `IBV_FLUSH_MR`: the whole memory region the rkey names; the address and
+        /// length are not looked at.
+        Mr = 1,
+    }
+}
+
 /// `struct ibv_mw_bind_info`: what a type 2 memory window is bound to (the
 /// `bind_mw.bind_info` of a BIND_MW work request; manual 2.3.5 Memory Window).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -226,6 +252,32 @@ pub enum WrOperation {
         /// What the window is bound to.
         bind_info: MwBindInfo,
     },
+    /// `IBV_WR_ATOMIC_WRITE` (`ibv_wr_atomic_write`, IBTA 1.5): write 8 bytes to an
+    /// 8-byte aligned remote address as one unit, with remote write access. The data
+    /// travel in the request; the WR's scatter/gather list must be empty.
+    AtomicWrite {
+        /// Remote virtual address (8-byte aligned, checked by the responder).
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// The 8 bytes, in the order they land in remote memory.
+        data: [u8; 8],
+    },
+    /// `IBV_WR_FLUSH` (`ibv_wr_flush`, IBTA 1.5): make earlier writes to a remote range
+    /// or region globally visible or persistent; completes once they are. The WR's
+    /// scatter/gather list must be empty.
+    Flush {
+        /// Remote virtual address (not looked at with [`FlushLevel::Mr`]).
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Length of the range (not looked at with [`FlushLevel::Mr`]).
+        length: u32,
+        /// What to make of the data: one or both of the placement types.
+        placement: FlushPlacement,
+        /// Over what.
+        level: FlushLevel,
+    },
 }
 
 impl WrOperation {
@@ -243,6 +295,8 @@ impl WrOperation {
             WrOperation::AtomicFetchAndAdd { .. } => WrOpcode::AtomicFetchAndAdd,
             WrOperation::LocalInv { .. } => WrOpcode::LocalInv,
             WrOperation::BindMw { .. } => WrOpcode::BindMw,
+            WrOperation::AtomicWrite { .. } => WrOpcode::AtomicWrite,
+            WrOperation::Flush { .. } => WrOpcode::Flush,
         }
     }
 
@@ -262,6 +316,8 @@ impl WrOperation {
             WrOperation::AtomicFetchAndAdd { .. } => WcOpcode::FetchAdd,
             WrOperation::LocalInv { .. } => WcOpcode::LocalInv,
             WrOperation::BindMw { .. } => WcOpcode::BindMw,
+            WrOperation::AtomicWrite { .. } => WcOpcode::AtomicWrite,
+            WrOperation::Flush { .. } => WcOpcode::Flush,
         }
     }
 
@@ -289,6 +345,12 @@ impl WrOperation {
             }
             | WrOperation::AtomicFetchAndAdd {
                 remote_addr, rkey, ..
+            }
+            | WrOperation::AtomicWrite {
+                remote_addr, rkey, ..
+            }
+            | WrOperation::Flush {
+                remote_addr, rkey, ..
             } => Some((*remote_addr, *rkey)),
             _ => None,
         }
@@ -313,11 +375,17 @@ impl WrOperation {
         )
     }
 
-    /// True for operations that read remote memory and so count against
-    /// `max_rd_atomic` / `max_dest_rd_atomic` (RDMA READ and atomics).
+    /// True for operations that take a responder resource and so count against
+    /// `max_rd_atomic` / `max_dest_rd_atomic`: RDMA READ, the atomics, and (IBTA
+    /// 1.5) ATOMIC WRITE and FLUSH, which are answered by a READ response.
     #[must_use]
     pub const fn is_read_or_atomic(&self) -> bool {
-        matches!(self, WrOperation::RdmaRead { .. }) || self.is_atomic()
+        matches!(
+            self,
+            WrOperation::RdmaRead { .. }
+                | WrOperation::AtomicWrite { .. }
+                | WrOperation::Flush { .. }
+        ) || self.is_atomic()
     }
 
     /// True if the operation consumes a receive WR at the responder (SENDs and
@@ -479,6 +547,44 @@ impl SendWr {
         )
     }
 
+    /// An ATOMIC WRITE (IBTA 1.5) of `data` to `remote_addr`; no local memory.
+    #[must_use]
+    pub fn atomic_write(wr_id: u64, remote_addr: u64, rkey: u32, data: [u8; 8]) -> SendWr {
+        SendWr::new(
+            wr_id,
+            SgList::new(),
+            WrOperation::AtomicWrite {
+                remote_addr,
+                rkey,
+                data,
+            },
+        )
+    }
+
+    /// A FLUSH (IBTA 1.5) of `length` bytes at `remote_addr` (or of the whole region
+    /// with [`FlushLevel::Mr`]); no local memory.
+    #[must_use]
+    pub fn flush(
+        wr_id: u64,
+        remote_addr: u64,
+        rkey: u32,
+        length: u32,
+        placement: FlushPlacement,
+        level: FlushLevel,
+    ) -> SendWr {
+        SendWr::new(
+            wr_id,
+            SgList::new(),
+            WrOperation::Flush {
+                remote_addr,
+                rkey,
+                length,
+                placement,
+                level,
+            },
+        )
+    }
+
     /// Replaces the send flags.
     #[must_use]
     pub fn with_flags(mut self, flags: SendFlags) -> SendWr {
@@ -596,6 +702,18 @@ mod tests {
                 new_rkey: 2,
                 bind_info: MwBindInfo::default(),
             },
+            WrOperation::AtomicWrite {
+                remote_addr: 8,
+                rkey: 4,
+                data: [1; 8],
+            },
+            WrOperation::Flush {
+                remote_addr: 8,
+                rkey: 4,
+                length: 16,
+                placement: FlushPlacement::GLOBAL,
+                level: FlushLevel::Range,
+            },
         ]
     }
 
@@ -643,6 +761,8 @@ mod tests {
             (WrOpcode::AtomicFetchAndAdd, WcOpcode::FetchAdd),
             (WrOpcode::LocalInv, WcOpcode::LocalInv),
             (WrOpcode::BindMw, WcOpcode::BindMw),
+            (WrOpcode::AtomicWrite, WcOpcode::AtomicWrite),
+            (WrOpcode::Flush, WcOpcode::Flush),
         ];
         for (op, (wr, wc)) in all_ops().iter().zip(expect) {
             assert_eq!((op.opcode(), op.wc_opcode()), (wr, wc), "{op:?}");
@@ -655,7 +775,7 @@ mod tests {
         let count = |f: fn(&WrOperation) -> bool| ops.iter().filter(|o| f(o)).count();
         assert_eq!(count(WrOperation::is_send), 3);
         assert_eq!(count(WrOperation::is_atomic), 2);
-        assert_eq!(count(WrOperation::is_read_or_atomic), 3);
+        assert_eq!(count(WrOperation::is_read_or_atomic), 5);
         assert_eq!(count(WrOperation::consumes_recv_wr), 4);
         assert_eq!(
             ops.iter()
@@ -663,7 +783,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             [1, 5]
         );
-        assert_eq!(ops.iter().filter(|o| o.remote().is_some()).count(), 5);
+        assert_eq!(ops.iter().filter(|o| o.remote().is_some()).count(), 7);
     }
 
     #[test]

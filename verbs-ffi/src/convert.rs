@@ -26,10 +26,10 @@
 use std::ffi::{c_char, c_uint};
 
 use verbs_api::{
-    AccessFlags, AhAttr, AhId, AsyncEventType, AtomicCap, DeviceAttr, DeviceCapFlags, Error, Gid,
-    GlobalRoute, LinkLayer, MigState, Mtu, MwBindInfo, PortAttr, PortState, QpAttr, QpAttrMask,
-    QpCap, QpState, RecvWr, Result, SendFlags, SendWr, Sge, SrqAttr, UdDest, WcFlags, WcOpcode,
-    WcStatus, WorkCompletion, WrOperation,
+    AccessFlags, AhAttr, AhId, AsyncEventType, AtomicCap, DeviceAttr, DeviceCapFlags,
+    DeviceCapFlagsEx, Error, Gid, GlobalRoute, LinkLayer, MigState, Mtu, MwBindInfo, PortAttr,
+    PortState, QpAttr, QpAttrMask, QpCap, QpState, RecvWr, Result, SendFlags, SendWr, Sge, SrqAttr,
+    UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOperation,
 };
 
 use crate::sys;
@@ -500,6 +500,18 @@ pub fn device_attr_to_c(d: &DeviceAttr) -> sys::ibv_device_attr {
     }
 }
 
+/// The extended capability bits of `ibv_device_attr_ex.device_cap_flags_ex` (the
+/// bits above the 32 of `device_cap_flags`; unknown ones are kept).
+pub fn device_cap_flags_ex_from_c(flags_ex: u64) -> DeviceCapFlagsEx {
+    DeviceCapFlagsEx::from_bits_retain(flags_ex & !u64::from(u32::MAX))
+}
+
+/// `device_cap_flags_ex` of `ibv_device_attr_ex`: the 32 bits of `device_cap_flags`
+/// and the extended ones above them.
+pub fn device_cap_flags_ex_to_c(d: &DeviceAttr) -> u64 {
+    u64::from(d.device_cap_flags.bits()) | d.device_cap_flags_ex.bits()
+}
+
 /// `ibv_device_attr` to [`DeviceAttr`] (an `atomic_cap` outside its enum reads as
 /// `None`).
 pub fn device_attr_from_c(a: &sys::ibv_device_attr) -> DeviceAttr {
@@ -515,6 +527,8 @@ pub fn device_attr_from_c(a: &sys::ibv_device_attr) -> DeviceAttr {
         max_qp: count(a.max_qp),
         max_qp_wr: count(a.max_qp_wr),
         device_cap_flags: DeviceCapFlags::from_bits_retain(a.device_cap_flags),
+        // Only `ibv_device_attr_ex` has them (see `device_cap_flags_ex_from_c`).
+        device_cap_flags_ex: DeviceCapFlagsEx::empty(),
         max_sge: count(a.max_sge),
         max_sge_rd: count(a.max_sge_rd),
         max_cq: count(a.max_cq),
@@ -788,6 +802,18 @@ mod tests {
     }
 
     #[test]
+    fn extended_device_caps_round_trip_above_the_32_bits() {
+        let d = DeviceAttr {
+            device_cap_flags: DeviceCapFlags::MEM_WINDOW,
+            device_cap_flags_ex: DeviceCapFlagsEx::ATOMIC_WRITE | DeviceCapFlagsEx::FLUSH_GLOBAL,
+            ..DeviceAttr::default()
+        };
+        let ex = device_cap_flags_ex_to_c(&d);
+        assert_eq!(ex, (1 << 17) | (1 << 40) | (1 << 38));
+        assert_eq!(device_cap_flags_ex_from_c(ex), d.device_cap_flags_ex);
+    }
+
+    #[test]
     fn device_attr_counts_saturate_both_ways() {
         let d = DeviceAttr {
             max_qp: u32::MAX,
@@ -924,6 +950,7 @@ mod tests {
                 vendor_part_id: ids.5,
                 hw_ver: ids.6,
                 device_cap_flags: DeviceCapFlags::from_bits_retain(caps),
+                device_cap_flags_ex: DeviceCapFlagsEx::empty(),
                 atomic_cap: [AtomicCap::None, AtomicCap::Hca, AtomicCap::Glob][atomic],
                 max_qp: c[0],
                 max_qp_wr: c[1],

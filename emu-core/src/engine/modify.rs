@@ -83,12 +83,15 @@ pub(crate) fn transition_rules(qp_type: QpType, cur: QpState, next: QpState) -> 
     }
 }
 
-/// The access rights a QP may grant its peer (manual 3.5 `qp_access_flags`).
+/// The access rights a QP may grant its peer (manual 3.5 `qp_access_flags`), with
+/// the FLUSH placement types of IBTA 1.5 (kernel rxe checks them on the QP too).
 const QP_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)
     .union(AccessFlags::REMOTE_READ)
     .union(AccessFlags::REMOTE_ATOMIC)
-    .union(AccessFlags::MW_BIND);
+    .union(AccessFlags::MW_BIND)
+    .union(AccessFlags::FLUSH_GLOBAL)
+    .union(AccessFlags::FLUSH_PERSISTENT);
 
 /// Checks the values of the attributes in `mask` (manual 3.5, `struct ibv_qp_attr`).
 fn check_values(attr: &QpAttr, mask: M, limits: &Limits, port: &Port) -> Result<()> {

@@ -342,6 +342,33 @@ impl MrTable {
     }
 }
 
+impl MrTable {
+    /// Checks a remote access to a whole region: the R_Key must name a region of `pd`
+    /// that grants `need`; no address range is looked at. A FLUSH at the memory region
+    /// selectivity level asks this (IBTA 1.5 FETH: the RETH's address and length are
+    /// ignored; kernel rxe skips its range check the same way). A key of a memory
+    /// window is checked as [`resolve_remote`](Self::resolve_remote) does, at `va`.
+    pub(crate) fn check_remote_region(
+        &self,
+        pd: PdId,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        need: AccessFlags,
+    ) -> std::result::Result<(), AccessError> {
+        let Some(mr) = self.by_key(rkey) else {
+            return self.resolve_window(pd, qpn, rkey, va, 0, need).map(|_| ());
+        };
+        if mr.pd != pd {
+            return Err(AccessError::WrongPd);
+        }
+        if !mr.access.contains(need) {
+            return Err(AccessError::NotPermitted);
+        }
+        Ok(())
+    }
+}
+
 /// The offset of `[addr, addr + len)` inside the region, if it lies wholly inside.
 pub(crate) fn range_in(mr: &MemoryRegion, addr: u64, len: u64) -> Option<usize> {
     let start = addr.checked_sub(mr.addr)?;

@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 
 use emu_wire::Psn;
 use verbs_api::{
-    AsyncEventType, Error, MemBuf, PostError, QpAttr, QpState, QpType, RecvWr, SendFlags, SendWr,
-    WcOpcode, WcStatus, WorkCompletion, WrOperation,
+    AsyncEventType, Error, FlushPlacement, MemBuf, PostError, QpAttr, QpState, QpType, RecvWr,
+    SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOperation,
 };
 
 use super::ctx::Ctx;
@@ -187,6 +187,24 @@ impl QueuePair {
             if total < 8 || remote_addr % 8 != 0 {
                 return Err(Error::InvalidArgument(
                     "atomics need 8 local bytes and an 8-byte aligned remote address",
+                ));
+            }
+        }
+        if let WrOperation::AtomicWrite { .. } | WrOperation::Flush { .. } = wr.op {
+            // IBTA 1.5: ATOMIC WRITE carries its 8 bytes in the request and FLUSH
+            // moves no data: neither has local memory (libibverbs' `ibv_wr_atomic_write`
+            // and `ibv_wr_flush` take none).
+            if !wr.sg_list.is_empty() || wr.send_flags.contains(SendFlags::INLINE) {
+                return Err(Error::InvalidArgument(
+                    "ATOMIC WRITE and FLUSH take no scatter/gather list",
+                ));
+            }
+        }
+        if let WrOperation::Flush { placement, .. } = wr.op {
+            // IBTA 1.5 FETH: at least one placement type, and only the two defined.
+            if placement.is_empty() || placement.bits() & !FlushPlacement::all().bits() != 0 {
+                return Err(Error::InvalidArgument(
+                    "FLUSH needs the GLOBAL or PERSISTENT placement type",
                 ));
             }
         }

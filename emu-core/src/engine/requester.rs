@@ -4,11 +4,12 @@
 //! (a READ request takes as many PSNs as its response has packets, IBTA 9.7.1.1), the
 //! AckReq bit on the last packet of every message and at least every
 //! [`ACK_REQ_EVERY`] packets, a window of [`MAX_UNACKED_PSNS`] unacknowledged PSNs,
-//! `max_rd_atomic` outstanding READ/ATOMIC requests (IBTA 9.7), and FENCE
+//! `max_rd_atomic` outstanding READ/ATOMIC requests (IBTA 9.7; ATOMIC WRITE and
+//! FLUSH, IBTA 1.5, count among them: the responder answers them as a READ), and FENCE
 //! (a fenced WQE waits for every earlier READ/ATOMIC to complete, manual 3.6).
 
 use emu_wire::{pad_count, Opcode, PacketRepr, Position, Transport, ICRC_LEN};
-use emu_wire::{AtomicEthRepr, DethRepr, RethRepr};
+use emu_wire::{AtomicEthRepr, DethRepr, FethRepr, RethRepr};
 use verbs_api::{QpState, QpType, SendFlags, WcStatus, WrOperation};
 
 use super::ctx::Ctx;
@@ -113,6 +114,8 @@ impl QueuePair {
             }
         };
         let psn = wqe.first_psn.add(wqe.next_off);
+        // The 8 bytes an ATOMIC WRITE carries in its request (not from local memory).
+        let mut carried: Option<[u8; 8]> = None;
         let (repr, payload_off, payload_len, consumed) = match wqe.kind() {
             ReqKind::Send | ReqKind::Write => {
                 let k = wqe.next_off;
@@ -175,6 +178,53 @@ impl QueuePair {
                 (repr, 0, 0, wqe.npsn - wqe.next_off)
             }
             ReqKind::Local => unreachable!("local operations run above"),
+            ReqKind::AtomicWrite => {
+                // IBTA 1.5 ATOMIC WRITE: a RETH for 8 bytes and the 8 bytes as payload,
+                // one packet, AckReq (answered by a READ response).
+                let WrOperation::AtomicWrite {
+                    remote_addr,
+                    rkey,
+                    data,
+                } = wqe.op
+                else {
+                    unreachable!("atomic write kind")
+                };
+                let mut repr = PacketRepr::new(Opcode::RcAtomicWrite, dest_qp, psn);
+                repr.reth = Some(RethRepr {
+                    va: remote_addr,
+                    rkey,
+                    dma_len: 8,
+                });
+                repr.bth.ack_req = true;
+                carried = Some(data);
+                (repr, 0, 8, 1)
+            }
+            ReqKind::Flush => {
+                // IBTA 1.5 FLUSH: FETH (placement type, selectivity level) and RETH, no
+                // payload, one packet, AckReq (answered by a READ response).
+                let WrOperation::Flush {
+                    remote_addr,
+                    rkey,
+                    length,
+                    placement,
+                    level,
+                } = wqe.op
+                else {
+                    unreachable!("flush kind")
+                };
+                let mut repr = PacketRepr::new(Opcode::RcFlush, dest_qp, psn);
+                repr.feth = Some(FethRepr {
+                    placement_type: placement.bits(),
+                    selectivity_level: level.as_u32() as u8,
+                });
+                repr.reth = Some(RethRepr {
+                    va: remote_addr,
+                    rkey,
+                    dma_len: length,
+                });
+                repr.bth.ack_req = true;
+                (repr, 0, 0, 1)
+            }
             ReqKind::Atomic => {
                 let (opcode, eth) = match wqe.op {
                     WrOperation::AtomicCmpAndSwp {
@@ -246,8 +296,9 @@ impl QueuePair {
         }
         let wqe = &mut self.sq[idx];
         let pkey = ctx.port.pkey_at(self.attr.pkey_index);
-        let size = emit(buf, &mut repr, pkey, payload_len, |dst| {
-            QueuePair::read_segments(wqe.local(), payload_off, dst)
+        let size = emit(buf, &mut repr, pkey, payload_len, |dst| match carried {
+            Some(data) => dst.copy_from_slice(&data),
+            None => QueuePair::read_segments(wqe.local(), payload_off, dst),
         });
         wqe.next_off += consumed;
         if wqe.fully_sent() {

@@ -9,9 +9,20 @@
 //! asked (AckReq), which coalesces ACKs. READ and ATOMIC requests are remembered in a
 //! ring of `max_dest_rd_atomic` resources, so that a duplicate READ is replayed and a
 //! duplicate ATOMIC answered with its saved result, never executed twice.
+//!
+//! IBTA 1.5 adds ATOMIC WRITE (8 bytes written as one unit, with remote write access)
+//! and FLUSH (make a range or a whole region globally visible or persistent, with the
+//! region's FLUSH access for each placement type asked). Both take a responder
+//! resource and are answered by a zero-length RDMA READ RESPONSE ONLY, as kernel rxe
+//! 6.12 answers them (the rxe corpus has the frames); a duplicate is answered again,
+//! never executed twice. Requests execute in PSN order, so every WRITE before a
+//! FLUSH has landed when the FLUSH executes; the emulator's memory is the placement
+//! target, globally visible and as persistent as it gets, so there is nothing more to
+//! wait for.
 
 use std::collections::VecDeque;
 
+use emu_wire::feth::{PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT, SELECTIVITY_MR, SELECTIVITY_RANGE};
 use emu_wire::{AethRepr, AtomicAckEthRepr, NakCode, Opcode, PacketRepr, Position, Psn, Syndrome};
 use verbs_api::{
     AccessFlags, AsyncEventType, QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -54,8 +65,17 @@ struct RdAtomicResource {
 
 #[derive(Debug, Clone, Copy)]
 enum ResourceKind {
-    Read { va: u64, length: u64, rkey: u32 },
-    Atomic { orig: u64 },
+    Read {
+        va: u64,
+        length: u64,
+        rkey: u32,
+    },
+    Atomic {
+        orig: u64,
+    },
+    /// An executed ATOMIC WRITE or FLUSH (IBTA 1.5): a duplicate gets its empty READ
+    /// response again and is not executed.
+    Replay,
 }
 
 /// A response waiting to be sent.
@@ -402,6 +422,14 @@ impl QueuePair {
             Some(AccessFlags::REMOTE_READ)
         } else if opcode.is_atomic() {
             Some(AccessFlags::REMOTE_ATOMIC)
+        } else if opcode.is_atomic_write() {
+            // IBTA 1.5: an ATOMIC WRITE is a write (kernel rxe checks REMOTE_WRITE on
+            // the QP and the region).
+            Some(AccessFlags::REMOTE_WRITE)
+        } else if opcode.is_flush() {
+            // IBTA 1.5 FETH: the QP must allow each placement type asked for, which
+            // must be at least one of the two defined.
+            Some(flush_access(repr).ok_or(INVALID_REQUEST)?)
         } else {
             None
         };
@@ -434,6 +462,10 @@ impl QueuePair {
             self.execute_read(ctx, repr)
         } else if opcode.is_atomic() {
             self.execute_atomic(ctx, repr)
+        } else if opcode.is_atomic_write() {
+            self.execute_atomic_write(ctx, repr, payload)
+        } else if opcode.is_flush() {
+            self.execute_flush(ctx, repr)
         } else {
             // IBTA 9.7.4.1: an opcode the responder does not implement.
             Err(INVALID_REQUEST)
@@ -723,6 +755,92 @@ impl QueuePair {
         Ok(())
     }
 
+    /// ATOMIC WRITE (IBTA 1.5): the R_Key and range checks of a WRITE, then exactly 8
+    /// bytes (RETH DMA length and payload) at an 8-byte aligned address, written while
+    /// the region's lock is held, so no other access sees half of them. A length or
+    /// alignment error is an invalid request (kernel rxe: `RESPST_ERR_LENGTH`,
+    /// `RESPST_ERR_MISALIGNED_ATOMIC`); nothing is written before every check passed.
+    fn execute_atomic_write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        repr: &PacketRepr,
+        payload: &[u8],
+    ) -> Result<(), Fatal> {
+        if self.attr.max_dest_rd_atomic == 0 {
+            // It takes a responder resource, as a READ does (IBTA 9.7.4.1).
+            return Err(LENGTH_ERROR);
+        }
+        let reth = repr.reth.ok_or(INVALID_REQUEST)?;
+        let seg = self.remote(
+            ctx,
+            reth.rkey,
+            reth.va,
+            u64::from(reth.dma_len),
+            AccessFlags::REMOTE_WRITE,
+        )?;
+        if reth.dma_len != 8 || payload.len() != 8 {
+            return Err(LENGTH_ERROR);
+        }
+        if reth.va % 8 != 0 {
+            return Err(LENGTH_ERROR);
+        }
+        super::mr::scatter(std::slice::from_ref(&seg), 0, payload);
+        self.replayable_done(repr.bth.psn);
+        Ok(())
+    }
+
+    /// FLUSH (IBTA 1.5): the R_Key must grant the FLUSH access of every placement type
+    /// asked for; at the memory range level the RETH's range must lie in the region,
+    /// at the memory region level only the key counts. Every earlier request has
+    /// executed (PSN order) and the memory is the placement target, so the FLUSH is
+    /// done once checked.
+    fn execute_flush(&mut self, ctx: &mut Ctx<'_>, repr: &PacketRepr) -> Result<(), Fatal> {
+        if self.attr.max_dest_rd_atomic == 0 {
+            return Err(LENGTH_ERROR);
+        }
+        let (Some(feth), Some(reth)) = (repr.feth, repr.reth) else {
+            return Err(INVALID_REQUEST);
+        };
+        let need = flush_access(repr).ok_or(INVALID_REQUEST)?;
+        match feth.selectivity_level {
+            SELECTIVITY_RANGE => {
+                self.remote(ctx, reth.rkey, reth.va, u64::from(reth.dma_len), need)?;
+            }
+            SELECTIVITY_MR => ctx
+                .mrs
+                .check_remote_region(self.init.pd, self.qpn, reth.rkey, reth.va, need)
+                .map_err(|_: AccessError| ACCESS_ERROR)?,
+            // Levels 2 and 3 are reserved.
+            _ => return Err(INVALID_REQUEST),
+        }
+        self.replayable_done(repr.bth.psn);
+        Ok(())
+    }
+
+    /// An ATOMIC WRITE or FLUSH at `psn` executed: remember it for duplicates and
+    /// answer it with a zero-length READ RESPONSE ONLY.
+    fn replayable_done(&mut self, psn: Psn) {
+        self.resp.remember(
+            RdAtomicResource {
+                first_psn: psn,
+                npsn: 1,
+                kind: ResourceKind::Replay,
+            },
+            self.attr.max_dest_rd_atomic,
+        );
+        self.resp.complete_message();
+        let msn = self.resp.msn;
+        self.resp.push(Response::Read {
+            first_psn: psn,
+            next: 0,
+            seg: None,
+            length: 0,
+            msn,
+        });
+        self.resp.epsn = psn.add(1);
+        self.resp.nak_outstanding = false;
+    }
+
     /// R_Key checks (IBTA 9.7.4.1); any failure is a remote access error.
     fn remote(
         &self,
@@ -803,6 +921,25 @@ impl QueuePair {
             {
                 let msn = self.resp.msn;
                 self.resp.push(Response::Atomic { psn, orig, msn });
+            }
+        } else if opcode.is_atomic_write() || opcode.is_flush() {
+            // IBTA 1.5: executed once; a duplicate whose resource is still held gets
+            // the same empty READ response again.
+            let found = self
+                .resp
+                .resources
+                .iter()
+                .rev()
+                .any(|r| r.first_psn == psn && matches!(r.kind, ResourceKind::Replay));
+            if found {
+                let msn = self.resp.msn;
+                self.resp.push(Response::Read {
+                    first_psn: psn,
+                    next: 0,
+                    seg: None,
+                    length: 0,
+                    msn,
+                });
             }
         } else {
             // Every duplicate SEND/WRITE is acknowledged again (C9-105, as kernel rxe);
@@ -888,4 +1025,22 @@ impl QueuePair {
             kind,
         })
     }
+}
+
+/// The region access a FLUSH needs: FLUSH_GLOBAL and/or FLUSH_PERSISTENT for the
+/// placement types of its FETH (IBTA 1.5); `None` when it asks for none or for a
+/// reserved one.
+fn flush_access(repr: &PacketRepr) -> Option<AccessFlags> {
+    let placement = repr.feth?.placement_type;
+    if placement == 0 || placement & !(PLACEMENT_GLOBAL | PLACEMENT_PERSISTENT) != 0 {
+        return None;
+    }
+    let mut need = AccessFlags::empty();
+    if placement & PLACEMENT_GLOBAL != 0 {
+        need |= AccessFlags::FLUSH_GLOBAL;
+    }
+    if placement & PLACEMENT_PERSISTENT != 0 {
+        need |= AccessFlags::FLUSH_PERSISTENT;
+    }
+    Some(need)
 }

@@ -22,6 +22,12 @@ pub(crate) enum ReqKind {
     Write,
     Read,
     Atomic,
+    /// ATOMIC WRITE (IBTA 1.5): one packet carrying its 8 bytes, answered by a
+    /// zero-length READ response.
+    AtomicWrite,
+    /// FLUSH (IBTA 1.5): one packet without payload, answered by a zero-length READ
+    /// response.
+    Flush,
     /// A bind or LOCAL_INV: no packet, run by the requester (see `mw`).
     Local,
 }
@@ -84,12 +90,31 @@ impl SendWqe {
             WrOperation::RdmaWrite { .. } | WrOperation::RdmaWriteWithImm { .. } => ReqKind::Write,
             WrOperation::RdmaRead { .. } => ReqKind::Read,
             WrOperation::LocalInv { .. } | WrOperation::BindMw { .. } => ReqKind::Local,
-            _ => ReqKind::Atomic,
+            WrOperation::AtomicWrite { .. } => ReqKind::AtomicWrite,
+            WrOperation::Flush { .. } => ReqKind::Flush,
+            WrOperation::AtomicCmpAndSwp { .. } | WrOperation::AtomicFetchAndAdd { .. } => {
+                ReqKind::Atomic
+            }
         }
     }
 
+    /// Whether the request takes a responder resource, and so counts against
+    /// `max_rd_atomic`: READ, the atomics, and (IBTA 1.5) ATOMIC WRITE and FLUSH, which
+    /// the responder answers as it answers a READ.
     pub(crate) fn is_rd_atomic(&self) -> bool {
-        matches!(self.kind(), ReqKind::Read | ReqKind::Atomic)
+        matches!(
+            self.kind(),
+            ReqKind::Read | ReqKind::Atomic | ReqKind::AtomicWrite | ReqKind::Flush
+        )
+    }
+
+    /// Whether the response is a READ response: READ, and (IBTA 1.5; kernel rxe 6.12)
+    /// ATOMIC WRITE and FLUSH, answered by a zero-length RDMA READ RESPONSE ONLY.
+    pub(crate) fn answered_by_read_response(&self) -> bool {
+        matches!(
+            self.kind(),
+            ReqKind::Read | ReqKind::AtomicWrite | ReqKind::Flush
+        )
     }
 
     /// The last PSN the WQE consumes.

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use verbs_api::{
     AccessFlags, AhAttr, AhId, AsyncEvent, AtomicCap, ChannelId, CqId, Device, DeviceAttr,
-    DeviceCapFlags, Error, Gid, MemBuf, MrInfo, MwBind, MwId, MwInfo, MwType, PdId, PortAttr,
-    PostError, QpAttr, QpAttrMask, QpInitAttr, RecvWr, ReregMrFlags, Result, SendWr, SrqAttr,
-    SrqAttrMask, SrqId, WcFlags, WorkCompletion,
+    DeviceCapFlags, DeviceCapFlagsEx, Error, Gid, MemBuf, MrInfo, MwBind, MwId, MwInfo, MwType,
+    PdId, PortAttr, PostError, QpAttr, QpAttrMask, QpInitAttr, RecvWr, ReregMrFlags, Result,
+    SendWr, SrqAttr, SrqAttrMask, SrqId, WcFlags, WorkCompletion,
 };
 
 use std::sync::atomic::Ordering;
@@ -132,6 +132,11 @@ impl Device for EmuDevice {
                 | DeviceCapFlags::SRQ_RESIZE
                 | DeviceCapFlags::MEM_WINDOW
                 | DeviceCapFlags::MEM_WINDOW_TYPE_2B,
+            // IBTA 1.5 FLUSH (both placement types: the emulator's memory is the
+            // placement target) and ATOMIC WRITE, as kernel rxe since 6.2.
+            device_cap_flags_ex: DeviceCapFlagsEx::FLUSH_GLOBAL
+                | DeviceCapFlagsEx::FLUSH_PERSISTENT
+                | DeviceCapFlagsEx::ATOMIC_WRITE,
             ..DeviceAttr::default()
         })
     }
