@@ -133,6 +133,11 @@ pub(crate) struct Cq {
 #[repr(C)]
 pub(crate) struct Qp {
     pub(crate) raw: sys::ibv_qp_ex,
+    /// `ibv_qp_ex.wr_flush`: rdma-core 45 appended it to `struct ibv_qp_ex`, after
+    /// `wr_atomic_write`, the last member of the v44 headers the C structs are generated
+    /// from; it sits right behind `raw`, where a program built with the newer headers
+    /// reads it (`ibv_wr_flush`).
+    pub(crate) wr_flush: crate::qp_ex::WrFlushFn,
     /// Work requests being built with `ibv_wr_*` between `ibv_wr_start` and
     /// `ibv_wr_complete`.
     pub(crate) building: Mutex<crate::qp_ex::Batch>,

@@ -12,10 +12,20 @@
 
 use std::ffi::{c_int, c_void};
 
-use verbs_api::{SendFlags, SendWr, Sge, UdDest, WrOperation};
+use verbs_api::{FlushLevel, FlushPlacement, SendFlags, SendWr, Sge, UdDest, WrOperation};
 
 use crate::objects::{from_ptr, Ah, Context, Mw, Qp};
 use crate::sys;
+
+/// `IBV_QP_EX_WITH_FLUSH` (rdma-core 45 `enum ibv_qp_create_send_ops_flags`; the v44
+/// headers the C structs are generated from stop at `IBV_QP_EX_WITH_ATOMIC_WRITE`).
+pub(crate) const IBV_QP_EX_WITH_FLUSH: u32 = 1 << 11;
+
+/// The type of `ibv_qp_ex.wr_flush` (rdma-core 45): `(qp, rkey, remote_addr, len,
+/// type, level)`, `type` the `IBV_FLUSH_GLOBAL`/`IBV_FLUSH_PERSISTENT` bits, `level`
+/// `IBV_FLUSH_RANGE` (0) or `IBV_FLUSH_MR` (1).
+pub(crate) type WrFlushFn =
+    Option<unsafe extern "C" fn(*mut sys::ibv_qp_ex, u32, u64, usize, u8, u8)>;
 
 /// The work requests of one `ibv_wr_start` .. `ibv_wr_complete` batch.
 #[derive(Debug, Default)]
@@ -243,9 +253,56 @@ unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut sys::ibv_qp_ex, _: u32) {
     crate::verbs::unsupported("ibv_wr_set_xrc_srqn");
     fail_batch(qp, libc::EOPNOTSUPP);
 }
-unsafe extern "C" fn wr_atomic_write(qp: *mut sys::ibv_qp_ex, _: u32, _: u64, _: *const c_void) {
-    crate::verbs::unsupported("ibv_wr_atomic_write");
-    fail_batch(qp, libc::EOPNOTSUPP);
+/// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are copied now, as rdma-core's
+/// providers copy them into the WQE, so the caller may reuse them at once.
+unsafe extern "C" fn wr_atomic_write(
+    qp: *mut sys::ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
+) {
+    if atomic_wr.is_null() {
+        return fail_batch(qp, libc::EINVAL);
+    }
+    let mut data = [0u8; 8];
+    // SAFETY: the caller's 8 bytes (the `ibv_wr_atomic_write` contract).
+    data.copy_from_slice(unsafe { std::slice::from_raw_parts(atomic_wr.cast::<u8>(), 8) });
+    start_wr(
+        qp,
+        WrOperation::AtomicWrite {
+            remote_addr,
+            rkey,
+            data,
+        },
+    );
+}
+
+/// `ibv_wr_flush` (rdma-core 45): a FLUSH of `len` bytes at `remote_addr`, or of the
+/// whole region with level `IBV_FLUSH_MR`. A length past 32 bits (the RETH's) or an
+/// unknown level is EINVAL at `ibv_wr_complete`; the placement type is checked there
+/// by the device (EINVAL too).
+pub(crate) unsafe extern "C" fn wr_flush(
+    qp: *mut sys::ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    len: usize,
+    placement: u8,
+    level: u8,
+) {
+    let (Ok(length), Ok(level)) = (u32::try_from(len), FlushLevel::try_from(u32::from(level)))
+    else {
+        return fail_batch(qp, libc::EINVAL);
+    };
+    start_wr(
+        qp,
+        WrOperation::Flush {
+            remote_addr,
+            rkey,
+            length,
+            placement: FlushPlacement::from_bits_retain(placement),
+            level,
+        },
+    );
 }
 
 unsafe extern "C" fn wr_set_sge(qp: *mut sys::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {

@@ -753,3 +753,116 @@ fn events_of_destroyed_qps_are_not_delivered() {
         },
     );
 }
+
+/// IBTA 1.5 through the extended QP API: `ibv_wr_atomic_write` (rdma-core 44) lands
+/// its 8 bytes, copied at the call; `ibv_wr_flush`, which rdma-core 45 appended to
+/// `struct ibv_qp_ex` right after `wr_atomic_write`, is read from there as a program
+/// built with those headers reads it; `ibv_create_qp_ex` takes both send operations,
+/// and `ibv_query_device_ex` reports both capabilities.
+#[test]
+fn atomic_write_and_flush_through_the_extended_qp_api() {
+    const FLUSH_GLOBAL_ACCESS: u32 = 1 << 8; // IBV_ACCESS_FLUSH_GLOBAL
+    const WITH_FLUSH: u64 = 1 << 11; // IBV_QP_EX_WITH_FLUSH
+    type WrFlush = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, usize, u8, u8);
+    in_child(
+        "atomic_write_and_flush_through_the_extended_qp_api",
+        "127.0.0.68",
+        || unsafe {
+            let ctx = open();
+            let vctx = &*(ctx.byte_sub(std::mem::offset_of!(verbs_context, context))
+                as *const verbs_context);
+            let mut dev = ibv_device_attr_ex::default();
+            let size = std::mem::size_of::<ibv_device_attr_ex>();
+            assert_eq!(
+                vctx.query_device_ex.unwrap()(ctx, null_mut(), &mut dev, size),
+                0
+            );
+            let caps = (1u64 << 38) | (1 << 39) | (1 << 40);
+            assert_eq!(dev.device_cap_flags_ex & caps, caps);
+            assert_eq!(
+                dev.device_cap_flags_ex & u64::from(u32::MAX),
+                u64::from(dev.orig_attr.device_cap_flags)
+            );
+
+            let pd = ibv_alloc_pd(ctx);
+            let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+            let mut buf = vec![0u8; 4096];
+            let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | FLUSH_GLOBAL_ACCESS;
+            let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), 4096, access as c_int);
+            assert!(!mr.is_null(), "errno {}", errno());
+            let mut ex = ibv_qp_init_attr_ex {
+                send_cq: cq,
+                recv_cq: cq,
+                qp_type: IBV_QPT_RC,
+                cap: self::caps(8),
+                comp_mask: IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                pd,
+                send_ops_flags: u64::from(IBV_QP_EX_WITH_ATOMIC_WRITE) | WITH_FLUSH,
+                ..Default::default()
+            };
+            let qp = vctx.create_qp_ex.unwrap()(ctx, &mut ex);
+            assert!(!qp.is_null(), "errno {}", errno());
+            loopback_rts(ctx, qp);
+            let mut at = ibv_qp_attr {
+                qp_access_flags: IBV_ACCESS_REMOTE_WRITE | FLUSH_GLOBAL_ACCESS,
+                ..Default::default()
+            };
+            assert_eq!(ibv_modify_qp(qp, &mut at, IBV_QP_ACCESS_FLAGS as c_int), 0);
+            let qpx = ibv_qp_to_qp_ex(qp);
+            let base = buf.as_ptr() as u64;
+            let rkey = (*mr).rkey;
+
+            // ATOMIC WRITE: the 8 bytes are the caller's only during the call.
+            let mut value = *b"8 bytes!";
+            (*qpx).wr_id = 1;
+            (*qpx).wr_flags = IBV_SEND_SIGNALED;
+            (*qpx).wr_start.unwrap()(qpx);
+            (*qpx).wr_atomic_write.unwrap()(qpx, rkey, base + 64, value.as_ptr().cast());
+            value = [0; 8];
+            assert_eq!((*qpx).wr_complete.unwrap()(qpx), 0);
+            let wc = wait(cq);
+            assert_eq!(
+                (wc.status, wc.wr_id, wc.opcode),
+                (IBV_WC_SUCCESS, 1, IBV_WC_ATOMIC_WRITE)
+            );
+            assert_eq!(&buf[64..72], b"8 bytes!");
+            assert_eq!(value, [0; 8]);
+
+            // FLUSH of the range, through the member past the v44 struct.
+            let wr_flush = *(qpx.cast::<u8>())
+                .add(std::mem::size_of::<ibv_qp_ex>())
+                .cast::<Option<WrFlush>>();
+            let wr_flush = wr_flush.expect("wr_flush is set");
+            (*qpx).wr_id = 2;
+            (*qpx).wr_start.unwrap()(qpx);
+            wr_flush(qpx, rkey, base + 64, 8, 1, 0); // IBV_FLUSH_GLOBAL, IBV_FLUSH_RANGE
+            assert_eq!((*qpx).wr_complete.unwrap()(qpx), 0);
+            let wc = wait(cq);
+            assert_eq!((wc.status, wc.wr_id, wc.opcode), (IBV_WC_SUCCESS, 2, 8));
+
+            // A placement type the QP's peer region was not registered for
+            // (IBV_FLUSH_PERSISTENT): a remote access error, and the QP goes to ERR.
+            (*qpx).wr_id = 3;
+            (*qpx).wr_start.unwrap()(qpx);
+            wr_flush(qpx, rkey, base + 64, 8, 2, 0);
+            assert_eq!((*qpx).wr_complete.unwrap()(qpx), 0);
+            let wc = wait(cq);
+            assert_ne!(wc.status, IBV_WC_SUCCESS);
+
+            // Malformed calls fail at ibv_wr_complete: a null ATOMIC WRITE value, an
+            // unknown selectivity level.
+            (*qpx).wr_start.unwrap()(qpx);
+            (*qpx).wr_atomic_write.unwrap()(qpx, rkey, base, std::ptr::null());
+            assert_eq!((*qpx).wr_complete.unwrap()(qpx), libc::EINVAL);
+            (*qpx).wr_start.unwrap()(qpx);
+            wr_flush(qpx, rkey, base, 8, 1, 7);
+            assert_eq!((*qpx).wr_complete.unwrap()(qpx), libc::EINVAL);
+
+            assert_eq!(ibv_destroy_qp(qp), 0);
+            assert_eq!(ibv_dereg_mr(mr), 0);
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+        },
+    );
+}

@@ -41,6 +41,8 @@ fn atomic_write_lands_its_8_bytes_and_is_answered_by_an_empty_read_response() {
         (wc[0].wr_id, wc[0].status, wc[0].opcode),
         (7, WcStatus::Success, WcOpcode::AtomicWrite)
     );
+    // The 8 bytes it carried, as kernel rxe reports them.
+    assert_eq!(wc[0].byte_len, 8);
     // No receive completion on the responder.
     assert!(b.poll(&mut p).is_empty());
 }

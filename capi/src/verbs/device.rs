@@ -250,6 +250,7 @@ unsafe extern "C" fn vctx_query_device_ex(
         Ok(a) => {
             let ex = sys::ibv_device_attr_ex {
                 orig_attr: convert::device_attr_to_c(&a),
+                device_cap_flags_ex: convert::device_cap_flags_ex_to_c(&a),
                 phys_port_cnt_ex: u32::from(a.phys_port_cnt),
                 ..Default::default()
             };

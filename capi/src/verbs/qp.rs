@@ -66,6 +66,7 @@ pub(crate) fn wrap_qp(
     crate::qp_ex::install(&mut raw);
     let ptr = into_ptr::<sys::ibv_qp_ex, Qp>(Qp {
         raw,
+        wr_flush: Some(crate::qp_ex::wr_flush),
         building: Mutex::default(),
         sq_cap: a.cap.max_send_wr,
         rq_cap: a.cap.max_recv_wr,
@@ -144,7 +145,7 @@ pub(super) unsafe extern "C" fn vctx_create_qp_ex(
     if a.comp_mask & sys::IBV_QP_INIT_ATTR_PD == 0 {
         return null(EINVAL);
     }
-    // The ibv_wr_* operations the emulator has (TSO and ATOMIC_WRITE are not).
+    // The ibv_wr_* operations the emulator has (TSO is not).
     let ops = sys::IBV_QP_EX_WITH_RDMA_WRITE
         | sys::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
         | sys::IBV_QP_EX_WITH_SEND
@@ -154,12 +155,14 @@ pub(super) unsafe extern "C" fn vctx_create_qp_ex(
         | sys::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
         | sys::IBV_QP_EX_WITH_LOCAL_INV
         | sys::IBV_QP_EX_WITH_BIND_MW
-        | sys::IBV_QP_EX_WITH_SEND_WITH_INV;
+        | sys::IBV_QP_EX_WITH_SEND_WITH_INV
+        | sys::IBV_QP_EX_WITH_ATOMIC_WRITE
+        | crate::qp_ex::IBV_QP_EX_WITH_FLUSH;
     if a.comp_mask & sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
         && a.send_ops_flags & !u64::from(ops) != 0
     {
         return null(unsupported(
-            "ibv_create_qp_ex with send_ops_flags TSO, ATOMIC_WRITE or other unknown operations",
+            "ibv_create_qp_ex with send_ops_flags TSO or other unknown operations",
         ));
     }
     let mut basic = sys::ibv_qp_init_attr {

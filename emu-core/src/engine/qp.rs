@@ -356,6 +356,8 @@ impl QueuePair {
         let mut wc = WorkCompletion::new(wqe.wr_id, status, wqe.op.wc_opcode(), self.qpn);
         wc.byte_len = match wqe.op {
             WrOperation::AtomicCmpAndSwp { .. } | WrOperation::AtomicFetchAndAdd { .. } => 8,
+            // The 8 bytes it carries, as kernel rxe reports its DMA length.
+            WrOperation::AtomicWrite { .. } => 8,
             _ => wqe.length,
         };
         // The sender's completion of a message with immediate data carries WITH_IMM
