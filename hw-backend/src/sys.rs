@@ -1259,6 +1259,14 @@ fn send_wr_to_c(
         },
     };
     match w.op {
+        // IBTA 1.5 operations: libibverbs posts them only through `ibv_qp_ex`
+        // (`ibv_wr_atomic_write`, and `ibv_wr_flush` from rdma-core 45); `ibv_send_wr`
+        // has no field for their data, and HwDevice posts with `ibv_post_send`.
+        WrOperation::AtomicWrite { .. } | WrOperation::Flush { .. } => {
+            return Err(Error::Unsupported(
+                "ATOMIC WRITE and FLUSH (libibverbs posts them through ibv_qp_ex only)",
+            ))
+        }
         WrOperation::Send => {}
         WrOperation::SendWithImm { imm_data } => imm.imm_data = imm_data.to_be(),
         WrOperation::SendWithInv { invalidate_rkey }

@@ -12,6 +12,7 @@ mod cross_pd;
 mod data;
 mod device;
 mod errors;
+mod flush_atomic_write;
 mod lifetimes;
 mod limits;
 mod mw;
@@ -43,6 +44,7 @@ pub fn register(v: &mut Vec<Case>) {
     peer_state::register(v);
     rq_limits::register(v);
     data::register(v);
+    flush_atomic_write::register(v);
     wc_flags::register(v);
     errors::register(v);
     bounds::register(v);
