@@ -6,8 +6,8 @@
 //! captured, IP identification included, by the bitwise CRC below, which shares nothing
 //! with `emu_wire` and is checked first against kernel rxe's frames.
 //!
-//! The traffic: RC SEND, WRITE (GSO runs from a connected socket), READ, compare-and-swap
-//! and fetch-and-add to a peer whose hook drops every fifth data packet it receives
+//! The traffic: RC SEND, WRITE (GSO runs from a connected socket), READ, compare-and-swap,
+//! fetch-and-add, ATOMIC WRITE and FLUSH to a peer whose hook drops every fifth data packet it receives
 //! (retransmissions); UC SEND and WRITE; UD SEND to a unicast peer and to a multicast
 //! group; the connection manager's MADs on QP1. Skips, saying so, where namespaces
 //! cannot be had.
@@ -193,7 +193,7 @@ impl PacketHook for DropEveryFifth {
         Verdict::Pass
     }
     fn on_receive(&self, _: SocketAddrV4, _: Option<u16>, p: &[u8]) -> Verdict {
-        let request = matches!(p.first(), Some(0x00..=0x0C | 0x13 | 0x14));
+        let request = matches!(p.first(), Some(0x00..=0x0C | 0x13 | 0x14 | 0x1C | 0x1D));
         if !request || p.len() < 12 {
             return Verdict::Pass;
         }
@@ -254,7 +254,8 @@ fn end(d: &EmuDevice, qp_type: QpType, len: usize) -> End {
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC;
+        | AccessFlags::REMOTE_ATOMIC
+        | AccessFlags::FLUSH_GLOBAL;
     let mr = d.reg_mr(pd, &buf, 0, len, access).unwrap();
     End {
         pd,
@@ -270,7 +271,8 @@ fn connect(d: &EmuDevice, me: &End, qp_type: QpType, peer: &End, peer_gid: Gid) 
         access: AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC,
+            | AccessFlags::REMOTE_ATOMIC
+            | AccessFlags::FLUSH_GLOBAL,
         path_mtu: Mtu::Mtu4096,
         timeout: 14,
         retry_cnt: 7,
@@ -370,6 +372,29 @@ fn rc() {
         })
         .collect();
     run(&da, &a, atomics);
+    // IBTA 1.5: ATOMIC WRITEs, then FLUSHes of the range and of the region.
+    let atomic_writes = (0..8u64)
+        .map(|i| SendWr::atomic_write(i, raddr + (1 << 19) + 64 + 8 * i, rkey, [i as u8; 8]))
+        .collect();
+    run(&da, &a, atomic_writes);
+    let flushes = (0..4u64)
+        .map(|i| {
+            let level = if i % 2 == 0 {
+                FlushLevel::Range
+            } else {
+                FlushLevel::Mr
+            };
+            SendWr::flush(
+                i,
+                raddr + (1 << 19),
+                rkey,
+                128,
+                FlushPlacement::GLOBAL,
+                level,
+            )
+        })
+        .collect();
+    run(&da, &a, flushes);
 }
 
 /// UC SEND and WRITE between 127.0.2.1 and 127.0.2.2.
@@ -509,12 +534,12 @@ fn in_namespace() {
         &bad[..bad.len().min(5)]
     );
     let seen = |op: u8| frames.iter().any(|f| f.opcode == op);
-    // RC: SEND only, WRITE first/middle/last, READ request and first/middle/last
-    // response, CAS, FADD, ACK, atomic ACK; UC SEND first/last, WRITE first/middle/last;
-    // UD SEND only.
+    // RC: SEND only, WRITE first/middle/last, READ request and first/middle/last/only
+    // response, CAS, FADD, ACK, atomic ACK, FLUSH, ATOMIC WRITE; UC SEND first/last,
+    // WRITE first/middle/last; UD SEND only.
     for op in [
-        0x04, 0x06, 0x07, 0x08, 0x0C, 0x0D, 0x0E, 0x0F, 0x11, 0x12, 0x13, 0x14, 0x20, 0x22, 0x26,
-        0x27, 0x28, 0x64,
+        0x04, 0x06, 0x07, 0x08, 0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12, 0x13, 0x14, 0x1C, 0x1D,
+        0x20, 0x22, 0x26, 0x27, 0x28, 0x64,
     ] {
         assert!(seen(op), "no opcode {op:#04x} captured");
     }
@@ -531,7 +556,7 @@ fn in_namespace() {
     let mut sends = std::collections::HashMap::<(SocketAddrV4, u32, u32, u8), Vec<u16>>::new();
     for f in frames
         .iter()
-        .filter(|f| f.opcode <= 0x14 && f.opcode != 0x11)
+        .filter(|f| (f.opcode <= 0x14 && f.opcode != 0x11) || matches!(f.opcode, 0x1C | 0x1D))
     {
         let v = sends
             .entry((f.src, f.dst_qpn, f.psn, f.opcode))
@@ -542,6 +567,12 @@ fn in_namespace() {
     }
     let resent = sends.values().filter(|v| v.len() > 1).count();
     assert!(resent > 0, "no retransmission captured");
+    // Of twelve ATOMIC WRITEs and FLUSHes in a row the hook drops at least two.
+    let resent_ibta15 = sends
+        .iter()
+        .filter(|(k, v)| matches!(k.3, 0x1C | 0x1D) && v.len() > 1)
+        .count();
+    assert!(resent_ibta15 > 0, "no ATOMIC WRITE or FLUSH retransmitted");
     println!(
         "wire: all checks passed: {} RoCEv2 frames captured, every ICRC right; {} with a non-zero IP ID; {} requests retransmitted",
         frames.len(),
