@@ -21,6 +21,8 @@ pub(super) fn register(v: &mut Vec<Case>) {
     v.push(Case::new("atomic_write::rc_places_8_bytes", "IBTA 1.5 (RDMA ATOMIC WRITE): the 8 bytes of the request land at the remote address as given, the bytes around them untouched; the WR completes with IBV_WC_ATOMIC_WRITE", places_8_bytes).wc(S::Success));
     v.push(Case::new("atomic_write::rc_misaligned_is_rem_inv_req_err", "IBTA 1.5 (ATOMIC WRITE, like the atomics of 9.4.5, targets an 8-byte aligned address): a misaligned one is an invalid request, REM_INV_REQ_ERR, and writes nothing (kernel rxe: misaligned atomic NAK)", misaligned).wc(S::RemInvReqErr));
     v.push(Case::new("atomic_write::rc_without_remote_write_is_rem_access_err", "IBTA 1.5, 9.7.4.1.3: an ATOMIC WRITE needs remote write access to the region (REMOTE_ATOMIC is not enough; kernel rxe checks REMOTE_WRITE): REM_ACCESS_ERR, nothing written", without_remote_write).wc(S::RemAccessErr));
+    v.push(Case::new("atomic_write::rc_lands_after_an_earlier_write_to_the_word", "IBTA 1.5, 9.5 (RC executes requests in order): an ATOMIC WRITE posted after an RDMA WRITE to the same 8 bytes leaves its own value there", after_a_write).wc(S::Success));
+    v.push(Case::new("atomic_write::rc_with_an_unknown_rkey_is_rem_access_err", "IBTA 1.5, 9.7.4.1.3: an R_Key that names no region is a remote access error: REM_ACCESS_ERR, nothing written", unknown_rkey).wc(S::RemAccessErr));
     v.push(Case::new("flush::rc_range_after_writes_completes", "IBTA 1.5 (RDMA FLUSH): a FLUSH of a range to global visibility, posted after RDMA WRITEs to it, completes with IBV_WC_FLUSH once they landed; the written bytes are in place", range_after_writes).wc(S::Success));
     v.push(Case::new("flush::rc_region_level_ignores_the_range", "IBTA 1.5 FETH selectivity level 1 (memory region): only the R_Key is checked, not the RETH's address and length; the FLUSH completes", region_level).wc(S::Success));
     v.push(Case::new("flush::rc_range_past_the_region_is_rem_access_err", "IBTA 1.5 FETH selectivity level 0 (memory range), 9.7.4.1.3: the range must lie in the region: REM_ACCESS_ERR", range_past_region).wc(S::RemAccessErr));
@@ -109,6 +111,44 @@ fn without_remote_write(env: &Env) -> Outcome {
     );
     assert_eq!(wc.status, S::RemAccessErr, "{wc:?}");
     assert_untouched(&buf, "the region without REMOTE_WRITE");
+    Outcome::Pass
+}
+
+fn after_a_write(env: &Env) -> Outcome {
+    if let Some(skip) = needs(env, X::ATOMIC_WRITE) {
+        return skip;
+    }
+    let p = env.pair(QpType::Rc);
+    p.a.buf.write(0, b"by WRITE").unwrap();
+    env.post_send(
+        p.a.qpn,
+        SendWr::rdma_write(1, vec![p.a.sge(0, 8)], p.b.addr(128), p.b.mr.rkey),
+    );
+    let wc = signaled(
+        env,
+        &p,
+        SendWr::atomic_write(2, p.b.addr(128), p.b.mr.rkey, *b"by AWRIT"),
+    );
+    assert_eq!((wc.wr_id, wc.status), (2, S::Success), "{wc:?}");
+    let mut got = [0u8; 8];
+    p.b.buf.read(128, &mut got).unwrap();
+    assert_eq!(&got, b"by AWRIT");
+    Outcome::Pass
+}
+
+fn unknown_rkey(env: &Env) -> Outcome {
+    if let Some(skip) = needs(env, X::ATOMIC_WRITE) {
+        return skip;
+    }
+    let p = env.pair(QpType::Rc);
+    p.b.buf.fill(UNTOUCHED);
+    let wc = signaled(
+        env,
+        &p,
+        SendWr::atomic_write(1, p.b.addr(64), p.b.mr.rkey ^ 0x8000_0000, [0; 8]),
+    );
+    assert_eq!(wc.status, S::RemAccessErr, "{wc:?}");
+    assert_untouched(&p.b.buf, "the responder's buffer");
     Outcome::Pass
 }
 
