@@ -317,6 +317,21 @@ fn side_html(name: &str, side: &SideView) -> String {
         }
         s += "</table>";
     }
+    for (srq, wqes) in &side.srqs {
+        let list: Vec<String> = wqes
+            .iter()
+            .map(|w| esc(&format!("wr_id={} {}", w.wr_id, w.what)))
+            .collect();
+        let _ = write!(
+            s,
+            r#"<h4>SRQ {srq}</h4><p class="srq">{}</p>"#,
+            if list.is_empty() {
+                r#"<span class="none">empty</span>"#.to_string()
+            } else {
+                list.join("<br>")
+            }
+        );
+    }
     for (title, list) in [
         ("completions delivered", &side.completions),
         ("async events", &side.events),

@@ -8,8 +8,8 @@
 //! - A send queue completes in order (IBTA 10.8.3, manual 3.6.5 on unsignaled WRs):
 //!   the completion of a WR retires it and every WR posted before it on that queue,
 //!   which is how an unsignaled WR, which has no completion of its own, leaves.
-//! - A receive completion retires its own WR (a QP's receives complete in order too;
-//!   the receives of an SRQ are not noted, so their completions retire nothing).
+//! - A receive completion retires its own WR, from the QP's receive queue or, for a QP
+//!   on an SRQ, from the SRQ that holds it.
 //! - A flushed WR (`WR_FLUSH_ERR`, IBTA 10.3.1) carries no valid opcode: it retires
 //!   the WR of that `wr_id` from whichever queue holds it.
 //! - Completions are listed as delivered, oldest first, including those a full CQ
@@ -49,6 +49,8 @@ pub struct QpView {
 pub struct SideView {
     /// Its QPs, by number.
     pub qps: BTreeMap<u32, QpView>,
+    /// Its SRQs, by number: the WRs posted and not yet taken by a receive.
+    pub srqs: BTreeMap<u32, Vec<Wqe>>,
     /// Every completion delivered so far, oldest first (`qp=0x000011 completion
     /// wr_id=1 SUCCESS SEND len=17`).
     pub completions: Vec<String>,
@@ -83,6 +85,12 @@ impl SideView {
                 wr_id: *wr_id,
                 what: format!("len={len}"),
             }),
+            Note::PostSrqRecv { srq, wr_id, len } => {
+                self.srqs.entry(*srq).or_default().push(Wqe {
+                    wr_id: *wr_id,
+                    what: format!("len={len}"),
+                });
+            }
             Note::Completion {
                 qpn,
                 wr_id,
@@ -98,6 +106,15 @@ impl SideView {
                 if recv_first {
                     if let Some(i) = qp.recv_queue.iter().position(|w| w.wr_id == *wr_id) {
                         qp.recv_queue.remove(i);
+                    } else {
+                        // A QP on an SRQ: its receive came from there (the notes do not
+                        // say which SRQ a QP uses: the first that holds the wr_id).
+                        for q in self.srqs.values_mut() {
+                            if let Some(i) = q.iter().position(|w| w.wr_id == *wr_id) {
+                                q.remove(i);
+                                break;
+                            }
+                        }
                     }
                 } else if let Some(i) = qp.send_queue.iter().position(|w| w.wr_id == *wr_id) {
                     qp.send_queue.drain(..=i);
@@ -186,6 +203,21 @@ mod tests {
         assert_eq!(ids(&s.qps[&17].send_queue), [9]);
         s.apply(&done(9, WcOpcode::Send, WcStatus::WrFlushErr));
         assert!(s.qps[&17].send_queue.is_empty());
+    }
+
+    #[test]
+    fn a_receive_on_an_srq_comes_off_the_srq() {
+        let mut s = SideView::default();
+        for id in [5, 6] {
+            s.apply(&Note::PostSrqRecv {
+                srq: 1,
+                wr_id: id,
+                len: 64,
+            });
+        }
+        s.apply(&done(6, WcOpcode::Recv, WcStatus::Success));
+        assert_eq!(ids(&s.srqs[&1]), [5]);
+        assert!(s.qps[&17].recv_queue.is_empty());
     }
 
     #[test]

@@ -780,7 +780,20 @@ impl Engine {
             index: 0,
             error: Error::InvalidArgument("no such SRQ"),
         })?;
-        q.post(wrs)
+        let r = q.post(wrs);
+        // Noted after the post, the WRs it took only: posting to an SRQ makes nothing
+        // that a note would have to follow.
+        let taken = r.as_ref().err().map_or(wrs.len(), |e| e.index);
+        if self.notes.on() {
+            for w in &wrs[..taken] {
+                self.notes.add(|| Note::PostSrqRecv {
+                    srq: srq.0,
+                    wr_id: w.wr_id,
+                    len: w.total_len(),
+                });
+            }
+        }
+        r
     }
 
     // ---- queue pairs (manual 3.5) ----

@@ -33,6 +33,15 @@ pub enum Note {
         /// Bytes in its scatter list.
         len: u64,
     },
+    /// `ibv_post_srq_recv` took a work request.
+    PostSrqRecv {
+        /// The SRQ.
+        srq: u32,
+        /// The WR's identifier.
+        wr_id: u64,
+        /// Bytes in its scatter list.
+        len: u64,
+    },
     /// A work completion was delivered to a CQ (or lost to a full one).
     Completion {
         /// The QP it is for.
@@ -159,6 +168,9 @@ impl fmt::Display for Note {
                 upper_snake(&format!("{opcode:?}"))
             ),
             Note::PostRecv { wr_id, len, .. } => write!(f, "post_recv wr_id={wr_id} len={len}"),
+            Note::PostSrqRecv { srq, wr_id, len } => {
+                write!(f, "post_srq_recv srq={srq} wr_id={wr_id} len={len}")
+            }
             Note::Completion {
                 wr_id,
                 opcode,

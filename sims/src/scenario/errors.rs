@@ -145,16 +145,6 @@ fn srq_limit(f: &Fabric) -> Check {
             },
         )
         .map_err(e)?;
-    let recvs: Vec<RecvWr> = (0..4)
-        .map(|i| RecvWr::new(i, vec![b.sge(64 * i, 64)]))
-        .collect();
-    dev.post_srq_recv(srq, &recvs)
-        .map_err(|e| format!("{e:?}"))?;
-    let arm = SrqAttr {
-        srq_limit: 2,
-        ..SrqAttr::default()
-    };
-    dev.modify_srq(srq, &arm, SrqAttrMask::LIMIT).map_err(e)?;
     let qpn = dev
         .create_qp(&QpInitAttr {
             pd: b.pd.id(),
@@ -175,6 +165,16 @@ fn srq_limit(f: &Fabric) -> Check {
     let gid = |h: &Host| h.ctx.device().query_gid(1, 0);
     connect_qp(a.ctx.device(), a.qp.qpn(), gid(&b).map_err(e)?, qpn, &cfg);
     connect_qp(dev, qpn, gid(&a).map_err(e)?, a.qp.qpn(), &cfg);
+    let recvs: Vec<RecvWr> = (0..4)
+        .map(|i| RecvWr::new(i, vec![b.sge(64 * i, 64)]))
+        .collect();
+    dev.post_srq_recv(srq, &recvs)
+        .map_err(|e| format!("{e:?}"))?;
+    let arm = SrqAttr {
+        srq_limit: 2,
+        ..SrqAttr::default()
+    };
+    dev.modify_srq(srq, &arm, SrqAttrMask::LIMIT).map_err(e)?;
     let limit_events = |b: &Host| {
         b.events()
             .iter()
