@@ -53,6 +53,8 @@ ls "$RUN/bin"
 note "build the conformance suite with --features hw"
 cargo build -q --release -p verbs-conformance --features hw --bin conformance
 cp "${CARGO_TARGET_DIR:-target}/release/conformance" "$RUN/conf/"
+# The cases that crash the VM's kernel, skipped there with their reason.
+cp "$REPO/scripts/rxe-vm/conformance-crashes.txt" "$RUN/conf/crashes.txt"
 
 note "run in the VM"
 vmrc=0

@@ -2,7 +2,7 @@
 //! coverage matrix with the results as markdown.
 //!
 //! ```text
-//! conformance [--list] [--backend emu-udp|emu-fabric|hw|hw:NAME] [--ip ADDR [--link-faults IFNAME]] [--markdown FILE] [--save FILE] [--results FILE]... [FILTER]
+//! conformance [--list] [--backend emu-udp|emu-fabric|hw|hw:NAME] [--ip ADDR [--link-faults IFNAME]] [--markdown FILE] [--save FILE] [--results FILE]... [--skip-list FILE] [FILTER]
 //! ```
 //!
 //! `--ip ADDR` is the address of the emu-udp backend's devices (127.0.0.1 by default);
@@ -13,6 +13,11 @@
 //! `--results FILE` (repeatable) reads earlier runs' result files (one `name<TAB>verdict`
 //! line per case, as `--save` writes them) so one markdown table can compare backends,
 //! e.g. the emulator here and kernel rxe in the VM. Exits non-zero if a case failed.
+//!
+//! `--skip-list FILE` names cases not to run on this backend, one `name | why` per line
+//! (`#` starts a comment): cases that crash the kernel under test
+//! (`scripts/rxe-vm/conformance-crashes.txt`), which would end the run. They are
+//! reported as skipped with their reason.
 
 use std::io::Write;
 
@@ -42,6 +47,18 @@ fn parse_results(text: &str) -> Vec<(String, Verdict)> {
         .collect()
 }
 
+/// The cases of a `--skip-list` file: `name | why` per line, `#` comments.
+fn parse_skips(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .filter_map(|l| {
+            let (name, why) = l.split_once('|')?;
+            Some((name.trim().to_string(), why.trim().to_string()))
+        })
+        .filter(|(n, _)| !n.is_empty())
+        .collect()
+}
+
 /// A case that takes this long is named in the output with its time.
 const SLOW: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -52,6 +69,7 @@ fn main() {
     let mut save = None;
     let mut earlier = Vec::new();
     let mut filter = None;
+    let mut skips: Vec<(String, String)> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || {
@@ -76,6 +94,11 @@ fn main() {
                     .unwrap_or(f.clone());
                 earlier.push((label, parse_results(&text)));
             }
+            "--skip-list" => {
+                let f = val();
+                let text = std::fs::read_to_string(&f).or_die(&f);
+                skips.extend(parse_skips(&text));
+            }
             "--list" => {
                 for c in all_cases() {
                     println!("{}", c.name);
@@ -83,7 +106,7 @@ fn main() {
                 return;
             }
             "-h" | "--help" => {
-                println!("conformance [--backend emu-udp|emu-fabric|hw|hw:NAME] [--ip ADDR [--link-faults IFNAME]] [--markdown FILE] [--save FILE] [--results FILE]... [FILTER]");
+                println!("conformance [--backend emu-udp|emu-fabric|hw|hw:NAME] [--ip ADDR [--link-faults IFNAME]] [--markdown FILE] [--save FILE] [--results FILE]... [--skip-list FILE] [FILTER]");
                 return;
             }
             o if o.starts_with('-') => die(&format!("unknown option {o}")),
@@ -131,7 +154,9 @@ fn main() {
             continue;
         }
         let started = std::time::Instant::now();
-        let v = if backend.is_emulator() && EMU_PENDING.iter().any(|p| case.name.starts_with(p)) {
+        let v = if let Some((_, why)) = skips.iter().find(|(n, _)| *n == case.name) {
+            Verdict::Skip(format!("not run on this backend: {why}"))
+        } else if backend.is_emulator() && EMU_PENDING.iter().any(|p| case.name.starts_with(p)) {
             Verdict::Skip("not emulated yet (README: what does not work yet)".into())
         } else if backend.name() == "emu-fabric"
             && FABRIC_PENDING.iter().any(|p| case.name.starts_with(p))
