@@ -28,6 +28,11 @@ deviations() {
   printf '\nhw-backend'"'"'s own tests (`hw-backend/tests/`) that fail on rxe, accepted from '
   printf '`scripts/rxe-vm/rxe-deviations.txt`:\n\n'
   deviations test scripts/rxe-vm/rxe-deviations.txt
+  printf '\nCases not run on rxe because they crash the VM'"'"'s kernel (skipped there from '
+  printf '`scripts/rxe-vm/conformance-crashes.txt`):\n\n'
+  printf '| case | what the kernel does |\n|---|---|\n'
+  grep -v '^#' scripts/rxe-vm/conformance-crashes.txt | grep -v '^[[:space:]]*$' \
+    | awk -F' [|] ' '{ printf "| %s | %s |\n", $1, $2 }'
 } >> docs/conformance.md
 # What rxe did in the wire interop probes (measured by scripts/ci-interop.sh, recorded in
 # docs/interop.md), beside what the emulator did in the same probe.
