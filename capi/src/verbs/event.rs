@@ -32,17 +32,16 @@ pub unsafe extern "C" fn ibv_get_async_event(
                 return -1;
             }
         };
-        // An event of a QP or SRQ destroyed since it was raised is not delivered: the
-        // kernel drops an object's pending events when the object is destroyed
-        // (`ib_uverbs_release_uevent`), so no program gets a pointer to freed memory.
+        // An event whose QP, SRQ or CQ is not an object of this context is not
+        // delivered: one destroyed since the event was raised (the kernel drops an
+        // object's pending events when it is destroyed, `ib_uverbs_release_uevent`),
+        // or one of another context of the same device, which shares its event queue.
+        // Delivered, its element would be a null pointer, which UCX dereferenced
+        // (SIGSEGV in uct_ib_handle_async_event, seen once in ucx-rc-put_bw).
         let gone = match ev.element {
-            EventElement::Qp(n) => {
-                ctx.lookup(Kind::Qp, n).is_none() && ctx.dev.query_qp(n).is_err()
-            }
-            EventElement::Srq(n) => {
-                ctx.lookup(Kind::Srq, n).is_none()
-                    && ctx.dev.query_srq(verbs_api::SrqId(n)).is_err()
-            }
+            EventElement::Qp(n) => ctx.lookup(Kind::Qp, n).is_none(),
+            EventElement::Srq(n) => ctx.lookup(Kind::Srq, n).is_none(),
+            EventElement::Cq(n) => ctx.lookup(Kind::Cq, n).is_none(),
             _ => false,
         };
         if !gone {
