@@ -13,15 +13,9 @@
 
 use std::fmt::Write;
 
-use crate::replay::{snapshots, SideView};
+use crate::replay::{snapshots, SideView, Wqe};
+use crate::svg::esc;
 use crate::trace::{fmt_time, Entry, Fate, PacketRecord, Trace};
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 const STYLE: &str = r#"
 body { font-family: sans-serif; margin: 0 1em 1em; color: #111; }
@@ -142,11 +136,7 @@ pub fn render(trace: &Trace, title: &str, lesson: &str) -> String {
                     trace.arrow_label(p),
                     trace.fields(p),
                     p.fate,
-                    match (&p.verdict, p.dst) {
-                        (Some(v), Some(d)) => format!("; {} {v}", trace.devices[d].name),
-                        (Some(v), None) => format!("; {v}"),
-                        _ => String::new(),
-                    }
+                    trace.verdict_text(p)
                 ),
                 Some(p.index),
             ),
@@ -288,6 +278,17 @@ fn detail(trace: &Trace, e: &Entry<'_>) -> String {
     s
 }
 
+/// The work requests of a queue, one a line, or "empty".
+fn wqes(ws: &[Wqe]) -> String {
+    if ws.is_empty() {
+        return r#"<span class="none">empty</span>"#.to_string();
+    }
+    ws.iter()
+        .map(|w| esc(&format!("wr_id={} {}", w.wr_id, w.what)))
+        .collect::<Vec<_>>()
+        .join("<br>")
+}
+
 /// One device's QPs (state, send and receive queues), completions and events.
 fn side_html(name: &str, side: &SideView) -> String {
     let mut s = format!(r#"<div class="side"><h3>{}</h3>"#, esc(name));
@@ -296,41 +297,19 @@ fn side_html(name: &str, side: &SideView) -> String {
     } else {
         s += "<table><tr><th>QP</th><th>state</th><th>send queue</th><th>receive queue</th></tr>";
         for q in side.qps.values() {
-            let queue = |ws: &[crate::replay::Wqe]| {
-                if ws.is_empty() {
-                    r#"<span class="none">empty</span>"#.to_string()
-                } else {
-                    ws.iter()
-                        .map(|w| esc(&format!("wr_id={} {}", w.wr_id, w.what)))
-                        .collect::<Vec<_>>()
-                        .join("<br>")
-                }
-            };
             let _ = write!(
                 s,
                 r#"<tr class="qp" data-qpn="{0}"><td>{0:#08x}</td><td class="state">{1}</td><td>{2}</td><td>{3}</td></tr>"#,
                 q.qpn,
                 q.state.map_or("?".to_string(), |st| st.to_string()),
-                queue(&q.send_queue),
-                queue(&q.recv_queue)
+                wqes(&q.send_queue),
+                wqes(&q.recv_queue)
             );
         }
         s += "</table>";
     }
-    for (srq, wqes) in &side.srqs {
-        let list: Vec<String> = wqes
-            .iter()
-            .map(|w| esc(&format!("wr_id={} {}", w.wr_id, w.what)))
-            .collect();
-        let _ = write!(
-            s,
-            r#"<h4>SRQ {srq}</h4><p class="srq">{}</p>"#,
-            if list.is_empty() {
-                r#"<span class="none">empty</span>"#.to_string()
-            } else {
-                list.join("<br>")
-            }
-        );
+    for (srq, queue) in &side.srqs {
+        let _ = write!(s, r#"<h4>SRQ {srq}</h4><p class="srq">{}</p>"#, wqes(queue));
     }
     for (title, list) in [
         ("completions delivered", &side.completions),

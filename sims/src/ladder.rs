@@ -100,11 +100,7 @@ fn line(trace: &Trace, p: &PacketRecord, width: usize) -> String {
         (f, true) => format!("{f}; not arrived at the end"),
         (f, false) => format!("{f}; arrives {}", arrivals.join(", ")),
     };
-    let verdict = match (&p.verdict, p.dst) {
-        (Some(v), Some(d)) => format!("; {} {v}", trace.devices[d].name),
-        (Some(v), None) => format!("; {v}"),
-        _ => String::new(),
-    };
+    let verdict = trace.verdict_text(p);
     format!(
         "{:>TIME$}  {}  {}; {}{}",
         fmt_time(p.sent),

@@ -41,7 +41,8 @@ const LEGEND: [&str; 6] = [
     "  '... 1.28 ms ...': idle time compressed (the vertical axis is to scale only for gaps under 10 us). Hover a row for its full headers.",
 ];
 
-fn esc(s: &str) -> String {
+/// `s` with `&`, `<`, `>` and `"` escaped for XML and HTML text and attributes.
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -228,11 +229,7 @@ fn packet_row(trace: &Trace, p: &PacketRecord, y: usize, text_x: usize) -> Strin
     let mut s = String::new();
     let c = colour(&p.fate);
     let arrivals: Vec<String> = p.arrivals.iter().map(|a| fmt_time(*a)).collect();
-    let verdict = match (&p.verdict, p.dst) {
-        (Some(v), Some(d)) => format!("; {} {v}", trace.devices[d].name),
-        (Some(v), None) => format!("; {v}"),
-        _ => String::new(),
-    };
+    let verdict = trace.verdict_text(p);
     let _ = writeln!(
         s,
         "<g class=\"packet\"><title>#{} sent {} by {}: {}; {}; arrived [{}]{}</title>",

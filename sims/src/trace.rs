@@ -310,6 +310,16 @@ impl Trace {
         s
     }
 
+    /// What the receiver did with a packet it did not execute, after a `; `, named by
+    /// the receiving device (`; b discarded: PSN gap...`); empty if it executed it.
+    pub fn verdict_text(&self, p: &PacketRecord) -> String {
+        match (&p.verdict, p.dst) {
+            (Some(v), Some(d)) => format!("; {} {v}", self.devices[d].name),
+            (Some(v), None) => format!("; {v}"),
+            _ => String::new(),
+        }
+    }
+
     /// The short name of a packet for an arrow: the opcode without `RC_`, its PSN.
     pub fn arrow_label(&self, p: &PacketRecord) -> String {
         match &p.repr {
