@@ -10,6 +10,8 @@ use std::ptr::null_mut;
 use rdma_emu_ibverbs::sys::*;
 use rdma_emu_ibverbs::*;
 
+mod common;
+
 #[test]
 fn another_contexts_event_never_arrives_with_a_null_element() {
     // SAFETY: no other thread of this test binary reads the environment yet.
@@ -26,28 +28,7 @@ fn another_contexts_event_never_arrives_with_a_null_element() {
         let pd = ibv_alloc_pd(a);
         let cq = ibv_create_cq(a, 1, null_mut(), null_mut(), 0);
         assert!(!pd.is_null() && !cq.is_null());
-        let mut init = ibv_qp_init_attr {
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: IBV_QPT_RC,
-            cap: ibv_qp_cap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            ..Default::default()
-        };
-        let qp = ibv_create_qp(pd, &mut init);
-        assert!(!qp.is_null());
-        let mut attr = ibv_qp_attr {
-            qp_state: IBV_QPS_INIT,
-            port_num: 1,
-            ..Default::default()
-        };
-        let mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-        assert_eq!(ibv_modify_qp(qp, &mut attr, mask as i32), 0);
+        let qp = common::rc_qp_in_init(pd, cq);
         let post_recv = (*a).ops.post_recv.unwrap();
         for id in 0..3 {
             let mut wr = ibv_recv_wr {

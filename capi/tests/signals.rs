@@ -15,6 +15,8 @@ use std::time::Duration;
 use rdma_emu_ibverbs::sys::*;
 use rdma_emu_ibverbs::*;
 
+mod common;
+
 static HANDLED: AtomicUsize = AtomicUsize::new(0);
 
 extern "C" fn on_alarm(_: libc::c_int) {
@@ -95,28 +97,7 @@ fn a_handler_without_sa_restart_interrupts_get_cq_event_and_one_with_it_does_not
         let cq = ibv_create_cq(ctx, 8, null_mut(), ch, 0);
         let pd = ibv_alloc_pd(ctx);
         assert!(!ch.is_null() && !cq.is_null() && !pd.is_null());
-        let mut init = ibv_qp_init_attr {
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: IBV_QPT_RC,
-            cap: ibv_qp_cap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            ..Default::default()
-        };
-        let qp = ibv_create_qp(pd, &mut init);
-        assert!(!qp.is_null());
-        let mut attr = ibv_qp_attr {
-            qp_state: IBV_QPS_INIT,
-            port_num: 1,
-            ..Default::default()
-        };
-        let mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-        assert_eq!(ibv_modify_qp(qp, &mut attr, mask as i32), 0);
+        let qp = common::rc_qp_in_init(pd, cq);
         let qp = Qp(qp);
         let req_notify = (*ctx).ops.req_notify_cq.unwrap();
         assert_eq!(req_notify(cq, 0), 0);
