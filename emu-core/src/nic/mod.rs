@@ -131,6 +131,11 @@ pub struct LinkCounters {
     /// receive inline. While the application polls, the thread leaves the socket to
     /// it (see [`EmuConfig::busy_poll`]).
     pub thread_datagrams: AtomicU64,
+    /// Times the device thread took the socket back from an application that polls
+    /// but left a datagram on it (it spins on memory for an RDMA WRITE, which makes no
+    /// completion at the responder) and kept it for a while (see the device thread's
+    /// schedule, `nic/thread.rs`).
+    pub socket_holds: AtomicU64,
     /// Datagrams the kernel dropped on arrival, before the device could read them:
     /// its socket's receive buffer was full (the host or the device was overloaded:
     /// not loss on the path) or a UDP checksum was wrong. Read from the kernel once a

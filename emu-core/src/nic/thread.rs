@@ -27,6 +27,14 @@ const IDLE_NAPS_BUSY: u32 = 10;
 const SPIN: Duration = Duration::from_micros(20);
 /// [`SPIN`] in busy-poll mode.
 const SPIN_BUSY: Duration = Duration::from_micros(50);
+/// How long the polls must stop, with a datagram waiting after a nap, before the
+/// device thread concludes the application polls for something else (see
+/// [`Inner::left_on_socket`]); a polling application polls again within microseconds,
+/// unless the host descheduled it.
+const STALL: Duration = Duration::from_micros(50);
+/// How long the device thread then keeps the socket, though the application polls,
+/// before it tries napping again.
+const HOLD: Duration = Duration::from_millis(20);
 
 impl Inner {
     /// The device thread: waits for datagrams or the next timer, then receives a batch.
@@ -41,7 +49,8 @@ impl Inner {
     /// what makes it (`req_notify_cq` wakes it from a nap); QP1's CQ, which the CM
     /// agent keeps armed, does not count (`Engine::cq_armed`). Holding the socket, it
     /// looks again for [`SPIN`] ([`SPIN_BUSY`] in busy-poll mode) after each datagram
-    /// before it sleeps.
+    /// before it sleeps. An application that polls but waits for something no poll
+    /// brings (see [`Inner::left_on_socket`]) gets the socket taken back for [`HOLD`].
     pub(super) fn run(&self, udp: &UdpLink, mut member: Option<share::Member>) {
         let idle_limit = if self.cfg.busy_poll {
             IDLE_NAPS_BUSY
@@ -56,6 +65,7 @@ impl Inner {
         // Half or more of the last receive had a wrong ICRC: junk keeps coming.
         let mut flooded = false;
         let mut skipped = false;
+        let mut hold_until: Option<Instant> = None;
         while !self.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             self.watch(now);
@@ -83,7 +93,8 @@ impl Inner {
             let waiting = self.waiters.load(Ordering::Acquire) > 0 || waits != seen_waits;
             seen_waits = waits;
             self.waiter_mode.store(waiting, Ordering::Release);
-            if (idle_naps < idle_limit && !armed) || waiting {
+            let holding = hold_until.is_some_and(|t| now < t);
+            if (idle_naps < idle_limit && !armed && !holding) || waiting {
                 // The application takes the datagrams; only keep time.
                 self.napping.store(true, Ordering::Release);
                 std::thread::park_timeout(sleep.min(NAP));
@@ -105,13 +116,22 @@ impl Inner {
                 if let Some(core) = core {
                     self.keep_time_locked(core);
                 }
+                if !waiting && self.left_on_socket(udp) {
+                    hold_until = Some(Instant::now() + HOLD);
+                    self.link_counters
+                        .socket_holds
+                        .fetch_add(1, Ordering::Relaxed);
+                }
                 continue;
             } else {
                 // Posts stop deferring before this thread blocks; one that deferred
                 // just before is sent here first.
                 self.napping.store(false, Ordering::Release);
                 self.flush_pending();
-                let spinning = !armed && last_rx.is_some_and(|t| t.elapsed() < spin);
+                // Not while it holds the socket for an application that spins: a yield
+                // hands the core to that spinner for its whole time slice, while a
+                // thread that sleeps on the socket is woken ahead of it.
+                let spinning = !armed && !holding && last_rx.is_some_and(|t| t.elapsed() < spin);
                 if flooded {
                     // Take the next batch at once. Yielding here handed the core to
                     // any thread sharing it, for its whole time slice: a junk sender
@@ -142,6 +162,28 @@ impl Inner {
                 self.keep_time();
             }
         }
+    }
+
+    /// Whether the application, though it polls, leaves datagrams on the socket: one
+    /// waits after a nap and no poll comes for [`STALL`]. So does a program that polls
+    /// its CQ for its own completions and then spins on memory for the peer's RDMA
+    /// WRITE, which makes no completion at the responder (perftest's `ib_write_lat`):
+    /// only this thread can receive that WRITE, and a nap per message made each half
+    /// round trip a nap long.
+    fn left_on_socket(&self, udp: &UdpLink) -> bool {
+        let left = self.rx.lock().as_ref().is_some_and(RxBufs::has_left);
+        if !left && !udp.wait_readable(Duration::ZERO) {
+            return false;
+        }
+        let polls = self.polls.load(Ordering::Relaxed);
+        let t = Instant::now();
+        while t.elapsed() < STALL {
+            if self.polls.load(Ordering::Relaxed) != polls {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        self.polls.load(Ordering::Relaxed) == polls
     }
 
     /// Fires the engine's due timers and sends what they (or a deferred post) left.
