@@ -8,18 +8,18 @@
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emu_core::nic::{EmuConfig, EmuDevice};
 use verbs_api::{
-    connect_qp, AccessFlags, CqId, Device, Endpoint, MemBuf, MrInfo, QpCap, QpInitAttr, QpParams,
-    QpType, SendFlags, SendWr, Sge, WcStatus, WrOperation,
+    AccessFlags, Context, Cq, Endpoint, MemBuf, Mr, Qp, QpParams, QpType, SendWr, WcStatus,
 };
 
 const ROUND_TRIPS: u32 = 100;
 
 /// Two devices on 127.0.99.1 and .2 sharing a free port.
-fn open_pair() -> (EmuDevice, EmuDevice) {
+fn open_pair() -> (Arc<EmuDevice>, Arc<EmuDevice>) {
     let open = |host: u8, port: u16| {
         EmuDevice::open(EmuConfig {
             name: format!("spin{host}"),
@@ -31,7 +31,7 @@ fn open_pair() -> (EmuDevice, EmuDevice) {
     for k in 0..64u16 {
         let port = 21_000 + k * 97;
         match open(1, port).and_then(|a| Ok((a, open(2, port)?))) {
-            Ok(pair) => return pair,
+            Ok((a, b)) => return (Arc::new(a), Arc::new(b)),
             Err(e) if e.errno() == 98 => continue,
             Err(e) => panic!("open: {e}"),
         }
@@ -40,49 +40,34 @@ fn open_pair() -> (EmuDevice, EmuDevice) {
 }
 
 struct Side {
-    qpn: u32,
-    cq: CqId,
+    ctx: Context,
+    cq: Cq,
+    qp: Qp,
     buf: MemBuf,
-    mr: MrInfo,
+    mr: Mr,
 }
 
-fn side(d: &EmuDevice) -> Side {
-    let pd = d.alloc_pd().unwrap();
-    let cq = d.create_cq(16, None).unwrap();
-    let qpn = d
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap: QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-            srq: None,
-        })
-        .unwrap();
+fn side(dev: &Arc<EmuDevice>) -> Side {
+    let ctx = Context::new(dev.clone());
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, None).unwrap();
+    let qp = pd.qp(QpType::Rc, &cq).build().unwrap();
     let buf = MemBuf::new(64);
-    let mr = d
-        .reg_mr(
-            pd,
-            &buf,
-            0,
-            64,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
+    let mr = pd
+        .reg_mr(&buf, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
         .unwrap();
-    Side { qpn, cq, buf, mr }
+    Side {
+        ctx,
+        cq,
+        qp,
+        buf,
+        mr,
+    }
 }
 
 /// One side's loop: the client writes first, the server answers each WRITE it sees.
-fn ping_pong(d: &EmuDevice, me: &Side, peer: &MrInfo, client: bool) {
+fn ping_pong(me: &Side, peer: &Mr, client: bool) {
     let t0 = Instant::now();
-    let mut out = Vec::new();
     for i in 0..ROUND_TRIPS {
         let mark = (i % 250 + 1) as u8;
         let wait = |m: u8| {
@@ -99,25 +84,11 @@ fn ping_pong(d: &EmuDevice, me: &Side, peer: &MrInfo, client: bool) {
             wait(mark);
         }
         me.buf.with_mut(|b| b[0] = mark);
-        let mut wr = SendWr::new(
-            u64::from(i),
-            vec![Sge::new(me.mr.addr, 1, me.mr.lkey)],
-            WrOperation::RdmaWrite {
-                remote_addr: peer.addr + 32,
-                rkey: peer.rkey,
-            },
-        );
-        wr.send_flags = SendFlags::SIGNALED;
-        d.post_send(me.qpn, &[wr]).unwrap();
+        let wr = SendWr::rdma_write(u64::from(i), me.mr.sge(0, 1), peer.addr(32), peer.rkey());
+        me.qp.post_send(&[wr.signaled()]).unwrap();
         // Its send completion, by polling.
-        loop {
-            out.clear();
-            if d.poll_cq(me.cq, 1, &mut out).unwrap() == 1 {
-                assert_eq!(out[0].status, WcStatus::Success, "round trip {i}");
-                break;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(60), "no send completion");
-        }
+        let wc = me.cq.wait(Duration::from_secs(60)).unwrap();
+        assert_eq!(wc.status, WcStatus::Success, "round trip {i}");
         if client {
             wait(mark);
         }
@@ -132,17 +103,17 @@ fn writes_land_while_the_program_spins_on_memory_between_polls() {
         access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         ..QpParams::default()
     };
-    for (d, me, peer, gid) in [(&da, &a, &b, db.gid()), (&db, &b, &a, da.gid())] {
+    for (me, peer) in [(&a, &b), (&b, &a)] {
         let remote = Endpoint {
-            qpn: peer.qpn,
-            gid,
+            qpn: peer.qp.qpn(),
+            gid: peer.ctx.gid().unwrap(),
             ..Endpoint::default()
         };
-        connect_qp(d, me.qpn, QpType::Rc, &params, 0, &remote).unwrap();
+        me.qp.connect(&params, 0, &remote).unwrap();
     }
     std::thread::scope(|s| {
-        s.spawn(|| ping_pong(&db, &b, &a.mr, false));
-        ping_pong(&da, &a, &b.mr, true);
+        s.spawn(|| ping_pong(&b, &a.mr, false));
+        ping_pong(&a, &b.mr, true);
     });
     let holds = |d: &EmuDevice| d.link_counters().socket_holds.load(Ordering::Relaxed);
     assert!(
