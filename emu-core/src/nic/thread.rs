@@ -301,7 +301,9 @@ mod tests {
 
     /// While the application polls, the device thread leaves the socket to it: after
     /// a nap it fires timers but receives nothing, even when datagrams wait (the
-    /// application polls with pauses here, so some always do).
+    /// application polls with pauses here, so some always do). The pauses stay under
+    /// [`super::STALL`]: a longer one with a datagram waiting hands the socket to the
+    /// thread (`write_spin.rs`).
     #[test]
     fn a_polling_application_receives_every_datagram_itself() {
         let (dev, cq) = busy_poll_device();
@@ -309,16 +311,23 @@ mod tests {
         let to = (Ipv4Addr::LOCALHOST, dev.port());
         let counters = dev.link_counters();
         let mut out = Vec::new();
-        // The thread takes the socket back after 2 ms without a poll (ten naps): a
-        // round in which this thread was descheduled that long proves nothing, and
-        // the next round runs instead.
-        for _ in 0..5 {
+        // The thread takes the socket back after 2 ms without a poll (ten naps), or
+        // after a nap that leaves a datagram and a pause of STALL: a round in which
+        // this thread was descheduled that long proves nothing, and the next round
+        // runs instead.
+        let pause = |d: Duration| {
+            let t = Instant::now();
+            while t.elapsed() < d {
+                std::hint::spin_loop();
+            }
+        };
+        for _ in 0..50 {
             poll_until_napping(&dev, cq, 1, &mut out);
             let before = counters.thread_datagrams.load(Ordering::Relaxed);
             let bad_before = counters.icrc_errors.load(Ordering::Relaxed);
-            // 400 datagrams with a wrong ICRC (dropped and counted by whoever receives
-            // them), polled every 50 us in between: the thread naps 200 us at a time,
-            // so it wakes to waiting datagrams about 200 times.
+            // 40 datagrams with a wrong ICRC (dropped and counted by whoever receives
+            // them), polled every 10 us in between: the thread naps 200 us at a time,
+            // so it wakes to waiting datagrams several times.
             let mut last_poll = Instant::now();
             let mut longest_gap = Duration::ZERO;
             let mut poll = |out: &mut Vec<WorkCompletion>| {
@@ -326,19 +335,19 @@ mod tests {
                 longest_gap = longest_gap.max(last_poll.elapsed());
                 last_poll = Instant::now();
             };
-            for _ in 0..400 {
+            for _ in 0..40 {
                 peer.send_to(&[0u8; 64], to).unwrap();
-                std::thread::sleep(Duration::from_micros(50));
-                poll(&mut out);
-                std::thread::sleep(Duration::from_micros(50));
-                poll(&mut out);
+                for _ in 0..5 {
+                    pause(Duration::from_micros(10));
+                    poll(&mut out);
+                }
             }
             let t0 = Instant::now();
-            while counters.icrc_errors.load(Ordering::Relaxed) - bad_before < 400 {
+            while counters.icrc_errors.load(Ordering::Relaxed) - bad_before < 40 {
                 assert!(t0.elapsed() < Duration::from_secs(5), "datagrams were lost");
                 poll(&mut out);
             }
-            if longest_gap > Duration::from_millis(1) {
+            if longest_gap >= super::STALL {
                 continue;
             }
             let by_thread = counters.thread_datagrams.load(Ordering::Relaxed) - before;
@@ -348,7 +357,7 @@ mod tests {
             );
             return;
         }
-        eprintln!("skipped: this thread was descheduled for over 1 ms in every round");
+        eprintln!("skipped: this thread was descheduled for STALL in every round");
     }
 
     /// While the application polls, a post waits for the next poll to leave (posts to
