@@ -4,8 +4,8 @@
 //! # What this crate owns
 //! The bytes, and nothing else: no queues, no timers, no sockets. A RoCEv2 packet is
 //! IPv4 or IPv6 / UDP (destination port [`ROCEV2_PORT`]) / BTH ([`bth`], IBTA 9.2) /
-//! the extended headers its [`Opcode`] calls for, in IBTA order ([`deth`], [`feth`],
-//! [`reth`], [`atomic`], [`aeth`], [`imm`]; IBTA 9.3 and, for FLUSH, 1.5) / payload /
+//! the extended headers its [`Opcode`] calls for, in IBTA order ([`deth`], [`xrceth`], [`feth`],
+//! [`reth`], [`atomic`], [`aeth`], [`imm`]; IBTA 9.3, the XRC annex and, for FLUSH, 1.5) / payload /
 //! pad to a multiple of 4 /
 //! 4-byte ICRC ([`icrc`], Annex A17.4). [`PacketRepr`] reads and writes that UDP
 //! payload as a whole; [`Psn`] is the 24-bit sequence number (IBTA 9.7.1); [`grh`] is
@@ -61,6 +61,7 @@ pub mod packet;
 pub mod pcap;
 pub mod psn;
 pub mod reth;
+pub mod xrceth;
 
 pub use aeth::{rnr_timer_duration, AethPacket, AethRepr, NakCode, Syndrome};
 pub use atomic::{AtomicAckEthPacket, AtomicAckEthRepr, AtomicEthPacket, AtomicEthRepr};
@@ -80,3 +81,4 @@ pub use packet::{PacketRepr, ICRC_LEN};
 pub use pcap::PcapWriter;
 pub use psn::Psn;
 pub use reth::{RethPacket, RethRepr};
+pub use xrceth::{XrcEthPacket, XrcEthRepr};

@@ -1,8 +1,10 @@
 //! The opcode table (IBTA 9.2.1, table 38): which transport and which headers each
 //! opcode carries. RC opcodes are `0x00 + n`, UC `0x20 + n` (SEND and WRITE families
-//! only), UD `0x60 + n` (SEND ONLY, with and without immediate). RC also has FLUSH
-//! (0x1C) and ATOMIC WRITE (0x1D), from IBTA 1.5 (kernel rxe since 6.2). RESYNC (0x15)
-//! and CNP (0x81) are not supported and parse as [`Error::UnknownOpcode`].
+//! only), UD `0x60 + n` (SEND ONLY, with and without immediate), XRC `0xA0 + n` (the
+//! RC set but FLUSH and ATOMIC WRITE: IBTA XRC annex A14; every XRC request carries
+//! an XRCETH). RC also has FLUSH (0x1C) and ATOMIC WRITE (0x1D), from IBTA 1.5 (kernel
+//! rxe since 6.2). RESYNC (0x15, 0xB5) and CNP (0x81) are not supported and parse as
+//! [`Error::UnknownOpcode`].
 
 use core::fmt;
 
@@ -93,6 +95,52 @@ pub enum Opcode {
     UdSendOnly = 0x64,
     /// UD SEND ONLY with immediate.
     UdSendOnlyWithImmediate = 0x65,
+    /// XRC SEND FIRST.
+    XrcSendFirst = 0xA0,
+    /// XRC SEND MIDDLE.
+    XrcSendMiddle = 0xA1,
+    /// XRC SEND LAST.
+    XrcSendLast = 0xA2,
+    /// XRC SEND LAST with immediate.
+    XrcSendLastWithImmediate = 0xA3,
+    /// XRC SEND ONLY.
+    XrcSendOnly = 0xA4,
+    /// XRC SEND ONLY with immediate.
+    XrcSendOnlyWithImmediate = 0xA5,
+    /// XRC RDMA WRITE FIRST.
+    XrcRdmaWriteFirst = 0xA6,
+    /// XRC RDMA WRITE MIDDLE.
+    XrcRdmaWriteMiddle = 0xA7,
+    /// XRC RDMA WRITE LAST.
+    XrcRdmaWriteLast = 0xA8,
+    /// XRC RDMA WRITE LAST with immediate.
+    XrcRdmaWriteLastWithImmediate = 0xA9,
+    /// XRC RDMA WRITE ONLY.
+    XrcRdmaWriteOnly = 0xAA,
+    /// XRC RDMA WRITE ONLY with immediate.
+    XrcRdmaWriteOnlyWithImmediate = 0xAB,
+    /// XRC RDMA READ REQUEST.
+    XrcRdmaReadRequest = 0xAC,
+    /// XRC RDMA READ RESPONSE FIRST.
+    XrcRdmaReadResponseFirst = 0xAD,
+    /// XRC RDMA READ RESPONSE MIDDLE.
+    XrcRdmaReadResponseMiddle = 0xAE,
+    /// XRC RDMA READ RESPONSE LAST.
+    XrcRdmaReadResponseLast = 0xAF,
+    /// XRC RDMA READ RESPONSE ONLY.
+    XrcRdmaReadResponseOnly = 0xB0,
+    /// XRC ACKNOWLEDGE.
+    XrcAcknowledge = 0xB1,
+    /// XRC ATOMIC ACKNOWLEDGE.
+    XrcAtomicAcknowledge = 0xB2,
+    /// XRC COMPARE SWAP.
+    XrcCompareSwap = 0xB3,
+    /// XRC FETCH ADD.
+    XrcFetchAdd = 0xB4,
+    /// XRC SEND LAST with invalidate.
+    XrcSendLastWithInvalidate = 0xB6,
+    /// XRC SEND ONLY with invalidate.
+    XrcSendOnlyWithInvalidate = 0xB7,
 }
 
 /// The transport service an opcode belongs to.
@@ -104,6 +152,9 @@ pub enum Transport {
     Uc,
     /// Unreliable Datagram.
     Ud,
+    /// eXtended Reliable Connected (IBTA XRC annex A14): RC's reliability, requests
+    /// addressed to an XRC SRQ at the target by their XRCETH.
+    Xrc,
 }
 
 /// Where a packet sits in its message.
@@ -123,7 +174,7 @@ use Opcode::*;
 
 impl Opcode {
     /// Every supported opcode, in numeric order.
-    pub const ALL: [Opcode; 39] = [
+    pub const ALL: [Opcode; 62] = [
         RcSendFirst,
         RcSendMiddle,
         RcSendLast,
@@ -163,6 +214,29 @@ impl Opcode {
         UcRdmaWriteOnlyWithImmediate,
         UdSendOnly,
         UdSendOnlyWithImmediate,
+        XrcSendFirst,
+        XrcSendMiddle,
+        XrcSendLast,
+        XrcSendLastWithImmediate,
+        XrcSendOnly,
+        XrcSendOnlyWithImmediate,
+        XrcRdmaWriteFirst,
+        XrcRdmaWriteMiddle,
+        XrcRdmaWriteLast,
+        XrcRdmaWriteLastWithImmediate,
+        XrcRdmaWriteOnly,
+        XrcRdmaWriteOnlyWithImmediate,
+        XrcRdmaReadRequest,
+        XrcRdmaReadResponseFirst,
+        XrcRdmaReadResponseMiddle,
+        XrcRdmaReadResponseLast,
+        XrcRdmaReadResponseOnly,
+        XrcAcknowledge,
+        XrcAtomicAcknowledge,
+        XrcCompareSwap,
+        XrcFetchAdd,
+        XrcSendLastWithInvalidate,
+        XrcSendOnlyWithInvalidate,
     ];
 
     /// The low five bits: the operation, whatever the transport.
@@ -172,11 +246,13 @@ impl Opcode {
 
     /// The transport service.
     pub fn transport(self) -> Transport {
-        // IBTA 9.2.1: the top three bits select the transport (000 RC, 001 UC, 011 UD).
+        // IBTA 9.2.1: the top three bits select the transport (000 RC, 001 UC, 011 UD,
+        // 101 XRC); no supported opcode has another prefix.
         match self as u8 >> 5 {
             0 => Transport::Rc,
             1 => Transport::Uc,
-            _ => Transport::Ud,
+            3 => Transport::Ud,
+            _ => Transport::Xrc,
         }
     }
 
@@ -202,23 +278,17 @@ impl Opcode {
 
     /// An RDMA READ request.
     pub fn is_read_request(self) -> bool {
-        self == RcRdmaReadRequest
+        self.op() == 0x0C
     }
 
     /// An RDMA READ response packet.
     pub fn is_read_response(self) -> bool {
-        matches!(
-            self,
-            RcRdmaReadResponseFirst
-                | RcRdmaReadResponseMiddle
-                | RcRdmaReadResponseLast
-                | RcRdmaReadResponseOnly
-        )
+        matches!(self.op(), 0x0D..=0x10)
     }
 
     /// COMPARE_SWAP or FETCH_ADD.
     pub fn is_atomic(self) -> bool {
-        matches!(self, RcCompareSwap | RcFetchAdd)
+        matches!(self.op(), 0x13 | 0x14)
     }
 
     /// FLUSH (IBTA 1.5).
@@ -233,7 +303,7 @@ impl Opcode {
 
     /// ACKNOWLEDGE or ATOMIC ACKNOWLEDGE.
     pub fn is_ack(self) -> bool {
-        matches!(self, RcAcknowledge | RcAtomicAcknowledge)
+        matches!(self.op(), 0x11 | 0x12)
     }
 
     /// Sent by a requester (SEND, WRITE, READ request, atomic, FLUSH, ATOMIC WRITE), as
@@ -254,7 +324,7 @@ impl Opcode {
 
     /// Carries an IETH (SEND with invalidate).
     pub fn has_invalidate(self) -> bool {
-        matches!(self, RcSendLastWithInvalidate | RcSendOnlyWithInvalidate)
+        matches!(self.op(), 0x16 | 0x17)
     }
 
     /// Carries a RETH: WRITE FIRST/ONLY, READ request, FLUSH and ATOMIC WRITE.
@@ -272,14 +342,7 @@ impl Opcode {
     /// Carries an AETH: ACKs and READ response FIRST/LAST/ONLY.
     pub fn has_aeth(self) -> bool {
         // IBTA 9.3.5 AETH: not on READ RESPONSE MIDDLE.
-        matches!(
-            self,
-            RcRdmaReadResponseFirst
-                | RcRdmaReadResponseLast
-                | RcRdmaReadResponseOnly
-                | RcAcknowledge
-                | RcAtomicAcknowledge
-        )
+        matches!(self.op(), 0x0D | 0x0F | 0x10 | 0x11 | 0x12)
     }
 
     /// Carries an AtomicETH.
@@ -289,7 +352,12 @@ impl Opcode {
 
     /// Carries an AtomicAckETH.
     pub fn has_atomic_ack_eth(self) -> bool {
-        self == RcAtomicAcknowledge
+        self.op() == 0x12
+    }
+
+    /// Carries an XRCETH: every XRC request (IBTA XRC annex A14), not XRC responses.
+    pub fn has_xrceth(self) -> bool {
+        self.transport() == Transport::Xrc && self.is_request()
     }
 
     /// Carries a DETH (UD).
@@ -311,6 +379,11 @@ impl Opcode {
         let mut n = crate::bth::HEADER_LEN;
         if self.has_deth() {
             n += crate::deth::HEADER_LEN;
+        }
+        // XRC annex: the XRCETH follows the BTH (and a DETH, which XRC never has) and
+        // comes before the RETH, AtomicETH, ImmDt and IETH.
+        if self.has_xrceth() {
+            n += crate::xrceth::HEADER_LEN;
         }
         // IBTA 1.5: a FLUSH's FETH comes before its RETH (as kernel rxe 6.12 sends it).
         if self.has_feth() {
@@ -338,12 +411,14 @@ impl Opcode {
     }
 
     /// The twin of an RC SEND or WRITE opcode on transport `t` (UC: the same
-    /// operation at 0x20 + n; UD: SEND ONLY with or without immediate).
+    /// operation at 0x20 + n; UD: SEND ONLY with or without immediate; XRC: the same
+    /// operation at 0xA0 + n, which every RC operation but FLUSH and ATOMIC WRITE has).
     pub fn with_transport(self, t: Transport) -> Option<Opcode> {
         let base = match t {
             Transport::Rc => 0x00,
             Transport::Uc => 0x20,
             Transport::Ud => 0x60,
+            Transport::Xrc => 0xA0,
         };
         Opcode::try_from(base | self.op())
             .ok()
@@ -399,11 +474,38 @@ impl Opcode {
             "UC_RDMA_WRITE_ONLY",
             "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
         ];
+        const XRC: [&str; 24] = [
+            "XRC_SEND_FIRST",
+            "XRC_SEND_MIDDLE",
+            "XRC_SEND_LAST",
+            "XRC_SEND_LAST_WITH_IMMEDIATE",
+            "XRC_SEND_ONLY",
+            "XRC_SEND_ONLY_WITH_IMMEDIATE",
+            "XRC_RDMA_WRITE_FIRST",
+            "XRC_RDMA_WRITE_MIDDLE",
+            "XRC_RDMA_WRITE_LAST",
+            "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+            "XRC_RDMA_WRITE_ONLY",
+            "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+            "XRC_RDMA_READ_REQUEST",
+            "XRC_RDMA_READ_RESPONSE_FIRST",
+            "XRC_RDMA_READ_RESPONSE_MIDDLE",
+            "XRC_RDMA_READ_RESPONSE_LAST",
+            "XRC_RDMA_READ_RESPONSE_ONLY",
+            "XRC_ACKNOWLEDGE",
+            "XRC_ATOMIC_ACKNOWLEDGE",
+            "XRC_COMPARE_SWAP",
+            "XRC_FETCH_ADD",
+            "XRC_RESYNC",
+            "XRC_SEND_LAST_WITH_INVALIDATE",
+            "XRC_SEND_ONLY_WITH_INVALIDATE",
+        ];
         match self.transport() {
             Transport::Rc => RC[self.op() as usize],
             Transport::Uc => UC[self.op() as usize],
             Transport::Ud if self == UdSendOnly => "UD_SEND_ONLY",
             Transport::Ud => "UD_SEND_ONLY_WITH_IMMEDIATE",
+            Transport::Xrc => XRC[self.op() as usize],
         }
     }
 }
@@ -725,6 +827,7 @@ mod tests {
             (0x00u8, "RC", 0x00u8..=0x1D),
             (0x20, "UC", 0x00..=0x0B),
             (0x60, "UD", 0x04..=0x05),
+            (0xA0, "XRC", 0x00..=0x17),
         ] {
             for (n, name, reth, aeth, atomic, atomic_ack, imm, ieth, payload) in TABLE {
                 let Ok(op) = Opcode::try_from(base | n) else {
@@ -753,8 +856,12 @@ mod tests {
                 assert_eq!((op.has_deth(), op.has_payload()), (deth, payload), "{op}");
                 let feth = op == RcFlush;
                 assert_eq!(op.has_feth(), feth, "{op}");
+                // XRC annex: every XRC request, and only requests, carry an XRCETH.
+                let xrceth = prefix == "XRC" && !(op.is_ack() || op.is_read_response());
+                assert_eq!(op.has_xrceth(), xrceth, "{op}");
                 let len = 12
                     + 4 * usize::from(feth)
+                    + 4 * usize::from(xrceth)
                     + 8 * usize::from(deth)
                     + 16 * usize::from(reth)
                     + 28 * usize::from(atomic)
@@ -766,7 +873,8 @@ mod tests {
                 let t = match prefix {
                     "RC" => Transport::Rc,
                     "UC" => Transport::Uc,
-                    _ => Transport::Ud,
+                    "UD" => Transport::Ud,
+                    _ => Transport::Xrc,
                 };
                 assert_eq!(op.transport(), t);
             }
@@ -791,6 +899,15 @@ mod tests {
         assert_eq!(UcRdmaWriteFirst.header_len(), 12 + 16);
         assert_eq!(RcFlush.header_len(), 12 + 4 + 16);
         assert_eq!(RcAtomicWrite.header_len(), 12 + 16);
+        assert_eq!(XrcSendOnly.header_len(), 12 + 4);
+        assert_eq!(XrcSendOnlyWithImmediate.header_len(), 12 + 4 + 4);
+        assert_eq!(XrcRdmaWriteFirst.header_len(), 12 + 4 + 16);
+        assert_eq!(XrcRdmaReadRequest.header_len(), 12 + 4 + 16);
+        assert_eq!(XrcCompareSwap.header_len(), 12 + 4 + 28);
+        assert_eq!(XrcSendOnlyWithInvalidate.header_len(), 12 + 4 + 4);
+        assert_eq!(XrcRdmaReadResponseFirst.header_len(), 12 + 4);
+        assert_eq!(XrcAcknowledge.header_len(), 12 + 4);
+        assert_eq!(XrcAtomicAcknowledge.header_len(), 12 + 4 + 8);
     }
 
     #[test]
@@ -806,10 +923,12 @@ mod tests {
             }
         }
         assert_eq!(known, Opcode::ALL.len(), "every opcode decodes");
-        // RESYNC and CNP are not supported; FLUSH and ATOMIC WRITE are.
+        // RESYNC and CNP are not supported; FLUSH and ATOMIC WRITE are, on RC only.
         assert_eq!(Opcode::try_from(0x1C), Ok(RcFlush));
         assert_eq!(Opcode::try_from(0x1D), Ok(RcAtomicWrite));
-        for b in [0x15, 0x81] {
+        assert_eq!(Opcode::try_from(0xA0), Ok(XrcSendFirst));
+        assert_eq!(Opcode::try_from(0xB7), Ok(XrcSendOnlyWithInvalidate));
+        for b in [0x15, 0x81, 0xB5, 0xBC, 0xBD] {
             assert_eq!(Opcode::try_from(b), Err(Error::UnknownOpcode(b)));
         }
         for w in Opcode::ALL.windows(2) {
@@ -853,14 +972,19 @@ mod tests {
     #[test]
     fn transport_twins() {
         for op in Opcode::ALL {
-            for t in [Transport::Rc, Transport::Uc, Transport::Ud] {
+            for t in [Transport::Rc, Transport::Uc, Transport::Ud, Transport::Xrc] {
                 match op.with_transport(t) {
                     Some(twin) => {
                         assert_eq!(twin.transport(), t);
-                        assert_eq!(&twin.name()[3..], &op.name()[3..]);
+                        let rest = |o: Opcode| o.name().split_once('_').unwrap().1;
+                        assert_eq!(rest(twin), rest(op));
                     }
                     None => {
                         let rc = op.with_transport(Transport::Rc).unwrap();
+                        if t == Transport::Xrc {
+                            assert!(rc.is_flush() || rc.is_atomic_write(), "{op}");
+                            continue;
+                        }
                         assert!(
                             t == Transport::Ud
                                 && !matches!(rc, RcSendOnly | RcSendOnlyWithImmediate)
@@ -880,5 +1004,10 @@ mod tests {
         assert_eq!(RcSendOnly.with_transport(Transport::Ud), Some(UdSendOnly));
         assert_eq!(RcSendFirst.with_transport(Transport::Ud), None);
         assert_eq!(RcSendOnlyWithInvalidate.with_transport(Transport::Uc), None);
+        assert_eq!(
+            RcSendOnlyWithInvalidate.with_transport(Transport::Xrc),
+            Some(XrcSendOnlyWithInvalidate)
+        );
+        assert_eq!(RcFlush.with_transport(Transport::Xrc), None);
     }
 }

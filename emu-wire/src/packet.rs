@@ -1,5 +1,5 @@
 //! A whole RoCEv2 UDP payload: BTH, the extended headers its opcode carries in IBTA
-//! order (DETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH), payload, pad to a
+//! order (DETH, XRCETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH), payload, pad to a
 //! multiple of 4, and the 4-byte ICRC (IBTA 9.2, Annex A17.4).
 
 use crate::aeth::{AethPacket, AethRepr, Syndrome};
@@ -12,6 +12,7 @@ use crate::imm::{IethPacket, ImmDtPacket};
 use crate::opcode::Opcode;
 use crate::psn::Psn;
 use crate::reth::{RethPacket, RethRepr};
+use crate::xrceth::{XrcEthPacket, XrcEthRepr};
 
 /// ICRC length in bytes.
 pub const ICRC_LEN: usize = 4;
@@ -24,6 +25,8 @@ pub struct PacketRepr {
     pub bth: BthRepr,
     /// UD only.
     pub deth: Option<DethRepr>,
+    /// XRC requests only (XRC annex): the XRC SRQ at the target.
+    pub xrceth: Option<XrcEthRepr>,
     /// FLUSH only (IBTA 1.5).
     pub feth: Option<FethRepr>,
     /// WRITE FIRST/ONLY, READ request, FLUSH, ATOMIC WRITE.
@@ -59,6 +62,7 @@ impl PacketRepr {
                 psn,
             },
             deth: opcode.has_deth().then(DethRepr::default),
+            xrceth: opcode.has_xrceth().then(XrcEthRepr::default),
             feth: opcode.has_feth().then(FethRepr::default),
             reth: opcode.has_reth().then(RethRepr::default),
             atomic_eth: opcode.has_atomic_eth().then(AtomicEthRepr::default),
@@ -92,7 +96,8 @@ impl PacketRepr {
         if b.len() < hlen + ICRC_LEN {
             return Err(Error::Truncated);
         }
-        // IBTA 9.3: extended headers in the order DETH, FETH (IBTA 1.5), RETH,
+        // IBTA 9.3: extended headers in the order DETH, XRCETH (XRC annex), FETH
+        // (IBTA 1.5), RETH,
         // AtomicETH, AETH, AtomicAckETH, ImmDt, IETH. The length check above makes every
         // slice fit.
         let mut at = bth::HEADER_LEN;
@@ -103,6 +108,11 @@ impl PacketRepr {
         };
         let deth = if op.has_deth() {
             Some(DethRepr::parse(&DethPacket::new_unchecked(next(8)))?)
+        } else {
+            None
+        };
+        let xrceth = if op.has_xrceth() {
+            Some(XrcEthRepr::parse(&XrcEthPacket::new_unchecked(next(4)))?)
         } else {
             None
         };
@@ -158,6 +168,7 @@ impl PacketRepr {
         let repr = PacketRepr {
             bth,
             deth,
+            xrceth,
             feth,
             reth,
             atomic_eth,
@@ -174,6 +185,7 @@ impl PacketRepr {
         let op = self.bth.opcode;
         [
             (op.has_deth() && self.deth.is_none(), "DETH"),
+            (op.has_xrceth() && self.xrceth.is_none(), "XRCETH"),
             (op.has_feth() && self.feth.is_none(), "FETH"),
             (op.has_reth() && self.reth.is_none(), "RETH"),
             (
@@ -231,6 +243,11 @@ impl PacketRepr {
             self.deth
                 .unwrap_or_default()
                 .emit(&mut DethPacket::new_unchecked(&mut buf[next(8)]));
+        }
+        if op.has_xrceth() {
+            self.xrceth
+                .unwrap_or_default()
+                .emit(&mut XrcEthPacket::new_unchecked(&mut buf[next(4)]));
         }
         if op.has_feth() {
             self.feth
@@ -297,6 +314,7 @@ mod tests {
             let r = PacketRepr::new(op, 0x12, Psn::new(3));
             assert_eq!(r.missing_header(), None, "{op}");
             assert_eq!(r.deth.is_some(), op.has_deth());
+            assert_eq!(r.xrceth.is_some(), op.has_xrceth());
             assert_eq!(r.feth.is_some(), op.has_feth());
             assert_eq!(r.reth.is_some(), op.has_reth());
             assert_eq!(r.atomic_eth.is_some(), op.has_atomic_eth());
@@ -422,6 +440,93 @@ mod tests {
         assert_eq!(n, 12 + 16 + 8 + 4);
         let (back, payload) = PacketRepr::parse(&buf[..n]).unwrap();
         assert_eq!((back, payload), (w, &[1, 2, 3, 4, 5, 6, 7, 8][..]));
+    }
+
+    /// XRC frames written out byte by byte from the XRC annex (BTH, then XRCETH: 8
+    /// reserved bits and the 24-bit XRC SRQ number, then the other extended headers),
+    /// checked against what `emit` writes and `parse` reads. The ICRC is computed as for
+    /// RC (it does not look at the opcode); the slot is left zero here.
+    #[test]
+    fn xrc_golden_bytes() {
+        // XRC SEND ONLY with immediate, to QPN 0x000123, PSN 0x000045, AckReq, XRC SRQ
+        // 0x00ABCD, ImmDt 0x11223344, payload "hi" (2 bytes, pad 2).
+        let mut r = PacketRepr::new(XrcSendOnlyWithImmediate, 0x123, Psn::new(0x45));
+        r.bth.ack_req = true;
+        r.xrceth = Some(XrcEthRepr { xrc_srqn: 0xABCD });
+        r.imm_dt = Some(0x1122_3344);
+        let mut buf = [0xEEu8; 64];
+        let n = r.emit(&mut buf, b"hi");
+        #[rustfmt::skip]
+        let want: [u8; 28] = [
+            // BTH: opcode 0xA5; SE 0 M 0 PadCnt 2 TVer 0; P_Key 0xFFFF
+            0xA5, 0x20, 0xFF, 0xFF,
+            // reserved byte, DestQP 0x000123
+            0x00, 0x00, 0x01, 0x23,
+            // AckReq 1, reserved 7 bits, PSN 0x000045
+            0x80, 0x00, 0x00, 0x45,
+            // XRCETH: reserved byte, XRC SRQ 0x00ABCD
+            0x00, 0x00, 0xAB, 0xCD,
+            // ImmDt
+            0x11, 0x22, 0x33, 0x44,
+            // payload, 2 pad bytes
+            b'h', b'i', 0x00, 0x00,
+            // ICRC slot
+            0x00, 0x00, 0x00, 0x00,
+        ];
+        assert_eq!(&buf[..n], &want[..]);
+        let (back, payload) = PacketRepr::parse(&buf[..n]).unwrap();
+        r.bth.pad_count = 2;
+        assert_eq!((back, payload), (r, &b"hi"[..]));
+
+        // XRC RDMA READ REQUEST: BTH, XRCETH, RETH.
+        let mut r = PacketRepr::new(XrcRdmaReadRequest, 0xFF_FFFE, Psn::new(0xFF_FFFF));
+        r.xrceth = Some(XrcEthRepr {
+            xrc_srqn: 0xFF_0001,
+        });
+        r.reth = Some(RethRepr {
+            va: 0x0000_7F00_DEAD_BEEF,
+            rkey: 0x0000_1234,
+            dma_len: 0x1000,
+        });
+        let n = r.emit(&mut buf, &[]);
+        #[rustfmt::skip]
+        let want: [u8; 36] = [
+            0xAC, 0x00, 0xFF, 0xFF,
+            0x00, 0xFF, 0xFF, 0xFE,
+            0x00, 0xFF, 0xFF, 0xFF,
+            // XRCETH
+            0x00, 0xFF, 0x00, 0x01,
+            // RETH: VA, R_Key, DMA length
+            0x00, 0x00, 0x7F, 0x00, 0xDE, 0xAD, 0xBE, 0xEF,
+            0x00, 0x00, 0x12, 0x34,
+            0x00, 0x00, 0x10, 0x00,
+            0x00, 0x00, 0x00, 0x00,
+        ];
+        assert_eq!(&buf[..n], &want[..]);
+        assert_eq!(PacketRepr::parse(&buf[..n]).unwrap(), (r, &[][..]));
+
+        // XRC ACKNOWLEDGE: a response, no XRCETH (BTH, AETH).
+        let ack = PacketRepr::new(XrcAcknowledge, 0x42, Psn::new(7));
+        assert_eq!(ack.xrceth, None);
+        let n = ack.emit(&mut buf, &[]);
+        #[rustfmt::skip]
+        let want: [u8; 20] = [
+            0xB1, 0x00, 0xFF, 0xFF,
+            0x00, 0x00, 0x00, 0x42,
+            0x00, 0x00, 0x00, 0x07,
+            // AETH: syndrome 0x1F (ACK, no credit), MSN 0
+            0x1F, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00,
+        ];
+        assert_eq!(&buf[..n], &want[..]);
+
+        // A truncated XRCETH is refused.
+        let n = PacketRepr::new(XrcSendOnly, 1, Psn::new(1)).emit(&mut buf, &[]);
+        assert_eq!(n, 12 + 4 + 4);
+        assert_eq!(
+            PacketRepr::parse(&buf[..n - 1]).unwrap_err(),
+            Error::Truncated
+        );
     }
 
     #[test]

@@ -75,6 +75,11 @@ fn arb_repr() -> impl Strategy<Value = (PacketRepr, Vec<u8>)> {
                 if r.ieth.is_some() {
                     r.ieth = Some(rkey);
                 }
+                if r.xrceth.is_some() {
+                    r.xrceth = Some(XrcEthRepr {
+                        xrc_srqn: src & 0xFF_FFFF,
+                    });
+                }
                 if r.deth.is_some() {
                     r.deth = Some(DethRepr {
                         qkey: imm,

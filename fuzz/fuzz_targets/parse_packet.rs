@@ -1,4 +1,5 @@
-//! Any bytes: `PacketRepr::parse` returns Ok or Err, never panics; what parses re-emits
+//! Any bytes (RC, UC, UD and XRC opcodes, so DETH, XRCETH, FETH and the rest):
+//! `PacketRepr::parse` returns Ok or Err, never panics; what parses re-emits
 //! to bytes that parse to the same repr and payload.
 #![no_main]
 
