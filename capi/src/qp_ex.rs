@@ -78,6 +78,7 @@ fn start_wr(qp: *mut sys::ibv_qp_ex, op: WrOperation) {
             op,
             send_flags: SendFlags::from_bits_retain(raw.wr_flags),
             ud: None,
+            xrc_remote_srqn: None,
         });
     });
 }

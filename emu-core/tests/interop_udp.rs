@@ -144,6 +144,7 @@ fn interop_mode_checks_icrc_with_the_ip_id_and_the_hook_drops_an_ack() {
             op: WrOperation::Send,
             send_flags: SendFlags::SIGNALED,
             ud: None,
+            xrc_remote_srqn: None,
         }],
     )
     .unwrap();

@@ -391,6 +391,7 @@ fn cq_overrun() {
                 op: WrOperation::Send,
                 send_flags: SendFlags::empty(),
                 ud: None,
+                xrc_remote_srqn: None,
             },
         );
     }

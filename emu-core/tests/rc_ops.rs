@@ -14,6 +14,7 @@ fn wr(wr_id: u64, op: WrOperation, sges: Vec<verbs_api::Sge>) -> SendWr {
         op,
         send_flags: SendFlags::SIGNALED,
         ud: None,
+        xrc_remote_srqn: None,
     }
 }
 

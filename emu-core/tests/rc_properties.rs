@@ -148,6 +148,7 @@ fn run(ops: &[Op], mtu: Mtu, f: Faults) -> Result<(), TestCaseError> {
                 op: wr_op,
                 send_flags: SendFlags::SIGNALED,
                 ud: None,
+                xrc_remote_srqn: None,
             },
         );
     }

@@ -151,6 +151,7 @@ fn write_with_immediate_consumes_an_srq_wqe() {
         },
         send_flags: SendFlags::SIGNALED,
         ud: None,
+        xrc_remote_srqn: None,
     };
     a.post_send(&mut p, write(1, None));
     p.drive();
@@ -579,6 +580,7 @@ fn responder_error_on_an_srq_qp_raises_last_wqe_reached() {
             },
             send_flags: SendFlags::SIGNALED,
             ud: None,
+            xrc_remote_srqn: None,
         },
     );
     p.drive_for(Duration::from_millis(5));

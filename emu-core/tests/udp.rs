@@ -121,6 +121,7 @@ fn write_all(da: &EmuDevice, a: &End, b: &End, total: usize, chunk: usize, depth
                 },
                 send_flags: SendFlags::SIGNALED,
                 ud: None,
+                xrc_remote_srqn: None,
             };
             da.post_send(a.qpn, &[wr]).unwrap();
             posted += 1;
@@ -204,6 +205,7 @@ fn completion_channel_wakes_waiter() {
         op: WrOperation::Send,
         send_flags: SendFlags::SIGNALED,
         ud: None,
+        xrc_remote_srqn: None,
     };
     da.post_send(a.qpn, &[wr]).unwrap();
     assert_eq!(
@@ -549,6 +551,7 @@ fn verbs_return_libibverbs_errnos() {
         op: WrOperation::Send,
         send_flags: SendFlags::SIGNALED,
         ud: None,
+        xrc_remote_srqn: None,
     };
     assert_eq!(
         d.post_send(e.qpn, &[wr]).unwrap_err().error.errno(),
@@ -603,6 +606,7 @@ fn write_wr(a: &End, b: &End, wr_id: u64, off: u64, len: u32) -> SendWr {
         },
         send_flags: SendFlags::SIGNALED,
         ud: None,
+        xrc_remote_srqn: None,
     }
 }
 

@@ -327,6 +327,7 @@ impl End<'_> {
                     op,
                     send_flags: SendFlags::SIGNALED,
                     ud: None,
+                    xrc_remote_srqn: None,
                 }],
             )
             .unwrap_or_else(|e| die(&format!("post_send: {e:?}")));

@@ -131,7 +131,8 @@ impl QpParams {
         };
         let mask = match qp_type {
             QpType::Ud => M::STATE,
-            QpType::Rc => {
+            // An XRC receive QP is RC's responder side (XRC annex).
+            QpType::Rc | QpType::XrcRecv => {
                 M::STATE
                     | M::AV
                     | M::PATH_MTU
@@ -158,8 +159,13 @@ impl QpParams {
             ..QpAttr::default()
         };
         let mut mask = M::STATE | M::SQ_PSN;
-        if qp_type == QpType::Rc {
-            mask |= M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+        match qp_type {
+            QpType::Rc | QpType::XrcSend => {
+                mask |= M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+            }
+            // An XRC receive QP sends only responses: the ACK timeout is all it takes.
+            QpType::XrcRecv => mask |= M::TIMEOUT,
+            _ => {}
         }
         (attr, mask)
     }

@@ -30,6 +30,26 @@ pub struct ChannelId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SrqId(pub u32);
 
+/// An XRC domain (`struct ibv_xrcd`, manual 3.4.8; man page `ibv_open_xrcd(3)`): the
+/// scope in which XRC receive QPs and XRC SRQs are shared, so that an XRC receive QP
+/// delivers to any XRC SRQ of its domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct XrcdId(pub u32);
+
+/// How `ibv_open_xrcd` opens a domain (`struct ibv_xrcd_init_attr`: `fd` and `oflags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct XrcdOpen {
+    /// The inode the domain is tied to (the file of `fd`; the caller reduces its device
+    /// and inode numbers to one value), or `None` for `fd == -1`: a private domain that
+    /// no other open joins.
+    pub inode: Option<u64>,
+    /// `O_CREAT`: make the domain if the inode has none yet (without it, opening an
+    /// inode with no domain is EINVAL).
+    pub create: bool,
+    /// `O_EXCL` (with `O_CREAT`): EINVAL if the inode has a domain already.
+    pub exclusive: bool,
+}
+
 /// An address handle (`struct ibv_ah`, manual 3.4.15).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct AhId(pub u32);
@@ -214,6 +234,66 @@ pub trait Device: Send + Sync {
     /// `ibv_post_srq_recv` (manual 3.6.6): on failure, the index of the first WR not
     /// posted.
     fn post_srq_recv(&self, srq: SrqId, wrs: &[RecvWr]) -> std::result::Result<(), PostError>;
+
+    /// `ibv_open_xrcd` (manual 3.4.8, man page `ibv_open_xrcd(3)`): opens the XRC
+    /// domain tied to `open.inode`, making it when asked, or a private one. Each open
+    /// takes a reference that [`Device::close_xrcd`] gives back. EINVAL for an inode
+    /// without a domain and no `create`, or one with a domain and `exclusive`.
+    /// EOPNOTSUPP where the device has no XRC (the default).
+    fn open_xrcd(&self, open: &XrcdOpen) -> Result<XrcdId> {
+        let _ = open;
+        Err(crate::Error::Unsupported(
+            "XRC is not supported by this device",
+        ))
+    }
+    /// `ibv_close_xrcd` (manual 3.4.10): drops one reference; the last one destroys
+    /// the domain, which is EBUSY while an XRC SRQ or XRC receive QP belongs to it.
+    fn close_xrcd(&self, xrcd: XrcdId) -> Result<()> {
+        let _ = xrcd;
+        Err(crate::Error::Unsupported(
+            "XRC is not supported by this device",
+        ))
+    }
+    /// `ibv_create_srq_ex` with `IBV_SRQT_XRC` (manual 3.4.9): an XRC SRQ in domain
+    /// `xrcd` whose receives complete on `cq`; its WQEs' L_Keys, and the R_Keys of the
+    /// RDMA requests addressed to it, are checked in `pd`. EINVAL for an unknown PD,
+    /// domain or CQ, or sizes as [`Device::create_srq`].
+    fn create_xrc_srq(&self, pd: PdId, xrcd: XrcdId, cq: CqId, attr: &SrqAttr) -> Result<SrqId> {
+        let _ = (pd, xrcd, cq, attr);
+        Err(crate::Error::Unsupported(
+            "XRC is not supported by this device",
+        ))
+    }
+    /// `ibv_get_srq_num`: the number an XRC initiator puts in its work requests
+    /// ([`SendWr::xrc_remote_srqn`]) to reach this XRC SRQ. EINVAL for an SRQ that is
+    /// not an XRC SRQ.
+    fn get_srq_num(&self, srq: SrqId) -> Result<u32> {
+        let _ = srq;
+        Err(crate::Error::Unsupported(
+            "XRC is not supported by this device",
+        ))
+    }
+    /// `ibv_create_qp_ex` with `IBV_QPT_XRC_RECV` and `IBV_QP_INIT_ATTR_XRCD`: an XRC
+    /// target QP in domain `xrcd`. It has no queues, PD or CQs: the SENDs it receives go
+    /// to the XRC SRQ each names. Brought up with `modify_qp` as an RC QP's receive
+    /// side; [`Device::destroy_qp`] drops the creator's hold. (An `IBV_QPT_XRC_SEND`
+    /// QP is made with [`Device::create_qp`]: a send queue only.)
+    fn create_xrc_recv_qp(&self, xrcd: XrcdId) -> Result<u32> {
+        let _ = xrcd;
+        Err(crate::Error::Unsupported(
+            "XRC is not supported by this device",
+        ))
+    }
+    /// `ibv_open_qp` (`struct ibv_qp_open_attr`): takes a hold on the XRC receive QP
+    /// `qpn` of domain `xrcd`, made by another user of the domain. The QP lives while
+    /// any holder has not destroyed it ([`Device::destroy_qp`] drops one hold). EINVAL
+    /// when `qpn` is not an XRC receive QP of that domain.
+    fn open_qp(&self, xrcd: XrcdId, qpn: u32) -> Result<()> {
+        let _ = (xrcd, qpn);
+        Err(crate::Error::Unsupported(
+            "XRC is not supported by this device",
+        ))
+    }
 
     /// `ibv_create_ah` (manual 3.4.15).
     fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhId>;

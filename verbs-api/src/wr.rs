@@ -436,6 +436,9 @@ pub struct SendWr {
     pub send_flags: SendFlags,
     /// Destination for UD QPs; `None` for connected QPs.
     pub ud: Option<UdDest>,
+    /// The XRC SRQ number at the target (`wr.qp_type.xrc.remote_srqn`,
+    /// `ibv_wr_set_xrc_srqn`); needed on an XRC send QP, ignored on the others.
+    pub xrc_remote_srqn: Option<u32>,
 }
 
 impl SendWr {
@@ -448,6 +451,7 @@ impl SendWr {
             op,
             send_flags: SendFlags::empty(),
             ud: None,
+            xrc_remote_srqn: None,
         }
     }
 
@@ -461,6 +465,13 @@ impl SendWr {
     #[must_use]
     pub fn send_with_imm(wr_id: u64, sg_list: impl Into<SgList>, imm_data: u32) -> SendWr {
         SendWr::new(wr_id, sg_list, WrOperation::SendWithImm { imm_data })
+    }
+
+    /// The same WR addressed to XRC SRQ `srqn` at the target (for an XRC send QP).
+    #[must_use]
+    pub fn with_xrc_srqn(mut self, srqn: u32) -> SendWr {
+        self.xrc_remote_srqn = Some(srqn);
+        self
     }
 
     /// An RDMA WRITE of the gather list to `remote_addr` under `rkey`.

@@ -316,6 +316,7 @@ pub fn send_wr_from_c(
             remote_qpn,
             remote_qkey,
         }),
+        xrc_remote_srqn: None,
     })
 }
 

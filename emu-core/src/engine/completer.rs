@@ -13,8 +13,8 @@
 //!   budget (see [`retry`](super::retry)) bounds it. RNR NAKs are handled with
 //!   [`rnr`](super::rnr).
 
-use emu_wire::{NakCode, Opcode, PacketRepr, Psn, Syndrome};
-use verbs_api::{AsyncEventType, QpState, QpType, WcStatus};
+use emu_wire::{NakCode, PacketRepr, Position, Psn, Syndrome};
+use verbs_api::{AsyncEventType, QpState, WcStatus};
 
 use super::ctx::Ctx;
 use super::qp::QueuePair;
@@ -51,7 +51,7 @@ impl QueuePair {
         let opcode = repr.bth.opcode;
         if opcode.is_read_response() {
             self.on_read_response(ctx, repr, payload);
-        } else if opcode == Opcode::RcAtomicAcknowledge {
+        } else if opcode.has_atomic_ack_eth() {
             self.on_atomic_ack(ctx, psn, repr.atomic_ack_eth.map_or(0, |a| a.orig));
         } else {
             match repr.aeth.map(|a| a.syndrome) {
@@ -163,10 +163,7 @@ impl QueuePair {
         let offset = psn.distance(wqe.first_psn) as usize * mtu;
         let expected = (wqe.length as usize - offset.min(wqe.length as usize)).min(mtu);
         let is_last = psn == wqe.last_psn();
-        let tail_opcode = matches!(
-            repr.bth.opcode,
-            Opcode::RcRdmaReadResponseLast | Opcode::RcRdmaReadResponseOnly
-        );
+        let tail_opcode = matches!(repr.bth.opcode.position(), Position::Last | Position::Only);
         if payload.len() != expected || is_last != tail_opcode {
             // IBTA 9.9: a response of the wrong length or position is a bad response.
             self.fail_head(ctx, WcStatus::BadRespErr);
@@ -352,7 +349,7 @@ impl QueuePair {
         self.req.idx = self.req.idx.saturating_sub(n);
         self.req.rd_atomic_outstanding -= rd_atomics;
         if failed {
-            if self.init.qp_type == QpType::Rc {
+            if self.is_reliable() {
                 self.enter_error(ctx);
             } else {
                 self.enter_sq_error(ctx);

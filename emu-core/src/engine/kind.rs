@@ -33,7 +33,7 @@ impl PacketKind {
         if op.is_request() {
             return Some(PacketKind::Request);
         }
-        if op == Opcode::RcAcknowledge {
+        if op.is_ack() && !op.has_atomic_ack_eth() {
             // BTH (12 bytes), then the AETH's syndrome byte (IBTA 9.3.5).
             let syndrome = Syndrome::from_u8(*packet.get(12)?).ok()?;
             return Some(PacketKind::for_ack(syndrome));

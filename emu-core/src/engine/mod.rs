@@ -38,6 +38,7 @@ mod srq;
 mod timers;
 mod ud;
 mod wqe;
+mod xrc;
 
 use std::collections::VecDeque;
 
@@ -48,6 +49,7 @@ use emu_wire::{PacketRepr, Transport};
 use verbs_api::{
     AccessFlags, AhAttr, AsyncEvent, AsyncEventType, Error, Gid, MemBuf, Mtu, MwBind, MwType,
     PostError, QpAttr, QpAttrMask, QpType, RecvWr, ReregMrFlags, Result, SendWr, WorkCompletion,
+    XrcdId, XrcdOpen,
 };
 
 pub use ah::{init_ah_from_wc, is_multicast};
@@ -206,6 +208,8 @@ pub struct Engine {
     next_cq: u32,
     srqs: IdMap<srq::SharedReceiveQueue>,
     next_srq: u32,
+    /// XRC domains (module `xrc`).
+    xrcds: xrc::XrcdTable,
     qps: QpMap<QueuePair>,
     next_qpn: u32,
     /// The block QP numbers are handed out from (see [`Engine::set_qpn_block`]).
@@ -247,6 +251,7 @@ impl Engine {
             next_cq: 0,
             srqs: IdMap::default(),
             next_srq: 0,
+            xrcds: xrc::XrcdTable::default(),
             qps: QpMap::default(),
             next_qpn: FIRST_QPN,
             qpn_block: 0,
@@ -758,11 +763,115 @@ impl Engine {
             None => Err(Error::InvalidArgument("no such SRQ")),
             Some(q) if q.users > 0 => Err(Error::Busy("SRQ is used by a QP")),
             Some(q) => {
-                let pd = q.pd;
+                let (pd, xrc) = (q.pd, q.xrc);
                 self.srqs.remove(&srq.0);
                 self.mrs.pd_ref(pd, -1);
+                if let Some((xrcd, cq)) = xrc {
+                    self.xrcds.user(xrcd, -1);
+                    if let Some(c) = self.cqs.get_mut(&cq.0) {
+                        c.users -= 1;
+                    }
+                }
                 Ok(())
             }
+        }
+    }
+
+    // ---- XRC (module `xrc`; manual 3.4.8-3.4.14) ----
+
+    /// `ibv_open_xrcd` (see [`verbs_api::Device::open_xrcd`]).
+    pub fn open_xrcd(&mut self, open: &XrcdOpen) -> Result<XrcdId> {
+        self.xrcds.open(open)
+    }
+
+    /// `ibv_close_xrcd`: the last reference destroys the domain; EBUSY while an XRC SRQ
+    /// or XRC receive QP belongs to it.
+    pub fn close_xrcd(&mut self, xrcd: XrcdId) -> Result<()> {
+        self.xrcds.close(xrcd)
+    }
+
+    /// `ibv_create_srq_ex` with `IBV_SRQT_XRC`: an SRQ of `pd` in domain `xrcd` whose
+    /// receives complete on `cq`. EINVAL for an unknown PD, domain or CQ and the sizes
+    /// [`Engine::create_srq`] refuses; ENOMEM at `max_srq`.
+    pub fn create_xrc_srq(
+        &mut self,
+        pd: PdId,
+        xrcd: XrcdId,
+        cq: CqId,
+        attr: SrqAttr,
+    ) -> Result<SrqId> {
+        if !self.xrcds.exists(xrcd) {
+            return Err(Error::InvalidArgument("no such XRC domain"));
+        }
+        if !self.cqs.contains_key(&cq.0) {
+            return Err(Error::InvalidArgument("no such CQ"));
+        }
+        let srq = self.create_srq(pd, attr)?;
+        if let Some(q) = self.srqs.get_mut(&srq.0) {
+            q.xrc = Some((xrcd, cq));
+        }
+        self.xrcds.user(xrcd, 1);
+        if let Some(c) = self.cqs.get_mut(&cq.0) {
+            c.users += 1;
+        }
+        Ok(srq)
+    }
+
+    /// `ibv_get_srq_num`: the XRC SRQ number initiators address (the SRQ's handle,
+    /// which fits the XRCETH's 24 bits). EINVAL for an SRQ that is not an XRC SRQ.
+    pub fn get_srq_num(&self, srq: SrqId) -> Result<u32> {
+        match self.srqs.get(&srq.0) {
+            Some(q) if q.xrc.is_some() => Ok(srq.0 & 0x00FF_FFFF),
+            Some(_) => Err(Error::InvalidArgument("not an XRC SRQ")),
+            None => Err(Error::InvalidArgument("no such SRQ")),
+        }
+    }
+
+    /// `ibv_create_qp_ex` with `IBV_QPT_XRC_RECV` and an XRC domain: an XRC receive QP
+    /// (no queues, PD or CQs; module `xrc`), held once by its creator. EINVAL for an
+    /// unknown domain; ENOMEM at `max_qp`.
+    pub fn create_xrc_recv_qp(&mut self, xrcd: XrcdId) -> Result<u32> {
+        if !self.xrcds.exists(xrcd) {
+            return Err(Error::InvalidArgument("no such XRC domain"));
+        }
+        if self.qps.len() >= self.limits.max_qp as usize {
+            return Err(Error::NoMemory("max_qp reached"));
+        }
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) {
+            qpn = next_qpn(self.qpn_block, qpn);
+        }
+        self.next_qpn = next_qpn(self.qpn_block, qpn);
+        // No PD, CQs or SRQ until a request names its XRC SRQ (`responder`); the
+        // handles here name nothing (the engine numbers PDs and CQs from 1).
+        let init = QpInitAttr {
+            pd: PdId(0),
+            send_cq: CqId(0),
+            recv_cq: CqId(0),
+            qp_type: QpType::XrcRecv,
+            cap: verbs_api::QpCap::default(),
+            sq_sig_all: false,
+            srq: None,
+        };
+        let mut qp = QueuePair::new(qpn, init);
+        qp.xrcd = Some(xrcd);
+        qp.holders = 1;
+        self.qps.insert(qpn, qp);
+        self.xrcds.user(xrcd, 1);
+        Ok(qpn)
+    }
+
+    /// `ibv_open_qp`: one more hold on XRC receive QP `qpn` of domain `xrcd`. EINVAL
+    /// when `qpn` is not an XRC receive QP of that domain.
+    pub fn open_qp(&mut self, xrcd: XrcdId, qpn: u32) -> Result<()> {
+        match self.qps.get_mut(&qpn) {
+            Some(qp) if qp.xrcd == Some(xrcd) && qp.init.qp_type == QpType::XrcRecv => {
+                qp.holders += 1;
+                Ok(())
+            }
+            _ => Err(Error::InvalidArgument(
+                "no XRC receive QP with that number in the XRC domain",
+            )),
         }
     }
 
@@ -831,6 +940,21 @@ impl Engine {
         }
         match init.qp_type {
             QpType::Rc | QpType::Uc | QpType::Ud => {}
+            QpType::XrcSend => {
+                // An XRC initiator has a send queue only (module `xrc`): no receive
+                // queue, SRQ or receive CQ of its own.
+                if init.srq.is_some() {
+                    return Err(Error::InvalidArgument("an XRC send QP has no SRQ"));
+                }
+                init.recv_cq = init.send_cq;
+                init.cap.max_recv_wr = 0;
+                init.cap.max_recv_sge = 0;
+            }
+            QpType::XrcRecv => {
+                return Err(Error::InvalidArgument(
+                    "an XRC receive QP needs an XRC domain (create_xrc_recv_qp)",
+                ))
+            }
             _ => return Err(Error::Unsupported("QP type not supported by the emulator")),
         }
         let l = &self.limits;
@@ -904,6 +1028,13 @@ impl Engine {
         if self.mcast.is_attached(qpn) {
             return Err(Error::Busy("the QP is attached to a multicast group"));
         }
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            // An XRC receive QP lives while a holder has not destroyed its handle.
+            if qp.holders > 1 {
+                qp.holders -= 1;
+                return Ok(());
+            }
+        }
         let mut qp = self.qps.remove(&qpn).ok_or_else(Self::qp_missing)?;
         if qp.init.qp_type == QpType::Ud && qpn != GSI_QPN {
             self.ud_qps -= 1;
@@ -914,6 +1045,11 @@ impl Engine {
             self.retain_timers();
         }
         self.ready.retain(|q| *q != qpn);
+        if let Some(xrcd) = qp.xrcd {
+            // An XRC receive QP holds no PD, CQ or SRQ (module `xrc`).
+            self.xrcds.user(xrcd, -1);
+            return Ok(());
+        }
         self.mrs.pd_ref(qp.init.pd, -1);
         for cq in [qp.init.send_cq, qp.init.recv_cq] {
             if let Some(q) = self.cqs.get_mut(&cq.0) {
@@ -1134,10 +1270,16 @@ impl Engine {
             self.counters.rx_unknown_qp += 1;
             return false;
         };
-        let transport_ok = matches!(
-            (qp.init.qp_type, repr.bth.opcode.transport()),
-            (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
-        );
+        let request = repr.bth.opcode.is_request();
+        // XRC (module `xrc`): the initiator takes responses only, the target requests.
+        let transport_ok = match (qp.init.qp_type, repr.bth.opcode.transport()) {
+            (QpType::Rc, Transport::Rc)
+            | (QpType::Uc, Transport::Uc)
+            | (QpType::Ud, Transport::Ud) => true,
+            (QpType::XrcSend, Transport::Xrc) => !request,
+            (QpType::XrcRecv, Transport::Xrc) => request,
+            _ => false,
+        };
         if !self.port.admits(qpn, qp.attr.pkey_index, repr.bth.pkey) {
             self.counters.bad_pkey += 1;
             return false;
@@ -1155,7 +1297,7 @@ impl Engine {
                 ctx.counters.rx_dropped += 1;
                 return;
             }
-            if repr.bth.opcode.is_request() {
+            if request {
                 qp.handle_request(ctx, &repr, payload);
             } else {
                 qp.handle_response(ctx, &repr, payload);

@@ -23,8 +23,9 @@ pub(crate) fn transition_rules(qp_type: QpType, cur: QpState, next: QpState) -> 
     use QpState::*;
     use QpType::*;
     let none = M::empty();
+    // The XRC halves follow RC (XRC annex), but for the three transitions below.
     let per = |rc: M, uc: M, ud: M| match qp_type {
-        Rc => Some(rc),
+        Rc | XrcSend | XrcRecv => Some(rc),
         Uc => Some(uc),
         Ud => Some(ud),
         _ => None,
@@ -32,6 +33,26 @@ pub(crate) fn transition_rules(qp_type: QpType, cur: QpState, next: QpState) -> 
     let rts_opt_ud = M::CUR_STATE | M::QKEY;
     let rts_opt_uc = M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::PATH_MIG_STATE;
     let rts_opt_rc = rts_opt_uc | M::MIN_RNR_TIMER;
+    // XRC (the kernel's qp_state_table for XRC_INI and XRC_TGT): the initiator has no
+    // receive side, so INIT needs no access flags and RTR no responder resources or
+    // RNR timer; the target sends nothing of its own, so RTS needs only the ACK
+    // timeout and the SQ PSN. What RC requires there is allowed.
+    let rtr_rc = M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+    let rts_rc = M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
+    let rtr_opt = M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX;
+    match (qp_type, cur, next) {
+        (XrcSend, Reset, Init) => return Some((M::PKEY_INDEX | M::PORT, M::ACCESS_FLAGS)),
+        (XrcSend, Init, Rtr) => {
+            return Some((rtr_rc, rtr_opt | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER))
+        }
+        (XrcRecv, Rtr, Rts) => {
+            return Some((
+                M::TIMEOUT | M::SQ_PSN,
+                rts_opt_rc | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
+            ))
+        }
+        _ => {}
+    }
     match (cur, next) {
         // Any state may go to RESET, and any state but RESET to ERR, with no further
         // attributes (IBTA 10.3.1 figure 124; the kernel's qp_state_table agrees, and
@@ -53,7 +74,7 @@ pub(crate) fn transition_rules(qp_type: QpType, cur: QpState, next: QpState) -> 
             Some((per(rc, uc, none)?, per(opt, opt, M::PKEY_INDEX | M::QKEY)?))
         }
         (Rtr, Rts) => {
-            let rc = M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
+            let rc = rts_rc;
             Some((
                 per(rc, M::SQ_PSN, M::SQ_PSN)?,
                 per(rts_opt_rc, rts_opt_uc, rts_opt_ud)?,

@@ -71,6 +71,10 @@ pub(crate) struct QueuePair {
     pub(crate) in_ready: bool,
     /// An alternate path was loaded (`ALT_PATH`) and not yet migrated to.
     pub(crate) alt_loaded: bool,
+    /// An XRC receive QP's domain (module `xrc`).
+    pub(crate) xrcd: Option<verbs_api::XrcdId>,
+    /// An XRC receive QP's holders: its creator and each `open_qp` not yet destroyed.
+    pub(crate) holders: u32,
 }
 
 impl QueuePair {
@@ -93,7 +97,17 @@ impl QueuePair {
             comm_est_raised: false,
             in_ready: false,
             alt_loaded: false,
+            xrcd: None,
+            holders: 0,
         }
+    }
+
+    /// RC and both XRC halves: acknowledged, retried, NAKed (IBTA 9.7; XRC annex).
+    pub(crate) fn is_reliable(&self) -> bool {
+        matches!(
+            self.init.qp_type,
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv
+        )
     }
 
     pub(crate) fn state(&self) -> QpState {
@@ -144,6 +158,7 @@ impl QueuePair {
                 ud,
                 bind_origin: matches!(wr.op, WrOperation::BindMw { .. })
                     .then_some(BindOrigin::WorkRequest),
+                xrc_srqn: wr.xrc_remote_srqn.unwrap_or(0) & 0x00FF_FFFF,
             };
             // IBTA 10.3 (QP states), manual 6.2.6: WRs posted in ERR (and, for UC/UD, SQE)
             // are flushed.
@@ -162,6 +177,15 @@ impl QueuePair {
         }
         match (&wr.op, self.init.qp_type) {
             (_, QpType::Rc) => Ok(()),
+            // XRC annex: the RC operations (0xA0 + n) but IBTA 1.5's, and every WR
+            // names the XRC SRQ at the target.
+            (WrOperation::AtomicWrite { .. } | WrOperation::Flush { .. }, QpType::XrcSend) => Err(
+                Error::InvalidArgument("XRC has no ATOMIC WRITE or FLUSH opcode"),
+            ),
+            (_, QpType::XrcSend) if wr.xrc_remote_srqn.is_none() => Err(Error::InvalidArgument(
+                "an XRC send WR needs the remote XRC SRQ number",
+            )),
+            (_, QpType::XrcSend) => Ok(()),
             // IBTA 10.6.7: windows are bound and invalidated through connected QPs.
             (WrOperation::LocalInv { .. } | WrOperation::BindMw { .. }, QpType::Uc) => Ok(()),
             // IBTA 9.8: UD carries SEND only, with or without immediate.
@@ -323,6 +347,13 @@ impl QueuePair {
             return Err(PostError {
                 index: 0,
                 error: Error::InvalidArgument("the QP receives from an SRQ"),
+            });
+        }
+        if matches!(self.init.qp_type, QpType::XrcSend | QpType::XrcRecv) && !wrs.is_empty() {
+            // Module `xrc`: neither XRC QP has a receive queue.
+            return Err(PostError {
+                index: 0,
+                error: Error::InvalidArgument("an XRC QP has no receive queue"),
             });
         }
         for (index, wr) in wrs.iter().enumerate() {
@@ -536,10 +567,12 @@ impl QueuePair {
     /// (IBTA 10.3.1: completions already on the CQ stay there).
     pub(crate) fn reset(&mut self) {
         let (qpn, init, cap, mtu) = (self.qpn, self.init, self.attr.cap, self.attr.path_mtu);
-        let in_ready = self.in_ready;
+        let (in_ready, xrcd, holders) = (self.in_ready, self.xrcd, self.holders);
         let mut timers = std::mem::take(&mut self.timers);
         timers.stop_all();
         *self = QueuePair::new(qpn, init);
+        self.xrcd = xrcd;
+        self.holders = holders;
         self.attr.cap = cap;
         if init.qp_type == QpType::Ud {
             // A UD QP's path MTU is the port's active MTU, set at creation.

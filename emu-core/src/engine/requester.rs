@@ -9,7 +9,7 @@
 //! (a fenced WQE waits for every earlier READ/ATOMIC to complete, manual 3.6).
 
 use emu_wire::{pad_count, Opcode, PacketRepr, Position, Transport, ICRC_LEN};
-use emu_wire::{AtomicEthRepr, DethRepr, FethRepr, RethRepr};
+use emu_wire::{AtomicEthRepr, DethRepr, FethRepr, RethRepr, XrcEthRepr};
 use verbs_api::{QpState, QpType, SendFlags, WcStatus, WrOperation};
 
 use super::ctx::Ctx;
@@ -77,7 +77,7 @@ impl QueuePair {
             }
             self.req.next_psn
         };
-        if self.init.qp_type == QpType::Rc && next_psn.distance(self.comp.psn) >= MAX_UNACKED_PSNS {
+        if self.is_reliable() && next_psn.distance(self.comp.psn) >= MAX_UNACKED_PSNS {
             return Gate::Wait;
         }
         Gate::Go
@@ -263,7 +263,19 @@ impl QueuePair {
             }
         };
         let mut repr = repr;
-        let reliable = self.init.qp_type == QpType::Rc;
+        let reliable = self.is_reliable();
+        if self.init.qp_type == QpType::XrcSend {
+            // XRC annex: the XRC twin of the RC opcode (0xA0 + n), and the XRCETH
+            // naming the WR's XRC SRQ at the target.
+            repr.bth.opcode = repr
+                .bth
+                .opcode
+                .with_transport(Transport::Xrc)
+                .expect("post checked the opcode");
+            repr.xrceth = Some(XrcEthRepr {
+                xrc_srqn: self.sq[idx].xrc_srqn,
+            });
+        }
         if reliable {
             self.req.noack_pkts += 1;
             if self.req.noack_pkts >= ACK_REQ_EVERY {

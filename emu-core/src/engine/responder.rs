@@ -388,7 +388,7 @@ impl QueuePair {
             ctx.qp_event(event, self.qpn);
         }
         self.enter_error(ctx);
-        if let (QpType::Rc, Some(nak)) = (self.init.qp_type, fatal.nak) {
+        if let (true, Some(nak)) = (self.is_reliable(), fatal.nak) {
             // The NAK still goes out from the error state (IBTA 9.9).
             self.resp.ack(psn, Syndrome::Nak(nak));
         }
@@ -406,6 +406,9 @@ impl QueuePair {
         let position = opcode.position();
         let mtu = self.path_mtu() as usize;
 
+        if self.init.qp_type == QpType::XrcRecv {
+            self.xrc_target(ctx, repr)?;
+        }
         // Opcode sequence (IBTA 9.7.4.1): MIDDLE/LAST continue the message in
         // progress; FIRST/ONLY may not interrupt one.
         let continuing = matches!(position, Position::Middle | Position::Last);
@@ -471,6 +474,35 @@ impl QueuePair {
             Err(INVALID_REQUEST)
         };
         Ok(done?)
+    }
+
+    /// An XRC receive QP (module `xrc`): the XRC SRQ the XRCETH names must be an XRC
+    /// SRQ of the QP's domain (else an invalid request); a message's MIDDLE and LAST
+    /// packets must name its FIRST's. A new message takes the SRQ's PD (for its keys),
+    /// the SRQ (for its receive WQE) and the SRQ's CQ (for its completion).
+    fn xrc_target(&mut self, ctx: &Ctx<'_>, repr: &PacketRepr) -> Result<(), Refusal> {
+        let srqn = repr.xrceth.map_or(0, |x| x.xrc_srqn);
+        if matches!(
+            repr.bth.opcode.position(),
+            Position::Middle | Position::Last
+        ) {
+            if self.init.srq.map(|s| s.0) != Some(srqn) {
+                return Err(INVALID_REQUEST.into());
+            }
+            return Ok(());
+        }
+        let Some(q) = ctx.srqs.get(&srqn) else {
+            return Err(INVALID_REQUEST.into());
+        };
+        match q.xrc {
+            Some((xrcd, cq)) if Some(xrcd) == self.xrcd => {
+                self.init.srq = Some(verbs_api::SrqId(srqn));
+                self.init.recv_cq = cq;
+                self.init.pd = q.pd;
+                Ok(())
+            }
+            _ => Err(INVALID_REQUEST.into()),
+        }
     }
 
     fn execute_send(
@@ -574,7 +606,7 @@ impl QueuePair {
             self.resp.complete_message();
             ctx.complete(self.init.recv_cq, wc, repr.bth.solicited);
         }
-        if repr.bth.ack_req && self.init.qp_type == QpType::Rc {
+        if repr.bth.ack_req && self.is_reliable() {
             self.resp.ack(repr.bth.psn, Syndrome::ACK_NO_CREDIT);
         }
         Ok(())
@@ -667,7 +699,7 @@ impl QueuePair {
                 ctx.complete(self.init.recv_cq, wc, repr.bth.solicited);
             }
         }
-        if repr.bth.ack_req && self.init.qp_type == QpType::Rc {
+        if repr.bth.ack_req && self.is_reliable() {
             self.resp.ack(repr.bth.psn, Syndrome::ACK_NO_CREDIT);
         }
         Ok(())
@@ -731,7 +763,10 @@ impl QueuePair {
         let seg = self.remote(ctx, eth.rkey, eth.va, 8, AccessFlags::REMOTE_ATOMIC)?;
         // MemBuf holds its lock for the whole read-modify-write, so the atomic is atomic
         // with respect to every other access; words are little-endian (IBTA 9.4.5).
-        let done = if repr.bth.opcode == Opcode::RcCompareSwap {
+        let done = if matches!(
+            repr.bth.opcode,
+            Opcode::RcCompareSwap | Opcode::XrcCompareSwap
+        ) {
             seg.buf
                 .compare_swap_u64(seg.offset, eth.compare, eth.swap_add)
         } else {
@@ -954,6 +989,13 @@ impl QueuePair {
     pub(crate) fn next_response(&mut self, pkey: u16, buf: &mut [u8]) -> Option<Transmit> {
         let mtu = self.path_mtu() as usize;
         let dest_qp = self.attr.dest_qp_num;
+        // An XRC receive QP answers with the XRC twins (0xA0 + n; XRC annex).
+        let transport = if self.init.qp_type == QpType::XrcRecv {
+            emu_wire::Transport::Xrc
+        } else {
+            emu_wire::Transport::Rc
+        };
+        let op = |o: Opcode| o.with_transport(transport).unwrap_or(o);
         let front = self.resp.out.front_mut()?;
         let kind = match front {
             Response::Ack { syndrome, .. } => PacketKind::for_ack(*syndrome),
@@ -961,7 +1003,7 @@ impl QueuePair {
         };
         let size = match front {
             Response::Ack { psn, syndrome, msn } => {
-                let mut repr = PacketRepr::new(Opcode::RcAcknowledge, dest_qp, *psn);
+                let mut repr = PacketRepr::new(op(Opcode::RcAcknowledge), dest_qp, *psn);
                 repr.aeth = Some(AethRepr {
                     syndrome: *syndrome,
                     msn: *msn,
@@ -971,7 +1013,7 @@ impl QueuePair {
                 size
             }
             Response::Atomic { psn, orig, msn } => {
-                let mut repr = PacketRepr::new(Opcode::RcAtomicAcknowledge, dest_qp, *psn);
+                let mut repr = PacketRepr::new(op(Opcode::RcAtomicAcknowledge), dest_qp, *psn);
                 repr.aeth = Some(AethRepr {
                     syndrome: Syndrome::ACK_NO_CREDIT,
                     msn: *msn,
@@ -990,12 +1032,12 @@ impl QueuePair {
             } => {
                 let n = length.div_ceil(mtu).max(1) as u32;
                 let k = *next;
-                let opcode = match (n, k) {
+                let opcode = op(match (n, k) {
                     (1, _) => Opcode::RcRdmaReadResponseOnly,
                     (_, 0) => Opcode::RcRdmaReadResponseFirst,
                     (_, k) if k == n - 1 => Opcode::RcRdmaReadResponseLast,
                     _ => Opcode::RcRdmaReadResponseMiddle,
-                };
+                });
                 let mut repr = PacketRepr::new(opcode, dest_qp, first_psn.add(k));
                 if opcode.has_aeth() {
                     repr.aeth = Some(AethRepr {

@@ -27,12 +27,14 @@ use verbs_api::{Error, PostError, RecvWr, Result, SrqAttr, SrqAttrMask};
 
 use super::wqe::{RecvWqe, Sges};
 use super::Limits;
-use verbs_api::PdId;
+use verbs_api::{CqId, PdId, XrcdId};
 
 /// One shared receive queue.
 #[derive(Debug)]
 pub(crate) struct SharedReceiveQueue {
     pub(crate) pd: PdId,
+    /// An XRC SRQ (module `xrc`): its domain and the CQ its receives complete on.
+    pub(crate) xrc: Option<(XrcdId, CqId)>,
     pub(crate) attr: SrqAttr,
     /// WQEs posted and not yet taken by a QP, oldest first.
     pub(crate) wqes: VecDeque<RecvWqe>,
@@ -53,6 +55,7 @@ impl SharedReceiveQueue {
         }
         Ok(SharedReceiveQueue {
             pd,
+            xrc: None,
             attr: SrqAttr {
                 max_wr: attr.max_wr,
                 max_sge: attr.max_sge,

@@ -79,6 +79,8 @@ pub(crate) struct SendWqe {
     pub(crate) ud: Option<UdDestination>,
     /// A bind: whether the bind verb posted it (type 1) or a BIND_MW WR (type 2).
     pub(crate) bind_origin: Option<BindOrigin>,
+    /// XRC send QP: the XRC SRQ at the target its XRCETHs name (module `xrc`).
+    pub(crate) xrc_srqn: u32,
 }
 
 impl SendWqe {

@@ -123,8 +123,10 @@ impl Device for EmuDevice {
             // PORT_ACTIVE is generated (manual 6.1.10); alternate paths migrate
             // automatically (engine module `apm`); the port counts P_Key and Q_Key
             // violations; RNR NAKs are sent (module `rnr`);
-            // `modify_srq` resizes; windows of type 1 and 2B (module `mw`).
+            // `modify_srq` resizes; windows of type 1 and 2B (module `mw`); XRC
+            // (engine module `xrc`).
             device_cap_flags: DeviceCapFlags::BAD_PKEY_CNTR
+                | DeviceCapFlags::XRC
                 | DeviceCapFlags::BAD_QKEY_CNTR
                 | DeviceCapFlags::PORT_ACTIVE_EVENT
                 | DeviceCapFlags::AUTO_PATH_MIG
@@ -329,7 +331,11 @@ impl Device for EmuDevice {
     }
 
     fn destroy_qp(&self, qpn: u32) -> Result<()> {
-        self.with_engine(|e, _| e.destroy_qp(qpn))?;
+        // An XRC receive QP outlives a destroy while another holder has it open.
+        let gone = self.with_engine(|e, _| e.destroy_qp(qpn).map(|()| e.query_qp(qpn).is_err()))?;
+        if !gone {
+            return Ok(());
+        }
         self.inner.core.lock().peers.remove(&qpn);
         self.receive_traffic_class();
         Ok(())
@@ -388,6 +394,36 @@ impl Device for EmuDevice {
 
     fn post_srq_recv(&self, srq: SrqId, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
         self.live_post(true, |e, now| e.post_srq_recv(now, srq, wrs))
+    }
+
+    fn open_xrcd(&self, open: &verbs_api::XrcdOpen) -> Result<verbs_api::XrcdId> {
+        self.live(|e, _| e.open_xrcd(open))
+    }
+
+    fn close_xrcd(&self, xrcd: verbs_api::XrcdId) -> Result<()> {
+        self.with_engine(|e, _| e.close_xrcd(xrcd))
+    }
+
+    fn create_xrc_srq(
+        &self,
+        p: PdId,
+        xrcd: verbs_api::XrcdId,
+        cq: CqId,
+        attr: &SrqAttr,
+    ) -> Result<SrqId> {
+        self.live(|e, _| e.create_xrc_srq(p, xrcd, cq, *attr))
+    }
+
+    fn get_srq_num(&self, srq: SrqId) -> Result<u32> {
+        self.inner.core.lock().engine.get_srq_num(srq)
+    }
+
+    fn create_xrc_recv_qp(&self, xrcd: verbs_api::XrcdId) -> Result<u32> {
+        self.live(|e, _| e.create_xrc_recv_qp(xrcd))
+    }
+
+    fn open_qp(&self, xrcd: verbs_api::XrcdId, qpn: u32) -> Result<()> {
+        self.live(|e, _| e.open_qp(xrcd, qpn))
     }
 
     fn create_ah(&self, p: PdId, attr: &AhAttr) -> Result<AhId> {

@@ -31,6 +31,7 @@ mod ud;
 mod ud_more;
 mod unsignaled;
 mod wc_flags;
+mod xrc;
 
 /// Appends every case.
 pub fn register(v: &mut Vec<Case>) {
@@ -62,6 +63,7 @@ pub fn register(v: &mut Vec<Case>) {
     limits::register(v);
     threads::register(v);
     traffic::register(v);
+    xrc::register(v);
 }
 
 /// Asserts that `r` is an error with errno `errno`.
