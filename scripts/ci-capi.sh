@@ -80,6 +80,9 @@ pair ibv_rc_pingpong_N 18517 "ibv_rc_pingpong -g 0 -N -p 18517" "ibv_rc_pingpong
 pair ibv_uc_pingpong 18518 "ibv_uc_pingpong -g 0 -p 18518" "ibv_uc_pingpong -g 0 -p 18518 $SRV_IP" "iters in"
 pair ibv_ud_pingpong 18519 "ibv_ud_pingpong -g 0 -p 18519" "ibv_ud_pingpong -g 0 -p 18519 $SRV_IP" "iters in"
 pair ibv_srq_pingpong 18520 "ibv_srq_pingpong -g 0 -p 18520" "ibv_srq_pingpong -g 0 -p 18520 $SRV_IP" "iters in"
+# XRC: an XRC send QP per side reaching the other side's XRC SRQ through its XRC receive QP.
+pair ibv_xsrq_pingpong 18540 "ibv_xsrq_pingpong -g 0 -p 18540" "ibv_xsrq_pingpong -g 0 -p 18540 $SRV_IP" "^success"
+pair ibv_xsrq_pingpong_e 18541 "ibv_xsrq_pingpong -g 0 -e -p 18541" "ibv_xsrq_pingpong -g 0 -e -p 18541 $SRV_IP" "^success"
 pair ib_write_bw 18521 "ib_write_bw -p 18521" "ib_write_bw -p 18521 $SRV_IP" "^ *65536"
 pair ib_read_bw 18522 "ib_read_bw -p 18522" "ib_read_bw -p 18522 $SRV_IP" "^ *65536"
 pair ib_send_bw 18523 "ib_send_bw -p 18523" "ib_send_bw -p 18523 $SRV_IP" "^ *65536"

@@ -41,7 +41,7 @@ use std::ffi::c_int;
 
 use emu_core::nic::EmuDevice;
 use parking_lot::Mutex;
-use verbs_api::{AhId, ChannelId, CqId, MwId, PdId, SrqId, WorkCompletion};
+use verbs_api::{AhId, ChannelId, CqId, MwId, PdId, SrqId, WorkCompletion, XrcdId};
 
 use crate::config::DeviceConfig;
 use crate::sys;
@@ -92,11 +92,12 @@ pub(crate) enum Kind {
     Srq,
     Ah,
     Mw,
+    Xrcd,
 }
 
 impl Kind {
     /// How many kinds there are.
-    pub(crate) const COUNT: usize = 7;
+    pub(crate) const COUNT: usize = 8;
 }
 
 /// A protection domain.
@@ -157,6 +158,15 @@ pub(crate) struct Srq {
     pub(crate) max_wr: std::sync::atomic::AtomicU32,
 }
 
+/// An XRC domain (`ibv_xrcd`, which has no `handle` field: the object keeps its own,
+/// a number of this process, as the key of its context's table).
+#[repr(C)]
+pub(crate) struct Xrcd {
+    pub(crate) raw: sys::ibv_xrcd,
+    pub(crate) id: XrcdId,
+    pub(crate) handle: u32,
+}
+
 /// An address handle.
 #[repr(C)]
 pub(crate) struct Ah {
@@ -195,6 +205,8 @@ unsafe impl Wraps<sys::ibv_qp_ex> for Qp {}
 unsafe impl Wraps<sys::ibv_srq> for Srq {}
 // SAFETY: as above.
 unsafe impl Wraps<sys::ibv_ah> for Ah {}
+// SAFETY: as above.
+unsafe impl Wraps<sys::ibv_xrcd> for Xrcd {}
 // SAFETY: as above.
 unsafe impl Wraps<sys::ibv_mw> for Mw {}
 // SAFETY: as above.
@@ -374,6 +386,17 @@ named!(Qp, sys::ibv_qp, Qp, |o| o.raw.qp_base);
 named!(Srq, sys::ibv_srq, Srq, |o| o.raw);
 named!(Ah, sys::ibv_ah, Ah, |o| o.raw);
 named!(Mw, sys::ibv_mw, Mw, |o| o.raw);
+
+impl Named for Xrcd {
+    type C = sys::ibv_xrcd;
+    const KIND: Kind = Kind::Xrcd;
+    fn context(&self) -> *mut sys::ibv_context {
+        self.raw.context
+    }
+    fn handle(&self) -> u32 {
+        self.handle
+    }
+}
 
 /// The object behind `p` and its context, checked as the kernel checks a handle: its
 /// `context` is an open context of this process and that context's table maps its

@@ -250,9 +250,9 @@ unsafe extern "C" fn wr_send_tso(qp: *mut sys::ibv_qp_ex, _: *mut c_void, _: u16
     crate::verbs::unsupported("ibv_wr_send_tso");
     fail_batch(qp, libc::EOPNOTSUPP);
 }
-unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut sys::ibv_qp_ex, _: u32) {
-    crate::verbs::unsupported("ibv_wr_set_xrc_srqn");
-    fail_batch(qp, libc::EOPNOTSUPP);
+/// `ibv_wr_set_xrc_srqn`: the XRC SRQ at the target of the WR being built.
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut sys::ibv_qp_ex, remote_srqn: u32) {
+    on_last(qp, |w| w.xrc_remote_srqn = Some(remote_srqn));
 }
 /// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are copied now, as rdma-core's
 /// providers copy them into the WQE, so the caller may reuse them at once.

@@ -1,6 +1,6 @@
 //! Runs unmodified C programs on the emulator through this crate's libibverbs.so.1:
 //! `ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` (server and client as two
-//! processes), `c/verbs_test.c` and `c/rdmacm_test.c` compiled against the installed
+//! processes), `c/verbs_test.c`, `c/xrc_test.c` and `c/rdmacm_test.c` compiled against the installed
 //! headers, and through librdmacm.so.1 `rping` (rdmacm-utils in PATH, or the directory
 //! `RDMACM_UTILS`). Skips, saying so, when cc, ibverbs-utils or libibverbs-dev are missing
 //! (`scripts/ci-capi.sh` runs the full tool list and makes them mandatory).
@@ -163,6 +163,15 @@ fn stock_binaries_run_on_the_emulator() {
         "verbs_test",
         &["-libverbs"],
         "emu0=127.0.0.13,emu1=127.0.0.14",
+        &[],
+    );
+    // XRC: the inline XRC verbs through verbs_context, initiator and target on two
+    // devices.
+    c_program(
+        &tmp,
+        "xrc_test",
+        &["-libverbs"],
+        "emu0=127.0.0.19,emu1=127.0.0.20",
         &[],
     );
     // The same for librdmacm: a server and a client in one process.

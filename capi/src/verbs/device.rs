@@ -179,6 +179,11 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut s
         query_device_ex: Some(vctx_query_device_ex),
         create_cq_ex: Some(crate::cq_ex::vctx_create_cq_ex),
         create_qp_ex: Some(vctx_create_qp_ex),
+        open_xrcd: Some(vctx_open_xrcd),
+        close_xrcd: Some(vctx_close_xrcd),
+        create_srq_ex: Some(vctx_create_srq_ex),
+        get_srq_num: Some(vctx_get_srq_num),
+        open_qp: Some(vctx_open_qp),
         sz: std::mem::size_of::<sys::verbs_context>(),
         ..Default::default()
     };

@@ -1,7 +1,8 @@
 //! The exported verbs: every `ibv_*` function of `libibverbs.so.1` that the emulator
 //! implements, plus the per-context operations the inline verbs of `verbs.h` call
 //! through `ctx->ops` and `verbs_context` (post_send, post_recv, poll_cq,
-//! req_notify_cq, post_srq_recv, the MW ops, query_port, query_device_ex).
+//! req_notify_cq, post_srq_recv, the MW ops, query_port, query_device_ex, and XRC's
+//! open_xrcd, close_xrcd, create_srq_ex, get_srq_num and open_qp).
 //!
 //! Each function turns its pointers into objects ([`crate::objects`]), converts the C
 //! structs ([`verbs_ffi::convert`]), calls the [`Device`] verb of the context's
@@ -40,6 +41,7 @@ use crate::config::{self, DeviceConfig};
 use crate::memory::UserMemory;
 use crate::objects::{
     free, from_ptr, into_ptr, Ah, Channel, Context, Cq, Device as Dev, Kind, Mr, Mw, Pd, Qp, Srq,
+    Xrcd,
 };
 use crate::sys;
 
@@ -165,6 +167,7 @@ mod mr;
 pub(crate) mod mw;
 mod qp;
 mod srq;
+mod xrc;
 
 pub use ah::*;
 pub use cq::*;
@@ -180,3 +183,4 @@ pub use qp::*;
 use qp::{op_post_recv, op_post_send, op_post_srq_recv, vctx_create_qp_ex};
 pub(crate) use qp::{post_send_staged, qp_init_of, unwrap_qp, wrap_qp};
 pub use srq::*;
+use xrc::{vctx_close_xrcd, vctx_create_srq_ex, vctx_get_srq_num, vctx_open_qp, vctx_open_xrcd};

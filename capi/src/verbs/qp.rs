@@ -5,8 +5,10 @@ use super::*;
 
 fn qp_type_of(t: sys::ibv_qp_type) -> Result<QpType, c_int> {
     match QpType::try_from(t) {
-        Ok(q @ (QpType::Rc | QpType::Uc | QpType::Ud)) => Ok(q),
-        _ => Err(unsupported("a QP type other than RC, UC and UD")),
+        Ok(q @ (QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend)) => Ok(q),
+        // An XRC receive QP is made with ibv_create_qp_ex and an XRC domain.
+        Ok(QpType::XrcRecv) => Err(EINVAL),
+        _ => Err(unsupported("a QP type other than RC, UC, UD and XRC")),
     }
 }
 
@@ -17,7 +19,13 @@ pub(crate) unsafe fn qp_init_of<'a>(
 ) -> Result<(&'a Context, QpInitAttr), c_int> {
     let (p, ctx) = live_or!(Pd, pd, |_e| Err(EINVAL));
     let (scq, _) = live_or!(Cq, a.send_cq, |_e| Err(EINVAL));
-    let (rcq, _) = live_or!(Cq, a.recv_cq, |_e| Err(EINVAL));
+    // An XRC send QP has no receive side: its receive CQ may be NULL.
+    let rcq_ptr = if a.qp_type == sys::IBV_QPT_XRC_SEND && a.recv_cq.is_null() {
+        a.send_cq
+    } else {
+        a.recv_cq
+    };
+    let (rcq, _) = live_or!(Cq, rcq_ptr, |_e| Err(EINVAL));
     let s = if a.srq.is_null() {
         None
     } else {
@@ -43,6 +51,19 @@ pub(crate) fn wrap_qp(
     pd: *mut sys::ibv_pd,
     a: &mut sys::ibv_qp_init_attr,
 ) -> *mut sys::ibv_qp {
+    wrap_qp_as(ctx, qpn, qpn, pd, a)
+}
+
+/// [`wrap_qp`] with the object's `handle` given: the QP number, except for a second
+/// object of one XRC receive QP in one context (`ibv_open_qp`), which takes a handle
+/// of its own so that both stay in the context's table.
+pub(crate) fn wrap_qp_as(
+    ctx: &Context,
+    qpn: u32,
+    handle: u32,
+    pd: *mut sys::ibv_pd,
+    a: &mut sys::ibv_qp_init_attr,
+) -> *mut sys::ibv_qp {
     let qp_type = a.qp_type;
     if let Ok((_, actual)) = ctx.dev.query_qp(qpn) {
         a.cap = convert::cap_to_c(&actual.cap);
@@ -55,7 +76,7 @@ pub(crate) fn wrap_qp(
             send_cq: a.send_cq,
             recv_cq: a.recv_cq,
             srq: a.srq,
-            handle: qpn,
+            handle,
             qp_num: qpn,
             state: sys::IBV_QPS_RESET,
             qp_type,
@@ -71,7 +92,7 @@ pub(crate) fn wrap_qp(
         sq_cap: a.cap.max_send_wr,
         rq_cap: a.cap.max_recv_wr,
     });
-    ctx.record(Kind::Qp, qpn, ptr);
+    ctx.record(Kind::Qp, handle, ptr);
     ptr.cast()
 }
 
@@ -82,8 +103,8 @@ pub(crate) fn wrap_qp(
 /// `qp` came from [`wrap_qp`] and is not used again.
 pub(crate) unsafe fn unwrap_qp(ctx: &Context, qp: *mut sys::ibv_qp) {
     // SAFETY: caller's contract.
-    let qpn = unsafe { (*qp).qp_num };
-    ctx.forget(Kind::Qp, qpn);
+    let handle = unsafe { (*qp).handle };
+    ctx.forget(Kind::Qp, handle);
     // SAFETY: made by wrap_qp; freed once (caller's contract).
     unsafe { free::<_, Qp>(qp) };
 }
@@ -130,6 +151,7 @@ pub(super) unsafe extern "C" fn vctx_create_qp_ex(
     // SAFETY: the caller's attributes.
     let a = unsafe { &mut *attr };
     let known = sys::IBV_QP_INIT_ATTR_PD
+        | sys::IBV_QP_INIT_ATTR_XRCD
         | sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
         | sys::IBV_QP_INIT_ATTR_CREATE_FLAGS;
     if a.comp_mask & sys::IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
@@ -139,8 +161,12 @@ pub(super) unsafe extern "C" fn vctx_create_qp_ex(
     }
     if a.comp_mask & !known != 0 {
         return null(unsupported(
-            "ibv_create_qp_ex with XRC, RSS, TSO or other extended attributes",
+            "ibv_create_qp_ex with RSS, TSO or other extended attributes",
         ));
+    }
+    if a.qp_type == sys::IBV_QPT_XRC_RECV {
+        // SAFETY: module safety argument.
+        return unsafe { xrc::create_xrc_recv_qp(a) };
     }
     if a.comp_mask & sys::IBV_QP_INIT_ATTR_PD == 0 {
         return null(EINVAL);
@@ -293,6 +319,10 @@ unsafe fn send_wr(q: &Qp, w: &sys::ibv_send_wr) -> Result<verbs_api::SendWr, c_i
         None
     };
     let mut wr = convert::send_wr_from_c(w, sg, ud).map_err(|e| e.errno())?;
+    if q.raw.qp_base.qp_type == sys::IBV_QPT_XRC_SEND {
+        // SAFETY: union of plain fields; an XRC send WR carries its remote SRQ number.
+        wr.xrc_remote_srqn = Some(unsafe { w.qp_type.xrc.remote_srqn });
+    }
     if let WrOperation::BindMw {
         mw_rkey, bind_info, ..
     } = &mut wr.op
