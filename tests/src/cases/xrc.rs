@@ -5,8 +5,9 @@
 //! SRQ's CQ. A request naming an SRQ that is not an XRC SRQ of the receive QP's domain
 //! is an invalid request.
 //!
-//! A device that does not report `IBV_DEVICE_XRC` skips these cases: kernel rxe (6.1
-//! and later) has no XRC; its uverbs refuse `ibv_open_xrcd` and XRC QP types.
+//! A device that does not report `IBV_DEVICE_XRC` skips these cases (kernel rxe has
+//! no XRC), and so does a backend whose `open_xrcd` is EOPNOTSUPP (HwDevice, which
+//! does not pass the XRC verbs through yet).
 
 use verbs_api::{
     AsyncEventType as E, CqId, DeviceCapFlags, EventElement, MemBuf, MrInfo, PdId, QpInitAttr,
@@ -14,7 +15,7 @@ use verbs_api::{
     WorkCompletion, XrcdId, XrcdOpen,
 };
 
-use super::errno::{EBUSY, EINVAL};
+use super::errno::{EBUSY, EINVAL, EOPNOTSUPP};
 use super::{assert_errno, assert_untouched, UNTOUCHED};
 use crate::env::{all_access, default_cap, qp_init_attr};
 use crate::{Case, Env, Outcome};
@@ -30,14 +31,25 @@ pub(super) fn register(v: &mut Vec<Case>) {
     v.push(Case::new("xrc::open_qp_holds_the_receive_qp", "man page ibv_open_qp(3): an XRC receive QP opened by number in its domain lives until every holder destroyed it; opening it through another domain is EINVAL", open_qp_holds));
 }
 
-/// Skips unless the device reports XRC.
+/// Skips unless the device reports XRC and the backend has the XRC verbs (HwDevice
+/// does not yet: EOPNOTSUPP, even on a NIC that reports XRC).
 fn needs_xrc(env: &Env) -> Option<Outcome> {
     let attr = env.dev.query_device().expect("query_device");
-    (!attr.device_cap_flags.contains(DeviceCapFlags::XRC)).then(|| {
-        Outcome::Skip(
+    if !attr.device_cap_flags.contains(DeviceCapFlags::XRC) {
+        return Some(Outcome::Skip(
             "the device does not report IBV_DEVICE_XRC (kernel rxe has no XRC)".to_string(),
-        )
-    })
+        ));
+    }
+    match env.dev.open_xrcd(&PRIVATE) {
+        Ok(x) => {
+            env.dev.close_xrcd(x).expect("close_xrcd");
+            None
+        }
+        Err(e) if e.errno() == EOPNOTSUPP => {
+            Some(Outcome::Skip(format!("the backend has no XRC verbs: {e}")))
+        }
+        Err(e) => panic!("open_xrcd: {e:?}"),
+    }
 }
 
 const PRIVATE: XrcdOpen = XrcdOpen {
