@@ -100,6 +100,15 @@ pair udaddy 7174 "$(cm udaddy)" "$(cm udaddy) -s $SRV_IP" "test complete"
 # joins and sends them to the group (QPN 0xFFFFFF) after mckey's own 3 s pause.
 pair mckey 0 "$(cm mckey) -m 239.0.7.1 -b $SRV_IP" "$(cm mckey) -s -m 239.0.7.1 -b $CLI_IP" "data transfers complete"
 pair rdma_server_client 7471 "$(cm rdma_server)" "$(cm rdma_client) -s $SRV_IP" "rdma_client: end 0"
+# rsockets (librdmacm's socket API, rsockets' own protocol on RC): rstream's default
+# series in blocking mode (a latency connection, then a bandwidth one), then custom
+# runs byte-checked (-T v) in its default non-blocking mode, with rpoll (-T a), with
+# rpoll and blocking calls, and with rdma_getaddrinfo (-T r).
+pair rstream 7481 "$(cm rstream) -b $SRV_IP -p 7481 -T b" "$(cm rstream) -s $SRV_IP -p 7481 -T b" "^1m_bw"
+pair rstream_nonblock 7482 "$(cm rstream) -b $SRV_IP -p 7482 -T v -S 1000 -C 100 -I 10" "$(cm rstream) -s $SRV_IP -p 7482 -T v -S 1000 -C 100 -I 10" "^custom"
+pair rstream_async 7483 "$(cm rstream) -b $SRV_IP -p 7483 -T a -T v -S 100000 -C 20 -I 5" "$(cm rstream) -s $SRV_IP -p 7483 -T a -T v -S 100000 -C 20 -I 5" "^custom"
+pair rstream_async_block 7484 "$(cm rstream) -b $SRV_IP -p 7484 -T a -T b -T v -S 3000 -C 50 -I 5" "$(cm rstream) -s $SRV_IP -p 7484 -T a -T b -T v -S 3000 -C 50 -I 5" "^custom"
+pair rstream_resolve 7485 "$(cm rstream) -b $SRV_IP -p 7485 -T r -T v -S 65536 -C 20 -I 5" "$(cm rstream) -s $SRV_IP -p 7485 -T r -T v -S 65536 -C 20 -I 5" "^custom"
 # perftest -R: the client opens its data connection as soon as it has the server's
 # keys, and the server listens for it only after its own send of the keys completes,
 # so on a loaded host the REQ now and then comes before that rdma_listen. The CM then

@@ -393,7 +393,12 @@ int main(int argc, char **argv)
 
 	/* What the emulator does not have fails cleanly. */
 	errno = 0;
-	CHECK(rsocket(AF_INET, SOCK_STREAM, 0) == -1 && errno == ENOSYS, "rsocket: ENOSYS");
+	CHECK(rsocket(AF_INET, SOCK_DGRAM, 0) == -1 && errno == EOPNOTSUPP,
+	      "datagram rsocket: EOPNOTSUPP");
+	/* A stream rsocket is a real descriptor, closed by rclose. */
+	int rs = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(rs >= 0 && fcntl(rs, F_GETFD) >= 0, "stream rsocket");
+	CHECK(rclose(rs) == 0, "rclose");
 	errno = 0;
 	CHECK(rdma_notify(sid, IBV_EVENT_COMM_EST) == -1 && errno == EOPNOTSUPP, "notify");
 	/* rdma_set_option: the kernel's sizes and errnos. */

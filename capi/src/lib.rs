@@ -19,10 +19,12 @@
 //! * `cq_ex`, `qp_ex`: the extended CQ polling and `ibv_wr_*` send verbs.
 //! * `rdmacm`: the `rdma_*` calls of `librdmacm.so.1` over the emulator's connection
 //!   manager, on the same objects.
+//! * `rsocket`: rsockets (`rsocket`, `rsend`, `rpoll`, ...), librdmacm's socket API,
+//!   in rsockets' own protocol on the emulator's QPs and CM.
 //! * `stubs`: exports that fail cleanly (EOPNOTSUPP / ENOSYS) and the rate helpers.
 //!
 //! `unsafe` is denied in the crate and allowed only in `memory`, `objects`, `verbs`,
-//! `rdmacm`, `cq_ex` and `qp_ex`, each with its safety argument in its module
+//! `rdmacm`, `rsocket`, `cq_ex` and `qp_ex`, each with its safety argument in its module
 //! documentation.
 
 #![deny(unsafe_code)]
@@ -33,6 +35,7 @@ mod memory;
 mod objects;
 mod qp_ex;
 mod rdmacm;
+mod rsocket;
 mod stubs;
 mod verbs;
 
@@ -42,5 +45,6 @@ mod verbs;
 pub use verbs_ffi::sys;
 
 pub use rdmacm::*;
+pub use rsocket::*;
 pub use stubs::*;
 pub use verbs::*;

@@ -1395,30 +1395,6 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     }
 }
 
-/// `rpoll`: with no rsockets (unsupported), every descriptor is an ordinary one.
-#[no_mangle]
-pub unsafe extern "C" fn rpoll(
-    fds: *mut libc::pollfd,
-    nfds: libc::nfds_t,
-    timeout: c_int,
-) -> c_int {
-    // SAFETY: the caller's array of nfds entries, as poll(2) takes it.
-    unsafe { libc::poll(fds, nfds, timeout) }
-}
-
-/// `rselect`: as `rpoll`, select(2).
-#[no_mangle]
-pub unsafe extern "C" fn rselect(
-    nfds: c_int,
-    readfds: *mut libc::fd_set,
-    writefds: *mut libc::fd_set,
-    exceptfds: *mut libc::fd_set,
-    timeout: *mut libc::timeval,
-) -> c_int {
-    // SAFETY: the caller's sets, as select(2) takes them.
-    unsafe { libc::select(nfds, readfds, writefds, exceptfds, timeout) }
-}
-
 /// `rdma_join_multicast` (manual 4.2.27): joins the IPv4 group `addr` (the id's UD
 /// QP, if it has one now, is attached to it); MULTICAST_JOIN or MULTICAST_ERROR
 /// follows, with `context` in `param.ud.private_data`.
@@ -1526,7 +1502,5 @@ unsupported_calls!(libc::EOPNOTSUPP, "SRQs through the CM; use ibv_create_srq":
     rdma_create_srq, rdma_create_srq_ex, rdma_destroy_srq);
 unsupported_calls!(libc::EOPNOTSUPP, "ECE":
     rdma_get_remote_ece, rdma_reject_ece, rdma_set_local_ece);
-unsupported_calls!(libc::ENOSYS, "rsockets":
-    rsocket, rbind, rlisten, raccept, rconnect, rshutdown, rclose, rrecv, rrecvfrom,
-    rrecvmsg, rsend, rsendto, rsendmsg, rread, rreadv, rwrite, rwritev, rsetsockopt,
-    rgetsockopt, rgetpeername, rgetsockname, rfcntl, riomap, riounmap, riowrite);
+unsupported_calls!(libc::EOPNOTSUPP, "riomap and riowrite over rsockets":
+    riomap, riounmap, riowrite);

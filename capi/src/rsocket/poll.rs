@@ -1,0 +1,230 @@
+//! `rpoll` and `rselect`: rsockets and ordinary descriptors in one call.
+//!
+//! A round checks every entry without waiting: an rsocket by making progress on its
+//! connection (rsocket.c `rs_poll_rs`), an ordinary fd with poll(2). If nothing is
+//! ready, the call waits in poll(2) on the ordinary fds together with what stands
+//! for each rsocket: its CQ's completion channel (armed) and CM channel when
+//! connected, its CM channel (where connection requests arrive) when listening; then
+//! it takes the CQ events and checks again.
+
+use std::ffi::c_int;
+use std::time::{Duration, Instant};
+
+use super::data::st;
+use super::{lookup, RSocket};
+use crate::rdmacm::{cm, err, Cm};
+
+/// The events ready on an rsocket now (progress made, nothing waited for).
+fn revents(cm: &Cm, rs: &RSocket, events: i16) -> i16 {
+    let mut s = rs.s.lock();
+    if s.conn.is_some() {
+        s.progress(cm, rs.ch, rs.fd);
+        let mut re = 0;
+        if events & libc::POLLIN != 0 && s.conn_have_rdata() {
+            re |= libc::POLLIN;
+        }
+        if events & libc::POLLOUT != 0
+            && s.state & st::WRITABLE != 0
+            && s.conn.as_ref().is_some_and(super::data::Conn::can_send)
+        {
+            re |= libc::POLLOUT;
+        }
+        // POLLHUP once the data that came before the disconnect has been read
+        // (librdmacm reports it at once, and a program that treats POLLHUP as an
+        // error, as rstream's `do_poll` does, loses a race with a peer that closes
+        // right after its last send).
+        let drained = !s.conn.as_ref().is_some_and(super::data::Conn::have_rdata);
+        if s.state == st::DISCONNECTED && drained {
+            re |= libc::POLLHUP;
+        } else if s.state & st::CONNECTED == 0 && s.state != st::DISCONNECTED {
+            re |= libc::POLLERR;
+        }
+        return re;
+    }
+    if s.state == st::LISTENING {
+        return fd_ready(rs.fd, events & libc::POLLIN);
+    }
+    if s.state == st::CONNECT_ERROR {
+        return (events & (libc::POLLIN | libc::POLLOUT)) | libc::POLLERR;
+    }
+    0
+}
+
+/// poll(2) on one fd without waiting.
+pub(crate) fn fd_ready(fd: c_int, events: i16) -> i16 {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of our own.
+    if unsafe { libc::poll(&mut p, 1, 0) } > 0 {
+        p.revents
+    } else {
+        0
+    }
+}
+
+/// The descriptors that stand for `rs` while waiting (after arming its CQ).
+fn wait_fds(rs: &RSocket, out: &mut Vec<libc::pollfd>) {
+    let mut s = rs.s.lock();
+    let fd = |fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    if let Some(c) = s.conn.as_mut() {
+        c.arm();
+        if let Ok(f) = c.res.dev.comp_channel_fd(c.comp) {
+            out.push(fd(f));
+        }
+        if s.state & st::CONNECTED != 0 {
+            out.push(fd(rs.fd));
+        }
+    } else if s.state == st::LISTENING {
+        out.push(fd(rs.fd));
+    }
+}
+
+/// One check of every entry; the number with events.
+fn check(cm: &Cm, fds: &mut [libc::pollfd], socks: &[Option<std::sync::Arc<RSocket>>]) -> c_int {
+    let mut n = 0;
+    for (p, rs) in fds.iter_mut().zip(socks) {
+        p.revents = match rs {
+            Some(rs) => revents(cm, rs, p.events),
+            None => fd_ready(p.fd, p.events),
+        };
+        if p.revents != 0 {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// rpoll over `fds` with `timeout` in ms (negative: forever).
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: c_int) -> c_int {
+    let socks: Vec<_> = fds.iter().map(|p| lookup(p.fd)).collect();
+    if socks.iter().all(Option::is_none) {
+        // SAFETY: the caller's array, as poll(2) takes it.
+        return unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+    }
+    let cm = match cm() {
+        Ok(c) => c,
+        Err(e) => return err(e),
+    };
+    let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+    loop {
+        let n = check(cm, fds, &socks);
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if n > 0 || left == Some(Duration::ZERO) {
+            return n;
+        }
+        let mut waits = Vec::with_capacity(fds.len() + 2);
+        for (p, rs) in fds.iter().zip(&socks) {
+            match rs {
+                Some(rs) => wait_fds(rs, &mut waits),
+                None => waits.push(libc::pollfd {
+                    fd: p.fd,
+                    events: p.events,
+                    revents: 0,
+                }),
+            }
+        }
+        // Armed: what completed meanwhile is seen now, else an event will wake us.
+        let n = check(cm, fds, &socks);
+        if n > 0 {
+            return n;
+        }
+        // A bounded wait, so a change no descriptor signals (an rsocket's state
+        // changed by another thread) is seen too.
+        let ms = left.map_or(100, |l| l.as_millis().clamp(1, 100) as c_int);
+        // SAFETY: our own array.
+        let r = unsafe { libc::poll(waits.as_mut_ptr(), waits.len() as libc::nfds_t, ms) };
+        if r < 0 {
+            return -1;
+        }
+        for rs in socks.iter().flatten() {
+            if let Some(c) = rs.s.lock().conn.as_mut() {
+                c.take_events();
+            }
+        }
+    }
+}
+
+/// `rpoll`: poll(2) over rsockets and ordinary fds.
+#[no_mangle]
+pub unsafe extern "C" fn rpoll(
+    fds: *mut libc::pollfd,
+    nfds: libc::nfds_t,
+    timeout: c_int,
+) -> c_int {
+    if fds.is_null() || nfds == 0 {
+        // SAFETY: poll(2) with no entries (a sleep).
+        return unsafe { libc::poll(fds, nfds, timeout) };
+    }
+    // SAFETY: the caller's array of nfds entries (module safety argument).
+    let fds = unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) };
+    poll(fds, timeout)
+}
+
+/// `rselect`: select(2) over rsockets and ordinary fds (through `rpoll`).
+#[no_mangle]
+pub unsafe extern "C" fn rselect(
+    nfds: c_int,
+    readfds: *mut libc::fd_set,
+    writefds: *mut libc::fd_set,
+    exceptfds: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    // SAFETY (whole body): the caller's fd_sets and timeval, or null.
+    unsafe {
+        let isset = |set: *mut libc::fd_set, fd| !set.is_null() && libc::FD_ISSET(fd, set);
+        let mut fds = Vec::new();
+        for fd in 0..nfds.max(0) {
+            let mut events = 0;
+            if isset(readfds, fd) {
+                events |= libc::POLLIN;
+            }
+            if isset(writefds, fd) {
+                events |= libc::POLLOUT;
+            }
+            if events != 0 || isset(exceptfds, fd) {
+                fds.push(libc::pollfd {
+                    fd,
+                    events,
+                    revents: 0,
+                });
+            }
+        }
+        let ms = if timeout.is_null() {
+            -1
+        } else {
+            ((*timeout).tv_sec * 1000 + (*timeout).tv_usec / 1000) as c_int
+        };
+        let n = poll(&mut fds, ms);
+        for set in [readfds, writefds, exceptfds] {
+            if !set.is_null() {
+                libc::FD_ZERO(set);
+            }
+        }
+        if n <= 0 {
+            return n;
+        }
+        let mut cnt = 0;
+        for p in &fds {
+            if !readfds.is_null() && p.revents & libc::POLLIN != 0 {
+                libc::FD_SET(p.fd, readfds);
+                cnt += 1;
+            }
+            if !writefds.is_null() && p.revents & libc::POLLOUT != 0 {
+                libc::FD_SET(p.fd, writefds);
+                cnt += 1;
+            }
+            if !exceptfds.is_null() && p.revents & !(libc::POLLIN | libc::POLLOUT) != 0 {
+                libc::FD_SET(p.fd, exceptfds);
+                cnt += 1;
+            }
+        }
+        cnt
+    }
+}
