@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs unmodified Debian RDMA binaries on the emulator through capi's libibverbs.so.1
 # and librdmacm.so.1.
-#   scripts/ci-capi.sh            # needs: ibverbs-utils rdmacm-utils perftest qperf libibverbs-dev cc
+#   scripts/ci-capi.sh            # needs: ibverbs-utils rdmacm-utils perftest qperf libibverbs-dev cc ncat iperf3
 # RDMACM_UTILS=/dir takes rping, udaddy, mckey, rdma_server, rdma_client from /dir instead of
 # PATH (e.g. an unpacked rdmacm-utils .deb: apt-get download + dpkg -x).
 # Builds the library (release), then runs each tool (servers and clients as two
@@ -195,6 +195,46 @@ if [ -n "$qperf_any" ]; then
   kill "$qperf_srv" 2>/dev/null; wait "$qperf_srv" 2>/dev/null
   record qperf_server "$rc" "$work/qperf.srv"
 fi
+
+# Unmodified TCP programs over rsockets with Debian's librspreload.so preloaded (it
+# turns their TCP sockets into rsockets; UDP ones stay kernel sockets). The server's
+# "connection from $CLI_IP" proves the stream went through the emulator (a kernel
+# TCP client here would come from 127.0.0.1). ncat moves a 16 MiB file, checked by
+# sha256; iperf3 runs 2 s each way. (socat crashes under Debian 44's librspreload
+# even with no RDMA at all; netcat-openbsd calls accept4, which that librspreload
+# does not intercept; netcat-traditional refuses fds above 16.)
+RSPRELOAD=${RSPRELOAD:-/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so}
+if want rspreload_ncat; then
+  head -c 16777216 /dev/urandom >"$work/in.bin"
+  LD_PRELOAD=$RSPRELOAD RDMA_EMU_IP=$SRV_IP timeout "$T" ncat -4 -v --recv-only -l "$SRV_IP" 7620 \
+    >"$work/out.bin" 2>"$work/rspreload_ncat.srv" &
+  spid=$!; sleep 2
+  LD_PRELOAD=$RSPRELOAD RDMA_EMU_IP=$CLI_IP timeout "$T" ncat -4 --send-only "$SRV_IP" 7620 \
+    <"$work/in.bin" >"$work/rspreload_ncat.cli" 2>&1
+  crc=$?; wait $spid; src=$?
+  rc=$(( crc != 0 ? crc : src ))
+  if [ "$rc" = 0 ] && ! grep -q "Connection from $CLI_IP" "$work/rspreload_ncat.srv"; then rc=98; fi
+  sum_in=$(sha256sum <"$work/in.bin"); sum_out=$(sha256sum <"$work/out.bin")
+  if [ "$rc" = 0 ] && [ "$sum_in" != "$sum_out" ]; then rc=99; fi
+  record rspreload_ncat "$rc" "$work/rspreload_ncat.srv" "$work/rspreload_ncat.cli"
+  echo "    sha256 ${sum_out%% *} (16 MiB)"
+fi
+for dir in fwd rev; do
+  name=rspreload_iperf3_$dir
+  want "$name" || continue
+  flag=; [ "$dir" = rev ] && flag=-R
+  LD_PRELOAD=$RSPRELOAD RDMA_EMU_IP=$SRV_IP timeout "$T" iperf3 -s -1 -4 -B "$SRV_IP" -p 7621 \
+    >"$work/$name.srv" 2>&1 &
+  spid=$!; sleep 2
+  LD_PRELOAD=$RSPRELOAD RDMA_EMU_IP=$CLI_IP timeout "$T" iperf3 -4 -c "$SRV_IP" -p 7621 -t 2 $flag \
+    >"$work/$name.cli" 2>&1
+  crc=$?; wait $spid; src=$?
+  rc=$(( crc != 0 ? crc : src ))
+  if [ "$rc" = 0 ] && ! grep -q "Accepted connection from $CLI_IP" "$work/$name.srv"; then rc=98; fi
+  if [ "$rc" = 0 ] && ! grep -q "receiver" "$work/$name.cli"; then rc=99; fi
+  record "$name" "$rc" "$work/$name.srv" "$work/$name.cli"
+  grep receiver "$work/$name.cli" | sed 's/^/    /'
+done
 
 if want verbs_c; then
   if cc -O1 -Wall -o "$work/verbs_c" "$root/capi/c/verbs_test.c" -libverbs -L"$lib" 2>"$work/verbs_c.out"; then

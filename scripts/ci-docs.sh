@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # The guides say target/release/...: build where they look.
 unset CARGO_TARGET_DIR
 export DEBIAN_FRONTEND=noninteractive
-PKGS="ibverbs-utils rdmacm-utils perftest tshark"
+PKGS="ibverbs-utils rdmacm-utils perftest tshark ncat"
 if ! dpkg -s $PKGS >/dev/null 2>&1; then
   apt-get install -y -qq $PKGS >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $PKGS >/dev/null; }
 fi

@@ -95,6 +95,8 @@ pub(crate) struct Sock {
     /// IPPROTO_TCP options set.
     pub(crate) tcp_opts: u64,
     pub(crate) keepalive_time: u32,
+    /// IP_TOS as set.
+    pub(crate) ip_tos: c_int,
     /// The pending error (`SO_ERROR`).
     pub(crate) err: c_int,
     pub(crate) conn: Option<Conn>,
@@ -245,6 +247,7 @@ fn new_socket(cm: &Cm, id: Option<CmId>) -> Result<Arc<RSocket>, c_int> {
             so_opts: 0,
             tcp_opts: 0,
             keepalive_time: 7200,
+            ip_tos: 0,
             err: 0,
             conn: None,
         }),
@@ -299,7 +302,12 @@ pub extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int 
         return err(libc::EOPNOTSUPP);
     }
     if base == libc::SOCK_DGRAM {
-        eprintln!("rdma-emu librdmacm: datagram rsockets are not supported by the emulator");
+        // Once: librspreload asks for every UDP socket the program opens (and falls
+        // back to a kernel socket).
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            eprintln!("rdma-emu librdmacm: datagram rsockets are not supported by the emulator");
+        });
         return err(libc::EOPNOTSUPP);
     }
     if base != libc::SOCK_STREAM || (protocol != 0 && protocol != libc::IPPROTO_TCP) {

@@ -19,6 +19,9 @@ const RDMA_RQSIZE: c_int = 1;
 const RDMA_INLINE: c_int = 2;
 const RDMA_IOMAPSIZE: c_int = 3;
 const QP_MAX: u32 = 0xFFFE;
+/// `tcpi_state` values (`<netinet/tcp.h>`).
+const TCP_ESTABLISHED: u8 = 1;
+const TCP_CLOSE: u8 = 7;
 
 /// Reads the caller's option value as an int (0 when it is shorter).
 unsafe fn int_of(v: *const c_void, len: u32) -> Option<c_int> {
@@ -43,8 +46,11 @@ pub unsafe extern "C" fn rsetsockopt(
     };
     let mut s = rs.s.lock();
     // SAFETY: the caller's option value.
-    let Some(v) = (unsafe { int_of(val, len) }) else {
-        return err(libc::EINVAL);
+    let v = match unsafe { int_of(val, len) } {
+        Some(v) => v,
+        // A name (TCP_CONGESTION) may be shorter than an int.
+        None if (level, name) == (libc::IPPROTO_TCP, libc::TCP_CONGESTION) => 0,
+        None => return err(libc::EINVAL),
     };
     let bit = |on: bool, set: &mut u64| {
         if on {
@@ -72,7 +78,13 @@ pub unsafe extern "C" fn rsetsockopt(
             bit(v == 0, &mut s.so_opts)
         }
         (libc::IPPROTO_TCP, libc::TCP_NODELAY) => bit(v != 0, &mut s.tcp_opts),
-        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL | libc::TCP_MAXSEG) => {}
+        // librdmacm: not applicable over a reliable connection, accepted.
+        (
+            libc::IPPROTO_TCP,
+            libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL | libc::TCP_MAXSEG | libc::TCP_CONGESTION,
+        ) => {}
+        // Kept and reported (librdmacm also gives it to the CM as the id's TOS).
+        (libc::IPPROTO_IP, libc::IP_TOS) => s.ip_tos = v,
         (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => {
             if v <= 0 {
                 return err(libc::EINVAL);
@@ -131,9 +143,30 @@ pub unsafe extern "C" fn rgetsockopt(
             return 0;
         }
         (libc::SOL_SOCKET, libc::SO_ERROR) => std::mem::take(&mut s.err),
+        // librdmacm answers 0 and leaves the value alone.
+        (libc::SOL_SOCKET, libc::SO_BROADCAST) => return 0,
+        (libc::IPPROTO_IP, libc::IP_TOS) => s.ip_tos,
+        (libc::IPPROTO_TCP, libc::TCP_INFO) => {
+            // What librdmacm fills in: the state and, as the congestion window, the
+            // send queue size; the rest is zero.
+            // SAFETY: tcp_info is plain integers; all zeros is a valid value.
+            let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+            info.tcpi_state = if s.state & st::CONNECTED != 0 {
+                TCP_ESTABLISHED
+            } else {
+                TCP_CLOSE
+            };
+            info.tcpi_snd_cwnd = s
+                .conn
+                .as_ref()
+                .map_or(s.sizes.sq_size, |c| u32::from(c.sq_size));
+            // SAFETY: the caller's buffer of *len bytes.
+            unsafe { put(val, len, &info) };
+            return 0;
+        }
         (libc::IPPROTO_TCP, libc::TCP_NODELAY) => c_int::from(s.tcp_opts & (1 << name) != 0),
         (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => s.keepalive_time as c_int,
-        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL) => 1,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL | libc::TCP_CONGESTION) => 1,
         // librdmacm: the path MTU when a route is known, else 2048.
         (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => 2048,
         (SOL_RDMA, RDMA_SQSIZE) => s.sizes.sq_size as c_int,
