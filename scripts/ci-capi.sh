@@ -109,6 +109,12 @@ pair rstream_nonblock 7482 "$(cm rstream) -b $SRV_IP -p 7482 -T v -S 1000 -C 100
 pair rstream_async 7483 "$(cm rstream) -b $SRV_IP -p 7483 -T a -T v -S 100000 -C 20 -I 5" "$(cm rstream) -s $SRV_IP -p 7483 -T a -T v -S 100000 -C 20 -I 5" "^custom"
 pair rstream_async_block 7484 "$(cm rstream) -b $SRV_IP -p 7484 -T a -T b -T v -S 3000 -C 50 -I 5" "$(cm rstream) -s $SRV_IP -p 7484 -T a -T b -T v -S 3000 -C 50 -I 5" "^custom"
 pair rstream_resolve 7485 "$(cm rstream) -b $SRV_IP -p 7485 -T r -T v -S 65536 -C 20 -I 5" "$(cm rstream) -s $SRV_IP -p 7485 -T r -T v -S 65536 -C 20 -I 5" "^custom"
+# riostream: riomap on both sides, riowrite into the peer's mapping, the last byte
+# polled in memory (custom sizes: its default series spins through thousands of
+# small round trips).
+pair riostream 7486 "$(cm riostream) -b $SRV_IP -p 7486 -T b -T v -S 65536 -C 10 -I 10" "$(cm riostream) -s $SRV_IP -p 7486 -T b -T v -S 65536 -C 10 -I 10" "^custom"
+pair riostream_nonblock 7487 "$(cm riostream) -b $SRV_IP -p 7487 -T v -S 1000 -C 100 -I 10" "$(cm riostream) -s $SRV_IP -p 7487 -T v -S 1000 -C 100 -I 10" "^custom"
+pair riostream_async 7488 "$(cm riostream) -b $SRV_IP -p 7488 -T a -T v -S 100000 -C 20 -I 5" "$(cm riostream) -s $SRV_IP -p 7488 -T a -T v -S 100000 -C 20 -I 5" "^custom"
 # perftest -R: the client opens its data connection as soon as it has the server's
 # keys, and the server listens for it only after its own send of the keys completes,
 # so on a loaded host the REQ now and then comes before that rdma_listen. The CM then

@@ -1502,5 +1502,3 @@ unsupported_calls!(libc::EOPNOTSUPP, "SRQs through the CM; use ibv_create_srq":
     rdma_create_srq, rdma_create_srq_ex, rdma_destroy_srq);
 unsupported_calls!(libc::EOPNOTSUPP, "ECE":
     rdma_get_remote_ece, rdma_reject_ece, rdma_set_local_ece);
-unsupported_calls!(libc::EOPNOTSUPP, "riomap and riowrite over rsockets":
-    riomap, riounmap, riowrite);

@@ -28,6 +28,9 @@ use verbs_api::{
 pub(crate) const OP_DATA: u32 = 0;
 /// A target SGE (and credits) was written into the SGL array.
 pub(crate) const OP_SGL: u32 = 4;
+/// A direct write into a peer's mapping (`riowrite`); never on the wire, only in
+/// the wr_id.
+pub(crate) const OP_WRITE: u32 = 2;
 /// An iomap entry was written (riomap; noted, nothing to do).
 pub(crate) const OP_IOMAP_SGL: u32 = 6;
 /// A control message: [`CTRL_DISCONNECT`], [`CTRL_KEEPALIVE`] or [`CTRL_SHUTDOWN`].
@@ -48,7 +51,7 @@ pub(crate) const SGE_BYTES: usize = 16;
 /// A sender waits for this much free send buffer before it sends (`RS_SNDLOWAT`).
 pub(crate) const SNDLOWAT: u32 = 2048;
 /// The largest single data message (`RS_MAX_TRANSFER`).
-const MAX_TRANSFER: u32 = 65536;
+pub(crate) const MAX_TRANSFER: u32 = 65536;
 /// A receive WR's id (rsocket.c sets bit 63 on receives).
 const RECV_WR_ID: u64 = 1 << 63;
 
@@ -167,6 +170,15 @@ pub(crate) struct Conn {
     pub(crate) rseq_no: u16,
     pub(crate) rseq_comp: u16,
     pub(crate) cq_armed: bool,
+
+    // riomap (`iomap`).
+    /// Entries of our iomap area, after the target SGL in `tbuf` (the peer writes its
+    /// mappings there).
+    pub(crate) iomap_size: u16,
+    /// The peer's iomap area (entry count in `length`).
+    pub(crate) remote_iomap: RsSge,
+    /// Our mappings (`riomap`).
+    pub(crate) iomaps: Vec<super::iomap::IoMap>,
 }
 
 /// What polling the CQ found that changes the socket's state.
@@ -350,6 +362,11 @@ impl Conn {
                     let m = wc.wr_id as u32;
                     match m >> 29 {
                         OP_SGL => self.ctrl_max_seqno = self.ctrl_max_seqno.wrapping_add(1),
+                        // Its value is the slot; it took an iomap entry of send ring.
+                        OP_IOMAP_SGL => {
+                            self.sqe_avail += 1;
+                            self.sbuf_bytes_avail += super::iomap::IOMAP_BYTES as u32;
+                        }
                         OP_CTRL => {
                             self.ctrl_max_seqno = self.ctrl_max_seqno.wrapping_add(1);
                             if m & 0x1FFF_FFFF == CTRL_DISCONNECT {
@@ -418,6 +435,61 @@ impl Conn {
         !self.rmsg.is_empty()
     }
 
+    /// Copies `chunk` into the send ring at its head (wrapping: two SGEs) and
+    /// returns the SGEs; the caller accounts for the bytes.
+    pub(crate) fn stage(&mut self, chunk: &[u8]) -> SgList {
+        let n = chunk.len() as u32;
+        let first = n.min(self.sbuf_size - self.shead);
+        let _ = self
+            .sbuf
+            .write(self.shead as usize, &chunk[..first as usize]);
+        let mut sgl = SgList::from(Sge::new(
+            self.smr.addr + u64::from(self.shead),
+            first,
+            self.smr.lkey,
+        ));
+        if first < n {
+            let _ = self.sbuf.write(0, &chunk[first as usize..]);
+            sgl.push(Sge::new(self.smr.addr, n - first, self.smr.lkey));
+        }
+        self.shead = (self.shead + n) % self.sbuf_size;
+        sgl
+    }
+
+    /// Posts an RDMA WRITE (no immediate: nothing at the peer hears of it), as
+    /// `riowrite` does; its wr_id says `OP_WRITE` and the length.
+    pub(crate) fn post_direct(
+        &self,
+        sgl: SgList,
+        len: u32,
+        addr: u64,
+        rkey: u32,
+    ) -> Result<(), c_int> {
+        let wr = SendWr::new(
+            u64::from(msg(OP_WRITE, len)),
+            sgl,
+            WrOperation::RdmaWrite {
+                remote_addr: addr,
+                rkey,
+            },
+        );
+        self.res
+            .dev
+            .post_send(self.qpn, &[wr])
+            .map_err(|e| e.error.errno())
+    }
+
+    /// Posts a WRITE WITH IMMEDIATE of `sgl` to `addr` (for iomap entries).
+    pub(crate) fn post_write_imm(
+        &self,
+        sgl: SgList,
+        imm: u32,
+        addr: u64,
+        rkey: u32,
+    ) -> Result<(), c_int> {
+        self.post_write(sgl, imm, addr, rkey)
+    }
+
     /// Sends as much of `data` as can go now (one or more messages): the bytes sent.
     /// The caller checked [`Conn::can_send`] for the first message.
     pub(crate) fn send_some(&mut self, data: &[u8]) -> Result<usize, c_int> {
@@ -426,22 +498,7 @@ impl Conn {
             let left = (data.len() - done).min(MAX_TRANSFER as usize) as u32;
             let target = self.target(self.target_sge);
             let n = left.min(self.sbuf_bytes_avail).min(target.length);
-            let chunk = &data[done..done + n as usize];
-            // Copy into the send ring (wrapping: two SGEs).
-            let first = n.min(self.sbuf_size - self.shead);
-            let _ = self
-                .sbuf
-                .write(self.shead as usize, &chunk[..first as usize]);
-            let mut sgl = SgList::from(Sge::new(
-                self.smr.addr + u64::from(self.shead),
-                first,
-                self.smr.lkey,
-            ));
-            if first < n {
-                let _ = self.sbuf.write(0, &chunk[first as usize..]);
-                sgl.push(Sge::new(self.smr.addr, n - first, self.smr.lkey));
-            }
-            self.shead = (self.shead + n) % self.sbuf_size;
+            let sgl = self.stage(&data[done..done + n as usize]);
             // rsocket.c `rs_write_data`: the target SGE is advanced before posting.
             self.sseq_no = self.sseq_no.wrapping_add(1);
             self.sqe_avail -= 1;

@@ -3,14 +3,15 @@
 //! to librdmacm's rsockets on a real NIC or kernel rxe (rdma-core
 //! `librdmacm/docs/rsocket`). `librspreload.so` runs unmodified TCP programs on it.
 //!
-//! Stream sockets only (`SOCK_STREAM`, AF_INET); `SOCK_DGRAM` and the iomap calls
-//! (`riomap`, `riounmap`, `riowrite`) fail with EOPNOTSUPP.
+//! Stream sockets only (`SOCK_STREAM`, AF_INET), with `riomap`/`riowrite`;
+//! `SOCK_DGRAM` fails with EOPNOTSUPP.
 //!
 //! Modules, one concern each:
 //!
 //! * this one: the socket table and the exported calls (arguments in and out);
 //! * `setup`: connection set-up over the CM and the connection data;
 //! * `data`: the protocol on the QP (data, credits, control messages);
+//! * `iomap`: `riomap`, `riounmap`, `riowrite`;
 //! * `poll`: `rpoll` and `rselect` over rsockets mixed with ordinary fds;
 //! * `opts`: `rsetsockopt`, `rgetsockopt`, `rfcntl`.
 //!
@@ -37,10 +38,12 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod data;
+mod iomap;
 mod opts;
 mod poll;
 mod setup;
 
+pub use iomap::*;
 pub use opts::*;
 pub use poll::*;
 
@@ -65,6 +68,8 @@ pub(crate) struct Sizes {
     pub(crate) sq_inline: u32,
     pub(crate) rbuf_size: u32,
     pub(crate) sbuf_size: u32,
+    /// Entries of the iomap area (`RDMA_IOMAPSIZE`; librdmacm's default is none).
+    pub(crate) iomap_size: u16,
 }
 
 impl Default for Sizes {
@@ -76,6 +81,7 @@ impl Default for Sizes {
             sq_inline: 64,
             rbuf_size: 1 << 17,
             sbuf_size: 1 << 17,
+            iomap_size: 0,
         }
     }
 }
@@ -511,6 +517,9 @@ fn send(socket: c_int, data: &[u8], flags: c_int) -> isize {
     let cm = cm_or!(-1);
     let rs = rs_or!(socket, -1);
     let nonblock = rs.s.lock().nonblocking(flags);
+    if let Err(e) = iomap::send_pending(cm, &rs, nonblock) {
+        return err(e) as isize;
+    }
     let mut done = 0usize;
     while done < data.len() {
         let mut s = match rs.process(cm, nonblock, Sock::conn_can_send) {

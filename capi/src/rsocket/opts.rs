@@ -98,8 +98,10 @@ pub unsafe extern "C" fn rsetsockopt(
         (SOL_RDMA, RDMA_RQSIZE) => s.sizes.rq_size = (v as u32).min(QP_MAX),
         (SOL_RDMA, RDMA_INLINE) => s.sizes.sq_inline = (v as u32).min(QP_MAX),
         (SOL_RDMA, RDMA_IOMAPSIZE) => {
-            eprintln!("rdma-emu librdmacm: riomap is not supported by the emulator");
-            return err(libc::EOPNOTSUPP);
+            // Rounded as the connection data will carry it.
+            let n = v.clamp(0, i32::from(u16::MAX)) as u16;
+            s.sizes.iomap_size =
+                super::setup::scale_to_value(super::setup::value_to_scale(n)) as u16;
         }
         _ => return err(libc::EOPNOTSUPP),
     }
@@ -172,7 +174,7 @@ pub unsafe extern "C" fn rgetsockopt(
         (SOL_RDMA, RDMA_SQSIZE) => s.sizes.sq_size as c_int,
         (SOL_RDMA, RDMA_RQSIZE) => s.sizes.rq_size as c_int,
         (SOL_RDMA, RDMA_INLINE) => s.sizes.sq_inline as c_int,
-        (SOL_RDMA, RDMA_IOMAPSIZE) => 0,
+        (SOL_RDMA, RDMA_IOMAPSIZE) => c_int::from(s.sizes.iomap_size),
         _ => return err(libc::EOPNOTSUPP),
     };
     // SAFETY: the caller's buffer of *len bytes.

@@ -83,17 +83,37 @@ impl ConnData {
     }
 }
 
+/// An iomap size as the connection data's byte carries it (rsocket.c
+/// `rs_value_to_scale` with 8 bits: up to 128 as is, larger ones in units of 256
+/// with the top bit set).
+pub(crate) fn value_to_scale(v: u16) -> u8 {
+    if v <= 128 {
+        v as u8
+    } else {
+        (0x80 | (v >> 8)) as u8
+    }
+}
+
+/// The inverse of [`value_to_scale`] (`rs_scale_to_value`).
+pub(crate) fn scale_to_value(s: u8) -> u32 {
+    if s <= 128 {
+        u32::from(s)
+    } else {
+        u32::from(s & 0x7F) << 8
+    }
+}
+
 /// Whether this host is big-endian (rsocket.c `rs_host_is_net`).
 fn host_is_net() -> bool {
     cfg!(target_endian = "big")
 }
 
-/// Our connection data for `c` (rsocket.c `rs_format_conn_data`): no iomap area.
+/// Our connection data for `c` (rsocket.c `rs_format_conn_data`).
 pub(crate) fn format_conn_data(c: &Conn) -> ConnData {
     ConnData {
         flags: FLAG_IOMAP | if host_is_net() { FLAG_NET } else { 0 },
         credits: c.rq_size,
-        iomap_scale: 0,
+        iomap_scale: value_to_scale(c.iomap_size),
         target_sgl: RsSge {
             addr: c.tmr.addr,
             key: c.tmr.rkey,
@@ -112,6 +132,14 @@ pub(crate) fn save_conn_data(c: &mut Conn, d: &ConnData) {
     c.remote_sgl = d.target_sgl;
     c.remote_sge = 1;
     c.swap_sgl = (d.flags & FLAG_NET != 0) != host_is_net();
+    if d.flags & FLAG_IOMAP != 0 {
+        // The peer's iomap area follows its target SGL.
+        c.remote_iomap = RsSge {
+            addr: d.target_sgl.addr + u64::from(d.target_sgl.length) * SGE_BYTES as u64,
+            key: d.target_sgl.key,
+            length: scale_to_value(d.iomap_scale),
+        };
+    }
     c.set_target(0, d.data_buf);
     c.sseq_comp = d.credits;
 }
@@ -168,7 +196,9 @@ pub(crate) fn create_ep(cm: &Cm, id: CmId, z: &Sizes) -> Result<Conn, c_int> {
             .map_err(e)?;
         res.lkeys.push(smr.lkey);
         let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-        let tbuf = MemBuf::new(SGL_SIZE as usize * SGE_BYTES);
+        let tbuf = MemBuf::new(
+            SGL_SIZE as usize * SGE_BYTES + usize::from(z.iomap_size) * super::iomap::IOMAP_BYTES,
+        );
         let tmr = dev.reg_mr(pd, &tbuf, 0, tbuf.len(), remote).map_err(e)?;
         res.lkeys.push(tmr.lkey);
         let rbuf = MemBuf::new(rbuf_size as usize);
@@ -218,6 +248,9 @@ pub(crate) fn create_ep(cm: &Cm, id: CmId, z: &Sizes) -> Result<Conn, c_int> {
             rseq_no: 0,
             rseq_comp: (rq >> 1) as u16,
             cq_armed: false,
+            iomap_size: z.iomap_size,
+            remote_iomap: RsSge::default(),
+            iomaps: Vec::new(),
         };
         for _ in 0..rq {
             c.post_recv()?;
@@ -385,5 +418,16 @@ mod tests {
         v2[0] = 2;
         assert_eq!(ConnData::parse(&v2), None);
         assert_eq!(ConnData::parse(&b[..39]), None);
+    }
+
+    #[test]
+    fn iomap_sizes_scale_as_librdmacm() {
+        for v in [0u16, 1, 64, 128] {
+            assert_eq!(scale_to_value(value_to_scale(v)), u32::from(v));
+        }
+        assert_eq!(value_to_scale(512), 0x82);
+        assert_eq!(scale_to_value(0x82), 512);
+        // What does not fit a unit of 256 rounds down.
+        assert_eq!(scale_to_value(value_to_scale(300)), 256);
     }
 }
