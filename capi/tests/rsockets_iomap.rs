@@ -1,7 +1,8 @@
 //! riomap / riowrite between two processes (this test binary run twice): the server
 //! maps a buffer for the peer's writes, the client writes into it with riowrite and
 //! then sends one byte; RC ordering puts the written bytes in place before that byte
-//! arrives, so the server checks them as soon as it reads it.
+//! arrives, so the server checks them as soon as it reads it. The client then exits
+//! with its rsocket open, and the server reads EOF (the exit handler's DREQ).
 
 // This test plays the C program: raw pointers are its whole point.
 #![allow(unsafe_code)]
@@ -84,8 +85,10 @@ unsafe fn client() -> ! {
             0
         );
         assert_eq!(rsend(fd, b"w".as_ptr().cast(), 1, 0), 1);
-        assert_eq!(rrecv(fd, c.as_mut_ptr().cast(), 1, 0), 0);
-        assert_eq!(rclose(fd), 0);
+        assert_eq!(rrecv(fd, c.as_mut_ptr().cast(), 1, 0), 1);
+        assert_eq!(c[0], b'k');
+        // Exit with the rsocket open: the exit handler ends the connection, as the
+        // kernel does when a process's rdma_cm file closes.
         println!("client done");
         std::process::exit(0);
     }
@@ -138,6 +141,9 @@ fn riowrite_lands_in_the_peers_mapping() {
         assert_eq!(riounmap(fd, p, LEN - 1), -1);
         assert_eq!(errno(), libc::EINVAL);
         assert_eq!(riounmap(fd, p, LEN), 0);
+        // The client exits without rclose: EOF all the same.
+        assert_eq!(rsend(fd, b"k".as_ptr().cast(), 1, 0), 1);
+        assert_eq!(rrecv(fd, c.as_mut_ptr().cast(), 1, 0), 0);
         assert_eq!(rclose(fd), 0);
         assert_eq!(rclose(lfd), 0);
         let out = child.wait_with_output().unwrap();

@@ -162,12 +162,14 @@ fn open() -> Result<Cm, c_int> {
 /// At `exit`, the ids still alive go as the kernel destroys them when the process's
 /// rdma_cm file closes (`ucma_close`): their peers are told (a DREQ to a connected
 /// peer, a DREP to one that disconnected, a REJ to a pending request), so a peer
-/// does not wait out its retries for a process that is gone. A program killed by a
-/// signal that skips `exit` still leaves its peers to their timeouts.
+/// does not wait out its retries for a process that is gone; rsockets' ids alike. A
+/// program killed by a signal that skips `exit` still leaves its peers to their
+/// timeouts.
 extern "C" fn at_exit() {
     let Some(Ok(cm)) = CM.get() else {
         return;
     };
+    crate::rsocket::at_exit(cm);
     // A thread of the program may be inside a call holding the table: exit anyway.
     let Some(ids) = cm.ids.try_lock_for(std::time::Duration::from_millis(100)) else {
         return;

@@ -275,6 +275,24 @@ fn free_socket(cm: &Cm, rs: &RSocket) {
     let _ = cm.cm.destroy_event_channel(rs.ch);
 }
 
+/// At `exit` (from the CM's exit handler): the rsockets still open end as the
+/// kernel ends them when the process's rdma_cm file closes: each CM id goes, a DREQ
+/// telling a connected peer (which then reads EOF), as for the `rdma_*` ids.
+pub(crate) fn at_exit(cm: &Cm) {
+    // A thread of the program may be inside a call holding the table: exit anyway.
+    let Some(table) = SOCKETS.try_lock_for(Duration::from_millis(100)) else {
+        return;
+    };
+    let ids: Vec<CmId> = table
+        .values()
+        .filter_map(|rs| rs.s.try_lock().map(|s| s.id))
+        .collect();
+    drop(table);
+    for id in ids {
+        let _ = cm.cm.abandon_id(id);
+    }
+}
+
 macro_rules! cm_or {
     ($ret:expr) => {
         match cm() {
