@@ -17,7 +17,8 @@
 # this script in that lock as well), and the steps start only once the VM that
 # answers shows this run's token. Needs root (tap device, raw socket). Env: RXEVM_W (the cached VM image; default
 # /work/rxevm-cache), INTEROP_W (this job's VM folder; default $RXEVM_W-interop),
-# ACCEL=tcg|kvm (default tcg; kvm fails in nested setups).
+# ACCEL=tcg|kvm (default tcg; kvm fails in nested setups), INTEROP_ONLY=REGEX (run only
+# the steps whose name matches).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -93,6 +94,8 @@ record() { # NAME RC [NOTE]
 # in its result line and in the count at the end.
 step() { # NAME CMD [ARGS...]
   local name=$1; shift
+  # INTEROP_ONLY=REGEX runs only the steps whose name matches (a partial run).
+  if [ -n "${INTEROP_ONLY:-}" ] && ! [[ $name =~ $INTEROP_ONLY ]]; then return 0; fi
   "$@"; local rc=$?
   if [ $rc -ne 0 ]; then
     note "RETRY $name (first run: exit $rc)"
@@ -222,6 +225,19 @@ step "our udaddy client (capi, interop) -> udaddy server (kernel rdma_cm)" cm_th
 # and the convenience verbs (rdma_post_send/recv, rdma_get_send/recv_comp).
 step "rdma_client (kernel rdma_cm) -> our rdma_server (capi, interop)" cm_ours_server "rdma_client: end 0" "rdma_server -s 192.168.77.1" "rdma_client -s 192.168.77.1"
 step "our rdma_client (capi, interop) -> rdma_server (kernel rdma_cm)" cm_theirs_server "rdma_client: end 0" "rdma_server -s 192.168.77.2" "rdma_client -s 192.168.77.2"
+# rsockets: librdmacm's rsocket.c over rxe in the VM against capi's rsockets, each
+# side speaking rsockets' protocol (connection data, credits, SGL updates, iomap
+# entries); rstream byte-checked (-T v) blocking and non-blocking, riostream with
+# riowrite into the other side's riomap.
+RS="-T b -T v -S 65536 -C 20 -I 5"
+RSN="-T v -S 3000 -C 50 -I 5"
+RIO="-T b -T v -S 65536 -C 10 -I 5"
+step "rstream client (kernel rxe, librdmacm rsockets) -> our rstream server (capi, interop)" cm_ours_server "^custom" "rstream -b 192.168.77.1 -p 7481 $RS" "rstream -s 192.168.77.1 -p 7481 $RS"
+step "our rstream client (capi, interop) -> rstream server (kernel rxe, librdmacm rsockets)" cm_theirs_server "^custom" "rstream -b 192.168.77.2 -p 7482 $RS" "rstream -s 192.168.77.2 -p 7482 $RS"
+step "rstream client, non-blocking (kernel rxe) -> our rstream server (capi, interop)" cm_ours_server "^custom" "rstream -b 192.168.77.1 -p 7483 $RSN" "rstream -s 192.168.77.1 -p 7483 $RSN"
+step "our rstream client, non-blocking (capi, interop) -> rstream server (kernel rxe)" cm_theirs_server "^custom" "rstream -b 192.168.77.2 -p 7484 $RSN" "rstream -s 192.168.77.2 -p 7484 $RSN"
+step "riostream client (kernel rxe, librdmacm rsockets) -> our riostream server (capi, interop)" cm_ours_server "^custom" "riostream -b 192.168.77.1 -p 7485 $RIO" "riostream -s 192.168.77.1 -p 7485 $RIO"
+step "our riostream client (capi, interop) -> riostream server (kernel rxe, librdmacm rsockets)" cm_theirs_server "^custom" "riostream -b 192.168.77.2 -p 7486 $RIO" "riostream -s 192.168.77.2 -p 7486 $RIO"
 # Multicast: the receiver joins 239.255.7.1 and waits for 10 datagrams (QPN 0xFFFFFF,
 # sent to the IPv4 group over the tap); the sender joins, pauses 3 s and sends them.
 # Only the other side sends to the group, so the receiver's "data transfers complete"
