@@ -2,7 +2,7 @@
 //! this process and a client in a second run of this test binary (each process has
 //! its own device and CM, as two programs do). Data both ways, byte-checked; O_NONBLOCK
 //! (EAGAIN with nothing to read); rpoll over an rsocket and a pipe; EOF after the
-//! peer's shutdown(SHUT_WR) and after its rclose; the options.
+//! peer's shutdown(SHUT_WR) and after its rclose; a refused connection; the options.
 
 // This test plays the C program: raw pointers are its whole point.
 #![allow(unsafe_code)]
@@ -64,6 +64,21 @@ unsafe fn send_all(fd: i32, data: &[u8]) {
 
 unsafe fn client() -> ! {
     unsafe {
+        // A port nobody listens on: the server's CM rejects the request.
+        let fd = rsocket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0, "rsocket: errno {}", errno());
+        let a = sin(SERVER, PORT + 1);
+        assert_eq!(rconnect(fd, (&raw const a).cast(), 16), -1);
+        assert_eq!(errno(), libc::ECONNREFUSED);
+        let (mut v, mut vl) = (0i32, 4u32);
+        let pv = (&raw mut v).cast();
+        assert_eq!(
+            rgetsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, pv, &mut vl),
+            0
+        );
+        assert_eq!(v, libc::ECONNREFUSED);
+        assert_eq!(rclose(fd), 0);
+
         let fd = rsocket(libc::AF_INET, libc::SOCK_STREAM, 0);
         assert!(fd >= 0, "rsocket: errno {}", errno());
         let a = sin(SERVER, PORT);
