@@ -241,6 +241,26 @@ fn stream_rsockets_move_data_both_ways() {
         fds[0].events = libc::POLLIN;
         assert_eq!(rpoll(fds.as_mut_ptr(), 2, -1), 1);
         assert_eq!((fds[0].revents, fds[1].revents), (0, libc::POLLIN));
+        // rselect alike: the pipe is readable, the rsocket is not (but writable).
+        let mut rd: libc::fd_set = std::mem::zeroed();
+        let mut wr: libc::fd_set = std::mem::zeroed();
+        libc::FD_SET(fd, &mut rd);
+        libc::FD_SET(pipe[0], &mut rd);
+        libc::FD_SET(fd, &mut wr);
+        let mut tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        };
+        let n = rselect(
+            fd.max(pipe[0]) + 1,
+            &mut rd,
+            &mut wr,
+            std::ptr::null_mut(),
+            &mut tv,
+        );
+        assert_eq!(n, 2);
+        assert!(libc::FD_ISSET(pipe[0], &rd) && !libc::FD_ISSET(fd, &rd));
+        assert!(libc::FD_ISSET(fd, &wr));
 
         // Our bytes, non-blocking: what does not fit now waits for rpoll's POLLOUT.
         let data = pattern(0xA5);
