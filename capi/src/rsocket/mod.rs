@@ -13,7 +13,8 @@
 //! * `data`: the protocol on the QP (data, credits, control messages);
 //! * `iomap`: `riomap`, `riounmap`, `riowrite`;
 //! * `poll`: `rpoll` and `rselect` over rsockets mixed with ordinary fds;
-//! * `opts`: `rsetsockopt`, `rgetsockopt`, `rfcntl`.
+//! * `opts`: `rsetsockopt`, `rgetsockopt`, `rfcntl`;
+//! * `keepalive`: the probes of SO_KEEPALIVE.
 //!
 //! The objects are Rust ones on the emulator's [`verbs_api::Device`] and the
 //! process's CM ([`crate::rdmacm`]): an rsocket's CM id and QP are not visible to
@@ -39,6 +40,7 @@
 
 mod data;
 mod iomap;
+mod keepalive;
 mod opts;
 mod poll;
 mod setup;
@@ -100,7 +102,10 @@ pub(crate) struct Sock {
     pub(crate) so_opts: u64,
     /// IPPROTO_TCP options set.
     pub(crate) tcp_opts: u64,
+    /// TCP_KEEPIDLE in seconds (0 until set or SO_KEEPALIVE takes the default).
     pub(crate) keepalive_time: u32,
+    /// When the next keepalive probe is due.
+    pub(crate) keepalive_next: Option<std::time::Instant>,
     /// IP_TOS as set.
     pub(crate) ip_tos: c_int,
     /// The pending error (`SO_ERROR`).
@@ -252,7 +257,8 @@ fn new_socket(cm: &Cm, id: Option<CmId>) -> Result<Arc<RSocket>, c_int> {
             sizes: Sizes::default(),
             so_opts: 0,
             tcp_opts: 0,
-            keepalive_time: 7200,
+            keepalive_time: 0,
+            keepalive_next: None,
             ip_tos: 0,
             err: 0,
             conn: None,

@@ -2,9 +2,9 @@
 //! (rsocket.c), with its errnos for the others (ENOTSUP).
 //!
 //! Buffer sizes and queue sizes apply to the connection made after them (SO_RCVBUF
-//! and SO_SNDBUF are doubled, as librdmacm does); SO_REUSEADDR, SO_LINGER,
-//! SO_KEEPALIVE, TCP_NODELAY and the like are kept and reported back (the transport
-//! is reliable: no keepalive probes are sent).
+//! and SO_SNDBUF are doubled, as librdmacm does); SO_KEEPALIVE and TCP_KEEPIDLE drive
+//! the probes of `keepalive`; SO_REUSEADDR, SO_LINGER, TCP_NODELAY and the like are
+//! kept and reported back.
 
 use std::ffi::{c_int, c_void};
 
@@ -60,8 +60,16 @@ pub unsafe extern "C" fn rsetsockopt(
         }
     };
     match (level, name) {
-        (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_OOBINLINE | libc::SO_KEEPALIVE) => {
-            bit(v != 0, &mut s.so_opts)
+        (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_OOBINLINE) => bit(v != 0, &mut s.so_opts),
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => {
+            bit(v != 0, &mut s.so_opts);
+            if v != 0 {
+                if s.keepalive_time == 0 {
+                    s.keepalive_time = super::keepalive::default_time();
+                }
+                s.keepalive_next = None;
+                super::keepalive::start();
+            }
         }
         (libc::SOL_SOCKET, libc::SO_RCVBUF) => {
             if s.conn.is_none() {
@@ -90,6 +98,7 @@ pub unsafe extern "C" fn rsetsockopt(
                 return err(libc::EINVAL);
             }
             s.keepalive_time = v as u32;
+            s.keepalive_next = None;
         }
         (SOL_RDMA, _) if s.conn.is_some() || s.state & st::CONNECTED != 0 => {
             return err(libc::EINVAL)
