@@ -99,16 +99,13 @@ pub(crate) struct Resources {
     pub(crate) pd: Option<verbs_api::PdId>,
     pub(crate) comp: Option<ChannelId>,
     pub(crate) cq: Option<CqId>,
-    /// The QP's number, once the CM made it (destroyed through the CM by the owner).
-    pub(crate) qpn: Option<u32>,
+    /// The registered regions (the QP is the CM's: the owner destroys it through the
+    /// CM before these go).
     pub(crate) lkeys: Vec<u32>,
 }
 
 impl Drop for Resources {
     fn drop(&mut self) {
-        if let Some(qpn) = self.qpn {
-            let _ = self.dev.destroy_qp(qpn);
-        }
         for k in self.lkeys.drain(..) {
             let _ = self.dev.dereg_mr(k);
         }

@@ -162,7 +162,6 @@ pub(crate) fn create_ep(cm: &Cm, id: CmId, z: &Sizes) -> Result<Conn, c_int> {
         pd: None,
         comp: None,
         cq: None,
-        qpn: None,
         lkeys: Vec::new(),
     };
     let pd = dev.alloc_pd().map_err(e)?;
@@ -211,7 +210,6 @@ pub(crate) fn create_ep(cm: &Cm, id: CmId, z: &Sizes) -> Result<Conn, c_int> {
                 pd: None,
                 comp: None,
                 cq: None,
-                qpn: None,
                 lkeys: Vec::new(),
             },
         );
