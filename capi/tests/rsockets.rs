@@ -64,12 +64,29 @@ unsafe fn send_all(fd: i32, data: &[u8]) {
 
 unsafe fn client() -> ! {
     unsafe {
-        // A port nobody listens on: the server's CM rejects the request.
+        // A port nobody listens on: the server's CM rejects the request. Blocking,
+        // rconnect says so; non-blocking, it is under way (EINPROGRESS, unless the
+        // answer was already there) and rpoll then reports the error.
         let fd = rsocket(libc::AF_INET, libc::SOCK_STREAM, 0);
         assert!(fd >= 0, "rsocket: errno {}", errno());
         let a = sin(SERVER, PORT + 1);
         assert_eq!(rconnect(fd, (&raw const a).cast(), 16), -1);
         assert_eq!(errno(), libc::ECONNREFUSED);
+        assert_eq!(rclose(fd), 0);
+        let fd = rsocket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0);
+        assert!(fd >= 0, "rsocket: errno {}", errno());
+        assert_eq!(rconnect(fd, (&raw const a).cast(), 16), -1);
+        if errno() == libc::EINPROGRESS {
+            let mut w = [libc::pollfd {
+                fd,
+                events: libc::POLLOUT,
+                revents: 0,
+            }];
+            assert_eq!(rpoll(w.as_mut_ptr(), 1, -1), 1);
+            assert_ne!(w[0].revents & libc::POLLERR, 0);
+        } else {
+            assert_eq!(errno(), libc::ECONNREFUSED);
+        }
         let (mut v, mut vl) = (0i32, 4u32);
         let pv = (&raw mut v).cast();
         assert_eq!(

@@ -66,6 +66,8 @@ pub(crate) mod st {
     pub(crate) const BOUND: u32 = 0x0001;
     /// Listening.
     pub(crate) const LISTENING: u32 = 0x0002;
+    /// Connecting (resolving, or waiting for the peer's answer).
+    pub(crate) const OPENING: u32 = 0x0004;
     /// Connected (the QP is usable).
     pub(crate) const CONNECTED: u32 = 0x0100;
     /// May still send.

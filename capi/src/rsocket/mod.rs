@@ -111,6 +111,8 @@ pub(crate) struct Sock {
     /// The pending error (`SO_ERROR`).
     pub(crate) err: c_int,
     pub(crate) conn: Option<Conn>,
+    /// The endpoint of a connection under way (until ESTABLISHED).
+    pub(crate) pending: Option<Conn>,
 }
 
 impl Sock {
@@ -262,6 +264,7 @@ fn new_socket(cm: &Cm, id: Option<CmId>) -> Result<Arc<RSocket>, c_int> {
             ip_tos: 0,
             err: 0,
             conn: None,
+            pending: None,
         }),
     });
     SOCKETS.lock().insert(fd, rs.clone());
@@ -272,10 +275,11 @@ fn new_socket(cm: &Cm, id: Option<CmId>) -> Result<Arc<RSocket>, c_int> {
 /// connected peer) and channel (its fd).
 fn free_socket(cm: &Cm, rs: &RSocket) {
     let mut s = rs.s.lock();
-    if s.conn.is_some() {
+    if s.conn.is_some() || s.pending.is_some() {
         let _ = cm.cm.destroy_qp(s.id);
     }
     s.conn = None;
+    s.pending = None;
     let _ = cm.cm.destroy_id(s.id);
     drop(s);
     let _ = cm.cm.destroy_event_channel(rs.ch);
@@ -474,7 +478,7 @@ pub unsafe extern "C" fn raccept(socket: c_int, addr: *mut r::sockaddr, len: *mu
     }
 }
 
-/// `rconnect`: connects (before returning, also when non-blocking).
+/// `rconnect`: connects; on a non-blocking rsocket starts connecting (EINPROGRESS).
 #[no_mangle]
 pub unsafe extern "C" fn rconnect(socket: c_int, addr: *const r::sockaddr, _len: u32) -> c_int {
     let cm = cm_or!(-1);
@@ -489,11 +493,27 @@ pub unsafe extern "C" fn rconnect(socket: c_int, addr: *const r::sockaddr, _len:
     if s.state & st::CONNECTED != 0 {
         return err(libc::EISCONN);
     }
+    if s.state == st::OPENING {
+        return err(libc::EALREADY);
+    }
     if s.state & (st::LISTENING | st::DISCONNECTED | st::ERROR | st::CONNECT_ERROR) != 0 {
         return err(libc::EINVAL);
     }
-    match setup::connect(cm, rs.ch, &mut s, a) {
+    let r = if s.fs_flags & libc::O_NONBLOCK != 0 {
+        // Non-blocking: started here, driven by rpoll and the data calls
+        // (EINPROGRESS, then POLLOUT, then SO_ERROR, as for a TCP socket).
+        setup::connect_start(cm, &mut s, a).and_then(|()| {
+            match setup::connect_poll(cm, rs.ch, &mut s)? {
+                true => Ok(()),
+                false => Err(libc::EINPROGRESS),
+            }
+        })
+    } else {
+        setup::connect(cm, rs.ch, &mut s, a)
+    };
+    match r {
         Ok(()) => 0,
+        Err(libc::EINPROGRESS) => err(libc::EINPROGRESS),
         Err(e) => {
             s.state = st::CONNECT_ERROR;
             s.err = e;
@@ -502,11 +522,42 @@ pub unsafe extern "C" fn rconnect(socket: c_int, addr: *const r::sockaddr, _len:
     }
 }
 
+/// Moves a non-blocking connection on with the CM events there now (rsocket.c runs
+/// `rs_do_connect` from the data calls and rpoll alike); a failure becomes the
+/// rsocket's error (SO_ERROR).
+fn drive_connect(cm: &Cm, rs: &RSocket, s: &mut Sock) {
+    if s.state != st::OPENING {
+        return;
+    }
+    if let Err(e) = setup::connect_poll(cm, rs.ch, s) {
+        s.state = st::CONNECT_ERROR;
+        s.err = e;
+    }
+}
+
+/// Before a data call: a connection under way moves on; still under way is EAGAIN
+/// (rsocket.c turns its EINPROGRESS into EAGAIN there), failed is its errno.
+fn opening(cm: &Cm, rs: &RSocket) -> Result<(), c_int> {
+    let mut s = rs.s.lock();
+    if s.state != st::OPENING {
+        return Ok(());
+    }
+    drive_connect(cm, rs, &mut s);
+    match s.state {
+        st::OPENING => Err(libc::EAGAIN),
+        st::CONNECT_ERROR => Err(s.err),
+        _ => Ok(()),
+    }
+}
+
 /// Receives into `buf` (rsocket.c `rrecv`): queued data is still read after the
 /// peer disconnected; 0 at the end.
 fn recv(socket: c_int, buf: &mut [u8], flags: c_int) -> isize {
     let cm = cm_or!(-1);
     let rs = rs_or!(socket, -1);
+    if let Err(e) = opening(cm, &rs) {
+        return err(e) as isize;
+    }
     let nonblock = rs.s.lock().nonblocking(flags);
     let mut done = 0usize;
     loop {
@@ -540,6 +591,9 @@ fn recv(socket: c_int, buf: &mut [u8], flags: c_int) -> isize {
 fn send(socket: c_int, data: &[u8], flags: c_int) -> isize {
     let cm = cm_or!(-1);
     let rs = rs_or!(socket, -1);
+    if let Err(e) = opening(cm, &rs) {
+        return err(e) as isize;
+    }
     let nonblock = rs.s.lock().nonblocking(flags);
     if let Err(e) = iomap::send_pending(cm, &rs, nonblock) {
         return err(e) as isize;

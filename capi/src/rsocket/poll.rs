@@ -44,6 +44,13 @@ fn revents(cm: &Cm, rs: &RSocket, events: i16) -> i16 {
     if s.state == st::LISTENING {
         return fd_ready(rs.fd, events & libc::POLLIN);
     }
+    if s.state == st::OPENING {
+        super::drive_connect(cm, rs, &mut s);
+        if s.state & st::CONNECTED != 0 {
+            drop(s);
+            return revents(cm, rs, events);
+        }
+    }
     if s.state == st::CONNECT_ERROR {
         return (events & (libc::POLLIN | libc::POLLOUT)) | libc::POLLERR;
     }
@@ -81,7 +88,8 @@ fn wait_fds(rs: &RSocket, out: &mut Vec<libc::pollfd>) {
         if s.state & st::CONNECTED != 0 {
             out.push(fd(rs.fd));
         }
-    } else if s.state == st::LISTENING {
+    } else if s.state == st::LISTENING || s.state == st::OPENING {
+        // Connection requests, or the events of a connection under way.
         out.push(fd(rs.fd));
     }
 }

@@ -264,7 +264,11 @@ pub(crate) fn create_ep(cm: &Cm, id: CmId, z: &Sizes) -> Result<Conn, c_int> {
 /// The next event of channel `ch` (waiting), as an errno when it is a failure:
 /// librdmacm's mapping (ECONNREFUSED for a reject, the negated status otherwise).
 pub(crate) fn next_event(cm: &Cm, ch: CmChannelId) -> Result<CmEvent, c_int> {
-    let ev = cm.cm.get_cm_event(ch, None).map_err(|e| e.errno())?;
+    classify(cm.cm.get_cm_event(ch, None).map_err(|e| e.errno())?)
+}
+
+/// An event, or the errno it stands for when it is a failure (see [`next_event`]).
+fn classify(ev: CmEvent) -> Result<CmEvent, c_int> {
     match ev.event {
         CmEventType::Rejected => Err(libc::ECONNREFUSED),
         CmEventType::AddrError | CmEventType::RouteError => Err(if ev.status < 0 {
@@ -291,50 +295,82 @@ fn expect(cm: &Cm, ch: CmChannelId, want: CmEventType) -> Result<CmEvent, c_int>
     }
 }
 
-/// The active side (rsocket.c `rs_do_connect`, done at once: a non-blocking
-/// rsocket's connect completes before `rconnect` returns): resolve, make the
-/// endpoint, connect with our connection data and take the peer's from the REP.
+/// Starts the active side (rsocket.c `rs_do_connect`): address resolution; the
+/// CM's events then drive [`connect_step`]. The rsocket is `OPENING` meanwhile.
+pub(crate) fn connect_start(cm: &Cm, s: &mut Sock, dst: SocketAddr) -> Result<(), c_int> {
+    cm.cm
+        .resolve_addr(s.id, None, dst, RESOLVE)
+        .map_err(|e| e.errno())?;
+    s.state = st::OPENING;
+    Ok(())
+}
+
+/// Takes one CM event of a connecting rsocket: the route is resolved after the
+/// address; then the endpoint is made and the REQ sent with our connection data;
+/// ESTABLISHED brings the peer's, and the rsocket is connected. A failure leaves
+/// the endpoint destroyed and returns its errno.
+pub(crate) fn connect_step(cm: &Cm, s: &mut Sock, ev: Result<CmEvent, c_int>) -> Result<(), c_int> {
+    let e = |e: verbs_api::Error| e.errno();
+    let r = ev.and_then(|ev| match ev.event {
+        CmEventType::AddrResolved => cm.cm.resolve_route(s.id, RESOLVE).map_err(e),
+        CmEventType::RouteResolved => {
+            let c = create_ep(cm, s.id, &s.sizes)?;
+            let p = ConnParam {
+                private_data: format_conn_data(&c).emit().to_vec(),
+                responder_resources: 0,
+                initiator_depth: 0,
+                flow_control: true,
+                retry_count: 7,
+                rnr_retry_count: 7,
+                srq: false,
+                qp_num: c.qpn,
+            };
+            s.pending = Some(c);
+            cm.cm.connect(s.id, &p).map_err(e)
+        }
+        CmEventType::Established => {
+            let d = ConnData::parse(ev.param.private_data()).ok_or(libc::EPROTO)?;
+            let mut c = s.pending.take().ok_or(libc::EPROTO)?;
+            save_conn_data(&mut c, &d);
+            s.conn = Some(c);
+            s.state = st::RDWR;
+            Ok(())
+        }
+        _ => Ok(()),
+    });
+    if r.is_err() && s.pending.take().is_some() {
+        let _ = cm.cm.destroy_qp(s.id);
+    }
+    r
+}
+
+/// The whole active side, waiting for each event (a blocking `rconnect`).
 pub(crate) fn connect(
     cm: &Cm,
     ch: CmChannelId,
     s: &mut Sock,
     dst: SocketAddr,
 ) -> Result<(), c_int> {
-    let e = |e: verbs_api::Error| e.errno();
-    cm.cm.resolve_addr(s.id, None, dst, RESOLVE).map_err(e)?;
-    expect(cm, ch, CmEventType::AddrResolved)?;
-    cm.cm.resolve_route(s.id, RESOLVE).map_err(e)?;
-    expect(cm, ch, CmEventType::RouteResolved)?;
-    let mut c = create_ep(cm, s.id, &s.sizes)?;
-    let p = ConnParam {
-        private_data: format_conn_data(&c).emit().to_vec(),
-        responder_resources: 0,
-        initiator_depth: 0,
-        flow_control: true,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: false,
-        qp_num: c.qpn,
-    };
-    let r = cm
-        .cm
-        .connect(s.id, &p)
-        .map_err(e)
-        .and_then(|()| expect(cm, ch, CmEventType::Established))
-        .and_then(|ev| ConnData::parse(ev.param.private_data()).ok_or(libc::EPROTO));
-    match r {
-        Ok(d) => {
-            save_conn_data(&mut c, &d);
-            s.conn = Some(c);
-            s.state = st::RDWR;
-            Ok(())
-        }
-        Err(errno) => {
-            let _ = cm.cm.destroy_qp(s.id);
-            drop(c);
-            Err(errno)
-        }
+    connect_start(cm, s, dst)?;
+    while s.state & st::CONNECTED == 0 {
+        let ev = next_event(cm, ch);
+        connect_step(cm, s, ev)?;
     }
+    Ok(())
+}
+
+/// Drives a non-blocking connection with the events there now: `Ok(true)` once
+/// connected, `Ok(false)` while it goes on.
+pub(crate) fn connect_poll(cm: &Cm, ch: CmChannelId, s: &mut Sock) -> Result<bool, c_int> {
+    while s.state == st::OPENING {
+        let ev = match cm.cm.get_cm_event(ch, Some(Duration::ZERO)) {
+            Err(verbs_api::Error::TimedOut) => return Ok(false),
+            Err(x) => Err(x.errno()),
+            Ok(ev) => classify(ev),
+        };
+        connect_step(cm, s, ev)?;
+    }
+    Ok(s.state & st::CONNECTED != 0)
 }
 
 /// The passive side of one connection request `req` (rsocket.c `rs_accept`): the
