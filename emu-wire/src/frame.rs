@@ -1,10 +1,10 @@
 //! Ethernet II + IPv4/IPv6 + UDP framing around a RoCEv2 UDP payload: splitting captured
 //! frames, and building the frames the pcap writer records.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::error::{Error, Result};
-use crate::icrc::Ipv4Endpoints;
+use crate::icrc::{Ipv4Endpoints, Ipv6Endpoints};
 
 /// The RoCEv2 UDP destination port, assigned by IANA (IBTA Annex A17, RoCEv2).
 pub const ROCEV2_PORT: u16 = 4791;
@@ -136,6 +136,49 @@ pub fn udp_header(ep: &Ipv4Endpoints, payload_len: usize) -> [u8; 8] {
     h
 }
 
+/// The IPv6 fixed header a Linux sender puts before `udp_len` bytes of UDP (header
+/// included): traffic class 0, flow label 0, next header UDP (17), hop limit 64, no
+/// extension headers.
+pub fn ipv6_header(ep: &Ipv6Endpoints, udp_len: usize) -> [u8; 40] {
+    let mut h = [0u8; 40];
+    h[0] = 0x60;
+    h[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    h[6] = 17;
+    h[7] = 64;
+    h[8..24].copy_from_slice(&ep.src.octets());
+    h[24..40].copy_from_slice(&ep.dst.octets());
+    h
+}
+
+/// [`udp_header`] for a packet sent over IPv6 (checksum 0 here too: the ICRC masks it,
+/// and the pcap writer's frames are read by decoders that do not check it).
+pub fn udp_header_v6(ep: &Ipv6Endpoints, payload_len: usize) -> [u8; 8] {
+    let mut h = [0u8; 8];
+    h[0..2].copy_from_slice(&ep.src_port.to_be_bytes());
+    h[2..4].copy_from_slice(&ep.dst_port.to_be_bytes());
+    h[4..6].copy_from_slice(&((8 + payload_len) as u16).to_be_bytes());
+    h
+}
+
+/// A locally administered MAC derived from an IPv6 address: 02:00 and its last four
+/// bytes.
+pub fn mac_for_v6(ip: Ipv6Addr) -> [u8; 6] {
+    let o = ip.octets();
+    [0x02, 0x00, o[12], o[13], o[14], o[15]]
+}
+
+/// A whole Ethernet II + IPv6 + UDP frame around `udp_payload`.
+pub fn build_frame_v6(ep: &Ipv6Endpoints, udp_payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(14 + 48 + udp_payload.len());
+    f.extend_from_slice(&mac_for_v6(ep.dst));
+    f.extend_from_slice(&mac_for_v6(ep.src));
+    f.extend_from_slice(&0x86DDu16.to_be_bytes());
+    f.extend_from_slice(&ipv6_header(ep, 8 + udp_payload.len()));
+    f.extend_from_slice(&udp_header_v6(ep, udp_payload.len()));
+    f.extend_from_slice(udp_payload);
+    f
+}
+
 /// A locally administered MAC derived from an IPv4 address: 02:00:a:b:c:d.
 pub fn mac_for(ip: Ipv4Addr) -> [u8; 6] {
     let o = ip.octets();
@@ -215,6 +258,28 @@ mod tests {
             let mut g = f.clone();
             g[14 + 6..14 + 8].copy_from_slice(&frag);
             assert_eq!(split_frame(&g).unwrap_err(), Error::BadLength);
+        }
+    }
+
+    #[test]
+    fn an_ipv6_frame_builds_and_splits() {
+        let ep = Ipv6Endpoints {
+            src: "fd00::a".parse().unwrap(),
+            dst: "fd00::b".parse().unwrap(),
+            src_port: 50000,
+            dst_port: ROCEV2_PORT,
+        };
+        let mut f = build_frame_v6(&ep, &[9u8; 24]);
+        assert_eq!(f.len(), 14 + 40 + 8 + 24);
+        assert_eq!(&f[12..14], &[0x86, 0xDD]);
+        f.extend_from_slice(&[0u8; 6]);
+        let p = split_frame(&f).unwrap();
+        assert!(p.ipv6);
+        assert_eq!(p.ip_header, &ipv6_header(&ep, 32)[..]);
+        assert_eq!(p.udp_header, &udp_header_v6(&ep, 24)[..]);
+        assert_eq!(p.udp_payload, &[9u8; 24][..]);
+        for n in 0..14 + 48 {
+            assert!(split_frame(&f[..n]).is_err(), "{n} bytes");
         }
     }
 

@@ -6,7 +6,7 @@
 //! the ICRC. Stored little-endian in the last 4 bytes. The IPv4 identification field is
 //! not masked: it is part of the ICRC.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 
 use crc32fast::Hasher;
@@ -33,6 +33,22 @@ pub struct Ipv4Endpoints {
     pub dst: Ipv4Addr,
     /// IPv4 identification (Linux sends 0 on unconnected DF sockets; see roce-wire.md).
     pub ip_id: u16,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port (4791).
+    pub dst_port: u16,
+}
+
+/// The IPv6 and UDP fields a RoCEv2 packet's ICRC depends on. IPv6 has no
+/// identification field, so the ICRC of a packet sent over IPv6 depends only on its
+/// addresses, ports and length (Annex A17.4 masks traffic class, flow label and hop
+/// limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv6Endpoints {
+    /// Source address.
+    pub src: Ipv6Addr,
+    /// Destination address.
+    pub dst: Ipv6Addr,
     /// UDP source port.
     pub src_port: u16,
     /// UDP destination port (4791).
@@ -142,6 +158,50 @@ pub fn icrc_for(ep: &Ipv4Endpoints, udp_payload: &[u8]) -> u32 {
     h.update(&head[..36 + k]);
     h.update(&body[k..]);
     h.finalize()
+}
+
+/// The ICRC of a packet sent over IPv6 with the fixed header a Linux sender builds
+/// for `ep` (no extension headers, next header UDP; see
+/// [`ipv6_header`](crate::frame::ipv6_header)): the masked headers laid out in place, as
+/// [`icrc_for`] does for IPv4. Annex A17.4 (IPv6): version kept, traffic class and flow
+/// label all ones (bytes 0-3 become `0x6F FF FF FF`), payload length and next header
+/// kept, hop limit all ones, both addresses kept.
+pub fn icrc_for_v6(ep: &Ipv6Endpoints, udp_payload: &[u8]) -> u32 {
+    let end = udp_payload.len().saturating_sub(ICRC_LEN);
+    let body = &udp_payload[..end];
+    let k = body.len().min(bth::HEADER_LEN);
+    let mut head = [0xFFu8; 8 + 40 + 8 + bth::HEADER_LEN];
+    let udp_len = (8 + udp_payload.len()) as u16;
+    head[8] = 0x6F;
+    head[12..14].copy_from_slice(&udp_len.to_be_bytes());
+    head[14] = 17;
+    head[16..32].copy_from_slice(&ep.src.octets());
+    head[32..48].copy_from_slice(&ep.dst.octets());
+    head[48..50].copy_from_slice(&ep.src_port.to_be_bytes());
+    head[50..52].copy_from_slice(&ep.dst_port.to_be_bytes());
+    head[52..54].copy_from_slice(&udp_len.to_be_bytes());
+    head[56..56 + k].copy_from_slice(&body[..k]);
+    if k > 4 {
+        head[56 + 4] = 0xFF;
+    }
+    let mut h = hasher();
+    h.update(&head[..56 + k]);
+    h.update(&body[k..]);
+    h.finalize()
+}
+
+/// [`write_icrc`] for a packet sent over IPv6.
+pub fn write_icrc_v6(ep: &Ipv6Endpoints, udp_payload: &mut [u8]) {
+    let crc = icrc_for_v6(ep, udp_payload);
+    let n = udp_payload.len();
+    if n >= ICRC_LEN {
+        udp_payload[n - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// [`check_icrc`] for a packet received over IPv6.
+pub fn check_icrc_v6(ep: &Ipv6Endpoints, udp_payload: &[u8]) -> bool {
+    stored(udp_payload) == Some(icrc_for_v6(ep, udp_payload))
 }
 
 /// Computes the ICRC and stores it little-endian in the last 4 bytes.
@@ -447,6 +507,53 @@ mod tests {
             write_icrc(&ep(), &mut m);
             assert_eq!(check_icrc(&ep(), &m), n >= ICRC_LEN);
         }
+    }
+
+    fn ep6() -> Ipv6Endpoints {
+        Ipv6Endpoints {
+            src: "fd00::1".parse().unwrap(),
+            dst: "fe80::2:3".parse().unwrap(),
+            src_port: 0xC001,
+            dst_port: crate::ROCEV2_PORT,
+        }
+    }
+
+    #[test]
+    fn the_direct_ipv6_layout_matches_the_built_headers() {
+        use crate::frame::{ipv6_header, udp_header_v6};
+        for len in [0, 1, 3, 4, 5, 8, 15, 16, 17, 20, 24, 80, 300, 4112] {
+            let p: Vec<u8> = (0..len).map(|i| (i * 41 + len) as u8).collect();
+            let ep = ep6();
+            let ip = ipv6_header(&ep, 8 + p.len());
+            let udp = udp_header_v6(&ep, p.len());
+            assert_eq!(icrc_for_v6(&ep, &p), icrc_ipv6(&ip, &udp, &p), "{len}");
+        }
+    }
+
+    #[test]
+    fn an_ipv6_packet_checks_only_with_its_own_addresses_and_ports() {
+        let mut p = packet();
+        write_icrc_v6(&ep6(), &mut p);
+        assert!(check_icrc_v6(&ep6(), &p));
+        let swapped = Ipv6Endpoints {
+            src: ep6().dst,
+            dst: ep6().src,
+            ..ep6()
+        };
+        assert!(!check_icrc_v6(&swapped, &p));
+        let port = Ipv6Endpoints {
+            src_port: 4791,
+            ..ep6()
+        };
+        assert!(!check_icrc_v6(&port, &p));
+        // The IPv4-mapped form of the same packet is another ICRC.
+        assert!(!check_icrc(&ep(), &p));
+        // FECN/BECN (BTH byte 4) stay masked.
+        p[4] = 0xC0;
+        assert!(check_icrc_v6(&ep6(), &p));
+        p[8] ^= 1;
+        assert!(!check_icrc_v6(&ep6(), &p));
+        assert!(!check_icrc_v6(&ep6(), &[1, 2, 3]));
     }
 
     #[test]

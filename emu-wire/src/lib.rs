@@ -69,11 +69,11 @@ pub use bth::{pad_count, BthPacket, BthRepr};
 pub use deth::{DethPacket, DethRepr};
 pub use error::{Error, Result};
 pub use feth::{FethPacket, FethRepr};
-pub use frame::{build_frame, split_frame, split_ipv4, FrameParts, ROCEV2_PORT};
+pub use frame::{build_frame, build_frame_v6, split_frame, split_ipv4, FrameParts, ROCEV2_PORT};
 pub use grh::{GrhPacket, GrhRepr};
 pub use icrc::{
-    check_icrc, check_icrc_frame, icrc_for, icrc_ip_id, icrc_ipv4, icrc_ipv6, write_icrc,
-    Ipv4Endpoints,
+    check_icrc, check_icrc_frame, check_icrc_v6, icrc_for, icrc_for_v6, icrc_ip_id, icrc_ipv4,
+    icrc_ipv6, write_icrc, write_icrc_v6, Ipv4Endpoints, Ipv6Endpoints,
 };
 pub use imm::{IethPacket, ImmDtPacket};
 pub use opcode::{Opcode, Position, Transport};

@@ -3,8 +3,8 @@
 use core::time::Duration;
 use std::io::{self, Write};
 
-use crate::frame::build_frame;
-use crate::icrc::Ipv4Endpoints;
+use crate::frame::{build_frame, build_frame_v6};
+use crate::icrc::{Ipv4Endpoints, Ipv6Endpoints};
 
 /// The largest frame a record may hold.
 const SNAPLEN: u32 = 262_144;
@@ -59,6 +59,17 @@ impl<W: Write> PcapWriter<W> {
         udp_payload: &[u8],
     ) -> io::Result<()> {
         self.write_frame(ts, &build_frame(ep, udp_payload))
+    }
+
+    /// [`PcapWriter::write_roce`] over IPv6 (traffic class 0, flow label 0, hop limit
+    /// 64, UDP checksum 0).
+    pub fn write_roce_v6(
+        &mut self,
+        ts: Duration,
+        ep: &Ipv6Endpoints,
+        udp_payload: &[u8],
+    ) -> io::Result<()> {
+        self.write_frame(ts, &build_frame_v6(ep, udp_payload))
     }
 
     /// Gives the stream back.

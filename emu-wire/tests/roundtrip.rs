@@ -163,6 +163,22 @@ proptest! {
         }
     }
 
+    /// Over IPv6: the ICRC written for two addresses checks in the frame built for them
+    /// and nowhere else.
+    #[test]
+    fn icrc_v6_round_trip(payload in proptest::collection::vec(any::<u8>(), 16..300), src in any::<[u8; 16]>(), dst in any::<[u8; 16]>(), port in any::<u16>(), flip in any::<usize>()) {
+        let ep = Ipv6Endpoints { src: src.into(), dst: dst.into(), src_port: port, dst_port: 4791 };
+        let mut p = payload.clone();
+        write_icrc_v6(&ep, &mut p);
+        prop_assert!(check_icrc_v6(&ep, &p));
+        prop_assert!(check_icrc_frame(&build_frame_v6(&ep, &p)).unwrap());
+        let i = flip % (p.len() - 4);
+        if i != 4 {
+            p[i] ^= 0x10;
+            prop_assert!(!check_icrc_v6(&ep, &p));
+        }
+    }
+
     /// The IP ID a packet's ICRC was computed with is solved from it, whatever ID the
     /// receiver tries first.
     #[test]
