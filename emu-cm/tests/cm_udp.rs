@@ -37,7 +37,7 @@ fn host(net: u8, n: u8) -> Host {
     let dev: Arc<dyn Device> = Arc::new(
         EmuDevice::open(EmuConfig {
             name: format!("cm{net}.{n}"),
-            ip,
+            ip: ip.into(),
             port: port(),
             ..EmuConfig::default()
         })

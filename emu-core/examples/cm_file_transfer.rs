@@ -55,7 +55,7 @@ struct Side {
 fn open(ip: Ipv4Addr, udp_port: u16) -> Res<Side> {
     let dev: Arc<dyn Device> = Arc::new(EmuDevice::open(EmuConfig {
         name: format!("emu-{ip}"),
-        ip,
+        ip: ip.into(),
         port: udp_port,
         ..EmuConfig::default()
     })?);

@@ -30,7 +30,7 @@ fn open(ip: [u8; 4], port: u16) -> Nic {
     let dev = Arc::new(
         EmuDevice::open(EmuConfig {
             name: format!("emu{}", ip.octets()[3] - 1),
-            ip,
+            ip: ip.into(),
             port,
             ..EmuConfig::default()
         })

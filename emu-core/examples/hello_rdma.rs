@@ -33,7 +33,7 @@ fn side(ip: [u8; 4], port: u16) -> Side {
     //    rest stays the same).
     let dev = Arc::new(
         EmuDevice::open(EmuConfig {
-            ip: Ipv4Addr::from(ip),
+            ip: Ipv4Addr::from(ip).into(),
             port,
             ..EmuConfig::default()
         })

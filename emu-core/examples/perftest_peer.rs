@@ -240,7 +240,7 @@ fn main() {
     let client = o.server.is_some();
     let dev = Arc::new(
         EmuDevice::open(EmuConfig {
-            ip: o.ip,
+            ip: o.ip.into(),
             port: o.udp_port,
             link: if o.interop {
                 LinkOptions::interop()

@@ -73,7 +73,7 @@ fn main() {
     });
     let dev = Arc::new(
         EmuDevice::open(EmuConfig {
-            ip,
+            ip: ip.into(),
             port: udp,
             ..EmuConfig::default()
         })

@@ -37,7 +37,7 @@ fn open_pair(n: u8, base: u16) -> std::result::Result<(EmuDevice, EmuDevice), St
     let open = |host: u8, port: u16| {
         EmuDevice::open(EmuConfig {
             name: format!("busy{n}.{host}"),
-            ip: Ipv4Addr::new(127, 0, 100 + n, host),
+            ip: Ipv4Addr::new(127, 0, 100 + n, host).into(),
             port,
             ..EmuConfig::default()
         })

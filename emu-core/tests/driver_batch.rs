@@ -70,7 +70,10 @@ impl Link for Recorder {
         };
         let mut n = 0;
         for t in runs {
-            let (src, dst) = (t.route.src, t.route.dst);
+            let (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) = (t.route.src, t.route.dst)
+            else {
+                panic!("an IPv4 device sends to IPv4 addresses");
+            };
             for p in t.packets() {
                 self.keep(src, dst, p);
                 n += 1;
@@ -102,7 +105,7 @@ fn side(name: &str, ip: Ipv4Addr, epoch: Instant, max_batch: usize) -> Side {
     });
     let cfg = EmuConfig {
         name: name.into(),
-        ip,
+        ip: ip.into(),
         ..EmuConfig::default()
     };
     let dev = EmuDevice::with_link(cfg, link.clone()).unwrap();

@@ -10,7 +10,7 @@ use verbs_api::*;
 
 fn ctx(host: u8) -> (Arc<EmuDevice>, Context) {
     let cfg = EmuConfig {
-        ip: Ipv4Addr::new(127, 0, 9, host),
+        ip: Ipv4Addr::new(127, 0, 9, host).into(),
         port: 0,
         ..EmuConfig::default()
     };

@@ -57,7 +57,7 @@ fn rc_pair(d: &EmuDevice, pd: PdId, cq: CqId) -> (u32, u32) {
 fn memory_windows_through_the_device() {
     let d = EmuDevice::open(EmuConfig {
         name: "mw0".into(),
-        ip: Ipv4Addr::new(127, 0, 10, 1),
+        ip: Ipv4Addr::new(127, 0, 10, 1).into(),
         port: 0,
         ..EmuConfig::default()
     })

@@ -57,7 +57,7 @@ fn in_namespaces() {
     sh("ip addr add 10.77.0.1/24 dev v0");
     sh("ip link set v0 up && ip link set v1 up");
     let dev = EmuDevice::open(EmuConfig {
-        ip: Ipv4Addr::new(10, 77, 0, 1),
+        ip: Ipv4Addr::new(10, 77, 0, 1).into(),
         port: 0,
         ..EmuConfig::default()
     })

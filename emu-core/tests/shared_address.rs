@@ -23,7 +23,7 @@ fn port() -> u16 {
 fn open(ip: Ipv4Addr, port: u16) -> EmuDevice {
     EmuDevice::open(EmuConfig {
         name: format!("sh{}", ip.octets()[3]),
-        ip,
+        ip: ip.into(),
         port,
         ..EmuConfig::default()
     })
@@ -395,13 +395,13 @@ fn an_exclusive_device_does_not_share() {
         })
     };
     let shared = open(ip, port);
-    assert_eq!(exclusive(ip).unwrap_err().errno(), 98);
+    assert_eq!(exclusive(ip.into()).unwrap_err().errno(), 98);
     drop(shared);
     // A child another test is spawning holds a copy of every descriptor of this
     // process until it runs its program: the closed socket may linger that long.
     let deadline = Instant::now() + Duration::from_secs(5);
     let alone = loop {
-        match exclusive(ip) {
+        match exclusive(ip.into()) {
             Err(e) if e.errno() == 98 && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(10))
             }
@@ -409,7 +409,7 @@ fn an_exclusive_device_does_not_share() {
         }
     };
     let e = EmuDevice::open(EmuConfig {
-        ip,
+        ip: ip.into(),
         port,
         ..EmuConfig::default()
     })

@@ -18,7 +18,7 @@ fn port() -> u16 {
 fn open(host: u8) -> EmuDevice {
     EmuDevice::open(EmuConfig {
         name: format!("ud{host}"),
-        ip: Ipv4Addr::new(127, 0, 9, host),
+        ip: Ipv4Addr::new(127, 0, 9, host).into(),
         port: port(),
         ..EmuConfig::default()
     })

@@ -17,7 +17,7 @@ fn port() -> u16 {
 fn open(net: u8, host: u8) -> EmuDevice {
     let cfg = EmuConfig {
         name: format!("emu{net}.{host}"),
-        ip: Ipv4Addr::new(127, 0, net, host),
+        ip: Ipv4Addr::new(127, 0, net, host).into(),
         port: port(),
         ..EmuConfig::default()
     };
@@ -471,7 +471,7 @@ fn strict_source_checks_pin_the_peers_port() {
         let da = open(5, host * 10 + 1);
         let db = EmuDevice::open(EmuConfig {
             name: format!("strict{host}"),
-            ip: Ipv4Addr::new(127, 0, 5, host * 10 + 2),
+            ip: Ipv4Addr::new(127, 0, 5, host * 10 + 2).into(),
             port: port(),
             link: emu_core::nic::interop::LinkOptions {
                 strict_source_port: strict,
@@ -580,7 +580,7 @@ fn verbs_return_libibverbs_errnos() {
     // A device that keeps its address to itself cannot have one another device
     // holds (one that shares it can: tests/shared_address.rs).
     let taken = EmuDevice::open(EmuConfig {
-        ip: Ipv4Addr::new(127, 0, 4, 1),
+        ip: Ipv4Addr::new(127, 0, 4, 1).into(),
         port: port(),
         link: emu_core::nic::interop::LinkOptions {
             exclusive: true,
@@ -750,7 +750,7 @@ fn a_held_address_names_its_holder() {
     let held = UdpSocket::bind((ip, 0)).unwrap();
     let port = held.local_addr().unwrap().port();
     let e = EmuDevice::open(EmuConfig {
-        ip,
+        ip: ip.into(),
         port,
         ..EmuConfig::default()
     })

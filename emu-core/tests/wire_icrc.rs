@@ -211,7 +211,7 @@ impl PacketHook for DropEveryFifth {
 fn device(ip: [u8; 4], hook: Option<Arc<dyn PacketHook>>) -> EmuDevice {
     EmuDevice::open(EmuConfig {
         name: format!("w{}", ip[3]),
-        ip: Ipv4Addr::from(ip),
+        ip: Ipv4Addr::from(ip).into(),
         link: LinkOptions {
             hook,
             ..LinkOptions::default()

@@ -23,7 +23,7 @@ fn open_pair() -> (Arc<EmuDevice>, Arc<EmuDevice>) {
     let open = |host: u8, port: u16| {
         EmuDevice::open(EmuConfig {
             name: format!("spin{host}"),
-            ip: Ipv4Addr::new(127, 0, 99, host),
+            ip: Ipv4Addr::new(127, 0, 99, host).into(),
             port,
             ..EmuConfig::default()
         })

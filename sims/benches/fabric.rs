@@ -29,8 +29,8 @@ impl Station for Echo {
         let b = &mut buf[..packet.len()];
         b.copy_from_slice(packet);
         let route = Route {
-            src: self.ip,
-            dst: src,
+            src: self.ip.into(),
+            dst: src.into(),
             tos: 0,
         };
         let _ = self
@@ -74,8 +74,8 @@ fn fabric_echo(packets: u64) -> f64 {
             .unwrap()
             .send(&mut [Transmit::one(
                 Route {
-                    src: ips[0],
-                    dst: ips[1],
+                    src: (ips[0]).into(),
+                    dst: (ips[1]).into(),
                     tos: 0,
                 },
                 &mut p,

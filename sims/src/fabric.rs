@@ -27,7 +27,7 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -359,7 +359,8 @@ impl Link for FabricLink {
 
     fn send(&self, runs: &mut [Transmit<'_>]) -> io::Result<()> {
         for t in runs {
-            let Route { src, dst, tos } = t.route;
+            let (src, dst) = v4_route(&t.route)?;
+            let tos = t.route.tos;
             for packet in t.packets() {
                 write_icrc(&self.endpoints(src, dst), packet);
                 self.enqueue(dst, Pkt::copy_of(packet, tos));
@@ -373,7 +374,8 @@ impl Link for FabricLink {
     }
 
     fn send_owned(&self, route: Route, mut buf: Vec<u8>, len: usize) -> io::Result<()> {
-        let Route { src, dst, tos } = route;
+        let (src, dst) = v4_route(&route)?;
+        let tos = route.tos;
         write_icrc(&self.endpoints(src, dst), &mut buf[..len]);
         self.enqueue(dst, Pkt { buf, len, tos });
         Ok(())
@@ -383,7 +385,10 @@ impl Link for FabricLink {
         self.shared.step(None)
     }
 
-    fn join_multicast_group(&self, group: Ipv4Addr) -> io::Result<()> {
+    fn join_multicast_group(&self, group: IpAddr) -> io::Result<()> {
+        let IpAddr::V4(group) = group else {
+            return Err(io::ErrorKind::Unsupported.into());
+        };
         let mut st = self.shared.state.lock();
         if let Some(n) = st.nodes.get_mut(self.node) {
             if !n.groups.contains(&group) {
@@ -393,11 +398,20 @@ impl Link for FabricLink {
         Ok(())
     }
 
-    fn leave_multicast_group(&self, group: Ipv4Addr) {
+    fn leave_multicast_group(&self, group: IpAddr) {
         let mut st = self.shared.state.lock();
         if let Some(n) = st.nodes.get_mut(self.node) {
             n.groups.retain(|g| *g != group);
         }
+    }
+}
+
+/// The IPv4 addresses of a route: the fabric carries IPv4 only (its devices are made
+/// on IPv4 addresses, [`Fabric::add_device_with`]).
+fn v4_route(r: &Route) -> io::Result<(Ipv4Addr, Ipv4Addr)> {
+    match (r.src, r.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => Ok((s, d)),
+        _ => Err(io::ErrorKind::Unsupported.into()),
     }
 }
 
@@ -890,17 +904,22 @@ impl Fabric {
     pub fn add_device(&self, name: &str, ip: Ipv4Addr) -> verbs_api::Result<Arc<EmuDevice>> {
         self.add_device_with(EmuConfig {
             name: name.into(),
-            ip,
+            ip: ip.into(),
             ..EmuConfig::default()
         })
     }
 
     /// Attaches a new emulated device configured by `cfg` (its port is the fabric's,
-    /// 4791).
+    /// 4791). The fabric carries IPv4: an IPv6 `cfg.ip` is `Unsupported`.
     pub fn add_device_with(&self, mut cfg: EmuConfig) -> verbs_api::Result<Arc<EmuDevice>> {
         cfg.port = self.shared.port;
+        let IpAddr::V4(ip) = cfg.ip else {
+            return Err(verbs_api::Error::Unsupported(
+                "the simulated fabric carries IPv4 only",
+            ));
+        };
         let (node, link) = self
-            .attach(&cfg.name, cfg.ip)
+            .attach(&cfg.name, ip)
             .map_err(|_| verbs_api::Error::InvalidArgument("device name or address in use"))?;
         let dev = Arc::new(EmuDevice::with_link(cfg, link)?);
         self.trace_notes(&dev, node);

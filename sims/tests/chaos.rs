@@ -136,7 +136,7 @@ fn a_fabric_device_restarts_on_its_name_and_address() {
     drop(old);
     let cfg = EmuConfig {
         name: "a".into(),
-        ip,
+        ip: ip.into(),
         ..EmuConfig::default()
     };
     let new = f.replace_device(cfg.clone()).unwrap();
@@ -148,7 +148,7 @@ fn a_fabric_device_restarts_on_its_name_and_address() {
             ..cfg.clone()
         },
         EmuConfig {
-            ip: Ipv4Addr::new(10, 0, 0, 3),
+            ip: Ipv4Addr::new(10, 0, 0, 3).into(),
             ..cfg
         },
     ] {

@@ -529,7 +529,7 @@ fn probe(probe: &str, peer_ip: Ipv4Addr, my_ip: Ipv4Addr) -> bool {
     });
     let hook: Arc<dyn PacketHook> = faults.clone();
     let dev = EmuDevice::open(EmuConfig {
-        ip: my_ip,
+        ip: my_ip.into(),
         link: LinkOptions {
             hook: Some(hook),
             ..LinkOptions::interop()

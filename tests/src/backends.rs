@@ -64,7 +64,7 @@ impl Backend for EmuUdp {
 
     fn open(&self) -> Opened {
         let dev = EmuDevice::open(EmuConfig {
-            ip: self.ip,
+            ip: self.ip.into(),
             port: 0,
             ..EmuConfig::default()
         })

@@ -204,7 +204,7 @@ fn setup(
     interop: bool,
 ) -> Ctx {
     let dev = EmuDevice::open(EmuConfig {
-        ip,
+        ip: ip.into(),
         port: udp_port,
         link: if interop {
             LinkOptions::interop()

@@ -1,17 +1,16 @@
 //! [`DeviceDriver`]: how a link without sockets (the simulated fabric) feeds an
 //! [`EmuDevice`](super::EmuDevice).
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Weak;
 use std::time::Instant;
 
 use std::sync::atomic::Ordering;
 
-use emu_wire::{check_icrc, Ipv4Endpoints};
+use emu_wire::{check_icrc, check_icrc_v6, Ipv4Endpoints, Ipv6Endpoints};
 use smallvec::SmallVec;
-use verbs_api::Gid;
 
-use super::Inner;
+use super::{gid_of, Inner};
 
 /// Feeds an [`EmuDevice`](super::EmuDevice) that sits on a link without sockets: the owner of the link
 /// delivers datagrams and fires timers through it. It holds the device weakly: once
@@ -22,20 +21,25 @@ pub struct DeviceDriver(pub(super) Weak<Inner>);
 impl DeviceDriver {
     /// Delivers one RoCEv2 UDP payload that `src` sent to this device (both on the
     /// device port). A wrong ICRC drops it and counts it, as on UDP. Returns false if
-    /// the device is gone.
-    pub fn handle_datagram(&self, src: Ipv4Addr, packet: &[u8]) -> bool {
+    /// the device is gone. Addresses are `Ipv4Addr`, `Ipv6Addr` or `IpAddr`.
+    pub fn handle_datagram(&self, src: impl Into<IpAddr>, packet: &[u8]) -> bool {
         match self.ip() {
-            Some(ip) => self.handle_datagram_to(src, ip, packet),
+            Some(ip) => self.handle_datagram_to(src.into(), ip, packet),
             None => false,
         }
     }
 
-    /// Delivers a datagram that `src` sent to `dst`: this device's address, or an IPv4
+    /// Delivers a datagram that `src` sent to `dst`: this device's address, or a
     /// multicast group one of its QPs joined (the ICRC covers the destination address,
     /// and multicast routing needs it). Its TOS byte counts as 0: see
     /// [`DeviceDriver::handle_datagram_tos`].
-    pub fn handle_datagram_to(&self, src: Ipv4Addr, dst: Ipv4Addr, packet: &[u8]) -> bool {
-        self.handle_datagram_tos(src, dst, 0, packet)
+    pub fn handle_datagram_to(
+        &self,
+        src: impl Into<IpAddr>,
+        dst: impl Into<IpAddr>,
+        packet: &[u8],
+    ) -> bool {
+        self.handle_datagram_tos(src.into(), dst.into(), 0, packet)
     }
 
     /// [`DeviceDriver::handle_datagram_to`] for a link that carries the IPv4 header's
@@ -43,12 +47,12 @@ impl DeviceDriver {
     /// sends with ([`Route::tos`](super::Route)): a UD receive's GRH shows it.
     pub fn handle_datagram_tos(
         &self,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
+        src: impl Into<IpAddr>,
+        dst: impl Into<IpAddr>,
         tos: u8,
         packet: &[u8],
     ) -> bool {
-        self.deliver(std::iter::once((src, dst, tos, packet)))
+        self.deliver(std::iter::once((src.into(), dst.into(), tos, packet)))
     }
 
     /// Delivers a batch of datagrams, each `(src, dst, packet)` as in
@@ -58,35 +62,59 @@ impl DeviceDriver {
     /// device thread does with a `recvmmsg` batch. Responses coalesce across the batch
     /// (e.g. one ACK for several requests, IBTA 9.7.5.1). Returns false if the device
     /// is gone.
-    pub fn handle_datagrams(&self, batch: &[(Ipv4Addr, Ipv4Addr, &[u8])]) -> bool {
-        self.deliver(batch.iter().map(|&(src, dst, p)| (src, dst, 0, p)))
+    pub fn handle_datagrams<A: Into<IpAddr> + Copy>(&self, batch: &[(A, A, &[u8])]) -> bool {
+        self.deliver(
+            batch
+                .iter()
+                .map(|&(src, dst, p)| (src.into(), dst.into(), 0, p)),
+        )
     }
 
     /// [`DeviceDriver::handle_datagrams`] with each datagram's TOS byte, as in
     /// [`DeviceDriver::handle_datagram_tos`].
-    pub fn handle_datagrams_tos(&self, batch: &[(Ipv4Addr, Ipv4Addr, u8, &[u8])]) -> bool {
-        self.deliver(batch.iter().copied())
+    pub fn handle_datagrams_tos<A: Into<IpAddr> + Copy>(
+        &self,
+        batch: &[(A, A, u8, &[u8])],
+    ) -> bool {
+        self.deliver(
+            batch
+                .iter()
+                .map(|&(src, dst, tos, p)| (src.into(), dst.into(), tos, p)),
+        )
     }
 
     /// Checks the ICRCs of `batch` (`(src, dst, tos, packet)`), then hands the good
     /// datagrams to the engine in order under one lock and sends the output once.
     fn deliver<'p>(
         &self,
-        batch: impl Iterator<Item = (Ipv4Addr, Ipv4Addr, u8, &'p [u8])> + Clone,
+        batch: impl Iterator<Item = (IpAddr, IpAddr, u8, &'p [u8])> + Clone,
     ) -> bool {
         let Some(inner) = self.0.upgrade() else {
             return false;
         };
         let port = inner.cfg.port;
-        let good = |&(src, dst, _, packet): &(Ipv4Addr, Ipv4Addr, u8, &[u8])| {
-            let ep = Ipv4Endpoints {
-                src,
-                dst,
-                ip_id: 0,
-                src_port: port,
-                dst_port: port,
-            };
-            check_icrc(&ep, packet)
+        let good = |&(src, dst, _, packet): &(IpAddr, IpAddr, u8, &[u8])| match (src, dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                let ep = Ipv4Endpoints {
+                    src,
+                    dst,
+                    ip_id: 0,
+                    src_port: port,
+                    dst_port: port,
+                };
+                check_icrc(&ep, packet)
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                let ep = Ipv6Endpoints {
+                    src,
+                    dst,
+                    src_port: port,
+                    dst_port: port,
+                };
+                check_icrc_v6(&ep, packet)
+            }
+            // No datagram crosses address families.
+            _ => false,
         };
         let ok: SmallVec<[bool; 16]> = batch.clone().map(|d| good(&d)).collect();
         let bad = ok.iter().filter(|g| !**g).count() as u64;
@@ -98,7 +126,7 @@ impl DeviceDriver {
         }
         inner.with_engine(|e, now| {
             for ((src, dst, tos, packet), _) in batch.zip(&ok).filter(|(_, g)| **g) {
-                e.handle_datagram_tos(now, Gid::from_ipv4(src), Gid::from_ipv4(dst), tos, packet);
+                e.handle_datagram_tos(now, gid_of(src), gid_of(dst), tos, packet);
             }
         });
         true
@@ -117,7 +145,7 @@ impl DeviceDriver {
     }
 
     /// The device's address, while it exists.
-    pub fn ip(&self) -> Option<Ipv4Addr> {
+    pub fn ip(&self) -> Option<IpAddr> {
         Some(self.0.upgrade()?.cfg.ip)
     }
 }

@@ -4,7 +4,7 @@
 //! receive.
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::Instant;
 
 /// What carries an emulated device's packets and tells its time: the UDP socket of a
@@ -68,31 +68,31 @@ pub trait Link: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// Makes the link deliver what is sent to the IPv4 multicast `group` to this device
-    /// too: called when the first QP of the device attaches to it. A link without
-    /// multicast says `Unsupported`.
-    fn join_multicast_group(&self, group: Ipv4Addr) -> io::Result<()> {
+    /// Makes the link deliver what is sent to the multicast `group` (of the device's
+    /// address family) to this device too: called when the first QP of the device
+    /// attaches to it. A link without multicast says `Unsupported`.
+    fn join_multicast_group(&self, group: IpAddr) -> io::Result<()> {
         let _ = group;
         Err(io::ErrorKind::Unsupported.into())
     }
 
     /// Stops delivering `group` to this device: called when its last QP detaches.
-    fn leave_multicast_group(&self, group: Ipv4Addr) {
+    fn leave_multicast_group(&self, group: IpAddr) {
         let _ = group;
     }
 }
 
 /// Where packets go: from the device's address to a peer's (both on the device port),
-/// with the TOS byte of their IPv4 header, the traffic class of their path
+/// with the TOS byte of their IPv4 header (the traffic class of an IPv6 one), the traffic class of their path
 /// ([`engine::Transmit::traffic_class`](crate::engine::Transmit), IBTA Annex A17.4.5; a
 /// link that cannot set it ignores it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Route {
     /// The device's address.
-    pub src: Ipv4Addr,
-    /// The peer's address, or a multicast group's.
-    pub dst: Ipv4Addr,
-    /// The IPv4 TOS byte.
+    pub src: IpAddr,
+    /// The peer's address, or a multicast group's (of the same family).
+    pub dst: IpAddr,
+    /// The IPv4 TOS byte, or the IPv6 traffic class.
     pub tos: u8,
 }
 

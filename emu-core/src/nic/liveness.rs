@@ -33,9 +33,7 @@ pub(crate) struct HostPeers {
 
 impl PeerLiveness for HostPeers {
     fn stalled_since(&self, peer: &Gid, qpn: u32, since: Instant) -> bool {
-        let Some(ip) = peer.to_ipv4() else {
-            return false;
-        };
+        let ip = super::ip_of(peer);
         // No record (a peer on another host) or its process is gone (a dead peer,
         // whose timeouts count).
         let Some(r) = share::read_member(ip, self.port, (qpn >> QPN_BLOCK_SHIFT) as u8) else {
@@ -62,7 +60,7 @@ mod tests {
         let port = 9_000 + (std::process::id() % 20_000) as u16;
         let peers = HostPeers { port };
         let gid = Gid::from_ipv4(ip);
-        let mut h = Member::join(ip, port, 0).expect("a member record");
+        let mut h = Member::join(ip.into(), port, 0).expect("a member record");
         let qpn = (u32::from(h.slot()) << QPN_BLOCK_SHIFT) | 0x11;
         assert!(!peers.stalled_since(&gid, qpn, Instant::now()));
         std::thread::sleep(STALE + BEAT);
@@ -101,14 +99,14 @@ mod tests {
         let (ip_a, ip_b) = (Ipv4Addr::new(127, 0, 98, 1), Ipv4Addr::new(127, 0, 98, 2));
         let a = EmuDevice::open(EmuConfig {
             name: "live-a".into(),
-            ip: ip_a,
+            ip: ip_a.into(),
             port,
             ..EmuConfig::default()
         })
         .unwrap();
         // The peer: a member that never beats, as a device whose thread cannot run
         // (the first of its address: QPN 0x123 is in its block).
-        let stalled = Member::join(ip_b, port, 0).expect("a member record");
+        let stalled = Member::join(ip_b.into(), port, 0).expect("a member record");
         assert_eq!(stalled.slot(), 0);
         let pd = a.alloc_pd().unwrap();
         let cq = a.create_cq(8, None).unwrap();

@@ -50,7 +50,7 @@ mod udp;
 mod verbs;
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -79,8 +79,13 @@ pub const EMU_VENDOR_ID: u32 = 0x00FF_FFFE;
 pub struct EmuConfig {
     /// Device name, e.g. `emu0`.
     pub name: String,
-    /// The IPv4 address the device owns; its GID is `::ffff:ip`.
-    pub ip: Ipv4Addr,
+    /// The address the device owns, IPv4 or IPv6 ([`gid_of`] is its GID: `::ffff:ip`
+    /// for IPv4, the address itself for IPv6). One field for both families: a device
+    /// sits on one UDP socket, of one family, and talks to peers of that family, as a
+    /// RoCEv2 GID names one address of one family; `Ipv4Addr` and `Ipv6Addr` both
+    /// convert into it with `.into()`. A link-local IPv6 address (`fe80::/10`) is
+    /// scoped to the interface that holds it.
+    pub ip: IpAddr,
     /// The UDP port of every device it talks to (4791 by default; 0 picks a free one,
     /// for a device that talks only to itself).
     pub port: u16,
@@ -105,7 +110,7 @@ impl Default for EmuConfig {
     fn default() -> Self {
         EmuConfig {
             name: "emu0".into(),
-            ip: Ipv4Addr::LOCALHOST,
+            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: ROCE_PORT,
             limits: Limits::default(),
             busy_poll: false,
@@ -165,7 +170,7 @@ struct Core {
     /// With [`interop::LinkOptions::strict_source_port`]: the sender each connected QP
     /// takes packets from, learnt from the first packet it took; forgotten when the QP
     /// is reset, reconnected or destroyed.
-    peers: HashMap<u32, std::net::SocketAddrV4>,
+    peers: HashMap<u32, SocketAddr>,
     /// Where the engine's notes go while someone traces ([`EmuDevice::set_note_sink`]).
     note_sink: Option<Arc<dyn NoteSink>>,
 }
@@ -280,7 +285,7 @@ impl EmuDevice {
         let (udp, member) = share::bind(cfg.ip, cfg.port, &cfg.link).map_err(|(context, e)| {
             if e.kind() == std::io::ErrorKind::AddrInUse {
                 Error::AddressInUse(Box::new(verbs_api::TakenAddress {
-                    address: std::net::SocketAddrV4::new(cfg.ip, cfg.port).into(),
+                    address: SocketAddr::new(cfg.ip, cfg.port),
                     holder: share::holder(cfg.ip, cfg.port),
                 }))
             } else {
@@ -350,13 +355,13 @@ impl EmuDevice {
         DeviceDriver(Arc::downgrade(&self.inner))
     }
 
-    /// The device's GID (its IPv4-mapped address), index 0 of port 1.
+    /// The device's GID ([`gid_of`] its address), index 0 of port 1.
     pub fn gid(&self) -> Gid {
         self.inner.gid
     }
 
-    /// The device's IPv4 address.
-    pub fn ip(&self) -> Ipv4Addr {
+    /// The device's address.
+    pub fn ip(&self) -> IpAddr {
         self.inner.cfg.ip
     }
 
@@ -397,11 +402,11 @@ impl Inner {
                 .min(l.max_mcast_grp.saturating_mul(l.max_mcast_qp_attach));
         }
         Ok(Arc::new(Inner {
-            gid: Gid::from_ipv4(cfg.ip),
+            gid: gid_of(cfg.ip),
             core: Mutex::new(Core {
                 engine: {
                     let mut e = Engine::new(cfg.limits);
-                    e.set_gid(Gid::from_ipv4(cfg.ip));
+                    e.set_gid(gid_of(cfg.ip));
                     // A fabric device keeps the engine's fixed start (reproducible); a
                     // UDP device's block and start are set when it opens.
                     e
@@ -432,6 +437,19 @@ impl Inner {
             next_watch: AtomicU64::new(0),
             born: Instant::now(),
         }))
+    }
+
+    /// The address on the link that a packet for `gid` goes to, if the device's socket
+    /// can reach it: on an IPv4 device the IPv4 address of an IPv4-mapped GID, on an
+    /// IPv6 device any other GID as its IPv6 address. A packet for a GID of the other
+    /// family has no route and is not sent (a requester's retries run out, as on a
+    /// network without that route).
+    #[inline]
+    pub(super) fn link_address(&self, gid: &Gid) -> Option<IpAddr> {
+        match gid.to_ipv4() {
+            Some(v4) => self.cfg.ip.is_ipv4().then_some(IpAddr::V4(v4)),
+            None => self.cfg.ip.is_ipv6().then(|| IpAddr::V6(gid.to_ipv6())),
+        }
     }
 
     /// Counts `count` datagrams of up to `size` bytes the link could not send. The first
@@ -506,10 +524,36 @@ impl Drop for EmuDevice {
 }
 
 /// The node GUID of a device on `ip`: a locally administered EUI-64 (`02:00:ff:fe`)
-/// followed by the four bytes of the address, so each device's GUID is its own and
-/// says which address it has.
+/// followed by the four bytes of an IPv4 address (the last four of an IPv6 one), so
+/// each device's GUID is its own and says which address it has.
 #[must_use]
-pub fn node_guid(ip: Ipv4Addr) -> u64 {
-    let [a, b, c, d] = ip.octets();
+pub fn node_guid(ip: IpAddr) -> u64 {
+    let [a, b, c, d] = match ip {
+        IpAddr::V4(v4) => v4.octets(),
+        IpAddr::V6(v6) => {
+            let o = v6.octets();
+            [o[12], o[13], o[14], o[15]]
+        }
+    };
     u64::from_be_bytes([0x02, 0x00, 0xFF, 0xFE, a, b, c, d])
+}
+
+/// The RoCEv2 GID of a device address: `::ffff:a.b.c.d` for IPv4 (IPv4-mapped, as
+/// kernel rxe lists an interface's IPv4 addresses), the address itself for IPv6.
+#[must_use]
+pub fn gid_of(ip: IpAddr) -> Gid {
+    match ip {
+        IpAddr::V4(v4) => Gid::from_ipv4(v4),
+        IpAddr::V6(v6) => Gid::from_ipv6(v6),
+    }
+}
+
+/// The address a GID names: the IPv4 address of an IPv4-mapped GID, else the GID as an
+/// IPv6 address (the inverse of [`gid_of`]).
+#[must_use]
+pub fn ip_of(gid: &Gid) -> IpAddr {
+    match gid.to_ipv4() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(gid.to_ipv6()),
+    }
 }

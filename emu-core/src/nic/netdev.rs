@@ -17,7 +17,7 @@
 //! kernel's netdev notifier at once; a user process would need netlink for that).
 //! Only sysfs and `getifaddrs` are read: no privilege is needed.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use verbs_api::{Mtu, PortState};
@@ -68,31 +68,46 @@ pub(crate) struct Reading {
 }
 
 /// The interface that carries `ip`: the one holding exactly that address, else the
-/// one whose subnet contains it (`lo`'s 127.0.0.0/8 for every loopback address).
-pub(crate) fn interface_of(ip: Ipv4Addr) -> Option<String> {
+/// one whose subnet contains it (`lo`'s 127.0.0.0/8 for every loopback address). An
+/// IPv6 address is compared with the interfaces' IPv6 addresses and prefixes.
+pub(crate) fn interface_of(ip: IpAddr) -> Option<String> {
     let mut in_subnet = None;
+    let want = v6_bytes(ip);
     for ifa in nix::ifaddrs::getifaddrs().ok()? {
-        let (Some(addr), Some(mask)) = (
-            ifa.address
-                .as_ref()
-                .and_then(|a| a.as_sockaddr_in())
-                .map(|a| a.ip()),
-            ifa.netmask
-                .as_ref()
-                .and_then(|a| a.as_sockaddr_in())
-                .map(|a| a.ip()),
-        ) else {
+        let as_ip = |a: Option<&nix::sys::socket::SockaddrStorage>| -> Option<IpAddr> {
+            let a = a?;
+            match ip {
+                IpAddr::V4(_) => a.as_sockaddr_in().map(|a| IpAddr::V4(a.ip())),
+                IpAddr::V6(_) => a.as_sockaddr_in6().map(|a| IpAddr::V6(a.ip())),
+            }
+        };
+        let (Some(addr), Some(mask)) = (as_ip(ifa.address.as_ref()), as_ip(ifa.netmask.as_ref()))
+        else {
             continue;
         };
         if addr == ip {
             return Some(ifa.interface_name);
         }
-        let m = u32::from(mask);
-        if in_subnet.is_none() && u32::from(addr) & m == u32::from(ip) & m {
+        let (a, m) = (v6_bytes(addr), v6_bytes(mask));
+        let same = (0..16).all(|i| a[i] & m[i] == want[i] & m[i]);
+        if in_subnet.is_none() && same {
             in_subnet = Some(ifa.interface_name);
         }
     }
     in_subnet
+}
+
+/// The 16 bytes of an address (an IPv4 one in the last four; only compared with
+/// addresses of its own family).
+fn v6_bytes(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut b = [0u8; 16];
+            b[12..].copy_from_slice(&v4.octets());
+            b
+        }
+        IpAddr::V6(v6) => v6.octets(),
+    }
 }
 
 /// Reads interface `name` from sysfs; None if it is gone.
@@ -130,7 +145,7 @@ pub(crate) fn read(name: &str) -> Option<Reading> {
 /// again.
 #[derive(Debug)]
 pub(crate) struct Follower {
-    ip: Ipv4Addr,
+    ip: IpAddr,
     name: Option<String>,
     last: Option<Reading>,
     next: Option<Instant>,
@@ -138,7 +153,7 @@ pub(crate) struct Follower {
 
 impl Follower {
     /// Follows the interface that carries `ip` (found at the first look).
-    pub(crate) fn new(ip: Ipv4Addr) -> Follower {
+    pub(crate) fn new(ip: IpAddr) -> Follower {
         Follower {
             ip,
             name: None,
@@ -181,6 +196,7 @@ impl Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn mtus_as_rxe_derives_them() {
@@ -210,14 +226,14 @@ mod tests {
     fn the_loopback_interface_carries_127_addresses() {
         // Every Linux host (and network namespace) has `lo` with 127.0.0.1/8.
         assert_eq!(
-            interface_of(Ipv4Addr::new(127, 0, 0, 9)).as_deref(),
+            interface_of(Ipv4Addr::new(127, 0, 0, 9).into()).as_deref(),
             Some("lo")
         );
         let r = read("lo").expect("lo is readable in sysfs");
         assert_eq!(r.link.active_mtu, Mtu::Mtu4096);
         assert_eq!((r.link.width, r.link.speed), (1, 1));
         assert_eq!(r.state, PortState::Active);
-        let mut f = Follower::new(Ipv4Addr::LOCALHOST);
+        let mut f = Follower::new(Ipv4Addr::LOCALHOST.into());
         let t = Instant::now();
         assert_eq!(f.poll(t), Some(r));
         assert_eq!(f.name(), Some("lo"));

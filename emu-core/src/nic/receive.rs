@@ -2,11 +2,10 @@
 //! engine's lock, into the engine; by the device thread, by an application's
 //! `poll_cq` (inline, run to completion) or by a thread waiting for its event.
 
-use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use verbs_api::{errno, CqId, Error, Gid, Result, WorkCompletion};
+use verbs_api::{errno, CqId, Error, Result, WorkCompletion};
 
 use super::udp::{RxBufs, UdpLink};
 use super::{EmuDevice, Inner};
@@ -199,7 +198,7 @@ impl Inner {
             match udp.icrc_ip_id(&d, rx.bytes(&d), rx.guess_ip_id(d.from)) {
                 Some(id) => rx.saw_ip_id(d.from, id),
                 None => {
-                    rx.got[i].from = std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+                    rx.got[i].from = super::udp::NOWHERE;
                     bad += 1;
                 }
             }
@@ -234,8 +233,8 @@ impl Inner {
             }
             let taken = core.engine.handle_datagram_tos(
                 now,
-                Gid::from_ipv4(*d.from.ip()),
-                Gid::from_ipv4(d.dst),
+                super::gid_of(d.from.ip()),
+                super::gid_of(d.dst),
                 d.tos,
                 bytes,
             );

@@ -24,7 +24,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -38,9 +38,10 @@ use emu_wire::mad::Addressee;
 /// How many devices may share one address: one per QPN block.
 pub(crate) const MEMBERS: usize = 1 << QPN_BLOCK_BITS;
 
-/// How a passed-on datagram starts: the sender's IPv4 address and UDP port (network
-/// order), the TOS byte it arrived with, and a marker; the RoCEv2 payload follows.
-pub(crate) const RELAY_HEADER: usize = 8;
+/// How a passed-on datagram starts: the sender's address as 16 bytes (an IPv4 one
+/// IPv4-mapped) and UDP port (network order), the TOS byte it arrived with, and a
+/// marker; the RoCEv2 payload follows.
+pub(crate) const RELAY_HEADER: usize = 20;
 const RELAY_MARK: u8 = 0xE1;
 
 /// A slot file's record: heartbeat (monotonic ns), process id, inbox port, and a byte
@@ -49,7 +50,7 @@ const RECORD: usize = 16;
 /// Where the "another device joined" byte is in a record.
 const JOINED: u64 = 14;
 
-fn dir(ip: Ipv4Addr, port: u16) -> PathBuf {
+fn dir(ip: IpAddr, port: u16) -> PathBuf {
     host::folder().join(format!("{ip}-{port}"))
 }
 
@@ -67,7 +68,7 @@ pub(crate) struct Record {
 /// The record of the member in `slot` of `ip:port`, if that member is alive: its
 /// process exists and its slot is held (a shared lock on the file is refused; the pid
 /// alone could be another process's by now).
-pub(crate) fn read_member(ip: Ipv4Addr, port: u16, slot: u8) -> Option<Record> {
+pub(crate) fn read_member(ip: IpAddr, port: u16, slot: u8) -> Option<Record> {
     read_record(&dir(ip, port).join(slot.to_string()))
 }
 
@@ -104,7 +105,7 @@ pub(crate) const BEAT: Duration = Duration::from_millis(10);
 impl Member {
     /// Takes the first free slot of `ip:port` for a device whose inbox is `inbox` (0:
     /// none). Fails when the shared folder cannot be written or every slot is taken.
-    pub(crate) fn join(ip: Ipv4Addr, port: u16, inbox: u16) -> io::Result<Member> {
+    pub(crate) fn join(ip: IpAddr, port: u16, inbox: u16) -> io::Result<Member> {
         let d = dir(ip, port);
         if d.is_file() {
             // A heartbeat file of an older version, whose device is gone.
@@ -204,7 +205,7 @@ impl Drop for Member {
 /// still takes a slot for its heartbeat. Without a shared folder the device keeps the
 /// address to itself and has no slot. An error says what failed.
 pub(crate) fn bind(
-    ip: Ipv4Addr,
+    ip: IpAddr,
     port: u16,
     opts: &LinkOptions,
 ) -> Result<(UdpLink, Option<Member>), (&'static str, io::Error)> {
@@ -237,11 +238,20 @@ pub(crate) fn bind(
 /// Who holds the UDP socket bound to `ip:port`: `process PID (COMMAND)`, from the
 /// socket's inode in `/proc/net/udp` and the process with a descriptor on it. None when
 /// it cannot be told (another user's process, a socket bound to every address).
-pub(crate) fn holder(ip: Ipv4Addr, port: u16) -> Option<String> {
+pub(crate) fn holder(ip: IpAddr, port: u16) -> Option<String> {
     // /proc/net/udp writes the address as the bytes of the (network order) u32 in host
-    // order, then the port: "0100007F:12B7" for 127.0.0.1:4791.
-    let want = format!("{:08X}:{port:04X}", u32::from_ne_bytes(ip.octets()));
-    let table = std::fs::read_to_string("/proc/net/udp").ok()?;
+    // order, then the port: "0100007F:12B7" for 127.0.0.1:4791; /proc/net/udp6 each of
+    // the four u32 of an IPv6 address so.
+    let words = |o: &[u8]| -> String {
+        o.chunks(4)
+            .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+            .collect()
+    };
+    let (want, file) = match ip {
+        IpAddr::V4(v4) => (format!("{}:{port:04X}", words(&v4.octets())), "udp"),
+        IpAddr::V6(v6) => (format!("{}:{port:04X}", words(&v6.octets())), "udp6"),
+    };
+    let table = std::fs::read_to_string(format!("/proc/net/{file}")).ok()?;
     let inode = table.lines().skip(1).find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         (f.get(1) == Some(&want.as_str())).then(|| f.get(9).map(|s| s.to_string()))?
@@ -271,7 +281,7 @@ pub(crate) enum Route {
     /// To this device's engine.
     Here,
     /// To another member's inbox.
-    To(SocketAddrV4),
+    To(SocketAddr),
 }
 
 /// How long a reading of the members is trusted before a datagram for a member not in
@@ -283,7 +293,9 @@ const REREAD: Duration = Duration::from_secs(1);
 /// A member's view of the others, to pass their datagrams on.
 #[derive(Debug)]
 pub(crate) struct Router {
-    ip: Ipv4Addr,
+    ip: IpAddr,
+    /// The scope of a link-local `ip` (its interface's index).
+    scope: u32,
     port: u16,
     slot: u8,
     pid: u32,
@@ -294,9 +306,10 @@ pub(crate) struct Router {
 
 impl Router {
     /// The router of the member in `slot` of `ip:port`.
-    pub(crate) fn new(ip: Ipv4Addr, port: u16, slot: u8) -> Router {
+    pub(crate) fn new(ip: IpAddr, scope: u32, port: u16, slot: u8) -> Router {
         Router {
             ip,
+            scope,
             port,
             slot,
             pid: std::process::id(),
@@ -341,15 +354,23 @@ impl Router {
             self.reread(now);
         }
         match self.members[s] {
-            Some((_, inbox)) => Route::To(SocketAddrV4::new(self.ip, inbox)),
+            Some((_, inbox)) => Route::To(self.inbox_addr(inbox)),
             None => Route::Here,
+        }
+    }
+
+    /// The socket address of the inbox on `port` of our address.
+    fn inbox_addr(&self, port: u16) -> SocketAddr {
+        match self.ip {
+            IpAddr::V4(v4) => SocketAddr::V4(SocketAddrV4::new(v4, port)),
+            IpAddr::V6(v6) => SocketAddr::V6(SocketAddrV6::new(v6, port, 0, self.scope)),
         }
     }
 
     /// Where the RoCEv2 payload `packet`, received for `dst`, goes. What is not
     /// another member's (multicast, this member's QPs, junk) stays here, where the
     /// engine takes or counts it.
-    pub(crate) fn route(&mut self, packet: &[u8], dst: Ipv4Addr, now: Instant) -> Route {
+    pub(crate) fn route(&mut self, packet: &[u8], dst: IpAddr, now: Instant) -> Route {
         if dst != self.ip || packet.len() < 12 {
             return Route::Here;
         }
@@ -373,7 +394,11 @@ impl Router {
             return Route::Here;
         }
         let (ps, port) = ((sid >> 16) as u16, sid as u16);
-        let Some(h) = crate::ports::holder(ps, self.ip, port) else {
+        let IpAddr::V4(ip) = self.ip else {
+            // The CM's port claims name IPv4 addresses only.
+            return Route::Here;
+        };
+        let Some(h) = crate::ports::holder(ps, ip, port) else {
             return Route::Here;
         };
         if let Some(slot) = h.member {
@@ -394,41 +419,49 @@ impl Router {
             find(self)
         });
         match found {
-            Some((_, inbox)) => Route::To(SocketAddrV4::new(self.ip, inbox)),
+            Some((_, inbox)) => Route::To(self.inbox_addr(inbox)),
             None => Route::Here,
         }
     }
 }
 
 /// The header that goes before a datagram passed on to another member.
-pub(crate) fn relay_header(from: SocketAddrV4, tos: u8) -> [u8; RELAY_HEADER] {
+pub(crate) fn relay_header(from: SocketAddr, tos: u8) -> [u8; RELAY_HEADER] {
     let mut h = [0u8; RELAY_HEADER];
-    h[..4].copy_from_slice(&from.ip().octets());
-    h[4..6].copy_from_slice(&from.port().to_be_bytes());
-    h[6] = tos;
-    h[7] = RELAY_MARK;
+    let ip = match from.ip() {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    h[..16].copy_from_slice(&ip.octets());
+    h[16..18].copy_from_slice(&from.port().to_be_bytes());
+    h[18] = tos;
+    h[19] = RELAY_MARK;
     h
 }
 
 /// Reads a passed-on datagram's header: its original sender and TOS byte.
-pub(crate) fn parse_relay_header(b: &[u8]) -> Option<(SocketAddrV4, u8)> {
+pub(crate) fn parse_relay_header(b: &[u8]) -> Option<(SocketAddr, u8)> {
     let h = b.get(..RELAY_HEADER)?;
-    (h[7] == RELAY_MARK).then(|| {
-        let ip = Ipv4Addr::new(h[0], h[1], h[2], h[3]);
-        (
-            SocketAddrV4::new(ip, u16::from_be_bytes([h[4], h[5]])),
-            h[6],
-        )
+    (h[19] == RELAY_MARK).then(|| {
+        let a: [u8; 16] = h[..16].try_into().unwrap_or_default();
+        let ip = Ipv6Addr::from(a);
+        let port = u16::from_be_bytes([h[16], h[17]]);
+        let from = match ip.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::V4(SocketAddrV4::new(v4, port)),
+            None => SocketAddr::V6(SocketAddrV6::new(ip, port, 0, 0)),
+        };
+        (from, h[18])
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
-    fn unique_ip() -> Ipv4Addr {
+    fn unique_ip() -> IpAddr {
         let p = std::process::id();
-        Ipv4Addr::new(127, 96, (p >> 8) as u8, p as u8)
+        IpAddr::V4(Ipv4Addr::new(127, 96, (p >> 8) as u8, p as u8))
     }
 
     /// Slots are taken lowest first and held while the member lives; a member's
@@ -489,18 +522,18 @@ mod tests {
         let port = 4792;
         let me = Member::join(ip, port, 1111).unwrap();
         let other = Member::join(ip, port, 2222).unwrap();
-        let mut r = Router::new(ip, port, me.slot());
+        let mut r = Router::new(ip, 0, port, me.slot());
         let now = Instant::now();
         let theirs = u32::from(other.slot()) << QPN_BLOCK_SHIFT | 0x42;
         let mine = u32::from(me.slot()) << QPN_BLOCK_SHIFT | 0x42;
         assert_eq!(
             r.route(&bth(theirs), ip, now),
-            Route::To(SocketAddrV4::new(ip, 2222))
+            Route::To(SocketAddr::new(ip, 2222))
         );
         assert_eq!(r.route(&bth(mine), ip, now), Route::Here);
         assert_eq!(r.route(&bth(0xFF_FFFF), ip, now), Route::Here);
         assert_eq!(
-            r.route(&bth(theirs), Ipv4Addr::new(239, 1, 1, 1), now),
+            r.route(&bth(theirs), Ipv4Addr::new(239, 1, 1, 1).into(), now),
             Route::Here
         );
         assert_eq!(r.route(&bth(5 << QPN_BLOCK_SHIFT), ip, now), Route::Here);
@@ -518,12 +551,12 @@ mod tests {
         let me = Member::join(ip, port, 1111).unwrap();
         let old = Member::join(ip, port, 2222).unwrap();
         let slot = old.slot();
-        let mut r = Router::new(ip, port, me.slot());
+        let mut r = Router::new(ip, 0, port, me.slot());
         let now = Instant::now();
         let qpn = u32::from(slot) << QPN_BLOCK_SHIFT | 7;
         assert_eq!(
             r.route(&bth(qpn), ip, now),
-            Route::To(SocketAddrV4::new(ip, 2222))
+            Route::To(SocketAddr::new(ip, 2222))
         );
         drop(old);
         let new = Member::join(ip, port, 3333).unwrap();
@@ -531,7 +564,7 @@ mod tests {
         r.forget();
         assert_eq!(
             r.route(&bth(qpn), ip, now),
-            Route::To(SocketAddrV4::new(ip, 3333))
+            Route::To(SocketAddr::new(ip, 3333))
         );
         drop((me, new));
     }
@@ -539,11 +572,13 @@ mod tests {
     /// The header carries the sender and TOS; anything without the marker is refused.
     #[test]
     fn relay_header_round_trips() {
-        let from = SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 3), 50_000);
+        let from = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 1, 2, 3), 50_000));
         let mut b = relay_header(from, 0x88).to_vec();
         b.extend_from_slice(b"payload");
         assert_eq!(parse_relay_header(&b), Some((from, 0x88)));
-        b[7] = 0;
+        let v6 = SocketAddr::V6(SocketAddrV6::new("fd00::5".parse().unwrap(), 4791, 0, 0));
+        assert_eq!(parse_relay_header(&relay_header(v6, 2)), Some((v6, 2)));
+        b[19] = 0;
         assert_eq!(parse_relay_header(&b), None);
         assert_eq!(parse_relay_header(&b[..3]), None);
     }

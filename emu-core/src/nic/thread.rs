@@ -243,7 +243,7 @@ mod tests {
     /// A busy-poll device on a free loopback port, with a CQ.
     fn busy_poll_device() -> (EmuDevice, CqId) {
         let dev = EmuDevice::open(EmuConfig {
-            ip: Ipv4Addr::LOCALHOST,
+            ip: (Ipv4Addr::LOCALHOST).into(),
             port: 0,
             busy_poll: true,
             ..EmuConfig::default()
@@ -525,7 +525,7 @@ mod tests {
         use verbs_api::{RecvWr, SendWr, Sge, WcStatus, WrOperation};
         let dev = Arc::new(
             EmuDevice::open(EmuConfig {
-                ip: Ipv4Addr::LOCALHOST,
+                ip: (Ipv4Addr::LOCALHOST).into(),
                 port: 0,
                 ..EmuConfig::default()
             })

@@ -3,7 +3,7 @@
 //! held back behind the requests of the same flush (see [`PacketKind`]), and the
 //! engine's notifications handed out after each flush.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -19,7 +19,7 @@ pub(super) struct TxBatch {
     pub(super) count: usize,
     /// The size of each packet of the run.
     segment: usize,
-    dst: Ipv4Addr,
+    dst: IpAddr,
     /// The TOS byte (traffic class) every packet of the run carries.
     tos: u8,
 }
@@ -31,13 +31,13 @@ impl TxBatch {
             fill: 0,
             count: 0,
             segment: 0,
-            dst: Ipv4Addr::UNSPECIFIED,
+            dst: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             tos: 0,
         }
     }
 
     /// Whether a packet of `size` bytes to `dst` with TOS `tos` can join the run.
-    pub(super) fn fits(&self, dst: Ipv4Addr, size: usize, tos: u8, max_batch: usize) -> bool {
+    pub(super) fn fits(&self, dst: IpAddr, size: usize, tos: u8, max_batch: usize) -> bool {
         self.count == 0
             || (dst == self.dst
                 && tos == self.tos
@@ -71,7 +71,7 @@ impl TxBatch {
     }
 
     /// Where the run goes, from `src`.
-    fn route(&self, src: Ipv4Addr) -> Route {
+    fn route(&self, src: IpAddr) -> Route {
         Route {
             src,
             dst: self.dst,
@@ -86,7 +86,7 @@ impl TxBatch {
     }
 
     /// Appends a packet that [`TxBatch::fits`].
-    pub(super) fn push(&mut self, dst: Ipv4Addr, tos: u8, packet: &[u8]) {
+    pub(super) fn push(&mut self, dst: IpAddr, tos: u8, packet: &[u8]) {
         if self.count == 0 {
             self.dst = dst;
             self.tos = tos;
@@ -181,7 +181,7 @@ impl Inner {
             else {
                 break;
             };
-            let Some(dst) = t.dest.to_ipv4() else {
+            let Some(dst) = self.link_address(&t.dest) else {
                 continue;
             };
             if hold_acks {
@@ -276,7 +276,7 @@ impl Inner {
             let Some(t) = engine.poll_transmit(now, &mut buf[..MAX_PACKET]) else {
                 break;
             };
-            let Some(dst) = t.dest.to_ipv4() else {
+            let Some(dst) = self.link_address(&t.dest) else {
                 continue;
             };
             let route = Route {
@@ -340,8 +340,8 @@ mod tests {
 
     #[test]
     fn a_batch_takes_one_destination_and_size_up_to_its_limits() {
-        let a = Ipv4Addr::new(10, 0, 0, 1);
-        let b = Ipv4Addr::new(10, 0, 0, 2);
+        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
         let mut t = TxBatch::new(64);
         assert!(t.fits(a, 20, 0, 2));
         t.push(a, 0, &[1; 20]);
@@ -360,8 +360,8 @@ mod tests {
 
     #[test]
     fn a_run_absorbs_same_size_packets_or_one_shorter_last_one() {
-        let a = Ipv4Addr::new(10, 0, 0, 1);
-        let b = Ipv4Addr::new(10, 0, 0, 2);
+        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
         let run = |dst, size: usize, n: u8| {
             let mut t = TxBatch::new(256);
             for i in 0..n {

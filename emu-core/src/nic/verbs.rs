@@ -63,11 +63,15 @@ impl EmuDevice {
         r
     }
 
-    /// Joins `gid` on the link (the UDP link carries IPv4 groups only).
+    /// Joins `gid` on the link: the IPv4 group of an IPv4-mapped MGID, or the IPv6
+    /// group that is the MGID (ff00::/8), on a device of the group's family.
     fn join_group(&self, gid: &Gid) -> Result<()> {
-        let group = gid.to_ipv4().ok_or(Error::Unsupported(
-            "the UDP link carries IPv4 multicast groups only",
-        ))?;
+        let group = super::ip_of(gid);
+        if group.is_ipv4() != self.inner.cfg.ip.is_ipv4() {
+            return Err(Error::Unsupported(
+                "a multicast group of the other address family than the device's",
+            ));
+        }
         self.inner
             .link
             .join_multicast_group(group)
@@ -470,8 +474,8 @@ impl Device for EmuDevice {
             e.detach_mcast(qpn, gid, lid)
                 .map(|()| !e.has_mcast_group(gid))
         })?;
-        if let Some(group) = gid.to_ipv4().filter(|_| gone) {
-            self.inner.link.leave_multicast_group(group);
+        if gone {
+            self.inner.link.leave_multicast_group(super::ip_of(gid));
         }
         Ok(())
     }
@@ -513,7 +517,7 @@ mod tests {
     fn ah_from_wc_reads_the_device_gid_table() {
         const EINVAL: i32 = 22;
         let dev = EmuDevice::open(EmuConfig {
-            ip: Ipv4Addr::LOCALHOST,
+            ip: (Ipv4Addr::LOCALHOST).into(),
             port: 0,
             ..EmuConfig::default()
         })

@@ -301,7 +301,7 @@ fn setup(o: &BenchOpts, size: u64, qps: u32, send_wr: u32, recv_wr: u32) -> Resu
         let open = |name: &str, last: u8| {
             EmuDevice::open(EmuConfig {
                 name: name.into(),
-                ip: Ipv4Addr::new(127, 0, 0, last),
+                ip: Ipv4Addr::new(127, 0, 0, last).into(),
                 port,
                 busy_poll: o.busy_poll,
                 ..EmuConfig::default()

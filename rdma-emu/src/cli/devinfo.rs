@@ -33,7 +33,7 @@ pub(crate) struct DevinfoOpts {
 pub(crate) fn run(o: DevinfoOpts) -> Result<(), String> {
     let dev = EmuDevice::open(EmuConfig {
         name: o.name,
-        ip: o.ip,
+        ip: o.ip.into(),
         port: o.port,
         ..EmuConfig::default()
     })

@@ -338,7 +338,7 @@ fn setup_netns(addrs: &[Ipv4Addr]) -> Result<(), String> {
 fn describe(cfg: &DeviceConfig, index: usize) -> Result<DeviceDesc, String> {
     let dev = EmuDevice::open(EmuConfig {
         name: cfg.name.clone(),
-        ip: cfg.ip,
+        ip: cfg.ip.into(),
         port: 0,
         ..EmuConfig::default()
     })

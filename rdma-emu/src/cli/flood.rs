@@ -156,7 +156,7 @@ fn device_rate(port: u16, size: usize) -> Result<(f64, u64, f64), String> {
     let ip = Ipv4Addr::new(127, 0, 0, 4);
     let dev = EmuDevice::open(EmuConfig {
         name: "flood".into(),
-        ip,
+        ip: ip.into(),
         port,
         ..EmuConfig::default()
     })

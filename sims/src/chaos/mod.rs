@@ -317,7 +317,7 @@ impl Net {
         EmuConfig {
             // The rules name devices by their address (as RuleHook does).
             name: self.ips[d].to_string(),
-            ip: self.ips[d],
+            ip: self.ips[d].into(),
             port: self.port,
             ..EmuConfig::default()
         }

@@ -2,17 +2,16 @@
 //! device holding a datagram's QP, and what it sends to its own address.
 
 use std::io::{self, IoSlice};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use emu_wire::write_icrc;
-use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use socket2::{Protocol, SockRef, Socket, Type};
 
 use crate::nic::interop::LinkOptions;
 use crate::nic::share;
 
-use super::{large_recv_buffer, RxBufs, UdpLink};
+use super::{domain, large_recv_buffer, sock_addr, RxBufs, UdpLink, NOWHERE};
 
 impl UdpLink {
     /// Whether a device with `opts` on `port` shares its address with other devices
@@ -24,10 +23,14 @@ impl UdpLink {
 
     /// The inbox of a device that shares its address: a non-blocking socket on the
     /// address and a port of the kernel's choice (`share`).
-    pub(crate) fn open_inbox(ip: Ipv4Addr) -> io::Result<UdpSocket> {
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    pub(crate) fn open_inbox(ip: IpAddr) -> io::Result<UdpSocket> {
+        let s = Socket::new(domain(ip), Type::DGRAM, Some(Protocol::UDP))?;
+        if ip.is_ipv6() {
+            s.set_only_v6(true)?;
+        }
         large_recv_buffer(&s);
-        s.bind(&SocketAddr::V4(SocketAddrV4::new(ip, 0)).into())?;
+        let scope = super::interface_index(ip);
+        s.bind(&sock_addr(ip, 0, scope).into())?;
         s.set_nonblocking(true)?;
         Ok(s.into())
     }
@@ -37,7 +40,10 @@ impl UdpLink {
     pub(crate) fn join_address(&mut self, slot: u8, joined_others: bool) {
         if self.inbox.is_some() {
             self.router = Some(parking_lot::Mutex::new(share::Router::new(
-                self.ip, self.port, slot,
+                self.ip,
+                self.ifindex,
+                self.port,
+                slot,
             )));
             if joined_others {
                 self.activate_inbox();
@@ -82,7 +88,7 @@ impl UdpLink {
             if let share::Route::To(to) = router.route(rx.bytes(&d), d.dst, now) {
                 // One that cannot leave is lost, as on a link.
                 self.relay(to, d.from, d.tos, rx.bytes(&d));
-                rx.got[i].from = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+                rx.got[i].from = NOWHERE;
                 passed += 1;
             }
         }
@@ -95,17 +101,11 @@ impl UdpLink {
 
     /// Sends `bytes` behind the header naming `from` (and its TOS byte) to the inbox
     /// `to` of a device of the address, from the bound socket. Returns whether it left.
-    pub(super) fn relay(
-        &self,
-        to: SocketAddrV4,
-        from: SocketAddrV4,
-        tos: u8,
-        bytes: &[u8],
-    ) -> bool {
+    pub(super) fn relay(&self, to: SocketAddr, from: SocketAddr, tos: u8, bytes: &[u8]) -> bool {
         let hdr = share::relay_header(from, tos);
         let iov = [IoSlice::new(&hdr), IoSlice::new(bytes)];
         SockRef::from(&self.socket)
-            .send_to_vectored(&iov, &SocketAddr::V4(to).into())
+            .send_to_vectored(&iov, &to.into())
             .is_ok()
     }
 
@@ -117,7 +117,7 @@ impl UdpLink {
     /// its sender exited was lost that way). `None` when the address is not shared.
     pub(super) fn send_local(
         &self,
-        dst: Ipv4Addr,
+        dst: IpAddr,
         packets: &mut [u8],
         segment: usize,
     ) -> Option<io::Result<()>> {
@@ -125,15 +125,15 @@ impl UdpLink {
         if dst != self.ip || !self.inbox_active.load(Ordering::Relaxed) {
             return None;
         }
-        let ep = self.endpoints(dst, self.port);
-        let from = SocketAddrV4::new(self.ip, self.port);
-        let own = SocketAddrV4::new(self.ip, self.inbox_port);
+        let seal = self.endpoints(dst, self.port);
+        let from = self.sock_addr(self.ip, self.port);
+        let own = self.sock_addr(self.ip, self.inbox_port);
         let tos = self.tos.load(Ordering::Relaxed);
         let now = Instant::now();
         let mut router = router.lock();
         let mut r = Ok(());
         for p in packets.chunks_mut(segment.max(1)) {
-            write_icrc(&ep, p);
+            seal.write(0, p);
             let to = match router.route(p, dst, now) {
                 share::Route::To(to) => to,
                 share::Route::Here => own,

@@ -28,6 +28,12 @@
 //! ICRC ([`emu_wire::icrc_ip_id`]); the interop mode of [`super::interop`] reads it
 //! from the IP header (a raw receive socket) and also runs the fault hook.
 //!
+//! Over IPv6 (a device whose address is IPv6) the sockets are `AF_INET6` (IPv6 only)
+//! and the ICRC covers the IPv6 header, which has no identification field: nothing is
+//! probed or solved, the ICRC is checked with the addresses and ports alone
+//! ([`emu_wire::check_icrc_v6`]). The interop mode's raw socket and the fault hook read
+//! and write IPv4 headers only: on an IPv6 address they are `Unsupported`.
+//!
 //! Sends to a unicast peer leave from a socket of their own, connected to the peer
 //! (`peers`; at most [`MAX_PEER_SOCKETS`]): the kernel keeps the route of a connected
 //! socket, where an unconnected `sendto` looks it up on every call, a tenth of a
@@ -41,7 +47,7 @@ mod recv;
 mod send;
 
 use std::io::{self};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -76,6 +82,10 @@ fn large_send_buffer(s: &Socket) {
     }
 }
 
+/// The sender of a datagram that is no longer to be handed to the engine (a bad ICRC,
+/// passed on to another device): `0.0.0.0:0`.
+pub(crate) const NOWHERE: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+
 /// The most UDP payload one GSO send may carry: an IPv4 datagram is at most 65535
 /// bytes, less 20 of IP header and 8 of UDP header.
 pub(crate) const GSO_MAX_BYTES: usize = 65_535 - 28;
@@ -103,9 +113,12 @@ pub(crate) struct UdpLink {
     /// A GSO send failed with EIO (the route's device cannot checksum the segments):
     /// runs leave one datagram per send from then on, as quinn-udp does.
     gso_failed: AtomicBool,
-    ip: Ipv4Addr,
+    ip: IpAddr,
+    /// The index of the interface that holds `ip` (0 when unknown): the scope of a
+    /// link-local IPv6 address, the interface IPv6 multicast groups are joined on.
+    ifindex: u32,
     port: u16,
-    groups: parking_lot::Mutex<Vec<(Ipv4Addr, UdpSocket)>>,
+    groups: parking_lot::Mutex<Vec<(IpAddr, UdpSocket)>>,
     /// Where other devices sharing the address pass on datagrams for this one's QPs
     /// (`share`); none for a device that keeps its address to itself.
     inbox: Option<UdpSocket>,
@@ -140,12 +153,22 @@ impl UdpLink {
     /// devices of the address (`SO_REUSEPORT`, see `share`); in interop mode
     /// (`opts.raw_receive`) also opens the raw receive socket.
     pub(crate) fn bind(
-        ip: Ipv4Addr,
+        ip: IpAddr,
         port: u16,
         opts: &LinkOptions,
         inbox: Option<UdpSocket>,
     ) -> io::Result<Self> {
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        if ip.is_ipv6() && (opts.raw_receive || opts.hook.is_some()) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "interop mode and packet hooks read IPv4 headers only",
+            ));
+        }
+        let ifindex = interface_index(ip);
+        let s = Socket::new(domain(ip), Type::DGRAM, Some(Protocol::UDP))?;
+        if ip.is_ipv6() {
+            s.set_only_v6(true)?;
+        }
         if inbox.is_some() {
             s.set_reuse_port(true)?;
         }
@@ -156,29 +179,46 @@ impl UdpLink {
         large_send_buffer(&s);
         // Multicast sends leave through our own address's interface, TTL 1, and are
         // looped back to the host's other members.
-        if !ip.is_unspecified() {
-            s.set_multicast_if_v4(&ip)?;
+        match ip {
+            IpAddr::V4(v4) => {
+                if !v4.is_unspecified() {
+                    s.set_multicast_if_v4(&v4)?;
+                }
+                s.set_multicast_loop_v4(true)?;
+            }
+            IpAddr::V6(_) => {
+                if ifindex != 0 {
+                    s.set_multicast_if_v6(ifindex)?;
+                }
+                s.set_multicast_loop_v6(true)?;
+            }
         }
-        s.set_multicast_loop_v4(true)?;
-        s.bind(&SocketAddr::V4(SocketAddrV4::new(ip, port)).into())?;
+        s.bind(&sock_addr(ip, port, ifindex).into())?;
         let socket: UdpSocket = s.into();
         // quinn-udp turns GRO on, makes the socket non-blocking, and sets path MTU
-        // discovery to "probe"; DF with IP ID 0 needs "do", so set it after.
+        // discovery to "probe"; DF with IP ID 0 needs "do", so set it after (IPv6:
+        // no fragmenting on the host either, as an IPv4 DF sender).
         let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
-        rustix::net::sockopt::set_ip_mtu_discover(
-            &socket,
-            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
-        )?;
+        dont_fragment(&socket, ip)?;
         // quinn-udp also asks for every datagram's TOS byte (for ECN) and destination
         // address, which nothing here reads (a datagram on this socket is for our
         // address; groups have their own sockets): two control messages less for the
         // kernel to write per receive.
-        let _ = rustix::net::sockopt::set_ip_recvtos(&socket, false);
-        let _ = nix::sys::socket::setsockopt(
-            &socket,
-            nix::sys::socket::sockopt::Ipv4PacketInfo,
-            &false,
-        );
+        if ip.is_ipv6() {
+            let _ = rustix::net::sockopt::set_ipv6_recvtclass(&socket, false);
+            let _ = nix::sys::socket::setsockopt(
+                &socket,
+                nix::sys::socket::sockopt::Ipv6RecvPacketInfo,
+                &false,
+            );
+        } else {
+            let _ = rustix::net::sockopt::set_ip_recvtos(&socket, false);
+            let _ = nix::sys::socket::setsockopt(
+                &socket,
+                nix::sys::socket::sockopt::Ipv4PacketInfo,
+                &false,
+            );
+        }
         let port = socket.local_addr()?.port();
         let raw = if opts.raw_receive {
             let r = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::UDP)).map_err(|e| {
@@ -198,6 +238,7 @@ impl UdpLink {
             state,
             gso_failed: AtomicBool::new(false),
             ip,
+            ifindex,
             port,
             groups: parking_lot::Mutex::new(Vec::new()),
             inbox_port: inbox
@@ -232,14 +273,30 @@ impl UdpLink {
     }
 
     /// A non-blocking socket on `group:port` that has joined `group` on the interface
-    /// of our address.
-    fn join(&self, group: Ipv4Addr) -> io::Result<UdpSocket> {
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    /// of our address. `Unsupported` for a group of the other family.
+    fn join(&self, group: IpAddr) -> io::Result<UdpSocket> {
+        let s = Socket::new(domain(group), Type::DGRAM, Some(Protocol::UDP))?;
         s.set_reuse_address(true)?;
-        s.bind(&SocketAddr::V4(SocketAddrV4::new(group, self.port)).into())?;
-        s.join_multicast_v4(&group, &self.ip)?;
+        match (group, self.ip) {
+            (IpAddr::V4(g), IpAddr::V4(me)) => {
+                s.bind(&SocketAddr::V4(SocketAddrV4::new(g, self.port)).into())?;
+                s.join_multicast_v4(&g, &me)?;
+            }
+            (IpAddr::V6(g), IpAddr::V6(_)) => {
+                s.set_only_v6(true)?;
+                s.bind(&SocketAddr::V6(SocketAddrV6::new(g, self.port, 0, self.ifindex)).into())?;
+                s.join_multicast_v6(&g, self.ifindex)?;
+            }
+            _ => return Err(io::ErrorKind::Unsupported.into()),
+        }
         s.set_nonblocking(true)?;
         Ok(s.into())
+    }
+
+    /// The socket address of `ip` on `port` (a link-local IPv6 address scoped to our
+    /// interface).
+    pub(super) fn sock_addr(&self, ip: IpAddr, port: u16) -> SocketAddr {
+        sock_addr(ip, port, self.ifindex)
     }
 
     /// The bound port (useful when bound to port 0).
@@ -282,7 +339,11 @@ impl Link for UdpLink {
         if self.interop() || self.tos_rx.load(Ordering::Relaxed) == on {
             return;
         }
-        if rustix::net::sockopt::set_ip_recvtos(&self.socket, on).is_ok() {
+        let set = match self.ip {
+            IpAddr::V4(_) => rustix::net::sockopt::set_ip_recvtos(&self.socket, on),
+            IpAddr::V6(_) => rustix::net::sockopt::set_ipv6_recvtclass(&self.socket, on),
+        };
+        if set.is_ok() {
             self.tos_rx.store(on, Ordering::Relaxed);
         }
     }
@@ -291,7 +352,7 @@ impl Link for UdpLink {
         Some(MAX_GROUPS)
     }
 
-    fn join_multicast_group(&self, group: Ipv4Addr) -> io::Result<()> {
+    fn join_multicast_group(&self, group: IpAddr) -> io::Result<()> {
         let mut joined = self.groups.lock();
         if !joined.iter().any(|(g, _)| *g == group) {
             let sock = self.join(group)?;
@@ -300,9 +361,57 @@ impl Link for UdpLink {
         Ok(())
     }
 
-    fn leave_multicast_group(&self, group: Ipv4Addr) {
+    fn leave_multicast_group(&self, group: IpAddr) {
         self.groups.lock().retain(|(g, _)| *g != group);
     }
+}
+
+/// The socket domain of `ip`'s family.
+fn domain(ip: IpAddr) -> Domain {
+    match ip {
+        IpAddr::V4(_) => Domain::IPV4,
+        IpAddr::V6(_) => Domain::IPV6,
+    }
+}
+
+/// `ip:port`, with the scope `ifindex` for a link-local IPv6 address (RFC 4007: an
+/// `fe80::/10` address means something only on its interface).
+pub(super) fn sock_addr(ip: IpAddr, port: u16, ifindex: u32) -> SocketAddr {
+    match ip {
+        IpAddr::V4(v4) => SocketAddr::V4(SocketAddrV4::new(v4, port)),
+        IpAddr::V6(v6) => {
+            let scope = if v6.is_unicast_link_local() {
+                ifindex
+            } else {
+                0
+            };
+            SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope))
+        }
+    }
+}
+
+/// The index of the interface holding `ip`, 0 when none does (or it cannot be told).
+fn interface_index(ip: IpAddr) -> u32 {
+    crate::nic::netdev::interface_of(ip)
+        .and_then(|name| nix::net::if_::if_nametoindex(name.as_str()).ok())
+        .unwrap_or(0)
+}
+
+/// Path MTU discovery "do" on `socket`: IPv4 datagrams carry DF (and, unconnected, IP
+/// ID 0; see `ip_id`), IPv6 ones are never fragmented by the sending host. A datagram
+/// larger than the path is refused with EMSGSIZE, as a RoCE NIC drops it.
+pub(super) fn dont_fragment(socket: &UdpSocket, ip: IpAddr) -> io::Result<()> {
+    match ip {
+        IpAddr::V4(_) => rustix::net::sockopt::set_ip_mtu_discover(
+            socket,
+            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+        )?,
+        IpAddr::V6(_) => rustix::net::sockopt::set_ipv6_mtu_discover(
+            socket,
+            rustix::net::sockopt::Ipv6PathMtuDiscovery::DO,
+        )?,
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -3,14 +3,16 @@
 //! group sockets, the inbox, and in interop mode the raw socket.
 
 use std::io::{self, IoSliceMut, Read};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use emu_wire::{check_icrc, icrc_ip_id, Ipv4Endpoints};
+use emu_wire::{check_icrc, check_icrc_v6, icrc_ip_id, Ipv4Endpoints, Ipv6Endpoints};
 use nix::errno::Errno;
-use nix::sys::socket::{setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrIn};
+use nix::sys::socket::{
+    setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrIn, SockaddrIn6, SockaddrLike,
+};
 use quinn_udp::{RecvMeta, UdpSockRef};
 use rustix::event::{PollFd, PollFlags};
 use socket2::Socket;
@@ -19,7 +21,7 @@ use crate::nic::gro::Gro;
 use crate::nic::interop::{parse_raw_udp, Verdict};
 use crate::nic::share;
 
-use super::UdpLink;
+use super::{UdpLink, NOWHERE};
 
 /// Receives in a row that must find datagrams before the next one is batched (see
 /// `RxBufs::found`).
@@ -44,9 +46,9 @@ pub(crate) struct Rx {
     pub(super) start: usize,
     pub(super) len: usize,
     /// The sender.
-    pub(crate) from: SocketAddrV4,
+    pub(crate) from: SocketAddr,
     /// Our address or a group's.
-    pub(crate) dst: Ipv4Addr,
+    pub(crate) dst: IpAddr,
     /// The IPv4 identification it carried, when the link sees IP headers (interop
     /// mode); 0 otherwise (a UDP socket does not tell it; see the module docs).
     pub(crate) ip_id: u16,
@@ -69,7 +71,7 @@ pub(crate) struct RxBufs {
     /// receive left behind a completion) go to it before the next receive.
     pub(crate) next: usize,
     pub(super) mslots: Vec<Vec<u8>>,
-    pub(super) mcast: Vec<(usize, SocketAddrV4, Ipv4Addr)>,
+    pub(super) mcast: Vec<(usize, SocketAddr, IpAddr)>,
     /// How many receives in a row found datagrams (at most [`BATCH_AFTER`]). Until
     /// that many did, a receive asks for one slot only (a whole GRO run): a
     /// busy-polling caller mostly finds nothing, a ping-pong one datagram at a time
@@ -93,7 +95,7 @@ pub(crate) struct RxBufs {
     pub(super) gro: Gro,
     /// The sender and IP ID of the last datagram whose ICRC was right (see
     /// [`RxBufs::guess_ip_id`]).
-    pub(super) last_ip_id: (SocketAddrV4, u16),
+    pub(super) last_ip_id: (SocketAddr, u16),
 }
 
 impl RxBufs {
@@ -106,7 +108,7 @@ impl RxBufs {
     /// ([`emu_wire::icrc_ip_id`]): the one after the last one from there (a connected
     /// socket and a GSO run number them), 0 after a 0 (an unconnected socket sends
     /// every datagram with 0) and from another sender.
-    pub(crate) fn guess_ip_id(&self, from: SocketAddrV4) -> u16 {
+    pub(crate) fn guess_ip_id(&self, from: SocketAddr) -> u16 {
         match self.last_ip_id {
             (f, id) if f == from && id != 0 => id.wrapping_add(1),
             _ => 0,
@@ -114,7 +116,7 @@ impl RxBufs {
     }
 
     /// A datagram from `from` carried IP ID `id`.
-    pub(crate) fn saw_ip_id(&mut self, from: SocketAddrV4, id: u16) {
+    pub(crate) fn saw_ip_id(&mut self, from: SocketAddr, id: u16) {
         self.last_ip_id = (from, id);
     }
 
@@ -149,7 +151,7 @@ impl UdpLink {
             next: 0,
             cmsg: nix::cmsg_space!(i32, i32),
             gro: Gro::new(self.state.gro_segments() > 1),
-            last_ip_id: (SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), 0),
+            last_ip_id: (NOWHERE, 0),
         }
     }
 
@@ -199,7 +201,7 @@ impl UdpLink {
         got.clear();
         let mut sink = [0u8; 64];
         while self.socket.recv_from(&mut sink).is_ok() {}
-        let groups: Vec<Ipv4Addr> = {
+        let groups: Vec<IpAddr> = {
             let g = self.groups.lock();
             for (_, s) in g.iter() {
                 while s.recv_from(&mut sink).is_ok() {}
@@ -213,7 +215,8 @@ impl UdpLink {
                     Ok(n) => match parse_raw_udp(&buf[..n]) {
                         Some(d)
                             if d.dst.port() == self.port
-                                && (*d.dst.ip() == self.ip || groups.contains(d.dst.ip())) =>
+                                && (IpAddr::V4(*d.dst.ip()) == self.ip
+                                    || groups.contains(&IpAddr::V4(*d.dst.ip()))) =>
                         {
                             break Some(d)
                         }
@@ -229,8 +232,8 @@ impl UdpLink {
                 slot,
                 start: d.payload.start,
                 len: d.payload.len(),
-                from: d.src,
-                dst: *d.dst.ip(),
+                from: SocketAddr::V4(d.src),
+                dst: IpAddr::V4(*d.dst.ip()),
                 ip_id: d.ip_id,
                 tos: d.tos,
                 passed_on: false,
@@ -244,8 +247,12 @@ impl UdpLink {
         let Some(hook) = &self.hook else { return };
         let raw = self.interop();
         let mut got = std::mem::take(&mut rx.got);
-        got.retain(|d| {
-            hook.on_receive(d.from, raw.then_some(d.ip_id), rx.bytes(d)) == Verdict::Pass
+        // Hooks are IPv4 only (`UdpLink::bind`).
+        got.retain(|d| match d.from {
+            SocketAddr::V4(from) => {
+                hook.on_receive(from, raw.then_some(d.ip_id), rx.bytes(d)) == Verdict::Pass
+            }
+            SocketAddr::V6(_) => false,
         });
         rx.got = got;
     }
@@ -315,14 +322,24 @@ impl UdpLink {
             // one datagram (or GRO run) it may find is read with `recvmsg`, or with
             // `recvfrom` when no run can be queued.
             let plain = gro.plain() && !tos_rx;
-            recv_one(
-                &self.socket,
-                &mut slots[0],
-                cmsg,
-                &mut meta[0],
-                &mut tos,
-                plain,
-            )
+            match self.ip {
+                IpAddr::V4(_) => recv_one::<SockaddrIn>(
+                    &self.socket,
+                    &mut slots[0],
+                    cmsg,
+                    &mut meta[0],
+                    &mut tos,
+                    plain,
+                ),
+                IpAddr::V6(_) => recv_one::<SockaddrIn6>(
+                    &self.socket,
+                    &mut slots[0],
+                    cmsg,
+                    &mut meta[0],
+                    &mut tos,
+                    plain,
+                ),
+            }
         } else {
             let mut iov: [IoSliceMut<'_>; RX_SLOTS] =
                 std::array::from_fn(|_| IoSliceMut::new(&mut []));
@@ -333,9 +350,7 @@ impl UdpLink {
         };
         if let Ok(k) = r {
             for (slot, m) in meta.iter().enumerate().take(k) {
-                let SocketAddr::V4(from) = m.addr else {
-                    continue;
-                };
+                let from = m.addr;
                 let stride = m.stride.max(1);
                 let mut start = 0;
                 if m.len == 0 {
@@ -389,7 +404,7 @@ impl UdpLink {
             for (group, sock) in groups.iter() {
                 while mcast.len() < mslots.len() {
                     match sock.recv_from(&mut mslots[mcast.len()]) {
-                        Ok((len, SocketAddr::V4(from))) => mcast.push((len, from, *group)),
+                        Ok((len, from)) => mcast.push((len, from, *group)),
                         _ => break,
                     }
                 }
@@ -414,10 +429,10 @@ impl UdpLink {
             .as_ref()
             .filter(|_| self.inbox_active.load(Ordering::Relaxed))
         {
-            let member = SocketAddrV4::new(self.ip, self.port);
+            let member = self.sock_addr(self.ip, self.port);
             for slot in n + mcast.len()..n + mslots.len() {
                 let buf = &mut mslots[slot - n];
-                let Ok((len, SocketAddr::V4(by))) = inbox.recv_from(buf) else {
+                let Ok((len, by)) = inbox.recv_from(buf) else {
                     break;
                 };
                 let Some((from, tos)) = share::parse_relay_header(&buf[..len]) else {
@@ -445,12 +460,26 @@ impl UdpLink {
     /// it carried (the raw socket sees it); otherwise the ID the ICRC was computed with
     /// (a UDP socket does not tell it: solved from the ICRC, `guess` tried first, see
     /// [`emu_wire::icrc_ip_id`]). `None` when the ICRC is wrong.
+    /// Over IPv6 there is no ID: `Some(0)` when the ICRC is right.
     pub(crate) fn icrc_ip_id(&self, d: &Rx, packet: &[u8], guess: u16) -> Option<u16> {
+        let (from, dst) = match (d.from, d.dst) {
+            (SocketAddr::V4(from), IpAddr::V4(dst)) => (from, dst),
+            (SocketAddr::V6(from), IpAddr::V6(dst)) => {
+                let ep = Ipv6Endpoints {
+                    src: *from.ip(),
+                    dst,
+                    src_port: from.port(),
+                    dst_port: self.port,
+                };
+                return check_icrc_v6(&ep, packet).then_some(0);
+            }
+            _ => return None,
+        };
         let ep = Ipv4Endpoints {
-            src: *d.from.ip(),
-            dst: d.dst,
+            src: *from.ip(),
+            dst,
             ip_id: if self.interop() { d.ip_id } else { guess },
-            src_port: d.from.port(),
+            src_port: from.port(),
             dst_port: self.port,
         };
         if self.interop() {
@@ -465,9 +494,11 @@ impl UdpLink {
 /// and `IP_TOS` control messages, or a `recvfrom` if `plain` (no run can be queued
 /// and no TOS wanted): fills `meta` as quinn-udp's receive would (length, sender, and
 /// the segment size of a coalesced run as its stride) and `tos` with the TOS byte if
-/// the socket reports it (`IP_RECVTOS`; the datagrams of a run share it, as GRO
-/// coalesces only datagrams with one TOS). Ok(0) when nothing waits.
-fn recv_one(
+/// the socket reports it (`IP_RECVTOS`, or the traffic class with `IPV6_RECVTCLASS`;
+/// the datagrams of a run share it, as GRO coalesces only datagrams with one TOS).
+/// `A` is the socket's address type (`SockaddrIn` or `SockaddrIn6`). Ok(0) when
+/// nothing waits.
+fn recv_one<A: SockaddrLike + Copy + SenderAddr>(
     socket: &UdpSocket,
     buf: &mut [u8],
     cmsg: &mut Vec<u8>,
@@ -476,14 +507,14 @@ fn recv_one(
     plain: bool,
 ) -> io::Result<usize> {
     let (len, stride, from) = if plain {
-        match nix::sys::socket::recvfrom::<SockaddrIn>(socket.as_raw_fd(), buf) {
+        match nix::sys::socket::recvfrom::<A>(socket.as_raw_fd(), buf) {
             Ok((len, from)) => (len, len, from),
             Err(Errno::EAGAIN | Errno::EINTR) => return Ok(0),
             Err(e) => return Err(e.into()),
         }
     } else {
         let mut iov = [IoSliceMut::new(buf)];
-        let r = match nix::sys::socket::recvmsg::<SockaddrIn>(
+        let r = match nix::sys::socket::recvmsg::<A>(
             socket.as_raw_fd(),
             &mut iov,
             Some(cmsg.as_mut_slice()),
@@ -503,6 +534,7 @@ fn recv_one(
                         stride = usize::try_from(s).unwrap_or(r.bytes);
                     }
                     ControlMessageOwned::Ipv4Tos(t) => *tos = t,
+                    ControlMessageOwned::Ipv6TClass(t) => *tos = t as u8,
                     _ => {}
                 }
             }
@@ -514,6 +546,25 @@ fn recv_one(
     };
     meta.len = len;
     meta.stride = stride;
-    meta.addr = SocketAddr::V4(SocketAddrV4::from(from));
+    meta.addr = from.socket_addr();
     Ok(1)
+}
+
+/// A `nix` socket address a receive reports its sender in, as a std one.
+trait SenderAddr {
+    fn socket_addr(self) -> SocketAddr;
+}
+
+impl SenderAddr for SockaddrIn {
+    #[inline]
+    fn socket_addr(self) -> SocketAddr {
+        SocketAddr::V4(self.into())
+    }
+}
+
+impl SenderAddr for SockaddrIn6 {
+    #[inline]
+    fn socket_addr(self) -> SocketAddr {
+        SocketAddr::V6(self.into())
+    }
 }

@@ -2,20 +2,20 @@
 //! socket connected to its peer or the bound one, runs as one GSO send.
 
 use std::io::{self, IoSlice};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use emu_wire::{write_icrc, Ipv4Endpoints};
+use emu_wire::{write_icrc, write_icrc_v6, Ipv4Endpoints, Ipv6Endpoints};
 use nix::errno::Errno;
-use nix::sys::socket::{ControlMessage, MsgFlags, SockaddrIn};
+use nix::sys::socket::{ControlMessage, MsgFlags, SockaddrIn, SockaddrIn6};
 use rustix::event::{PollFd, PollFlags};
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Protocol, Socket, Type};
 
 use crate::nic::interop::{PacketHook, Verdict};
 use crate::nic::ip_id::{self, IpIds};
 
-use super::{large_send_buffer, UdpLink};
+use super::{domain, dont_fragment, large_send_buffer, UdpLink};
 use crate::nic::link::{Link, Route, Transmit};
 use rustix::net::addr::SocketAddrArg;
 use rustix::net::{MMsgHdr, SendAncillaryBuffer};
@@ -29,7 +29,7 @@ pub(super) const MAX_PEER_SOCKETS: usize = 16;
 /// `None` where making one failed (the bound socket sends then).
 #[derive(Debug)]
 pub(super) struct PeerSocket {
-    pub(super) dst: Ipv4Addr,
+    pub(super) dst: IpAddr,
     pub(super) socket: Option<(UdpSocket, u16)>,
     /// The TOS byte the socket sends with now.
     pub(super) tos: AtomicU8,
@@ -41,20 +41,77 @@ pub(super) struct PeerSocket {
 /// connected socket), and the source port the ICRC covers.
 pub(super) struct Out<'a> {
     pub(super) socket: &'a UdpSocket,
-    pub(super) to: Option<SockaddrIn>,
+    pub(super) to: Option<SocketAddr>,
     pub(super) src_port: u16,
     /// The TOS byte `socket` sends with now (`IP_TOS`).
     pub(super) tos: &'a AtomicU8,
-    /// The IP IDs of a connected socket; none for the bound one, which sends with ID 0.
+    /// The IP IDs of a connected socket; none for the bound one, which sends with ID 0,
+    /// and over IPv6, which has no IP ID.
     pub(super) ids: Option<&'a IpIds>,
+}
+
+/// The fields the ICRC of a packet we send covers, for the device's address family:
+/// over IPv4 the IP ID is given per packet, over IPv6 there is none.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Seal {
+    V4(Ipv4Endpoints),
+    V6(Ipv6Endpoints),
+}
+
+impl Seal {
+    /// Writes the ICRC of `p` as sent with IPv4 identification `ip_id` (ignored over
+    /// IPv6).
+    #[inline]
+    pub(super) fn write(&self, ip_id: u16, p: &mut [u8]) {
+        match self {
+            Seal::V4(ep) => write_icrc(&Ipv4Endpoints { ip_id, ..*ep }, p),
+            Seal::V6(ep) => write_icrc_v6(ep, p),
+        }
+    }
+}
+
+/// `sendto` of `buf` from `fd` to `to`, of either family.
+fn send_to(fd: i32, buf: &[u8], to: &SocketAddr) -> nix::Result<usize> {
+    match to {
+        SocketAddr::V4(a) => {
+            nix::sys::socket::sendto(fd, buf, &SockaddrIn::from(*a), MsgFlags::empty())
+        }
+        SocketAddr::V6(a) => {
+            nix::sys::socket::sendto(fd, buf, &SockaddrIn6::from(*a), MsgFlags::empty())
+        }
+    }
+}
+
+/// `sendmsg` of a GSO run (`UDP_SEGMENT` of `gso` bytes) from `fd`, to `to` or the
+/// connected peer.
+fn send_gso(fd: i32, contents: &[u8], gso: u16, to: Option<&SocketAddr>) -> nix::Result<usize> {
+    let iov = [IoSlice::new(contents)];
+    let cmsg = [ControlMessage::UdpGsoSegments(&gso)];
+    match to {
+        None => nix::sys::socket::sendmsg::<SockaddrIn>(fd, &iov, &cmsg, MsgFlags::empty(), None),
+        Some(SocketAddr::V4(a)) => nix::sys::socket::sendmsg(
+            fd,
+            &iov,
+            &cmsg,
+            MsgFlags::empty(),
+            Some(&SockaddrIn::from(*a)),
+        ),
+        Some(SocketAddr::V6(a)) => nix::sys::socket::sendmsg(
+            fd,
+            &iov,
+            &cmsg,
+            MsgFlags::empty(),
+            Some(&SockaddrIn6::from(*a)),
+        ),
+    }
 }
 
 impl UdpLink {
     /// The bound socket, as the way out to `dst` (interop mode, a hook, multicast).
-    pub(super) fn bound_out(&self, dst: Ipv4Addr) -> Out<'_> {
+    pub(super) fn bound_out(&self, dst: IpAddr) -> Out<'_> {
         Out {
             socket: &self.socket,
-            to: Some(SockaddrIn::from(SocketAddrV4::new(dst, self.port))),
+            to: Some(self.sock_addr(dst, self.port)),
             src_port: self.port,
             tos: &self.bound_tos,
             ids: None,
@@ -63,12 +120,16 @@ impl UdpLink {
 
     /// The way out to `dst` with the connected sockets of `peers` (made on the first
     /// send to a unicast peer; see the module docs).
-    pub(super) fn out<'a>(&'a self, peers: &'a mut Vec<PeerSocket>, dst: Ipv4Addr) -> Out<'a> {
+    pub(super) fn out<'a>(&'a self, peers: &'a mut Vec<PeerSocket>, dst: IpAddr) -> Out<'a> {
+        let broadcast = match dst {
+            IpAddr::V4(d) => d.is_broadcast(),
+            IpAddr::V6(_) => false,
+        };
         let direct = !self.interop()
             && self.hook.is_none()
             && !self.ip.is_unspecified()
             && !dst.is_multicast()
-            && !dst.is_broadcast()
+            && !broadcast
             && !dst.is_unspecified();
         if !direct {
             return self.bound_out(dst);
@@ -91,11 +152,11 @@ impl UdpLink {
             None => return self.bound_out(dst),
         };
         let peer = &mut peers[i];
-        if let Some((socket, port)) = &peer.socket {
+        if let (Some((socket, port)), IpAddr::V4(ip)) = (&peer.socket, self.ip) {
             if peer.ids.next().is_none() {
                 // A send failed after the kernel may have numbered it: ask again, or
                 // send from the bound socket from now on.
-                match ip_id::probe(socket, self.ip, *port) {
+                match ip_id::probe(socket, ip, *port) {
                     Some(next) => peer.ids.set(next),
                     None => peer.socket = None,
                 }
@@ -108,7 +169,7 @@ impl UdpLink {
                 to: None,
                 src_port: *port,
                 tos: &peer.tos,
-                ids: Some(&peer.ids),
+                ids: self.ip.is_ipv4().then_some(&peer.ids),
             },
             None => self.bound_out(dst),
         }
@@ -116,22 +177,26 @@ impl UdpLink {
 
     /// A send-only socket on our address (an ephemeral port), connected to `dst` on
     /// the device port, with the bound socket's DF and send buffer; its port and the IP
-    /// ID of its first datagram. An error when the kernel does not tell the ID.
-    pub(super) fn connect_to(&self, dst: Ipv4Addr) -> io::Result<(UdpSocket, u16, u16)> {
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    /// ID of its first datagram (0 over IPv6, which has none). An error when the kernel
+    /// does not tell the ID.
+    pub(super) fn connect_to(&self, dst: IpAddr) -> io::Result<(UdpSocket, u16, u16)> {
+        let s = Socket::new(domain(self.ip), Type::DGRAM, Some(Protocol::UDP))?;
+        if self.ip.is_ipv6() {
+            s.set_only_v6(true)?;
+        }
         large_send_buffer(&s);
         // Nothing is sent to it: the smallest receive buffer the kernel allows.
         let _ = s.set_recv_buffer_size(1);
-        s.bind(&SocketAddr::V4(SocketAddrV4::new(self.ip, 0)).into())?;
-        s.connect(&SocketAddr::V4(SocketAddrV4::new(dst, self.port)).into())?;
+        s.bind(&self.sock_addr(self.ip, 0).into())?;
+        s.connect(&self.sock_addr(dst, self.port).into())?;
         s.set_nonblocking(true)?;
         let socket: UdpSocket = s.into();
-        rustix::net::sockopt::set_ip_mtu_discover(
-            &socket,
-            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
-        )?;
+        dont_fragment(&socket, self.ip)?;
         let port = socket.local_addr()?.port();
-        let next = ip_id::probe(&socket, self.ip, port).ok_or_else(|| {
+        let IpAddr::V4(ip) = self.ip else {
+            return Ok((socket, port, 0));
+        };
+        let next = ip_id::probe(&socket, ip, port).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::Unsupported,
                 "the kernel did not tell the IP ID",
@@ -143,12 +208,11 @@ impl UdpLink {
     /// Writes the ICRC of each `segment`-byte packet of `contents` (the last may be
     /// shorter) for the IP ID the kernel will give it when `out` sends `contents` in one
     /// call: the socket's next ID, counting up per GSO segment (see `ip_id`).
-    pub(super) fn seal(&self, out: &Out<'_>, dst: Ipv4Addr, contents: &mut [u8], segment: usize) {
+    pub(super) fn seal(&self, out: &Out<'_>, dst: IpAddr, contents: &mut [u8], segment: usize) {
         let first = out.ids.and_then(IpIds::next).unwrap_or(0);
-        let ep = self.endpoints(dst, out.src_port);
+        let seal = self.endpoints(dst, out.src_port);
         for (k, p) in contents.chunks_mut(segment.max(1)).enumerate() {
-            let ip_id = first.wrapping_add(k as u16);
-            write_icrc(&Ipv4Endpoints { ip_id, ..ep }, p);
+            seal.write(first.wrapping_add(k as u16), p);
         }
     }
 
@@ -158,7 +222,7 @@ impl UdpLink {
     pub(super) fn transmit(
         &self,
         out: &Out<'_>,
-        dst: Ipv4Addr,
+        dst: IpAddr,
         contents: &mut [u8],
         segment: usize,
     ) -> io::Result<()> {
@@ -171,16 +235,9 @@ impl UdpLink {
             let r = if contents.len() > segment {
                 // GSO: one control message, UDP_SEGMENT (nix builds it in a small
                 // buffer per call: per run of packets, not per packet).
-                let gso = segment as u16;
-                nix::sys::socket::sendmsg(
-                    fd,
-                    &[IoSlice::new(contents)],
-                    &[ControlMessage::UdpGsoSegments(&gso)],
-                    MsgFlags::empty(),
-                    out.to.as_ref(),
-                )
+                send_gso(fd, contents, segment as u16, out.to.as_ref())
             } else if let Some(to) = &out.to {
-                nix::sys::socket::sendto(fd, contents, to, MsgFlags::empty())
+                send_to(fd, contents, to)
             } else {
                 nix::sys::socket::send(fd, contents, MsgFlags::empty())
             };
@@ -228,14 +285,18 @@ impl UdpLink {
 
     /// Gives `out`'s socket the TOS byte the packets being sent should carry, when it
     /// sends with another (one `setsockopt` per change: traffic mostly keeps one
-    /// traffic class). The IPv4 TOS byte does not enter the ICRC (IBTA Annex A17.4.5.1
-    /// masks it).
+    /// traffic class). The IPv4 TOS byte and the IPv6 traffic class do not enter the
+    /// ICRC (IBTA Annex A17.4.5.1 masks them).
     pub(super) fn apply_tos(&self, out: &Out<'_>) {
         let want = self.tos.load(Ordering::Relaxed);
-        if out.tos.load(Ordering::Relaxed) != want
-            && rustix::net::sockopt::set_ip_tos(out.socket, want).is_ok()
-        {
-            out.tos.store(want, Ordering::Relaxed);
+        if out.tos.load(Ordering::Relaxed) != want {
+            let set = match self.ip {
+                IpAddr::V4(_) => rustix::net::sockopt::set_ip_tos(out.socket, want),
+                IpAddr::V6(_) => rustix::net::sockopt::set_ipv6_tclass(out.socket, u32::from(want)),
+            };
+            if set.is_ok() {
+                out.tos.store(want, Ordering::Relaxed);
+            }
         }
     }
 
@@ -244,7 +305,7 @@ impl UdpLink {
     pub(super) fn transmit_each(
         &self,
         out: &Out<'_>,
-        dst: Ipv4Addr,
+        dst: IpAddr,
         contents: &mut [u8],
         segment: usize,
     ) -> io::Result<()> {
@@ -261,13 +322,17 @@ impl UdpLink {
     pub(super) fn send_hooked(
         &self,
         hook: &dyn PacketHook,
-        dst: Ipv4Addr,
+        dst: IpAddr,
         packet: &mut [u8],
     ) -> io::Result<()> {
-        // A hook sends from the bound socket (see `out`), whose datagrams carry IP ID 0.
+        // A hook sends from the bound socket (see `out`), whose datagrams carry IP ID 0;
+        // hooks see IPv4 only (`UdpLink::bind` refuses one on an IPv6 address).
+        let IpAddr::V4(dst4) = dst else {
+            return Err(io::ErrorKind::Unsupported.into());
+        };
         let out = self.bound_out(dst);
         let one = |p: &mut [u8]| self.transmit(&out, dst, p, p.len().max(1));
-        match hook.on_send(dst, packet) {
+        match hook.on_send(dst4, packet) {
             Verdict::Pass => one(packet),
             Verdict::Drop => Ok(()),
             Verdict::Duplicate => {
@@ -279,14 +344,12 @@ impl UdpLink {
                 // From a socket of its own (unconnected, DF: IP ID 0): a copy of the
                 // bound one kept the device's address taken after the device closed,
                 // until the delay ran out, so reopening it failed with EADDRINUSE.
-                let sock = UdpSocket::bind(SocketAddrV4::new(self.ip, 0))?;
-                rustix::net::sockopt::set_ip_mtu_discover(
-                    &sock,
-                    rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
-                )?;
-                write_icrc(&self.endpoints(dst, sock.local_addr()?.port()), packet);
+                let sock = UdpSocket::bind(self.sock_addr(self.ip, 0))?;
+                dont_fragment(&sock, self.ip)?;
+                self.endpoints(dst, sock.local_addr()?.port())
+                    .write(0, packet);
                 let bytes = packet.to_vec();
-                let to = SocketAddrV4::new(dst, self.port);
+                let to = self.sock_addr(dst, self.port);
                 std::thread::spawn(move || {
                     std::thread::sleep(d);
                     let _ = sock.send_to(&bytes, to);
@@ -296,14 +359,25 @@ impl UdpLink {
         }
     }
 
-    /// The ICRC fields of a packet we send to `dst` from `src_port`.
-    pub(super) fn endpoints(&self, dst: Ipv4Addr, src_port: u16) -> Ipv4Endpoints {
-        Ipv4Endpoints {
-            src: self.ip,
-            dst,
-            ip_id: 0,
-            src_port,
-            dst_port: self.port,
+    /// The ICRC fields of a packet we send to `dst` from `src_port` (IP ID 0 until
+    /// [`Seal::write`] is given one). A `dst` of the other family never comes here
+    /// (`Inner::link_address`); it gets all-zero addresses, which no peer checks.
+    #[inline]
+    pub(super) fn endpoints(&self, dst: IpAddr, src_port: u16) -> Seal {
+        match (self.ip, dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => Seal::V4(Ipv4Endpoints {
+                src,
+                dst,
+                ip_id: 0,
+                src_port,
+                dst_port: self.port,
+            }),
+            (src, dst) => Seal::V6(Ipv6Endpoints {
+                src: v6_of(src),
+                dst: v6_of(dst),
+                src_port,
+                dst_port: self.port,
+            }),
         }
     }
 
@@ -353,14 +427,14 @@ impl UdpLink {
         let out = self.out(&mut peers, dst);
         // Two sends: the second takes the ID after the first's.
         let next = out.ids.and_then(IpIds::next).unwrap_or(0);
-        let ep = self.endpoints(dst, out.src_port);
-        write_icrc(&Ipv4Endpoints { ip_id: next, ..ep }, first);
+        let seal = self.endpoints(dst, out.src_port);
+        seal.write(next, first);
         let ip_id = if out.ids.is_some() {
             next.wrapping_add(1)
         } else {
             0
         };
-        write_icrc(&Ipv4Endpoints { ip_id, ..ep }, second);
+        seal.write(ip_id, second);
         self.apply_tos(&out);
         // One system call for both (a ping-pong's answer and the ACK of the question:
         // busy-poll send_lat, see docs/performance.md). The kernel delivers the first on
@@ -371,7 +445,7 @@ impl UdpLink {
                 SendAncillaryBuffer::default(),
                 SendAncillaryBuffer::default(),
             );
-            let to = out.to.map(|a| SocketAddrV4::from(a).as_any());
+            let to = out.to.map(|a| a.as_any());
             let mut msgs = match &to {
                 Some(to) => [
                     MMsgHdr::new_with_addr(to, &iov[0], &mut c0),
@@ -398,5 +472,13 @@ impl UdpLink {
             r = self.transmit(&out, dst, second, second.len().max(1)).and(r);
         }
         r
+    }
+}
+
+/// An address as IPv6 (an IPv4 one IPv4-mapped).
+fn v6_of(ip: IpAddr) -> std::net::Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
     }
 }

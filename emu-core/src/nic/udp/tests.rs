@@ -1,7 +1,7 @@
 //! The UDP link's tests: receives (GRO runs, batching, its back-off) and sends
 //! (GSO runs, connected peer sockets, IP IDs).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,20 +12,36 @@ use crate::nic::interop::{LinkOptions, PacketHook, Verdict};
 use crate::nic::link::{Link, Route, Transmit};
 
 /// Sends one packet from `src` to `dst` through `l`.
-fn send1(l: &UdpLink, src: Ipv4Addr, dst: Ipv4Addr, p: &mut [u8]) -> std::io::Result<()> {
-    l.send(&mut [Transmit::one(Route { src, dst, tos: 0 }, p)])
+fn send1(
+    l: &UdpLink,
+    src: impl Into<IpAddr>,
+    dst: impl Into<IpAddr>,
+    p: &mut [u8],
+) -> std::io::Result<()> {
+    l.send(&mut [Transmit::one(
+        Route {
+            src: src.into(),
+            dst: dst.into(),
+            tos: 0,
+        },
+        p,
+    )])
 }
 
 /// Sends a run of `segment`-byte packets from `src` to `dst` through `l`.
 fn send_run(
     l: &UdpLink,
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
+    src: impl Into<IpAddr>,
+    dst: impl Into<IpAddr>,
     run: &mut [u8],
     segment: usize,
 ) -> std::io::Result<()> {
     l.send(&mut [Transmit {
-        route: Route { src, dst, tos: 0 },
+        route: Route {
+            src: src.into(),
+            dst: dst.into(),
+            tos: 0,
+        },
         contents: run,
         segment_size: segment,
     }])
@@ -36,8 +52,8 @@ use nix::sys::socket::sockopt;
 /// Two links on one port, on 127.0.0.1 and 127.0.0.2.
 fn pair() -> (UdpLink, UdpLink) {
     let opts = LinkOptions::default();
-    let a = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &opts, None).unwrap();
-    let b = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 2), a.port(), &opts, None).unwrap();
+    let a = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1).into(), 0, &opts, None).unwrap();
+    let b = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 2).into(), a.port(), &opts, None).unwrap();
     (a, b)
 }
 
@@ -46,7 +62,8 @@ type Got = Vec<(usize, bool, Vec<u8>)>;
 
 /// The source port of `a`'s datagrams to `dst`: its connected socket's, once it
 /// has sent there, or the bound one.
-fn sent_from(a: &UdpLink, dst: Ipv4Addr) -> u16 {
+fn sent_from(a: &UdpLink, dst: impl Into<IpAddr>) -> u16 {
+    let dst = dst.into();
     a.peers
         .lock()
         .iter()
@@ -68,7 +85,7 @@ fn receive(b: &UdpLink, idle: bool, want: usize, from: u16) -> (Got, usize) {
         rx.found = if idle { 0 } else { BATCH_AFTER };
         b.recv_batch(&mut rx);
         for d in &rx.got {
-            assert_eq!(*d.from.ip(), Ipv4Addr::new(127, 0, 0, 1));
+            assert_eq!(d.from.ip(), IpAddr::from(Ipv4Addr::new(127, 0, 0, 1)));
             assert_eq!(d.from.port(), from);
             let bytes = rx.bytes(d);
             out.push((
@@ -340,8 +357,8 @@ fn sends_to_a_peer_leave_from_its_connected_socket() {
         hook: Some(Arc::new(Pass)),
         ..LinkOptions::default()
     };
-    let h = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &opts, None).unwrap();
-    let c = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 2), h.port(), &opts, None).unwrap();
+    let h = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1).into(), 0, &opts, None).unwrap();
+    let c = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 2).into(), h.port(), &opts, None).unwrap();
     let mut p = vec![1u8; 40];
     send1(&h, h.ip, c.ip, &mut p).unwrap();
     let (got, _) = receive(&c, true, 1, h.port());
@@ -354,7 +371,7 @@ fn sends_to_a_peer_leave_from_its_connected_socket() {
 #[test]
 fn a_closed_peer_port_loses_only_datagrams() {
     let opts = LinkOptions::default();
-    let a = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1), 0, &opts, None).unwrap();
+    let a = UdpLink::bind(Ipv4Addr::new(127, 0, 0, 1).into(), 0, &opts, None).unwrap();
     let gone = Ipv4Addr::new(127, 0, 0, 3);
     for _ in 0..3 {
         let mut p = vec![5u8; 40];
@@ -362,7 +379,7 @@ fn a_closed_peer_port_loses_only_datagrams() {
         // Let the port unreachable come back before the next send.
         std::thread::sleep(Duration::from_millis(20));
     }
-    let c = UdpLink::bind(gone, a.port(), &opts, None).unwrap();
+    let c = UdpLink::bind(gone.into(), a.port(), &opts, None).unwrap();
     let mut p = vec![6u8; 40];
     send1(&a, a.ip, gone, &mut p).unwrap();
     let mut rx = c.rx_bufs();
@@ -383,8 +400,8 @@ fn the_next_ip_id_is_guessed_from_the_last() {
     let (a, _) = pair();
     let mut rx = a.rx_bufs();
     let (x, y) = (
-        SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 9), 1000),
-        SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 9), 1001),
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 9), 1000)),
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 9), 1001)),
     );
     assert_eq!(rx.guess_ip_id(x), 0);
     rx.saw_ip_id(x, 41);
@@ -415,7 +432,7 @@ fn a_delayed_packet_does_not_keep_the_address() {
     };
     let ip = Ipv4Addr::new(127, 0, 0, 71);
     let peer = UdpSocket::bind((Ipv4Addr::new(127, 0, 0, 72), 0)).unwrap();
-    let a = UdpLink::bind(ip, peer.local_addr().unwrap().port(), &opts, None).unwrap();
+    let a = UdpLink::bind(ip.into(), peer.local_addr().unwrap().port(), &opts, None).unwrap();
     let port = a.port();
     let mut p = vec![0u8; 64];
     let n = emu_wire::PacketRepr::new(emu_wire::Opcode::UdSendOnly, 1, emu_wire::Psn::new(0))
@@ -423,7 +440,7 @@ fn a_delayed_packet_does_not_keep_the_address() {
     p.truncate(n);
     send1(&a, ip, Ipv4Addr::new(127, 0, 0, 72), &mut p).unwrap();
     drop(a);
-    let again = UdpLink::bind(ip, port, &opts, None);
+    let again = UdpLink::bind(ip.into(), port, &opts, None);
     assert!(again.is_ok(), "{:?}", again.err());
     let mut buf = [0u8; 128];
     peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -442,7 +459,7 @@ fn a_delayed_packet_does_not_keep_the_address() {
 #[test]
 fn peer_sockets_are_capped() {
     let a = UdpLink::bind(
-        Ipv4Addr::new(127, 0, 0, 1),
+        Ipv4Addr::new(127, 0, 0, 1).into(),
         0,
         &LinkOptions::default(),
         None,

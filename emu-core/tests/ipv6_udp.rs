@@ -1,0 +1,282 @@
+//! Devices on IPv6 addresses over real UDP (`AF_INET6` sockets): RC, UC and UD traffic
+//! between two devices on `::1` (which share the address and its port, as two
+//! processes share one kernel rxe device), their GIDs being the address itself, every
+//! ICRC computed over the IPv6 header (Annex A17.4) and checked on receive, and a UD
+//! receive's GRH in the IPv6 layout (IBTA 8.3, Annex A17.4.5.1).
+
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use emu_core::nic::{EmuConfig, EmuDevice};
+use verbs_api::*;
+
+fn port() -> u16 {
+    // No other test binds ::1.
+    30000 + (std::process::id() % 20000) as u16
+}
+
+fn open(name: &str, ip: Ipv6Addr, port: u16) -> EmuDevice {
+    EmuDevice::open(EmuConfig {
+        name: name.into(),
+        ip: ip.into(),
+        port,
+        ..EmuConfig::default()
+    })
+    .expect("open a device on an IPv6 address")
+}
+
+struct Side {
+    pd: PdId,
+    cq: CqId,
+    qpn: u32,
+    mr: MrInfo,
+    buf: MemBuf,
+}
+
+fn side(d: &EmuDevice, qp_type: QpType) -> Side {
+    let pd = d.alloc_pd().unwrap();
+    let cq = d.create_cq(64, None).unwrap();
+    let qpn = d
+        .create_qp(&QpInitAttr {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type,
+            cap: QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: true,
+            srq: None,
+        })
+        .unwrap();
+    let buf = MemBuf::new(8192);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let mr = d.reg_mr(pd, &buf, 0, 8192, access).unwrap();
+    Side {
+        pd,
+        cq,
+        qpn,
+        mr,
+        buf,
+    }
+}
+
+fn wait_one(d: &EmuDevice, cq: CqId) -> WorkCompletion {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut out = Vec::new();
+    while out.is_empty() {
+        assert!(Instant::now() < deadline, "no completion within 5 s");
+        d.poll_cq(cq, 1, &mut out).unwrap();
+        std::thread::yield_now();
+    }
+    out[0]
+}
+
+fn post_recv(d: &EmuDevice, s: &Side, at: u64) {
+    let wr = RecvWr::new(at, vec![Sge::new(s.mr.addr + at, 4096, s.mr.lkey)]);
+    d.post_recv(s.qpn, &[wr]).unwrap();
+}
+
+fn connect(da: &EmuDevice, a: &Side, db: &EmuDevice, b: &Side, qp_type: QpType) {
+    let params = QpParams {
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        ..QpParams::default()
+    };
+    let params = if qp_type == QpType::Uc {
+        QpParams {
+            access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            ..params
+        }
+    } else {
+        params
+    };
+    let to_b = Endpoint {
+        qpn: b.qpn,
+        psn: 200,
+        gid: db.gid(),
+        ..Endpoint::default()
+    };
+    let to_a = Endpoint {
+        qpn: a.qpn,
+        psn: 100,
+        gid: da.gid(),
+        ..Endpoint::default()
+    };
+    connect_qp(da, a.qpn, qp_type, &params, 100, &to_b).unwrap();
+    connect_qp(db, b.qpn, qp_type, &params, 200, &to_a).unwrap();
+}
+
+fn no_icrc_errors(devs: &[&EmuDevice]) {
+    for d in devs {
+        assert_eq!(d.link_counters().icrc_errors.load(Ordering::Relaxed), 0);
+    }
+}
+
+#[test]
+fn a_device_on_an_ipv6_address_has_it_as_its_gid() {
+    let d = open("v6gid", Ipv6Addr::LOCALHOST, port() + 1);
+    assert_eq!(d.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
+    assert_eq!(d.gid(), Gid::from_ipv6(Ipv6Addr::LOCALHOST));
+    assert_eq!(d.query_gid(1, 0).unwrap(), d.gid());
+}
+
+#[test]
+fn rc_and_uc_between_two_devices_on_the_ipv6_loopback() {
+    let port = port();
+    let (da, db) = (
+        open("v6a", Ipv6Addr::LOCALHOST, port),
+        open("v6b", Ipv6Addr::LOCALHOST, port),
+    );
+    for qp_type in [QpType::Rc, QpType::Uc] {
+        let (a, b) = (side(&da, qp_type), side(&db, qp_type));
+        connect(&da, &a, &db, &b, qp_type);
+        // SEND, with a message larger than the path MTU (several packets).
+        let text: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 1) as u8).collect();
+        a.buf.write(4096, &text).unwrap();
+        post_recv(&db, &b, 0);
+        let wr = SendWr::send(1, vec![Sge::new(a.mr.addr + 4096, 3000, a.mr.lkey)]);
+        da.post_send(a.qpn, &[wr]).unwrap();
+        assert_eq!(wait_one(&da, a.cq).status, WcStatus::Success, "{qp_type:?}");
+        let wc = wait_one(&db, b.cq);
+        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 3000));
+        let mut got = vec![0u8; 3000];
+        b.buf.read(0, &mut got).unwrap();
+        assert_eq!(got, text, "{qp_type:?} SEND");
+        // RDMA WRITE into B's buffer.
+        let wr = SendWr::rdma_write(
+            2,
+            vec![Sge::new(a.mr.addr + 4096, 2000, a.mr.lkey)],
+            b.mr.addr + 5000,
+            b.mr.rkey,
+        );
+        da.post_send(a.qpn, &[wr]).unwrap();
+        assert_eq!(wait_one(&da, a.cq).status, WcStatus::Success);
+        if qp_type == QpType::Rc {
+            let mut got = vec![0u8; 2000];
+            b.buf.read(5000, &mut got).unwrap();
+            assert_eq!(got, text[..2000], "RC WRITE");
+            // RDMA READ back from B.
+            let wr = SendWr::rdma_read(
+                3,
+                vec![Sge::new(a.mr.addr, 2000, a.mr.lkey)],
+                b.mr.addr + 5000,
+                b.mr.rkey,
+            );
+            da.post_send(a.qpn, &[wr]).unwrap();
+            assert_eq!(wait_one(&da, a.cq).status, WcStatus::Success);
+            let mut got = vec![0u8; 2000];
+            a.buf.read(0, &mut got).unwrap();
+            assert_eq!(got, text[..2000], "RC READ");
+        }
+    }
+    no_icrc_errors(&[&da, &db]);
+}
+
+#[test]
+fn ud_over_ipv6_shows_an_ipv6_grh() {
+    let port = port() + 2;
+    let (da, db) = (
+        open("v6uda", Ipv6Addr::LOCALHOST, port),
+        open("v6udb", Ipv6Addr::LOCALHOST, port),
+    );
+    let (a, b) = (side(&da, QpType::Ud), side(&db, QpType::Ud));
+    let params = QpParams {
+        qkey: 0x1111,
+        ..QpParams::default()
+    };
+    connect_qp(&da, a.qpn, QpType::Ud, &params, 1, &Endpoint::default()).unwrap();
+    connect_qp(&db, b.qpn, QpType::Ud, &params, 2, &Endpoint::default()).unwrap();
+    post_recv(&db, &b, 0);
+    let attr = AhAttr {
+        grh: GlobalRoute {
+            dgid: db.gid(),
+            hop_limit: 64,
+            traffic_class: 0x28,
+            ..GlobalRoute::default()
+        },
+        is_global: true,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    let ah = da.create_ah(a.pd, &attr).unwrap();
+    a.buf.write(2048, b"over ipv6").unwrap();
+    let wr = SendWr::send(9, vec![Sge::new(a.mr.addr + 2048, 9, a.mr.lkey)]).with_ud(UdDest {
+        ah,
+        remote_qpn: b.qpn,
+        remote_qkey: 0x1111,
+    });
+    da.post_send(a.qpn, &[wr]).unwrap();
+    assert_eq!(wait_one(&da, a.cq).status, WcStatus::Success);
+    let wc = wait_one(&db, b.cq);
+    assert_eq!(
+        (wc.status, wc.byte_len, wc.src_qp),
+        (WcStatus::Success, 49, a.qpn)
+    );
+    assert!(wc.wc_flags.contains(WcFlags::GRH));
+    let mut grh = [0u8; 49];
+    b.buf.read(0, &mut grh).unwrap();
+    // IPv6 layout: version 6, next header UDP, SGID and DGID the two addresses.
+    assert_eq!(grh[0] >> 4, 6, "IP version");
+    assert_eq!(grh[6], 17, "next header");
+    assert_eq!(&grh[8..24], &Ipv6Addr::LOCALHOST.octets(), "SGID");
+    assert_eq!(&grh[24..40], &Ipv6Addr::LOCALHOST.octets(), "DGID");
+    assert_eq!(&grh[40..], b"over ipv6");
+    // The answer's address vector comes from the GRH: back to A's address.
+    let gids = [db.gid()];
+    let back = emu_core::engine::init_ah_from_wc(1, &wc, &grh[..40], &gids).unwrap();
+    assert_eq!(back.grh.dgid, da.gid());
+    no_icrc_errors(&[&da, &db]);
+}
+
+#[test]
+fn a_peer_of_the_other_family_is_not_reached() {
+    // An IPv6 device cannot send to an IPv4-mapped GID: the packets have no route, and
+    // RC's retries run out.
+    let d = open("v6lonely", Ipv6Addr::LOCALHOST, port() + 3);
+    let a = side(&d, QpType::Rc);
+    let params = QpParams {
+        timeout: 1,
+        retry_cnt: 1,
+        ..QpParams::default()
+    };
+    let v4 = Endpoint {
+        qpn: 0x99,
+        psn: 0,
+        gid: Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST),
+        ..Endpoint::default()
+    };
+    connect_qp(&d, a.qpn, QpType::Rc, &params, 0, &v4).unwrap();
+    let wr = SendWr::send(1, vec![Sge::new(a.mr.addr, 8, a.mr.lkey)]);
+    d.post_send(a.qpn, &[wr]).unwrap();
+    assert_eq!(wait_one(&d, a.cq).status, WcStatus::RetryExcErr);
+}
+
+#[test]
+fn ud_qps_join_ipv6_groups_of_their_family_only() {
+    // An IPv6 MGID is the group's address (IBTA 4.1.1: multicast GIDs start with 0xFF);
+    // the device joins it on the interface of its address (here `lo`). Linux has no
+    // IPv6 multicast route on `lo` (sends to the group fail with ENETUNREACH), so
+    // delivery is not exercised here.
+    let d = open("v6mc", Ipv6Addr::LOCALHOST, port() + 4);
+    let b = side(&d, QpType::Ud);
+    let params = QpParams {
+        qkey: 0x2222,
+        ..QpParams::default()
+    };
+    connect_qp(&d, b.qpn, QpType::Ud, &params, 2, &Endpoint::default()).unwrap();
+    let group: Ipv6Addr = format!("ff12::7e:{:x}", std::process::id() % 0xFFFF)
+        .parse()
+        .unwrap();
+    let mgid = Gid::from_ipv6(group);
+    d.attach_mcast(b.qpn, &mgid, 0).unwrap();
+    // A group of the other family is refused (EOPNOTSUPP).
+    let v4_group = Gid::from_ipv4(std::net::Ipv4Addr::new(239, 1, 2, 3));
+    assert_eq!(d.attach_mcast(b.qpn, &v4_group, 0).unwrap_err().errno(), 95);
+    d.detach_mcast(b.qpn, &mgid, 0).unwrap();
+    assert_eq!(d.detach_mcast(b.qpn, &mgid, 0).unwrap_err().errno(), 22);
+}
