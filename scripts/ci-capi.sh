@@ -92,6 +92,29 @@ pair ib_write_lat 18525 "ib_write_lat -p 18525" "ib_write_lat -p 18525 $SRV_IP" 
 pair ib_read_lat 18526 "ib_read_lat -p 18526" "ib_read_lat -p 18526 $SRV_IP" "^ *2 "
 pair ib_send_lat 18527 "ib_send_lat -p 18527" "ib_send_lat -p 18527 $SRV_IP" "^ *2 "
 
+# IPv6: server and client both on ::1 (they share the address and its port, as two
+# processes share one kernel rxe device); the device's GID is ::1 at every index the
+# tools ask for, and RoCEv2 runs over UDP/IPv6.
+pair6() { # name "server args" "client args" check
+  local name=$1 s=$2 c=$3
+  want "$name" || return 0
+  RDMA_EMU_IP=::1 timeout "$T" $s >"$work/$name.srv" 2>&1 &
+  local spid=$!
+  sleep "${PAIR_WAIT:-1}"
+  RDMA_EMU_IP=::1 timeout "$T" $c >"$work/$name.cli" 2>&1
+  local crc=$?
+  wait $spid; local src=$?
+  local rc=$(( crc != 0 ? crc : src ))
+  if [ "$rc" = 0 ] && ! grep -Eq "$4" "$work/$name.cli"; then rc=99; fi
+  if [ "$rc" = 0 ] && ! grep -q "GID ::1" "$work/$name.cli" && ! grep -q "GID: 00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:01" "$work/$name.cli"; then rc=98; fi
+  record "$name" $rc "$work/$name.srv" "$work/$name.cli"
+  grep -E "$4" "$work/$name.cli" 2>/dev/null | tail -2 | sed 's/^/    /'
+}
+pair6 ibv_rc_pingpong_v6 "ibv_rc_pingpong -g 0 -p 18540" "ibv_rc_pingpong -g 0 -p 18540 localhost" "iters in"
+pair6 ibv_rc_pingpong_v6_g1 "ibv_rc_pingpong -g 1 -p 18541" "ibv_rc_pingpong -g 1 -p 18541 localhost" "iters in"
+pair6 ibv_ud_pingpong_v6 "ibv_ud_pingpong -g 0 -p 18542" "ibv_ud_pingpong -g 0 -p 18542 localhost" "iters in"
+pair6 ib_write_bw_v6 "ib_write_bw -x 0 -p 18543" "ib_write_bw -x 0 -p 18543 localhost" "^ *65536"
+
 # librdmacm: connections by address and port through the emulator's CM.
 cm() { if [ -n "${RDMACM_UTILS:-}" ]; then echo "$RDMACM_UTILS/$1"; else echo "$1"; fi; }
 pair rping 7174 "$(cm rping) -s -v -C 10 -a $SRV_IP" "$(cm rping) -c -v -C 10 -a $SRV_IP" "ping data: rdma-ping-9"

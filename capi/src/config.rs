@@ -1,11 +1,13 @@
 //! Which emulated devices `ibv_get_device_list` shows, from the environment.
 //!
 //! * `RDMA_EMU_DEVICES="emu0=127.0.0.1:4791,emu1=127.0.0.2"`: the devices, each
-//!   `name=ipv4[:port]` (port 4791 when omitted; every device a program talks to must
-//!   use the same port).
+//!   `name=address[:port]` (port 4791 when omitted; every device a program talks to
+//!   must use the same port). An address is IPv4 (`127.0.0.2`, `127.0.0.2:4791`) or
+//!   IPv6 (`::1`, `[::1]:4791`): the device's GID is then the IPv6 address itself, and
+//!   it talks to IPv6 peers.
 //! * `RDMA_EMU_CONFIG=/path/to/file`: the same, one device per line (`name ipv4[:port]`
 //!   or `name=ipv4[:port]`; `#` starts a comment). Used when `RDMA_EMU_DEVICES` is unset.
-//! * `RDMA_EMU_IP=127.0.0.2`: one device `emu0` on that address.
+//! * `RDMA_EMU_IP=127.0.0.2` (or `::1`): one device `emu0` on that address.
 //! * Nothing set: one device `emu0` on 127.0.0.1; if another process already holds
 //!   127.0.0.1:4791, `ibv_open_device` takes the next free address 127.0.0.2,
 //!   127.0.0.3, ... (Linux answers on all of 127.0.0.0/8), so a server and a client on
@@ -20,7 +22,7 @@
 //!   `LinkOptions::strict_source_port`). `0` or unset: any port of the peer's address,
 //!   as kernel rxe.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// The RoCEv2 UDP port.
 pub const ROCE_PORT: u16 = 4791;
@@ -30,8 +32,8 @@ pub const ROCE_PORT: u16 = 4791;
 pub struct DeviceConfig {
     /// `ibv_get_device_name`.
     pub name: String,
-    /// The address it owns (its GID is `::ffff:ip`).
-    pub ip: Ipv4Addr,
+    /// The address it owns (its GID is `::ffff:ip` for IPv4, `ip` for IPv6).
+    pub ip: IpAddr,
     /// The UDP port.
     pub port: u16,
     /// True when no address was configured: opening may move on to the next free
@@ -61,7 +63,7 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Vec<DeviceConfig
     }
     Ok(vec![DeviceConfig {
         name: "emu0".into(),
-        ip: Ipv4Addr::LOCALHOST,
+        ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
         port: ROCE_PORT,
         auto_ip: true,
     }])
@@ -73,7 +75,7 @@ fn parse_list<'a>(entries: impl Iterator<Item = &'a str>) -> Result<Vec<DeviceCo
         let (name, addr) = entry
             .split_once('=')
             .or_else(|| entry.split_once(char::is_whitespace))
-            .ok_or_else(|| format!("device entry {entry:?}: expected name=ipv4[:port]"))?;
+            .ok_or_else(|| format!("device entry {entry:?}: expected name=address[:port]"))?;
         let name = name.trim();
         if name.is_empty() || name.len() >= 64 || !name.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(format!("device entry {entry:?}: bad device name"));
@@ -92,7 +94,17 @@ fn parse_list<'a>(entries: impl Iterator<Item = &'a str>) -> Result<Vec<DeviceCo
     Ok(out)
 }
 
-fn parse_addr(s: &str) -> Result<(Ipv4Addr, u16), String> {
+/// `ipv4[:port]`, a bare IPv6 address, or `[ipv6]:port`.
+fn parse_addr(s: &str) -> Result<(IpAddr, u16), String> {
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok((ip, ROCE_PORT));
+    }
+    if s.starts_with('[') {
+        return s
+            .parse::<SocketAddr>()
+            .map(|a| (a.ip(), a.port()))
+            .map_err(|_| format!("{s:?}: expected [ipv6]:port"));
+    }
     let (ip, port) = match s.split_once(':') {
         Some((ip, port)) => (
             ip,
@@ -103,8 +115,8 @@ fn parse_addr(s: &str) -> Result<(Ipv4Addr, u16), String> {
     };
     let ip = ip
         .parse::<Ipv4Addr>()
-        .map_err(|_| format!("{s:?}: expected an IPv4 address"))?;
-    Ok((ip, port))
+        .map_err(|_| format!("{s:?}: expected an IPv4 or IPv6 address"))?;
+    Ok((IpAddr::V4(ip), port))
 }
 
 /// Whether `RDMA_EMU_INTEROP` asks for interop mode (see the module docs).
@@ -121,10 +133,16 @@ pub fn flag_from_env(get: impl Fn(&str) -> Option<String>, name: &str) -> Result
     }
 }
 
-/// The addresses an automatically addressed device tries, in order.
-pub fn auto_candidates(first: Ipv4Addr) -> impl Iterator<Item = Ipv4Addr> {
-    let [a, b, c, d] = first.octets();
-    (d..=254).map(move |d| Ipv4Addr::new(a, b, c, d))
+/// The addresses an automatically addressed device tries, in order (the last octet
+/// walks up from an IPv4 one; an IPv6 one is tried alone).
+pub fn auto_candidates(first: IpAddr) -> impl Iterator<Item = IpAddr> {
+    let (v4, start) = match first {
+        IpAddr::V4(v4) => (v4, v4.octets()[3]),
+        IpAddr::V6(_) => (Ipv4Addr::UNSPECIFIED, 255),
+    };
+    let [a, b, c, _] = v4.octets();
+    let walk = (start..=254).map(move |d| IpAddr::V4(Ipv4Addr::new(a, b, c, d)));
+    first.is_ipv6().then_some(first).into_iter().chain(walk)
 }
 
 #[cfg(test)]
@@ -145,7 +163,7 @@ mod tests {
         let d = from_env(env(&[])).unwrap();
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].name, "emu0");
-        assert_eq!(d[0].ip, Ipv4Addr::LOCALHOST);
+        assert_eq!(d[0].ip, IpAddr::V4(Ipv4Addr::LOCALHOST));
         assert_eq!(d[0].port, 4791);
         assert!(d[0].auto_ip);
     }
@@ -153,7 +171,7 @@ mod tests {
     #[test]
     fn rdma_emu_ip_fixes_the_address() {
         let d = from_env(env(&[("RDMA_EMU_IP", "127.0.0.2")])).unwrap();
-        assert_eq!(d[0].ip, Ipv4Addr::new(127, 0, 0, 2));
+        assert_eq!(d[0].ip, IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
         assert!(!d[0].auto_ip);
         assert!(from_env(env(&[("RDMA_EMU_IP", "localhost")])).is_err());
     }
@@ -169,7 +187,7 @@ mod tests {
         assert_eq!((d[0].name.as_str(), d[0].port), ("emu0", 5000));
         assert_eq!(
             (d[1].name.as_str(), d[1].ip, d[1].port),
-            ("emu1", Ipv4Addr::new(127, 0, 0, 2), 4791)
+            ("emu1", IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), 4791)
         );
         for bad in [
             "emu0",
@@ -198,7 +216,7 @@ mod tests {
         assert_eq!(d.len(), 2);
         assert_eq!(
             (d[0].name.as_str(), d[0].ip),
-            ("emuA", Ipv4Addr::new(127, 0, 0, 5))
+            ("emuA", IpAddr::V4(Ipv4Addr::new(127, 0, 0, 5)))
         );
         assert_eq!((d[1].name.as_str(), d[1].port), ("emuB", 4800));
         assert!(from_env(env(&[("RDMA_EMU_CONFIG", "/nonexistent/x")])).is_err());
@@ -223,11 +241,30 @@ mod tests {
 
     #[test]
     fn auto_candidates_walk_the_last_octet() {
-        let v: Vec<_> = auto_candidates(Ipv4Addr::new(127, 0, 0, 253)).collect();
+        let v: Vec<_> = auto_candidates(Ipv4Addr::new(127, 0, 0, 253).into()).collect();
         assert_eq!(
             v,
-            [Ipv4Addr::new(127, 0, 0, 253), Ipv4Addr::new(127, 0, 0, 254)]
+            [
+                IpAddr::V4(Ipv4Addr::new(127, 0, 0, 253)),
+                IpAddr::V4(Ipv4Addr::new(127, 0, 0, 254))
+            ]
         );
+        let v6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+        assert_eq!(auto_candidates(v6).collect::<Vec<_>>(), [v6]);
+    }
+
+    #[test]
+    fn ipv6_addresses_with_and_without_a_port() {
+        let one = |v: &str| from_env(env(&[("RDMA_EMU_IP", v)])).map(|d| (d[0].ip, d[0].port));
+        let lo6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+        assert_eq!(one("::1"), Ok((lo6, 4791)));
+        assert_eq!(one("[::1]:4800"), Ok((lo6, 4800)));
+        assert_eq!(one("fe80::1"), Ok(("fe80::1".parse().unwrap(), 4791)));
+        assert!(one("[::1]").is_err());
+        assert!(one("[::1]:x").is_err());
+        let d = from_env(env(&[("RDMA_EMU_DEVICES", "a=[fd00::1]:4791,b=127.0.0.2")])).unwrap();
+        assert_eq!(d[0].ip, "fd00::1".parse::<IpAddr>().unwrap());
+        assert_eq!(d[1].ip, IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
     }
 
     use proptest::prelude::*;
@@ -249,7 +286,7 @@ mod tests {
             prop_assert_eq!(parsed.len(), devs.len());
             for (d, (n, (ip, port, with_port))) in parsed.iter().zip(&devs) {
                 prop_assert_eq!(&d.name, n);
-                prop_assert_eq!(d.ip, Ipv4Addr::from(*ip));
+                prop_assert_eq!(d.ip, IpAddr::V4(Ipv4Addr::from(*ip)));
                 prop_assert_eq!(d.port, if *with_port { *port } else { ROCE_PORT });
                 prop_assert!(!d.auto_ip);
             }

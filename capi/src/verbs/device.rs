@@ -42,7 +42,7 @@ fn device_entry(cfg: DeviceConfig, index: usize) -> Dev {
 /// The node GUID `EmuDevice` reports for the configured address (before the device
 /// is opened; an automatically addressed device may end up on another address).
 fn guid_of(cfg: &DeviceConfig) -> u64 {
-    emu_core::nic::node_guid(cfg.ip.into())
+    emu_core::nic::node_guid(cfg.ip)
 }
 
 /// `ibv_get_device_list`: the configured emulated devices, NULL-terminated.
@@ -129,11 +129,11 @@ fn open_emu(cfg: &DeviceConfig) -> verbs_api::Result<EmuDevice> {
         EmuDevice::open(c)
     };
     if !cfg.auto_ip {
-        return open(cfg.ip.into());
+        return open(cfg.ip);
     }
     let mut last = Error::InvalidArgument("no free address");
     for ip in config::auto_candidates(cfg.ip) {
-        match open(ip.into()) {
+        match open(ip) {
             Err(e @ Error::AddressInUse(_)) => last = e,
             r => return r,
         }

@@ -180,7 +180,14 @@ pub(crate) fn run(o: ExecOpts) -> Result<(), String> {
         enter_namespaces(o.netns)
             .map_err(|e| fallback("cannot make a user and mount namespace", e))?;
         if o.netns {
-            let mut addrs: Vec<Ipv4Addr> = devices.iter().map(|d| d.ip).collect();
+            // (The namespace's addresses are IPv4; an IPv6 device's is not added.)
+            let mut addrs: Vec<Ipv4Addr> = devices
+                .iter()
+                .filter_map(|d| match d.ip {
+                    std::net::IpAddr::V4(v4) => Some(v4),
+                    std::net::IpAddr::V6(_) => None,
+                })
+                .collect();
             addrs.extend(&o.netns_addr);
             setup_netns(&addrs)?;
         }
@@ -338,7 +345,7 @@ fn setup_netns(addrs: &[Ipv4Addr]) -> Result<(), String> {
 fn describe(cfg: &DeviceConfig, index: usize) -> Result<DeviceDesc, String> {
     let dev = EmuDevice::open(EmuConfig {
         name: cfg.name.clone(),
-        ip: cfg.ip.into(),
+        ip: cfg.ip,
         port: 0,
         ..EmuConfig::default()
     })
@@ -371,7 +378,12 @@ fn describe(cfg: &DeviceConfig, index: usize) -> Result<DeviceDesc, String> {
         ethernet: p.link_layer == LinkLayer::Ethernet,
         gids,
         pkeys,
-        netdev: netdev_of(cfg.ip),
+        netdev: match cfg.ip {
+            std::net::IpAddr::V4(v4) => netdev_of(v4),
+            std::net::IpAddr::V6(v6) if v6.is_loopback() => Some("lo".into()),
+            // (Found by the device itself; sysfs names none here.)
+            std::net::IpAddr::V6(_) => None,
+        },
     })
 }
 
@@ -846,7 +858,7 @@ mod tests {
     fn values_come_from_the_emulated_device() {
         let cfg = DeviceConfig {
             name: "emu0".into(),
-            ip: Ipv4Addr::new(127, 0, 0, 9),
+            ip: Ipv4Addr::new(127, 0, 0, 9).into(),
             port: 4791,
             auto_ip: false,
         };
@@ -910,7 +922,7 @@ mod tests {
         assert_eq!(
             devices_env(&[DeviceConfig {
                 name: "emu0".into(),
-                ip: Ipv4Addr::new(127, 0, 0, 2),
+                ip: Ipv4Addr::new(127, 0, 0, 2).into(),
                 port: 4791,
                 auto_ip: false
             }]),
