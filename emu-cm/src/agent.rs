@@ -4,7 +4,7 @@
 //! the GSI Q_Key (IBTA 13.5.1, Annex A17), exactly as kernel rxe sends rdma_cm's.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use verbs_api::{
@@ -31,7 +31,7 @@ pub(crate) const EIO: i32 = 5;
 pub(crate) struct Agent {
     pub(crate) dev: Arc<dyn Device>,
     pub(crate) gid: Gid,
-    pub(crate) ip: Ipv4Addr,
+    pub(crate) ip: IpAddr,
     pub(crate) guid: u64,
     pub(crate) mtu: Mtu,
     /// The device's block of QPNs ([`Device::qpn_block`]): the top bits of the
@@ -65,9 +65,8 @@ impl Agent {
     /// Makes QP1 on `dev` and brings it to RTS with every receive buffer posted.
     pub(crate) fn open(dev: Arc<dyn Device>) -> Result<Agent> {
         let gid = dev.query_gid(1, 0)?;
-        let ip = gid
-            .to_ipv4()
-            .ok_or(Error::Unsupported("the CM runs on IPv4 RoCEv2 GIDs only"))?;
+        // An IPv4-mapped GID names an IPv4 address, any other an IPv6 one.
+        let ip = emu_core::nic::ip_of(&gid);
         let guid = dev.query_device()?.node_guid;
         let mtu = dev.query_port(1)?.active_mtu;
         let dev_block = dev.qpn_block();

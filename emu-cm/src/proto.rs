@@ -24,7 +24,7 @@
 //!   does not take with status "unsupported method/attribute" (see `mad::CmMsg`).
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -102,8 +102,8 @@ struct Id {
     ps: PortSpace,
     st: St,
     dev: Option<usize>,
-    local: Option<SocketAddrV4>,
-    peer: Option<SocketAddrV4>,
+    local: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
     dgid: Gid,
     qpn: Option<u32>,
     backlog: u32,
@@ -129,7 +129,7 @@ struct Id {
     deadline: Option<Instant>,
     probe_interval: Duration,
     /// The multicast groups the id joined, each with the QP attached to it (`mcast`).
-    mcast: Vec<(SocketAddrV4, Option<u32>)>,
+    mcast: Vec<(SocketAddr, Option<u32>)>,
     /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: the local ACK timeout of the
     /// id's QP in place of the path's (kernel cma.c `rdma_set_ack_timeout`, applied
     /// by `rdma_init_qp_attr` whenever its mask has IB_QP_TIMEOUT).
@@ -195,13 +195,11 @@ fn einval(s: &'static str) -> Error {
     Error::InvalidArgument(s)
 }
 
-fn v4(a: SocketAddr) -> Result<SocketAddrV4> {
-    match a {
-        SocketAddr::V4(a) => Ok(a),
-        SocketAddr::V6(_) => Err(Error::Os {
-            errno: EAFNOSUPPORT,
-            context: "the emulator's CM speaks IPv4 only",
-        }),
+/// The unspecified address of `ip`'s family.
+fn unspecified_like(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     }
 }
 
@@ -209,7 +207,11 @@ impl State {
     /// `instance` varies the first Local Communication ID between CMs on one address
     /// (see `EmuCm::open`); 0 keeps it a function of the address alone.
     pub(crate) fn new(agents: Vec<Agent>, cfg: CmConfig, instance: u32) -> State {
-        let seed = agents.first().map_or(0, |a| u32::from(a.ip)) ^ instance;
+        let seed = agents.first().map_or(0, |a| match a.ip {
+            IpAddr::V4(v4) => u32::from(v4),
+            // The low four bytes, as an IPv4 address's four.
+            IpAddr::V6(v6) => u32::from_be_bytes(v6.octets()[12..].try_into().unwrap_or_default()),
+        }) ^ instance;
         State {
             agents,
             channels: BTreeMap::new(),
@@ -355,17 +357,17 @@ impl State {
         Ok(())
     }
 
-    fn device_of_ip(&self, ip: Ipv4Addr) -> Option<usize> {
+    fn device_of_ip(&self, ip: IpAddr) -> Option<usize> {
         self.agents.iter().position(|a| a.ip == ip)
     }
 
-    fn port_taken(&self, ps: PortSpace, ip: Ipv4Addr, port: u16) -> bool {
+    fn port_taken(&self, ps: PortSpace, ip: IpAddr, port: u16) -> bool {
         self.ids.values().any(|i| {
             i.ps == ps
                 && i.parent.is_none()
                 && i.local.is_some_and(|l| {
                     l.port() == port
-                        && (l.ip().is_unspecified() || ip.is_unspecified() || *l.ip() == ip)
+                        && (l.ip().is_unspecified() || ip.is_unspecified() || l.ip() == ip)
                 })
         })
     }
@@ -377,7 +379,7 @@ impl State {
         &mut self,
         id: CmId,
         ps: PortSpace,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         port: u16,
         dev: Option<usize>,
     ) -> bool {
@@ -400,7 +402,7 @@ impl State {
         &mut self,
         id: CmId,
         ps: PortSpace,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         dev: Option<usize>,
     ) -> Option<u16> {
         (EPHEMERAL..=u16::MAX)
@@ -408,7 +410,7 @@ impl State {
     }
 
     pub(crate) fn bind(&mut self, id: CmId, addr: SocketAddr) -> Result<()> {
-        let a = v4(addr)?;
+        let a = addr;
         let (ps, bound) = {
             let i = self.id(id)?;
             (i.ps, i.local.is_some())
@@ -419,18 +421,18 @@ impl State {
         let dev = if a.ip().is_unspecified() {
             None
         } else {
-            Some(self.device_of_ip(*a.ip()).ok_or(Error::Os {
+            Some(self.device_of_ip(a.ip()).ok_or(Error::Os {
                 errno: EADDRNOTAVAIL,
                 context: "no device owns the address",
             })?)
         };
         let port = if a.port() == 0 {
-            self.ephemeral_port(id, ps, *a.ip(), dev).ok_or(Error::Os {
+            self.ephemeral_port(id, ps, a.ip(), dev).ok_or(Error::Os {
                 errno: EADDRINUSE,
                 context: "no free port",
             })?
-        } else if self.port_taken(ps, *a.ip(), a.port())
-            || !self.claim_port(id, ps, *a.ip(), a.port(), dev)
+        } else if self.port_taken(ps, a.ip(), a.port())
+            || !self.claim_port(id, ps, a.ip(), a.port(), dev)
         {
             return Err(Error::Os {
                 errno: EADDRINUSE,
@@ -440,7 +442,7 @@ impl State {
             a.port()
         };
         let i = self.id(id)?;
-        i.local = Some(SocketAddrV4::new(*a.ip(), port));
+        i.local = Some(SocketAddr::new(a.ip(), port));
         i.dev = dev;
         Ok(())
     }
@@ -453,7 +455,6 @@ impl State {
         timeout: Duration,
         now: Instant,
     ) -> Result<()> {
-        let dst = v4(dst)?;
         if self.agents.is_empty() {
             return Err(Error::NoDevice("the CM has no device".into()));
         }
@@ -469,11 +470,20 @@ impl State {
                 self.bind(id, src)?;
             }
         }
-        let owner = self.device_of_ip(*dst.ip());
+        let owner = self.device_of_ip(dst.ip());
+        // A device of the destination's family (IPv4 or IPv6): the first, when no
+        // device owns the destination and the id is not bound.
+        let family = self
+            .agents
+            .iter()
+            .position(|a| a.ip.is_ipv4() == dst.is_ipv4());
         let i = self.id(id)?;
-        let dev = i.dev.or(owner).unwrap_or(0);
+        let dev = i.dev.or(owner).or(family).ok_or(Error::Os {
+            errno: EAFNOSUPPORT,
+            context: "no device of the destination's address family",
+        })?;
         if i.local.is_none() {
-            i.local = Some(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+            i.local = Some(SocketAddr::new(unspecified_like(dst.ip()), 0));
         }
         let ip = self.agents[dev].ip;
         let ps = self.ids[&id.0].ps;
@@ -486,9 +496,9 @@ impl State {
         let comm = self.alloc_comm(dev);
         let i = self.id(id)?;
         i.dev = Some(dev);
-        i.local = Some(SocketAddrV4::new(ip, port));
+        i.local = Some(SocketAddr::new(ip, port));
         i.peer = Some(dst);
-        i.dgid = Gid::from_ipv4(*dst.ip());
+        i.dgid = emu_core::nic::gid_of(dst.ip());
         i.comm = comm;
         i.tid = u64::from(comm);
         if dst.ip().is_multicast() {
@@ -838,8 +848,8 @@ impl State {
         let peer = i.peer.expect("resolved");
         let hdr = CmaHdr {
             src_port: local.port(),
-            src: *local.ip(),
-            dst: *peer.ip(),
+            src: local.ip(),
+            dst: peer.ip(),
         };
         let agent = &self.agents[i.dev.expect("resolved")];
         let service_id = ps.service_id(peer.port());
@@ -1082,8 +1092,8 @@ impl State {
             device: agent.map(|a| a.dev.name().to_owned()),
             port_num: 1,
             qp_num: i.qpn,
-            local: i.local.map(SocketAddr::V4),
-            peer: i.peer.map(SocketAddr::V4),
+            local: i.local,
+            peer: i.peer,
             sgid: agent.map_or(Gid::ZERO, |a| a.gid),
             dgid: i.dgid,
         })
@@ -1218,7 +1228,7 @@ impl State {
             let on: Vec<u32> = self
                 .ids
                 .iter()
-                .filter(|(_, i)| i.dev == Some(d) && i.local.is_some_and(|l| *l.ip() == ip))
+                .filter(|(_, i)| i.dev == Some(d) && i.local.is_some_and(|l| l.ip() == ip))
                 .map(|(k, _)| *k)
                 .collect();
             for id in on {
@@ -1315,7 +1325,7 @@ impl State {
                     && i.ps == ps
                     && i.dev.is_none_or(|d| d == dev)
                     && i.local.is_some_and(|l| {
-                        l.port() == port && (l.ip().is_unspecified() || *l.ip() == hdr.dst)
+                        l.port() == port && (l.ip().is_unspecified() || l.ip() == hdr.dst)
                     })
             })
             .map(|(k, _)| *k)
@@ -1342,8 +1352,8 @@ impl State {
         let mut c = Id::new(l.ch, l.ps);
         c.st = St::ReqRcvd;
         c.dev = Some(dev);
-        c.local = Some(SocketAddrV4::new(hdr.dst, l.local.map_or(0, |a| a.port())));
-        c.peer = Some(SocketAddrV4::new(hdr.src, hdr.src_port));
+        c.local = Some(SocketAddr::new(hdr.dst, l.local.map_or(0, |a| a.port())));
+        c.peer = Some(SocketAddr::new(hdr.src, hdr.src_port));
         c.dgid = src;
         c.parent = Some(listener);
         c.comm = self.alloc_comm(dev);

@@ -96,8 +96,8 @@ fn each_side_sends_from_the_psn_the_other_announced() {
         local_ack_timeout: 19,
         private_data: CmaHdr {
             src_port: 40000,
-            src: P,
-            dst: S,
+            src: P.into(),
+            dst: S.into(),
         }
         .wrap(&[]),
         ..Req::default()

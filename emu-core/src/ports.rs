@@ -14,7 +14,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 use crate::host;
@@ -26,7 +26,12 @@ fn dir() -> PathBuf {
     host::folder().join("cm")
 }
 
-fn path(ps: u16, port: u16, ip: Ipv4Addr) -> PathBuf {
+/// The wildcard address, one for both families: an id bound to every address holds
+/// its port on IPv4 and IPv6 alike, as one port space holds both in the kernel.
+const WILDCARD: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+
+fn path(ps: u16, port: u16, ip: IpAddr) -> PathBuf {
+    let ip = if ip.is_unspecified() { WILDCARD } else { ip };
     dir().join(format!("{ps:04x}-{port}-{ip}"))
 }
 
@@ -66,12 +71,7 @@ impl Drop for PortClaim {
 /// `Ok(None)` when a live claim of another id conflicts (EADDRINUSE); an error when
 /// no claim can be written (no shared folder: the port is then this process's alone,
 /// as before there were claims).
-pub fn claim(
-    ps: u16,
-    ip: Ipv4Addr,
-    port: u16,
-    member: Option<u8>,
-) -> io::Result<Option<PortClaim>> {
+pub fn claim(ps: u16, ip: IpAddr, port: u16, member: Option<u8>) -> io::Result<Option<PortClaim>> {
     if conflicts(ps, ip, port) {
         return Ok(None);
     }
@@ -100,9 +100,9 @@ pub fn claim(
 
 /// Whether a live claim conflicts with `ip:port`: one on the same address or on the
 /// wildcard, or any when `ip` is the wildcard.
-fn conflicts(ps: u16, ip: Ipv4Addr, port: u16) -> bool {
+fn conflicts(ps: u16, ip: IpAddr, port: u16) -> bool {
     if !ip.is_unspecified() {
-        return [ip, Ipv4Addr::UNSPECIFIED]
+        return [ip, WILDCARD]
             .iter()
             .any(|a| read(&path(ps, port, *a)).is_some());
     }
@@ -117,8 +117,8 @@ fn conflicts(ps: u16, ip: Ipv4Addr, port: u16) -> bool {
 
 /// Who holds port `port` of port space `ps` for requests to `ip`: the claim on `ip`,
 /// else the wildcard's.
-pub(crate) fn holder(ps: u16, ip: Ipv4Addr, port: u16) -> Option<Holder> {
-    read(&path(ps, port, ip)).or_else(|| read(&path(ps, port, Ipv4Addr::UNSPECIFIED)))
+pub(crate) fn holder(ps: u16, ip: IpAddr, port: u16) -> Option<Holder> {
+    read(&path(ps, port, ip)).or_else(|| read(&path(ps, port, WILDCARD)))
 }
 
 #[cfg(test)]
@@ -132,38 +132,43 @@ mod tests {
     fn claims_conflict_as_the_kernels_port_space() {
         let ps = 0x0F00 | (std::process::id() % 0xFF) as u16;
         let (a, b) = (Ipv4Addr::new(127, 0, 97, 1), Ipv4Addr::new(127, 0, 97, 2));
-        let c = claim(ps, a, 7000, Some(3)).unwrap().expect("free");
+        let c = claim(ps, a.into(), 7000, Some(3)).unwrap().expect("free");
         assert_eq!(
-            holder(ps, a, 7000),
+            holder(ps, a.into(), 7000),
             Some(Holder {
                 pid: std::process::id(),
                 member: Some(3)
             })
         );
-        assert!(claim(ps, a, 7000, None).unwrap().is_none(), "same address");
         assert!(
-            claim(ps, Ipv4Addr::UNSPECIFIED, 7000, None)
+            claim(ps, a.into(), 7000, None).unwrap().is_none(),
+            "same address"
+        );
+        assert!(
+            claim(ps, (Ipv4Addr::UNSPECIFIED).into(), 7000, None)
                 .unwrap()
                 .is_none(),
             "the wildcard"
         );
-        let other = claim(ps, b, 7000, None).unwrap().expect("another address");
-        assert_eq!(holder(ps, b, 7001), None);
+        let other = claim(ps, b.into(), 7000, None)
+            .unwrap()
+            .expect("another address");
+        assert_eq!(holder(ps, b.into(), 7001), None);
         drop(c);
-        assert_eq!(holder(ps, a, 7000), None);
+        assert_eq!(holder(ps, a.into(), 7000), None);
         drop(other);
-        let any = claim(ps, Ipv4Addr::UNSPECIFIED, 7000, None)
+        let any = claim(ps, (Ipv4Addr::UNSPECIFIED).into(), 7000, None)
             .unwrap()
             .expect("free again");
-        assert_eq!(holder(ps, a, 7000).map(|h| h.member), Some(None));
+        assert_eq!(holder(ps, a.into(), 7000).map(|h| h.member), Some(None));
         assert!(
-            claim(ps, b, 7000, None).unwrap().is_none(),
+            claim(ps, b.into(), 7000, None).unwrap().is_none(),
             "under the wildcard"
         );
         drop(any);
         // A claim whose process is gone (pid 0 is never a process).
-        fs::write(path(ps, 7002, a), [0, 0, 0, 0, ANY_MEMBER]).unwrap();
-        assert_eq!(holder(ps, a, 7002), None);
-        assert!(claim(ps, a, 7002, None).unwrap().is_some(), "stale");
+        fs::write(path(ps, 7002, a.into()), [0, 0, 0, 0, ANY_MEMBER]).unwrap();
+        assert_eq!(holder(ps, a.into(), 7002), None);
+        assert!(claim(ps, a.into(), 7002, None).unwrap().is_some(), "stale");
     }
 }

@@ -624,15 +624,17 @@ impl Addressee {
     }
 }
 
-/// rdma_cm's header at the start of REQ and SIDR_REQ private data (IPv4 only).
+/// rdma_cm's header at the start of REQ and SIDR_REQ private data: version 0, the IP
+/// version in the high nibble of byte 1, the active side's port, then the source and
+/// destination addresses, 16 bytes each (an IPv4 one in the last four).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CmaHdr {
     /// The active side's port.
     pub src_port: u16,
     /// The active side's address.
-    pub src: std::net::Ipv4Addr,
-    /// The address it connects to.
-    pub dst: std::net::Ipv4Addr,
+    pub src: std::net::IpAddr,
+    /// The address it connects to (of the same family).
+    pub dst: std::net::IpAddr,
 }
 
 impl CmaHdr {
@@ -640,26 +642,43 @@ impl CmaHdr {
     pub fn wrap(&self, user: &[u8]) -> Vec<u8> {
         let mut v = vec![0u8; CMA_HDR_LEN];
         v[0] = 0; // cma_version
-        v[1] = 4 << 4; // ip_version
         v[2..4].copy_from_slice(&self.src_port.to_be_bytes());
-        v[16..20].copy_from_slice(&self.src.octets());
-        v[32..36].copy_from_slice(&self.dst.octets());
+        let mut put = |at: usize, ip: std::net::IpAddr| match ip {
+            std::net::IpAddr::V4(a) => v[at + 12..at + 16].copy_from_slice(&a.octets()),
+            std::net::IpAddr::V6(a) => v[at..at + 16].copy_from_slice(&a.octets()),
+        };
+        put(4, self.src);
+        put(20, self.dst);
+        v[1] = if self.src.is_ipv6() { 6 << 4 } else { 4 << 4 }; // ip_version
         v.extend_from_slice(user);
         v
     }
 
     /// Splits private data into the header and the user's part; `None` if it is not
-    /// an IPv4 rdma_cm header.
+    /// an rdma_cm header of IP version 4 or 6.
     pub fn unwrap(pd: &[u8]) -> Option<(CmaHdr, &[u8])> {
-        if pd.len() < CMA_HDR_LEN || pd[0] != 0 || pd[1] >> 4 != 4 {
+        if pd.len() < CMA_HDR_LEN || pd[0] != 0 || !matches!(pd[1] >> 4, 4 | 6) {
             return None;
         }
-        let ip = |o: usize| std::net::Ipv4Addr::new(pd[o], pd[o + 1], pd[o + 2], pd[o + 3]);
+        let v6 = pd[1] >> 4 == 6;
+        let ip = |o: usize| -> std::net::IpAddr {
+            if v6 {
+                let b: [u8; 16] = pd[o..o + 16].try_into().unwrap_or_default();
+                std::net::IpAddr::V6(b.into())
+            } else {
+                std::net::IpAddr::V4(std::net::Ipv4Addr::new(
+                    pd[o + 12],
+                    pd[o + 13],
+                    pd[o + 14],
+                    pd[o + 15],
+                ))
+            }
+        };
         Some((
             CmaHdr {
                 src_port: u16::from_be_bytes([pd[2], pd[3]]),
-                src: ip(16),
-                dst: ip(32),
+                src: ip(4),
+                dst: ip(20),
             },
             &pd[CMA_HDR_LEN..],
         ))
@@ -718,6 +737,15 @@ mod tests {
         assert_eq!(&v[28..32], &[0, 0, 0, 0]);
         assert_eq!(CmaHdr::unwrap(&v), Some((h, &b"hi"[..])));
         assert_eq!(CmaHdr::unwrap(&v[..10]), None);
+        let h6 = CmaHdr {
+            src_port: 7,
+            src: "fd00::1".parse().unwrap(),
+            dst: "fd00::2".parse().unwrap(),
+        };
+        let v = h6.wrap(b"");
+        assert_eq!(v[1], 0x60);
+        assert_eq!(&v[4..6], &[0xFD, 0x00]);
+        assert_eq!(CmaHdr::unwrap(&v), Some((h6, &b""[..])));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! `rdma_getaddrinfo` and `rdma_freeaddrinfo` (manual 4.2.23, 4.2.24; librdmacm's
 //! `rdma_getaddrinfo(3)`): the host name and service through the system resolver,
-//! IPv4 only. (Safety argument: the parent module's.)
+//! IPv4 or IPv6 (the hints' family, or the resolver's first answer).
+//! (Safety argument: the parent module's.)
 
 use std::ffi::{c_char, c_int};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::*;
 use crate::objects::{free, into_ptr, Wraps};
@@ -11,15 +12,16 @@ use crate::objects::{free, into_ptr, Wraps};
 // SAFETY: #[repr(C)] with rdma_addrinfo first (parent module).
 unsafe impl Wraps<r::rdma_addrinfo> for AddrInfoObj {}
 
-/// The first IPv4 address and port of `node`/`service` (either may be null), or
-/// EADDRNOTAVAIL / the resolver's failure as ENOENT.
+/// The first address and port of `node`/`service` (either may be null) of `family`
+/// (AF_INET, AF_INET6, or 0 for either), or EADDRNOTAVAIL.
 unsafe fn lookup(
     node: *const c_char,
     service: *const c_char,
     numeric: bool,
-) -> Result<SocketAddrV4, c_int> {
+    family: c_int,
+) -> Result<SocketAddr, c_int> {
     let hints = libc::addrinfo {
-        ai_family: libc::AF_INET,
+        ai_family: family,
         ai_socktype: libc::SOCK_STREAM,
         ai_flags: if numeric { libc::AI_NUMERICHOST } else { 0 },
         ..unsafe { std::mem::zeroed() }
@@ -29,13 +31,13 @@ unsafe fn lookup(
     if unsafe { libc::getaddrinfo(node, service, &hints, &mut res) } != 0 || res.is_null() {
         return Err(libc::EADDRNOTAVAIL);
     }
-    // SAFETY: getaddrinfo gave a list; the first entry's address is a sockaddr_in
-    // (AF_INET asked for).
+    // SAFETY: getaddrinfo gave a list; the first entry's address is a sockaddr of
+    // its family.
     let found = unsafe { sockaddr_from_c((*res).ai_addr.cast()) };
     // SAFETY: the list getaddrinfo made.
     unsafe { libc::freeaddrinfo(res) };
     match found {
-        Ok(Some(SocketAddr::V4(a))) => Ok(a),
+        Ok(Some(a)) => Ok(a),
         _ => Err(libc::EADDRNOTAVAIL),
     }
 }
@@ -61,23 +63,29 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     let h = unsafe { hints.as_ref() };
     let from_hints = node.is_null() && service.is_null();
     let flags = h.map_or(0, |h| h.ai_flags);
-    if h.is_some_and(|h| h.ai_family != 0 && h.ai_family != libc::AF_INET) {
+    let family = h.map_or(0, |h| h.ai_family);
+    if family != 0 && family != libc::AF_INET && family != libc::AF_INET6 {
         return err(libc::EAFNOSUPPORT);
     }
     let passive = flags & r::RAI_PASSIVE as c_int != 0;
     let numeric = flags & r::RAI_NUMERICHOST as c_int != 0;
+    let any = if family == libc::AF_INET6 {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    };
     let addr = if from_hints {
         // No name to resolve: the hints' addresses are the entry's (below).
-        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)
+        SocketAddr::new(any, 0)
     } else if node.is_null() {
         // SAFETY: as lookup's contract.
-        match unsafe { lookup(c"0.0.0.0".as_ptr(), service, true) } {
-            Ok(a) => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, a.port()),
+        match unsafe { lookup(c"0.0.0.0".as_ptr(), service, true, libc::AF_INET) } {
+            Ok(a) => SocketAddr::new(any, a.port()),
             Err(e) => return err(e),
         }
     } else {
         // SAFETY: the caller's strings.
-        match unsafe { lookup(node, service, numeric) } {
+        match unsafe { lookup(node, service, numeric, family) } {
             Ok(a) => a,
             Err(e) => return err(e),
         }
@@ -101,37 +109,38 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         None => None,
     };
     let src = if passive && !from_hints {
-        Some(SocketAddr::V4(addr))
+        Some(addr)
     } else {
         hint_src
     };
     let dst = if from_hints {
         hint_dst
     } else {
-        (!passive).then_some(SocketAddr::V4(addr))
+        (!passive).then_some(addr)
     };
+    let v6 = src.or(dst).is_some_and(|a| a.is_ipv6());
+    let ((src_c, src_len), (dst_c, dst_len)) = (SockaddrStore::of(src), SockaddrStore::of(dst));
     let p = into_ptr::<r::rdma_addrinfo, AddrInfoObj>(AddrInfoObj {
         raw: r::rdma_addrinfo {
             ai_flags: flags,
-            ai_family: libc::AF_INET,
+            ai_family: if v6 { libc::AF_INET6 } else { libc::AF_INET },
             ai_qp_type: qp_type,
             ai_port_space: ps,
             ..Default::default()
         },
-        src: sockaddr_to_c(src),
-        dst: sockaddr_to_c(dst),
+        src: src_c,
+        dst: dst_c,
     });
     // SAFETY: just made; the addresses live in the same allocation as the entry.
     unsafe {
         let o = &mut *p.cast::<AddrInfoObj>();
-        let len = std::mem::size_of::<r::sockaddr_in>() as r::socklen_t;
         if src.is_some() {
             o.raw.ai_src_addr = std::ptr::addr_of_mut!(o.src).cast();
-            o.raw.ai_src_len = len;
+            o.raw.ai_src_len = src_len;
         }
         if dst.is_some() {
             o.raw.ai_dst_addr = std::ptr::addr_of_mut!(o.dst).cast();
-            o.raw.ai_dst_len = len;
+            o.raw.ai_dst_len = dst_len;
         }
         *res = p;
     }

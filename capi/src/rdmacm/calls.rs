@@ -91,8 +91,14 @@ fn refresh(cm: &Cm, o: &mut IdObj) {
         }
     }
     let addr = &mut o.raw.route.addr;
-    addr.__bindgen_anon_1.src_sin = sockaddr_to_c(info.local);
-    addr.__bindgen_anon_2.dst_sin = sockaddr_to_c(info.peer);
+    match info.local {
+        Some(SocketAddr::V6(a)) => addr.__bindgen_anon_1.src_sin6 = sockaddr6_to_c(a),
+        a => addr.__bindgen_anon_1.src_sin = sockaddr_to_c(a),
+    }
+    match info.peer {
+        Some(SocketAddr::V6(a)) => addr.__bindgen_anon_2.dst_sin6 = sockaddr6_to_c(a),
+        a => addr.__bindgen_anon_2.dst_sin = sockaddr_to_c(a),
+    }
     // SAFETY: writing the ibaddr member of the union (plain data).
     unsafe {
         let ib = addr.addr.ibaddr.as_mut();
@@ -238,11 +244,8 @@ fn make_event(cm: &Cm, ev: CmEvent) -> *mut r::rdma_cm_event {
         if let CmEventParam::Ud(u) = &ev.param {
             // SAFETY: a live id of ours.
             let o = unsafe { &*id.cast::<IdObj>() };
-            let group = u.ah_attr.grh.dgid.to_ipv4();
-            let ctx = o.mcast.iter().find(|(a, _)| match a {
-                SocketAddr::V4(v) => Some(*v.ip()) == group,
-                SocketAddr::V6(_) => false,
-            });
+            let group = emu_core::nic::ip_of(&u.ah_attr.grh.dgid);
+            let ctx = o.mcast.iter().find(|(a, _)| a.ip() == group);
             // SAFETY: writing the ud member of the param union (plain data).
             unsafe {
                 let ud = raw.param.ud.as_mut();

@@ -20,7 +20,7 @@
 //! contract (its man pages), null (refused with EINVAL) or valid for the documented
 //! access: ids, channels, events and address lists this library returned and has not
 //! freed, caller-owned attribute structs and `sockaddr`s of the documented type
-//! (`sockaddr_in` for AF_INET, the only family here). The fields of an id the program
+//! (`sockaddr_in` for AF_INET, `sockaddr_in6` for AF_INET6). The fields of an id the program
 //! reads (`verbs`, `qp`, `route.addr`, ...) are written only by this library, while
 //! the calls the contract orders before the program reads them run (the same race
 //! freedom rdma-core's librdmacm relies on).
@@ -36,7 +36,7 @@ pub use calls::*;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_int;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::{Arc, OnceLock};
 
 use emu_cm::{CmConfig, EmuCm};
@@ -258,8 +258,36 @@ pub(crate) struct EventObj {
 #[repr(C)]
 pub(crate) struct AddrInfoObj {
     pub(crate) raw: r::rdma_addrinfo,
-    pub(crate) src: r::sockaddr_in,
-    pub(crate) dst: r::sockaddr_in,
+    pub(crate) src: SockaddrStore,
+    pub(crate) dst: SockaddrStore,
+}
+
+/// Room for a `sockaddr_in` or a `sockaddr_in6`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) union SockaddrStore {
+    pub(crate) v4: r::sockaddr_in,
+    pub(crate) v6: r::sockaddr_in6,
+}
+
+impl SockaddrStore {
+    /// `a` in C form, and its length (an absent one: 0.0.0.0:0).
+    pub(crate) fn of(a: Option<SocketAddr>) -> (SockaddrStore, r::socklen_t) {
+        match a {
+            Some(SocketAddr::V6(v6)) => (
+                SockaddrStore {
+                    v6: sockaddr6_to_c(v6),
+                },
+                std::mem::size_of::<r::sockaddr_in6>() as r::socklen_t,
+            ),
+            a => (
+                SockaddrStore {
+                    v4: sockaddr_to_c(a),
+                },
+                std::mem::size_of::<r::sockaddr_in>() as r::socklen_t,
+            ),
+        }
+    }
 }
 
 /// The errno of a CM error (and in `errno`), with EOPNOTSUPP said on stderr.
@@ -284,7 +312,8 @@ pub(crate) fn unsupported(what: &str) -> c_int {
     err(libc::EOPNOTSUPP)
 }
 
-/// A `sockaddr` (AF_INET) as a socket address; EAFNOSUPPORT for other families.
+/// A `sockaddr` (AF_INET or AF_INET6) as a socket address; EAFNOSUPPORT for other
+/// families.
 ///
 /// # Safety
 ///
@@ -295,8 +324,22 @@ pub(crate) unsafe fn sockaddr_from_c(sa: *const r::sockaddr) -> Result<Option<So
     }
     // SAFETY: caller's contract.
     let family = c_int::from(unsafe { (*sa).sa_family });
+    if family == libc::AF_INET6 {
+        // SAFETY: an AF_INET6 sockaddr is a sockaddr_in6 (caller's contract on size).
+        let sin6 = unsafe { &*sa.cast::<r::sockaddr_in6>() };
+        // SAFETY: every member of the in6_addr union is plain bytes.
+        let bytes = unsafe { sin6.sin6_addr.__in6_u.__u6_addr8 };
+        return Ok(Some(SocketAddr::V6(SocketAddrV6::new(
+            Ipv6Addr::from(bytes),
+            u16::from_be(sin6.sin6_port),
+            u32::from_be(sin6.sin6_flowinfo),
+            sin6.sin6_scope_id,
+        ))));
+    }
     if family != libc::AF_INET {
-        eprintln!("rdma-emu librdmacm: only IPv4 addresses (AF_INET) are supported");
+        eprintln!(
+            "rdma-emu librdmacm: only IPv4 and IPv6 addresses (AF_INET, AF_INET6) are supported"
+        );
         return Err(libc::EAFNOSUPPORT);
     }
     // SAFETY: an AF_INET sockaddr is a sockaddr_in.
@@ -307,8 +350,8 @@ pub(crate) unsafe fn sockaddr_from_c(sa: *const r::sockaddr) -> Result<Option<So
     ))))
 }
 
-/// A socket address as a `sockaddr_in` (IPv6 addresses, which the CM never gives,
-/// become 0.0.0.0).
+/// A socket address as a `sockaddr_in` (an IPv6 one becomes 0.0.0.0: see
+/// [`sockaddr6_to_c`]).
 pub(crate) fn sockaddr_to_c(a: Option<SocketAddr>) -> r::sockaddr_in {
     let (ip, port) = match a {
         Some(SocketAddr::V4(v)) => (*v.ip(), v.port()),
@@ -324,6 +367,21 @@ pub(crate) fn sockaddr_to_c(a: Option<SocketAddr>) -> r::sockaddr_in {
     }
 }
 
+/// An IPv6 socket address as a `sockaddr_in6`.
+pub(crate) fn sockaddr6_to_c(a: SocketAddrV6) -> r::sockaddr_in6 {
+    r::sockaddr_in6 {
+        sin6_family: libc::AF_INET6 as r::sa_family_t,
+        sin6_port: a.port().to_be(),
+        sin6_flowinfo: a.flowinfo().to_be(),
+        sin6_addr: r::in6_addr {
+            __in6_u: r::in6_addr__bindgen_ty_1 {
+                __u6_addr8: a.ip().octets(),
+            },
+        },
+        sin6_scope_id: a.scope_id(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,10 +394,15 @@ mod tests {
         // SAFETY: a sockaddr_in is a valid AF_INET sockaddr.
         let back = unsafe { sockaddr_from_c(std::ptr::from_ref(&c).cast()) };
         assert_eq!(back, Ok(Some(a)));
-        let mut six = c;
-        six.sin_family = libc::AF_INET6 as r::sa_family_t;
+        let six = SocketAddrV6::new("fd00::7".parse().unwrap(), 7174, 0, 3);
+        let c6 = sockaddr6_to_c(six);
+        // SAFETY: a sockaddr_in6 is a valid AF_INET6 sockaddr.
+        let back = unsafe { sockaddr_from_c(std::ptr::from_ref(&c6).cast()) };
+        assert_eq!(back, Ok(Some(SocketAddr::V6(six))));
+        let mut unix = c;
+        unix.sin_family = libc::AF_UNIX as r::sa_family_t;
         // SAFETY: as above (the family is only read).
-        let e = unsafe { sockaddr_from_c(std::ptr::from_ref(&six).cast()) };
+        let e = unsafe { sockaddr_from_c(std::ptr::from_ref(&unix).cast()) };
         assert_eq!(e, Err(libc::EAFNOSUPPORT));
         // SAFETY: null is allowed.
         assert_eq!(unsafe { sockaddr_from_c(std::ptr::null()) }, Ok(None));

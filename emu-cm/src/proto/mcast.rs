@@ -1,7 +1,8 @@
 //! Multicast through the CM (manual 4.2.27 `rdma_join_multicast`, 4.2.28
 //! `rdma_leave_multicast`): on RoCE there is no SA to join through (IBTA Annex A16/A17:
 //! the group is the IP multicast group), so a join attaches the id's UD QP to the group's
-//! MGID, the IPv4-mapped group address as the kernel's rdma_cm makes it, and reports
+//! MGID (the IPv4-mapped group address as the kernel's rdma_cm makes it, or an IPv6
+//! group's address itself), and reports
 //! `MULTICAST_JOIN` with the UD parameters that reach the group (QPN 0xFFFFFF, the
 //! RDMA_PS_UDP Q_Key), or `MULTICAST_ERROR` with the attach's negative errno (and the
 //! group's MGID in the address vector). `rdma_resolve_addr` to a group resolves at once
@@ -9,18 +10,18 @@
 
 use std::net::SocketAddr;
 
-use verbs_api::{CmEventParam, CmEventType, CmId, Error, Gid, QpParams, Result, UdParam};
+use verbs_api::{CmEventParam, CmEventType, CmId, Error, QpParams, Result, UdParam};
 
-use super::{einval, v4, State, RDMA_UDP_QKEY};
+use super::{einval, State, RDMA_UDP_QKEY};
 
 /// The destination QPN of every multicast datagram (IBTA 9.2: the multicast QPN, 0xFFFFFF).
 pub(crate) const MCAST_QPN: u32 = 0x00FF_FFFF;
 
 impl State {
     pub(crate) fn join_multicast(&mut self, id: CmId, addr: SocketAddr) -> Result<()> {
-        let a = v4(addr)?;
+        let a = addr;
         if !a.ip().is_multicast() {
-            return Err(einval("not an IPv4 multicast address"));
+            return Err(einval("not a multicast address"));
         }
         let i = self.id(id)?;
         if i.ps.qp_type() != Some(verbs_api::QpType::Ud) {
@@ -32,7 +33,7 @@ impl State {
         if i.mcast.iter().any(|(m, _)| *m == a) {
             return Err(Error::from_errno(98, "the id joined this group already"));
         }
-        let mgid = Gid::from_ipv4(*a.ip());
+        let mgid = emu_core::nic::gid_of(a.ip());
         // As librdmacm, the QP the id has now is attached; one created later is not.
         let qpn = i.qpn;
         let attached = match qpn {
@@ -70,7 +71,7 @@ impl State {
     }
 
     pub(crate) fn leave_multicast(&mut self, id: CmId, addr: SocketAddr) -> Result<()> {
-        let a = v4(addr)?;
+        let a = addr;
         let i = self.id(id)?;
         let Some(at) = i.mcast.iter().position(|(m, _)| *m == a) else {
             // librdmacm: a group the id did not join is EADDRNOTAVAIL.
@@ -78,7 +79,7 @@ impl State {
         };
         let (_, attached) = i.mcast.remove(at);
         if let (Some(qpn), Some(dev)) = (attached, i.dev) {
-            let mgid = Gid::from_ipv4(*a.ip());
+            let mgid = emu_core::nic::gid_of(a.ip());
             self.agents[dev].dev.detach_mcast(qpn, &mgid, 0)?;
         }
         Ok(())

@@ -394,11 +394,7 @@ impl Router {
             return Route::Here;
         }
         let (ps, port) = ((sid >> 16) as u16, sid as u16);
-        let IpAddr::V4(ip) = self.ip else {
-            // The CM's port claims name IPv4 addresses only.
-            return Route::Here;
-        };
-        let Some(h) = crate::ports::holder(ps, ip, port) else {
+        let Some(h) = crate::ports::holder(ps, self.ip, port) else {
             return Route::Here;
         };
         if let Some(slot) = h.member {
