@@ -114,6 +114,22 @@ pair6 ibv_rc_pingpong_v6 "ibv_rc_pingpong -g 0 -p 18540" "ibv_rc_pingpong -g 0 -
 pair6 ibv_rc_pingpong_v6_g1 "ibv_rc_pingpong -g 1 -p 18541" "ibv_rc_pingpong -g 1 -p 18541 localhost" "iters in"
 pair6 ibv_ud_pingpong_v6 "ibv_ud_pingpong -g 0 -p 18542" "ibv_ud_pingpong -g 0 -p 18542 localhost" "iters in"
 pair6 ib_write_bw_v6 "ib_write_bw -x 0 -p 18543" "ib_write_bw -x 0 -p 18543 localhost" "^ *65536"
+# Two IPv6 addresses of their own (no shared address): in an unprivileged user and
+# network namespace whose lo holds fd00:77::1 and fd00:77::2 (nodad: usable at once).
+if want ibv_rc_pingpong_v6_two; then
+  if unshare -rn true 2>/dev/null; then
+    unshare -rn bash -c '
+      ip link set lo up && ip -6 addr add fd00:77::1/64 dev lo nodad && ip -6 addr add fd00:77::2/64 dev lo nodad || exit 97
+      RDMA_EMU_IP=fd00:77::1 timeout "$1" ibv_rc_pingpong -g 0 -p 18544 >"$2.srv" 2>&1 &
+      sleep 1
+      RDMA_EMU_IP=fd00:77::2 timeout "$1" ibv_rc_pingpong -g 0 -p 18544 localhost >"$2.cli" 2>&1 || exit $?
+      wait $! || exit $?
+      grep -q "iters in" "$2.cli" && grep -q "GID fd00:77::1" "$2.cli" || exit 99' _ "$T" "$work/v6two"
+    record ibv_rc_pingpong_v6_two $? "$work/v6two.srv" "$work/v6two.cli"
+  else
+    echo "SKIPPED ibv_rc_pingpong_v6_two: no unprivileged user and network namespaces"
+  fi
+fi
 
 # librdmacm: connections by address and port through the emulator's CM.
 cm() { if [ -n "${RDMACM_UTILS:-}" ]; then echo "$RDMACM_UTILS/$1"; else echo "$1"; fi; }
