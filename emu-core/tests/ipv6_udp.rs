@@ -224,7 +224,11 @@ fn ud_over_ipv6_shows_an_ipv6_grh() {
     assert_eq!(grh[0] >> 4, 6, "IP version");
     assert_eq!(grh[6], 17, "next header");
     // The traffic class of A's path (IPV6_TCLASS on send, IPV6_RECVTCLASS on receive).
-    assert_eq!(((grh[0] & 0x0F) << 4) | (grh[1] >> 4), 0x28, "traffic class");
+    assert_eq!(
+        ((grh[0] & 0x0F) << 4) | (grh[1] >> 4),
+        0x28,
+        "traffic class"
+    );
     assert_eq!(&grh[8..24], &Ipv6Addr::LOCALHOST.octets(), "SGID");
     assert_eq!(&grh[24..40], &Ipv6Addr::LOCALHOST.octets(), "DGID");
     assert_eq!(&grh[40..], b"over ipv6");

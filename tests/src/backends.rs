@@ -1,7 +1,7 @@
 //! The emulator's backends: over UDP (loopback or any address of the host), and on the simulated fabric (with the
 //! fault-injection capability).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use emu_cm::{CmConfig, EmuCm};
@@ -39,8 +39,9 @@ fn emu_cm(dev: Arc<dyn Device>, fabric: Option<Fabric>) -> CmOpener {
 /// routing sends them across a 1500-byte veth to another namespace and back.
 #[derive(Clone, Debug)]
 pub struct EmuUdp {
-    /// The address each case's device binds.
-    pub ip: Ipv4Addr,
+    /// The address each case's device binds (IPv4 or IPv6: `--ip ::1` runs the suite
+    /// over UDP/IPv6).
+    pub ip: IpAddr,
     /// The network interface that carries [`EmuUdp::ip`], if the cases may take it
     /// down and up (`ip link`, root) as their one fault: the device's port follows
     /// it, so the link-fault cases run as on hardware. `None` (the default): no fault
@@ -51,7 +52,7 @@ pub struct EmuUdp {
 impl Default for EmuUdp {
     fn default() -> Self {
         EmuUdp {
-            ip: Ipv4Addr::LOCALHOST,
+            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             link_faults: None,
         }
     }
@@ -64,7 +65,7 @@ impl Backend for EmuUdp {
 
     fn open(&self) -> Opened {
         let dev = EmuDevice::open(EmuConfig {
-            ip: self.ip.into(),
+            ip: self.ip,
             port: 0,
             ..EmuConfig::default()
         })

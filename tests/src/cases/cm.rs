@@ -63,8 +63,14 @@ macro_rules! cm_or_skip {
     };
 }
 
-fn ip(env: &Env) -> Ipv4Addr {
-    env.gid().to_ipv4().expect("an IPv4 RoCE GID")
+/// The device's address: the IPv4 address of an IPv4-mapped GID, else the GID as an
+/// IPv6 address (a device on IPv6: `conformance --ip ::1`).
+fn ip(env: &Env) -> IpAddr {
+    let g = env.gid();
+    match g.to_ipv4() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(g.to_ipv6()),
+    }
 }
 
 fn ev(cm: &Cm, ch: CmChannelId, want: CmEventType) -> CmEvent {
@@ -107,7 +113,7 @@ fn connect_disconnect(env: &Env) -> Outcome {
     assert_eq!(req.listen_id, Some(l));
     assert_eq!(&req.param.private_data()[..pd.len()], &pd[..]);
     let p = cm.id_info(req.id).unwrap();
-    assert_eq!(p.peer.map(|s| s.ip()), Some(IpAddr::V4(ip(env))));
+    assert_eq!(p.peer.map(|s| s.ip()), Some(ip(env)));
     let pq = cm.create_qp(req.id, &init(env, QpType::Rc)).unwrap();
     cm.accept(req.id, &ConnParam::default()).unwrap();
     let mut both = [
@@ -168,12 +174,16 @@ fn no_listener(env: &Env) -> Outcome {
 /// next hop's link address, and an off-link address resolves to the default gateway's
 /// (correct IP routing), so on hardware it is an address of the device's own subnet
 /// (a /24 is assumed) that no neighbour answers for.
-fn unowned(env: &Env) -> Ipv4Addr {
-    if env.emulator {
-        return Ipv4Addr::new(203, 0, 113, 77);
+fn unowned(env: &Env) -> IpAddr {
+    match ip(env) {
+        IpAddr::V4(_) if env.emulator => IpAddr::V4(Ipv4Addr::new(203, 0, 113, 77)),
+        IpAddr::V4(v4) => {
+            let [a, b, c, d] = v4.octets();
+            IpAddr::V4(Ipv4Addr::new(a, b, c, if d == 77 { 78 } else { 77 }))
+        }
+        // IPv6 documentation space (RFC 3849).
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x77)),
     }
-    let [a, b, c, d] = ip(env).octets();
-    Ipv4Addr::new(a, b, c, if d == 77 { 78 } else { 77 })
 }
 
 fn addr_error(env: &Env) -> Outcome {
