@@ -11,6 +11,8 @@
 //! another host), or a process that is gone, leaves IBTA's rule as it is: the timeout
 //! spends a retry.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use verbs_api::Gid;
@@ -23,12 +25,49 @@ use crate::host::mono_ns;
 /// ([`share::BEAT`]), and far more than the device thread ever sleeps.
 pub(crate) const STALE: Duration = Duration::from_millis(50);
 
+/// How long a peer's record, once read, answers for it: far below [`share::BEAT`], so
+/// a cached beat is at most this much older than the file's. With thousands of QPs
+/// timing out together (`bench write_bw --qps 100000`) each would otherwise open the
+/// slot file, lock it and look up the process: some 20 us a QP, which slowed the
+/// device enough to make more timers expire.
+const RECORD_TTL: Duration = Duration::from_millis(1);
+
 /// The heartbeats of the peer devices on this host, for a device on `port` (every
 /// device a device talks to uses its port). A peer's heartbeat is in the record of
 /// its member of its address (`share`): the one whose block holds the peer's QPN.
 #[derive(Debug)]
 pub(crate) struct HostPeers {
     pub(crate) port: u16,
+    /// The records read in the last [`RECORD_TTL`], by address and slot, with when
+    /// they were read (monotonic ns).
+    recent: parking_lot::Mutex<HashMap<(IpAddr, u8), Read>>,
+}
+
+/// A member's record as read at a time (monotonic ns); `None`: no live member.
+type Read = (u64, Option<share::Record>);
+
+impl HostPeers {
+    /// The peers of a device on `port`.
+    pub(crate) fn new(port: u16) -> Self {
+        HostPeers {
+            port,
+            recent: parking_lot::Mutex::default(),
+        }
+    }
+
+    /// The record of `slot` of `ip` (see `share::read_member`), read again once the
+    /// one at hand is older than [`RECORD_TTL`].
+    fn member(&self, ip: IpAddr, slot: u8, now_ns: u64) -> Option<share::Record> {
+        let mut recent = self.recent.lock();
+        if let Some(&(at, r)) = recent.get(&(ip, slot)) {
+            if now_ns.saturating_sub(at) < RECORD_TTL.as_nanos() as u64 {
+                return r;
+            }
+        }
+        let r = share::read_member(ip, self.port, slot);
+        recent.insert((ip, slot), (now_ns, r));
+        r
+    }
 }
 
 impl PeerLiveness for HostPeers {
@@ -36,10 +75,10 @@ impl PeerLiveness for HostPeers {
         let ip = super::ip_of(peer);
         // No record (a peer on another host) or its process is gone (a dead peer,
         // whose timeouts count).
-        let Some(r) = share::read_member(ip, self.port, (qpn >> QPN_BLOCK_SHIFT) as u8) else {
+        let now = mono_ns();
+        let Some(r) = self.member(ip, (qpn >> QPN_BLOCK_SHIFT) as u8, now) else {
             return false;
         };
-        let now = mono_ns();
         let since = now.saturating_sub(since.elapsed().as_nanos() as u64);
         r.beat_ns < since && now.saturating_sub(r.beat_ns) > STALE.as_nanos() as u64
     }
@@ -58,7 +97,7 @@ mod tests {
     fn a_peer_that_stops_beating_is_stalled() {
         let ip = Ipv4Addr::new(127, 0, 99, 7);
         let port = 9_000 + (std::process::id() % 20_000) as u16;
-        let peers = HostPeers { port };
+        let peers = HostPeers::new(port);
         let gid = Gid::from_ipv4(ip);
         let mut h = Member::join(ip.into(), port, 0).expect("a member record");
         let qpn = (u32::from(h.slot()) << QPN_BLOCK_SHIFT) | 0x11;
@@ -78,6 +117,8 @@ mod tests {
             "it beat after the timer started"
         );
         h.beat(Instant::now());
+        // A record read less than RECORD_TTL ago answers for the member.
+        std::thread::sleep(RECORD_TTL);
         assert!(!peers.stalled_since(&gid, qpn, since), "it beats again");
         drop(h);
         std::thread::sleep(STALE + BEAT);

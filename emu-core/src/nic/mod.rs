@@ -312,7 +312,7 @@ impl EmuDevice {
         let slot = member.as_ref().map_or(0, share::Member::slot);
         inner.with_engine(|e, _| {
             e.set_qpn_block(slot, crate::seed::instance_seed());
-            e.set_peer_liveness(Some(Arc::new(liveness::HostPeers { port })));
+            e.set_peer_liveness(Some(Arc::new(liveness::HostPeers::new(port))));
         });
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
