@@ -52,6 +52,51 @@ fn many_qps_with_one_message_each_need_an_ack_per_message() {
     assert!(field(&json, "ratio_one_qp_packets") > 0.0, "{json}");
 }
 
+/// `--qp-depth` puts several WRs in flight on a QP while `--tx-depth` bounds them over
+/// all QPs: 64 QPs with 64 WRs in flight take turns eight at a time, and a QP's
+/// eight share ACKs (without it each QP has one in flight and every message is
+/// ACKed on its own).
+#[test]
+fn qp_depth_lets_qps_take_turns_with_several_in_flight() {
+    let json = bench_json(&[
+        "write_bw",
+        "--qps",
+        "64",
+        "--tx-depth",
+        "64",
+        "--qp-depth",
+        "8",
+        "--size",
+        "64",
+        "-n",
+        "16",
+    ]);
+    assert_eq!(field(&json, "qps"), 64.0, "{json}");
+    let p = field(&json, "packets_per_msg");
+    assert!((1.0..1.9).contains(&p), "{json}");
+}
+
+/// `--qp-depth` over `--tx-depth`, or zero, is refused before anything runs.
+#[test]
+fn a_qp_depth_over_the_tx_depth_is_an_error() {
+    for (args, says) in [
+        (
+            &["--qp-depth", "9", "--tx-depth", "8"][..],
+            "over --tx-depth 8",
+        ),
+        (&["--qp-depth", "0"][..], "--qp-depth must be at least 1"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+            .args(["bench", "write_bw", "--fabric"])
+            .args(args)
+            .output()
+            .expect("run rdma-emu");
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
 /// A 64 KiB WRITE at MTU 1024 is 64 request packets; the ACKs add less than one per
 /// message while several messages are in flight.
 #[test]

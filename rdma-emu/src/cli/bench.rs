@@ -115,6 +115,14 @@ pub(crate) struct BenchOpts {
     /// Work requests in flight (bandwidth tests), over all QPs. Default: 128.
     #[arg(long, short = 't')]
     pub(crate) tx_depth: Option<u32>,
+    /// Work requests in flight on one QP (bandwidth tests), posted as one list, as
+    /// perftest's `--tx-depth` with `--post_list`. Default: `--tx-depth` over
+    /// `--qps`. With more QPs than `--tx-depth` over this, QPs take turns: each round
+    /// robin pass posts this many to the next QPs while the total stays under
+    /// `--tx-depth`, so a QP's messages still share an ACK and the devices' socket
+    /// buffers hold what is in flight.
+    #[arg(long)]
+    pub(crate) qp_depth: Option<u32>,
     /// Fill the source with a pattern and check the target byte for byte at the end;
     /// exit non-zero on any mismatch.
     #[arg(long)]
@@ -264,6 +272,18 @@ fn open_host(
     })
 }
 
+/// The ACK timeout exponent for `depth` WRs in flight: 268 ms a try at least (a
+/// loaded 2-core machine can starve a device thread), and longer than `depth`
+/// messages take at 4 us each, since the last WR posted waits behind all the others
+/// (`write_bw --qps 100000 --tx-depth 800000` queues 0.8 M messages: a 268 ms timer
+/// expired before their ACKs could come, and the go-back-N that followed kept the
+/// devices too busy to catch up).
+fn ack_timeout(depth: u32) -> u8 {
+    let wait_ns = (u64::from(depth) * 4_000).max(268_000_000);
+    // IBTA 9.7.6.1.3: 4.096 us * 2^timeout.
+    (16..=30).find(|&t| 4096u64 << t >= wait_ns).unwrap_or(30)
+}
+
 /// The bytes of each side's buffer for `qps` QPs of `size`-byte messages, and each
 /// QP's region of it: a region per QP as long as that stays under 256 MiB; beyond that
 /// QPs share.
@@ -316,8 +336,7 @@ fn setup(o: &BenchOpts, size: u64, qps: u32, send_wr: u32, recv_wr: u32) -> Resu
     let params = QpParams {
         path_mtu: mtu,
         access: client.mr_access(),
-        // 268 ms per try: a loaded 2-core machine can starve a device thread.
-        timeout: 16,
+        timeout: ack_timeout(o.depth()),
         max_rd_atomic: 16,
         max_dest_rd_atomic: 16,
         ..QpParams::default()
@@ -632,7 +651,11 @@ fn run_bw(
 ) -> Result<BwResult, String> {
     let (c, s) = (&st.client, &st.server);
     let qps = c.qpns.len();
-    let per_qp = (o.depth() as usize).div_ceil(qps).max(1);
+    let per_qp = if qps == 1 {
+        o.depth() as usize
+    } else {
+        o.per_qp() as usize
+    };
     let total = iters * qps as u64;
     if o.test == Test::SendBw {
         for q in 0..qps {
@@ -999,6 +1022,13 @@ impl BenchOpts {
     fn depth(&self) -> u32 {
         self.tx_depth.unwrap_or(128)
     }
+
+    /// WRs in flight on one QP, and posted in one list: `--qp-depth`, or the QP's
+    /// share of `--tx-depth`.
+    fn per_qp(&self) -> u32 {
+        self.qp_depth
+            .unwrap_or_else(|| self.depth().div_ceil(self.qps.max(1)).max(1))
+    }
 }
 
 /// Says what the devices of `st` lost before the engine saw it, if anything: datagrams
@@ -1133,6 +1163,15 @@ pub(crate) fn check(o: &BenchOpts) -> Result<(), String> {
     if o.tx_depth == Some(0) {
         return Err("--tx-depth must be at least 1".into());
     }
+    if o.qp_depth == Some(0) {
+        return Err("--qp-depth must be at least 1".into());
+    }
+    if let Some(q) = o.qp_depth.filter(|&q| q > o.depth()) {
+        return Err(format!(
+            "--qp-depth {q}: over --tx-depth {}, which bounds the WRs in flight over all QPs",
+            o.depth()
+        ));
+    }
     mtu_of(o.mtu)?;
     if o.test == Test::Flood {
         return super::flood::check(o);
@@ -1144,6 +1183,11 @@ pub(crate) fn check(o: &BenchOpts) -> Result<(), String> {
     }
     if size == 0 || size > 1 << 31 {
         return Err(format!("--size {size}: must be 1..=2147483648"));
+    }
+    if lat && o.qp_depth.is_some() {
+        return Err(
+            "--qp-depth is for bandwidth tests (a latency test has one message in flight)".into(),
+        );
     }
     if lat && o.tx_depth.is_some() {
         return Err(
@@ -1181,11 +1225,12 @@ pub(super) fn check_queues(o: &BenchOpts) -> Result<(), String> {
             o.qps, l.max_qp
         ));
     }
-    let per_qp = u64::from(o.depth()).div_ceil(u64::from(o.qps));
+    let per_qp = u64::from(o.per_qp());
     if per_qp * 2 > u64::from(l.max_qp_wr) {
         return Err(format!(
-            "--tx-depth {}: {per_qp} WRs per QP (and twice that in receives), over the device's max_qp_wr ({})",
+            "--tx-depth {} with --qps {}: {per_qp} WRs per QP (and twice that in receives), over the device's max_qp_wr ({})",
             o.depth(),
+            o.qps,
             l.max_qp_wr
         ));
     }
@@ -1231,12 +1276,15 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         );
     } else {
         println!(" TX depth        : {}", o.depth());
+        if let Some(q) = o.qp_depth {
+            println!(" QP depth        : {q}");
+        }
     }
     println!(" ICRC            : computed on send, checked on receive");
     print_build();
     println!("{}", line());
     let rss_before = rss_kib();
-    let per_qp = (o.depth() as usize).div_ceil(o.qps as usize).max(1) as u32;
+    let per_qp = o.per_qp();
     let (send_wr, recv_wr) = if lat {
         (128, 128)
     } else {
@@ -1356,7 +1404,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         }
     } else {
         // A QP never has more than its share of the depth to post at once.
-        let post_list = (o.depth() as usize).div_ceil(o.qps as usize).max(1);
+        let post_list = o.per_qp() as usize;
         let mut first = Some(st);
         let mut rounds: Vec<Round> = Vec::new();
         let mut peak = None;
