@@ -2,6 +2,7 @@
 //! objects, post work and wait for completions. Failures panic with the reason (the
 //! runner turns a panic into a failed case).
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -161,6 +162,62 @@ impl Env {
         self.dev
             .query_gid(1, u32::from(self.gid_index))
             .expect("query_gid")
+    }
+
+    /// The IP address of the device's GID ([`Env::gid`]): IPv4 for an IPv4-mapped GID,
+    /// IPv6 otherwise (IBTA Vol 1 Annex A17: a RoCEv2 GID is the interface's address).
+    pub fn ip(&self) -> IpAddr {
+        let g = self.gid();
+        match g.to_ipv4() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(g.to_ipv6()),
+        }
+    }
+
+    /// A multicast group of the device's address family, named by an IPv4 group:
+    /// `v4` itself on an IPv4 device; on an IPv6 device the site-local group
+    /// `ff05::` with `v4`'s 32 bits at the end (ff05::239.1.2.3 for 239.1.2.3), so a
+    /// case's groups stay distinct in either family.
+    pub fn mcast_ip(&self, v4: Ipv4Addr) -> IpAddr {
+        match self.ip() {
+            IpAddr::V4(_) => IpAddr::V4(v4),
+            IpAddr::V6(_) => {
+                let [a, b, c, d] = v4.octets();
+                IpAddr::V6(Ipv6Addr::new(
+                    0xff05,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    u16::from_be_bytes([a, b]),
+                    u16::from_be_bytes([c, d]),
+                ))
+            }
+        }
+    }
+
+    /// [`Env::mcast_ip`] as a RoCEv2 GID (`::ffff:239.1.2.3` or `ff05::ef01:203`).
+    pub fn mcast_gid(&self, v4: Ipv4Addr) -> Gid {
+        match self.mcast_ip(v4) {
+            IpAddr::V4(v4) => Gid::from_ipv4(v4),
+            IpAddr::V6(v6) => Gid::from_ipv6(v6),
+        }
+    }
+
+    /// Why a datagram sent to a multicast group cannot reach this host's members, if it
+    /// cannot: Linux's `lo` carries no IPv6 multicast (a send out of it is
+    /// ENETUNREACH), so an emulated device on the IPv6 loopback address joins groups but
+    /// never hears them. On an IPv6 address of any other interface (a veth, as
+    /// `scripts/ci-ipv6.sh` runs the suite) delivery works.
+    pub fn no_multicast_delivery(&self) -> Option<String> {
+        match self.ip() {
+            IpAddr::V6(v6) if self.emulator && v6.is_loopback() => Some(format!(
+                "Linux's lo carries no IPv6 multicast: a device on {v6} never hears a group \
+                 (run on an IPv6 address of another interface)"
+            )),
+            _ => None,
+        }
     }
 
     /// [`fast_params`] with this device's GID index.

@@ -66,11 +66,7 @@ macro_rules! cm_or_skip {
 /// The device's address: the IPv4 address of an IPv4-mapped GID, else the GID as an
 /// IPv6 address (a device on IPv6: `conformance --ip ::1`).
 fn ip(env: &Env) -> IpAddr {
-    let g = env.gid();
-    match g.to_ipv4() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(g.to_ipv6()),
-    }
+    env.ip()
 }
 
 fn ev(cm: &Cm, ch: CmChannelId, want: CmEventType) -> CmEvent {
@@ -276,7 +272,7 @@ fn multicast(env: &Env) -> Outcome {
     cm.bind_addr(id, SocketAddr::from((ip(env), PORT + 8)))
         .unwrap();
     cm.create_qp(id, &init(env, QpType::Ud)).unwrap();
-    let group = SocketAddr::from(([239, 7, 4, 1], 0));
+    let group = SocketAddr::from((env.mcast_ip(Ipv4Addr::new(239, 7, 4, 1)), 0));
     match cm.join_multicast(id, group) {
         Err(verbs_api::Error::Unsupported(why)) => return Outcome::Skip(why.into()),
         r => r.unwrap(),
@@ -288,7 +284,7 @@ fn multicast(env: &Env) -> Outcome {
     assert_eq!((e.id, ud.qp_num, ud.qkey), (id, 0xFF_FFFF, RDMA_UDP_QKEY));
     assert_eq!(
         ud.ah_attr.grh.dgid,
-        verbs_api::Gid::from_ipv4(Ipv4Addr::new(239, 7, 4, 1))
+        env.mcast_gid(Ipv4Addr::new(239, 7, 4, 1))
     );
     assert_errno(
         cm.join_multicast(id, SocketAddr::from((ip(env), 0))),
@@ -425,7 +421,7 @@ fn multicast_error(env: &Env) -> Outcome {
         return Outcome::Skip(format!("max_mcast_qp_attach is {n}"));
     }
     let ch = cm.create_event_channel().unwrap();
-    let group = SocketAddr::from(([239, 7, 4, 30], 0));
+    let group = SocketAddr::from((env.mcast_ip(Ipv4Addr::new(239, 7, 4, 30)), 0));
     let mut ids = Vec::new();
     for _ in 0..=n {
         let id = cm.create_id(ch, PortSpace::Udp).unwrap();
@@ -448,7 +444,7 @@ fn multicast_error(env: &Env) -> Outcome {
     };
     assert_eq!(
         ud.ah_attr.grh.dgid,
-        Gid::from_ipv4(Ipv4Addr::new(239, 7, 4, 30))
+        env.mcast_gid(Ipv4Addr::new(239, 7, 4, 30))
     );
     let failed = e.id;
     for id in ids {

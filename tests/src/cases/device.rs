@@ -26,7 +26,7 @@ pub(super) fn register(v: &mut Vec<Case>) {
         "manual 3.3.2: port_num must be a port of the device (phys_port_cnt)",
         query_port_beyond,
     ));
-    v.push(Case::new("device::gid_0_is_the_roce_v2_gid", "manual 3.3.3 ibv_query_gid; IBTA Annex A17: a RoCEv2 GID of an IPv4 address is ::ffff:a.b.c.d", gid_zero));
+    v.push(Case::new("device::gid_0_is_the_roce_v2_gid", "manual 3.3.3 ibv_query_gid; IBTA Annex A17: a RoCEv2 GID of an IPv4 address is ::ffff:a.b.c.d, of an IPv6 address the address itself", gid_zero));
     v.push(Case::new(
         "device::gid_index_beyond_table_is_einval",
         "manual 3.3.3: index must be below gid_tbl_len",
@@ -96,6 +96,19 @@ fn query_port_beyond(env: &Env) -> Outcome {
 
 fn gid_zero(env: &Env) -> Outcome {
     let g = env.dev.query_gid(1, 0).expect("query_gid");
+    if let std::net::IpAddr::V6(v6) = env.ip() {
+        // A device on an IPv6 address: its RoCEv2 GID is the address itself (Annex
+        // A17), a unicast address that is not IPv4-mapped; the emulator puts it at
+        // index 0 (hardware lists it after its link-local entries).
+        assert!(
+            !v6.is_unspecified() && !v6.is_multicast(),
+            "the device's GID {v6} is not a unicast address"
+        );
+        if env.emulator {
+            assert_eq!(g, env.gid(), "index 0 is not the device's RoCEv2 GID");
+        }
+        return Outcome::Pass;
+    }
     // Hardware may hold a link-local (fe80::) RoCEv1 GID at index 0; the emulator puts
     // the RoCEv2 GID there. Either way some entry is the IPv4-mapped one.
     if g.to_ipv4().is_some() {
