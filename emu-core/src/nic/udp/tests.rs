@@ -474,3 +474,40 @@ fn peer_sockets_are_capped() {
     assert_ne!(sent_from(&a, Ipv4Addr::new(127, 0, 1, 1)), a.port());
     assert_eq!(sent_from(&a, Ipv4Addr::new(127, 0, 1, n)), a.port());
 }
+
+// `UDP_NO_CHECK6_TX` (udp(7)): the sender's side of the option under test, to send
+// what kernel rxe sends over IPv6.
+use nix::{setsockopt_impl, sockopt_impl};
+sockopt_impl!(
+    /// Send UDP/IPv6 datagrams with checksum 0.
+    UdpNoCheck6Tx,
+    SetOnly,
+    libc::SOL_UDP,
+    libc::UDP_NO_CHECK6_TX,
+    bool
+);
+
+/// A UDP/IPv6 datagram with checksum 0, as kernel rxe sends its RoCEv2 packets over
+/// IPv6, reaches an IPv6 link (RFC 8200 would have the kernel drop it), and so does
+/// one with a checksum. Without `accept_zero_checksum` the first never arrives.
+#[test]
+fn an_ipv6_datagram_with_checksum_zero_arrives() {
+    use std::net::{Ipv6Addr, UdpSocket};
+    let link = UdpLink::bind(Ipv6Addr::LOCALHOST.into(), 0, &LinkOptions::default(), None)
+        .expect("an IPv6 link on ::1");
+    let to = SocketAddr::from((Ipv6Addr::LOCALHOST, link.port()));
+    for zero in [true, false] {
+        let tx = UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).unwrap();
+        nix::sys::socket::setsockopt(&tx, UdpNoCheck6Tx, &zero).unwrap();
+        let payload = [u8::from(zero); 48];
+        tx.send_to(&payload, to).unwrap();
+        assert!(
+            link.wait_readable(Duration::from_secs(2)),
+            "checksum zero {zero}: nothing arrived"
+        );
+        let mut rx = link.rx_bufs();
+        rx.found = 0;
+        assert_eq!(link.recv_batch(&mut rx), 1, "checksum zero {zero}");
+        assert_eq!(rx.bytes(&rx.got[0]), payload, "checksum zero {zero}");
+    }
+}
