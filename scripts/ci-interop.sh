@@ -12,6 +12,8 @@
 #      paths: an address nobody owns (ADDR_ERROR), a port nobody listens on (REJ 8)
 #      both ways, and a server stopped with SIGSTOP both ways (the kernel's MRA,
 #      ours when the race allows; tshark counts the MADs),
+#      then rstream/riostream against librdmacm's rsockets, and RC over IPv6 (fd77::1 on the
+#      tap, fd77::2 in the guest: ibv_rc_pingpong and ib_write_bw through capi, both roles),
 #   4. fails if any step failed twice (a step that fails is run once more; see `step`).
 # The VM boot waits for /tmp/rxe-vm.lock (one VM at a time on the host; do not wrap
 # this script in that lock as well), and the steps start only once the VM that
@@ -414,6 +416,71 @@ step "rping client (kernel rdma_cm) -> our rping server (capi, default mode)" cm
 step "our rping client (capi, default mode) -> rping server (kernel rdma_cm)" cm_theirs_server "ping data: rdma-ping-9" "rping -s $RP -a 192.168.77.2" "rping -c $RP -a 192.168.77.2"
 step "udaddy client (kernel rdma_cm) -> our udaddy server (capi, default mode)" cm_ours_server "test complete" "udaddy -b 192.168.77.1" "udaddy -s 192.168.77.1"
 step "our udaddy client (capi, default mode) -> udaddy server (kernel rdma_cm)" cm_theirs_server "test complete" "udaddy -b 192.168.77.2" "udaddy -s 192.168.77.2"
+
+# IPv6: host fd77::1 and guest fd77::2 on the tap link (nodad: usable at once, no
+# duplicate address detection to wait for). rxe adds the address's RoCEv2 GID when it
+# appears (after fe80:: and the IPv4-mapped one); our side is capi's libibverbs.so.1
+# in the default mode (interop mode reads IPv4 headers only; IPv6 has no IP ID to
+# match). The tools' own TCP exchange goes over IPv4 (ibv_*_pingpong's server binds
+# getaddrinfo's first passive address, 0.0.0.0, so an IPv6 connect never reaches it,
+# and perftest's exchange is IPv4): the GIDs they exchange, and so every RoCE packet,
+# are IPv6, which the tools print (ibv_rc_pingpong: "GID fd77::2"; perftest: both
+# GIDs as decimal bytes, "GID: 253:119:...").
+V6_ENV="LD_LIBRARY_PATH=$W/capi-lib RDMA_EMU_IP=fd77::1"
+G6=""
+v6_setup() {
+  ip -6 addr replace fd77::1/64 dev rxetap0 nodad || return 1
+  vmx "ip -6 addr replace fd77::2/64 dev eth0 nodad" || return 1
+  local i
+  for i in $(seq 1 20); do
+    G6=$(vmx "ibv_devinfo -d rxe0 -v" | sed -n 's/.*GID\[ *\([0-9]*\)\]:[[:space:]]*fd77::2.*/\1/p' | head -1)
+    [ -n "$G6" ] && break
+    sleep 0.5
+  done
+  echo "  rxe0 GID index of fd77::2: ${G6:-none}"
+  [ -n "$G6" ]
+}
+v6_pp_ours_server() { # PORT
+  env $V6_ENV timeout 60 ibv_rc_pingpong -g 0 -p $1 -n 200 > "$W/ours.log" 2>&1 & local p=$!
+  sleep 1
+  vmx "ibv_rc_pingpong -d rxe0 -g $G6 -p $1 -n 200 192.168.77.1" > "$W/theirs.log" 2>&1; local r=$?
+  wait $p; local o=$?
+  sed 's/^/  ours: /' "$W/ours.log"; sed 's/^/  rxe: /' "$W/theirs.log" | tail -3
+  [ $r -eq 0 ] && [ $o -eq 0 ] && grep -q "remote address:.*GID fd77::2" "$W/ours.log"
+}
+v6_pp_theirs_server() { # PORT
+  vmx "ibv_rc_pingpong -d rxe0 -g $G6 -p $1 -n 200" > "$W/theirs.log" 2>&1 & local p=$!
+  sleep 1.5
+  env $V6_ENV timeout 60 ibv_rc_pingpong -g 0 -p $1 -n 200 192.168.77.2 > "$W/ours.log" 2>&1; local o=$?
+  wait $p; local r=$?
+  sed 's/^/  ours: /' "$W/ours.log"; sed 's/^/  rxe: /' "$W/theirs.log" | tail -3
+  [ $r -eq 0 ] && [ $o -eq 0 ] && grep -q "remote address:.*GID fd77::2" "$W/ours.log"
+}
+V6_BW="-F -s 65536 -n 200"
+v6_bw_ours_server() { # PORT
+  env $V6_ENV timeout 90 ib_write_bw -x 0 -p $1 $V6_BW > "$W/ours.log" 2>&1 & local p=$!
+  sleep 1
+  vmx "ib_write_bw -d rxe0 -x $G6 -p $1 $V6_BW 192.168.77.1" > "$W/theirs.log" 2>&1; local r=$?
+  wait $p; local o=$?
+  grep -E 'GID|^ *65536 ' "$W/ours.log" | sed 's/^/  ours: /'; [ $r -eq 0 ] || sed 's/^/  rxe: /' "$W/theirs.log" | tail -8
+  [ $r -eq 0 ] && [ $o -eq 0 ] && [ "$(grep -c 'GID: 253:119:' "$W/ours.log")" -ge 2 ]
+}
+v6_bw_theirs_server() { # PORT
+  vmx "ib_write_bw -d rxe0 -x $G6 -p $1 $V6_BW" > "$W/theirs.log" 2>&1 & local p=$!
+  sleep 1.5
+  env $V6_ENV timeout 90 ib_write_bw -x 0 -p $1 $V6_BW 192.168.77.2 > "$W/ours.log" 2>&1; local o=$?
+  wait $p; local r=$?
+  grep -E 'GID|^ *65536 ' "$W/ours.log" | sed 's/^/  ours: /'; [ $r -eq 0 ] || sed 's/^/  rxe: /' "$W/theirs.log" | tail -8
+  [ $r -eq 0 ] && [ $o -eq 0 ] && [ "$(grep -c 'GID: 253:119:' "$W/ours.log")" -ge 2 ]
+}
+trap 'ip -6 addr del fd77::1/64 dev rxetap0 2>/dev/null; cleanup' EXIT
+step "IPv6: fd77::1 (host) and fd77::2 (guest) on the tap link, rxe0's GID of fd77::2" v6_setup
+if [ -n "$G6" ]; then
+  step "IPv6: ibv_rc_pingpong client (rxe) -> our ibv_rc_pingpong server (capi)" v6_pp_ours_server 18610
+  step "IPv6: our ibv_rc_pingpong client (capi) -> ibv_rc_pingpong server (rxe)" v6_pp_theirs_server 18611
+  step "IPv6: ib_write_bw client (rxe) -> our ib_write_bw server (capi)" v6_bw_ours_server 18612
+  step "IPv6: our ib_write_bw client (capi) -> ib_write_bw server (rxe)" v6_bw_theirs_server 18613
+fi
 
 note "results: $pass passed ($retried of them on a second run), $fail failed"
 printf '| step | result |\n|---|---|\n%s' "$results" | tee "$W/results.md"
