@@ -41,7 +41,8 @@ pub(super) fn register(v: &mut Vec<Case>) {
     v.push(Case::new("cm::wrong_calls_fail", "manual 4.2.5, 4.2.9 (librdmacm errnos): connect before route resolution EINVAL, a bound port bound again EADDRINUSE, a channel with ids EBUSY, private data over 56 bytes EINVAL", wrong_calls));
 }
 
-const PORT: u16 = 7400;
+/// The port of the cases' addresses that no id binds (toward an address nobody owns).
+const ANY_PORT: u16 = 7400;
 
 type Cm = Arc<dyn ConnectionManager>;
 
@@ -79,11 +80,29 @@ fn init(env: &Env, qp_type: QpType) -> QpInitAttr {
     crate::env::qp_init_attr(env.pd(), env.cq(64), qp_type, crate::env::default_cap())
 }
 
+/// Binds `id` to the device's address and a port the CM picks (port 0: no port of
+/// another process's CM is taken, as the CM's ports are the host's), and returns the
+/// address it got.
+fn bind_any(env: &Env, cm: &Cm, id: CmId) -> SocketAddr {
+    cm.bind_addr(id, SocketAddr::from((ip(env), 0))).unwrap();
+    let at = cm.id_info(id).unwrap().local.expect("a bound id's address");
+    assert_ne!(at.port(), 0, "the CM picked a port");
+    at
+}
+
+/// An address of the device on which nobody listens: a port the CM picked for an id
+/// that is then destroyed.
+fn unheard(env: &Env, cm: &Cm, ch: CmChannelId, ps: PortSpace) -> SocketAddr {
+    let id = cm.create_id(ch, ps).unwrap();
+    let at = bind_any(env, cm, id);
+    cm.destroy_id(id).unwrap();
+    at
+}
+
 /// A listener on the device's address and an active id resolved toward it.
-fn ends(env: &Env, cm: &Cm, ch: CmChannelId, ps: PortSpace, port: u16) -> (CmId, CmId) {
-    let to = SocketAddr::from((ip(env), port));
+fn ends(env: &Env, cm: &Cm, ch: CmChannelId, ps: PortSpace) -> (CmId, CmId) {
     let l = cm.create_id(ch, ps).unwrap();
-    cm.bind_addr(l, to).unwrap();
+    let to = bind_any(env, cm, l);
     cm.listen(l, 0).unwrap();
     let a = cm.create_id(ch, ps).unwrap();
     cm.resolve_addr(a, None, to, Duration::from_secs(1))
@@ -97,7 +116,7 @@ fn ends(env: &Env, cm: &Cm, ch: CmChannelId, ps: PortSpace, port: u16) -> (CmId,
 fn connect_disconnect(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
-    let (l, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT);
+    let (l, a) = ends(env, &cm, ch, PortSpace::Tcp);
     let aq = cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
     let pd = b"from the active side".to_vec();
     let param = ConnParam {
@@ -138,7 +157,7 @@ fn connect_disconnect(env: &Env) -> Outcome {
 fn reject(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
-    let (_, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 1);
+    let (_, a) = ends(env, &cm, ch, PortSpace::Tcp);
     cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
     cm.connect(a, &ConnParam::default()).unwrap();
     let req = ev(&cm, ch, CmEventType::ConnectRequest);
@@ -152,7 +171,7 @@ fn reject(env: &Env) -> Outcome {
 fn no_listener(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
-    let to = SocketAddr::from((ip(env), PORT + 2));
+    let to = unheard(env, &cm, ch, PortSpace::Tcp);
     let a = cm.create_id(ch, PortSpace::Tcp).unwrap();
     cm.resolve_addr(a, None, to, Duration::from_secs(1))
         .unwrap();
@@ -186,7 +205,7 @@ fn addr_error(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
     let a = cm.create_id(ch, PortSpace::Tcp).unwrap();
-    let to = SocketAddr::from((unowned(env), PORT));
+    let to = SocketAddr::from((unowned(env), ANY_PORT));
     cm.resolve_addr(a, None, to, Duration::from_millis(500))
         .unwrap();
     assert_eq!(ev(&cm, ch, CmEventType::AddrError).status, -110);
@@ -198,7 +217,7 @@ fn silent_peer(env: &Env) -> Outcome {
     let faults = env.faults.as_ref().expect("a faulty case runs with faults");
     let ch = cm.create_event_channel().unwrap();
     // The device's own listener, whose CM never hears the REQs.
-    let (_, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 6);
+    let (_, a) = ends(env, &cm, ch, PortSpace::Tcp);
     faults.drop_cm_mads();
     let aq = cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
     cm.connect(a, &ConnParam::default()).unwrap();
@@ -212,7 +231,7 @@ fn silent_peer(env: &Env) -> Outcome {
 fn udp_no_listener(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
-    let to = SocketAddr::from((ip(env), PORT + 7));
+    let to = unheard(env, &cm, ch, PortSpace::Udp);
     let a = cm.create_id(ch, PortSpace::Udp).unwrap();
     cm.resolve_addr(a, None, to, Duration::from_secs(1))
         .unwrap();
@@ -230,7 +249,7 @@ fn udp_no_listener(env: &Env) -> Outcome {
 fn udp(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
-    let (_, a) = ends(env, &cm, ch, PortSpace::Udp, PORT + 3);
+    let (_, a) = ends(env, &cm, ch, PortSpace::Udp);
     cm.create_qp(a, &init(env, QpType::Ud)).unwrap();
     cm.connect(a, &ConnParam::default()).unwrap();
     let req = ev(&cm, ch, CmEventType::ConnectRequest);
@@ -250,12 +269,11 @@ fn wrong_calls(env: &Env) -> Outcome {
     let ch = cm.create_event_channel().unwrap();
     let a = cm.create_id(ch, PortSpace::Tcp).unwrap();
     assert_errno(cm.connect(a, &ConnParam::default()), EINVAL);
-    let at = SocketAddr::from((ip(env), PORT + 4));
-    cm.bind_addr(a, at).unwrap();
+    let at = bind_any(env, &cm, a);
     let b = cm.create_id(ch, PortSpace::Tcp).unwrap();
     assert_errno(cm.bind_addr(b, at), 98);
     assert_errno(cm.destroy_event_channel(ch), EBUSY);
-    let (_, c) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 5);
+    let (_, c) = ends(env, &cm, ch, PortSpace::Tcp);
     cm.create_qp(c, &init(env, QpType::Rc)).unwrap();
     let long = ConnParam {
         private_data: vec![1; 57],
@@ -269,8 +287,7 @@ fn multicast(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
     let id = cm.create_id(ch, PortSpace::Udp).unwrap();
-    cm.bind_addr(id, SocketAddr::from((ip(env), PORT + 8)))
-        .unwrap();
+    bind_any(env, &cm, id);
     cm.create_qp(id, &init(env, QpType::Ud)).unwrap();
     let group = SocketAddr::from((env.mcast_ip(Ipv4Addr::new(239, 7, 4, 1)), 0));
     match cm.join_multicast(id, group) {
@@ -299,7 +316,7 @@ fn addr_change(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let faults = env.faults.as_ref().expect("a faulty case runs with faults");
     let ch = cm.create_event_channel().unwrap();
-    let (l, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 20);
+    let (l, a) = ends(env, &cm, ch, PortSpace::Tcp);
     // The address leaves the port: every GID entry that holds it.
     let addr = env.dev.query_gid(1, u32::from(env.gid_index)).unwrap();
     let len = env.dev.query_port(1).unwrap().gid_tbl_len;
@@ -328,7 +345,7 @@ fn device_removal(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let faults = env.faults.as_ref().expect("a faulty case runs with faults");
     let ch = cm.create_event_channel().unwrap();
-    let (l, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 21);
+    let (l, a) = ends(env, &cm, ch, PortSpace::Tcp);
     faults.fail_device();
     let mut got = [0u8; 2].map(|_| ev(&cm, ch, CmEventType::DeviceRemoval).id);
     got.sort();
@@ -344,7 +361,7 @@ fn route_error(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let faults = env.faults.as_ref().expect("a faulty case runs with faults");
     let ch = cm.create_event_channel().unwrap();
-    let to = SocketAddr::from((ip(env), PORT + 22));
+    let to = unheard(env, &cm, ch, PortSpace::Tcp);
     let a = cm.create_id(ch, PortSpace::Tcp).unwrap();
     cm.resolve_addr(a, None, to, Duration::from_secs(1))
         .unwrap();
@@ -362,7 +379,7 @@ fn route_error(env: &Env) -> Outcome {
 fn connect_response(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
-    let (_l, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 23);
+    let (_l, a) = ends(env, &cm, ch, PortSpace::Tcp);
     // The QP is the application's own, named by number.
     let qpn = env.dev.create_qp(&init(env, QpType::Rc)).unwrap();
     cm.connect(
@@ -390,7 +407,7 @@ fn connect_response(env: &Env) -> Outcome {
 fn connect_error(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
-    let (_l, a) = ends(env, &cm, ch, PortSpace::Tcp, PORT + 24);
+    let (_l, a) = ends(env, &cm, ch, PortSpace::Tcp);
     let aq = cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
     cm.connect(a, &ConnParam::default()).unwrap();
     // Behind the CM's back the QP goes to ERROR, from which INIT is not a transition
