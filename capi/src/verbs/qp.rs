@@ -505,8 +505,15 @@ pub(super) unsafe extern "C" fn op_post_recv(
 ) -> c_int {
     let q = obj_or!(Qp, qp, EINVAL);
     let ctx = ctx_fast!(q.raw.qp_base.context, EINVAL);
+    // A QP that takes its receives from an SRQ has no receive queue to be full: the
+    // device refuses the post (EINVAL), where the queue's bound (0) would say ENOMEM.
+    let cap = if q.raw.qp_base.srq.is_null() {
+        q.rq_cap
+    } else {
+        u32::MAX
+    };
     // SAFETY: module safety argument.
-    let (wrs, ptrs, bad) = unsafe { recv_wrs(wr, q.rq_cap) };
+    let (wrs, ptrs, bad) = unsafe { recv_wrs(wr, cap) };
     finish_recv(
         ctx.dev.post_recv(q.raw.qp_base.qp_num, &wrs),
         &ptrs,
