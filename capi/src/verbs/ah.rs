@@ -71,14 +71,17 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     }
     // SAFETY: the caller's completion and GRH (the first 40 bytes of its buffer).
     let (w, g) = unsafe { (&*wc, std::slice::from_raw_parts(grh.cast::<u8>(), 40)) };
-    if w.wc_flags & sys::IBV_WC_GRH == 0 {
-        return unsupported("ibv_init_ah_from_wc without a GRH");
-    }
+    // Without IBV_WC_GRH, libibverbs fills a local vector from the completion (the
+    // source LID, SL and path bits, is_global 0) and succeeds; the device does the same.
     let completion = verbs_api::WorkCompletion {
         slid: w.slid,
         sl: w.sl,
         dlid_path_bits: w.dlid_path_bits,
-        wc_flags: verbs_api::WcFlags::GRH,
+        wc_flags: if w.wc_flags & sys::IBV_WC_GRH == 0 {
+            verbs_api::WcFlags::empty()
+        } else {
+            verbs_api::WcFlags::GRH
+        },
         ..verbs_api::WorkCompletion::default()
     };
     match ctx.dev.init_ah_from_wc(port_num, &completion, g) {
