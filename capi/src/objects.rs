@@ -41,7 +41,7 @@ use std::ffi::c_int;
 
 use emu_core::nic::EmuDevice;
 use parking_lot::Mutex;
-use verbs_api::{AhId, ChannelId, CqId, MwId, PdId, SrqId, WorkCompletion, XrcdId};
+use verbs_api::{AhId, ChannelId, CqId, Device as _, MwId, PdId, SrqId, WorkCompletion, XrcdId};
 
 use crate::config::DeviceConfig;
 use crate::sys;
@@ -312,6 +312,7 @@ impl Context {
             // this is the only release.
             let ctx = unsafe { Box::from_raw(std::ptr::from_ref(ctx).cast_mut()) };
             if ctx.pid == std::process::id() {
+                ctx.release_objects();
                 drop(ctx);
             } else {
                 // A context the parent opened before `fork`: its NIC's thread is the
@@ -322,6 +323,48 @@ impl Context {
             }
         }
         0
+    }
+
+    /// Destroys on the device every object made through this context and not
+    /// destroyed, as the kernel does when a process closes its verbs file: another
+    /// context of the same device (librdmacm keeps its own open) keeps the NIC up, and
+    /// its QPs, registrations and multicast attachments must not outlive the context
+    /// that made them. Dependents go first (QPs before their CQs, SRQs and PD). The C
+    /// objects themselves stay allocated: the program may still hold their pointers.
+    fn release_objects(&self) {
+        let taken = |kind: Kind| -> Vec<usize> {
+            std::mem::take(&mut *self.table(kind).lock())
+                .into_values()
+                .collect()
+        };
+        let dev = &self.dev;
+        // SAFETY (every read below): each address was recorded by the verb that made
+        // the object, of the type its table names, and objects are never freed while
+        // they are in a table (their destroy verbs forget them first).
+        for p in taken(Kind::Qp) {
+            let _ = dev.release_qp(unsafe { (*(p as *const Qp)).raw.qp_base.qp_num });
+        }
+        for p in taken(Kind::Ah) {
+            let _ = dev.destroy_ah(unsafe { (*(p as *const Ah)).id });
+        }
+        for p in taken(Kind::Mw) {
+            let _ = dev.dealloc_mw(unsafe { (*(p as *const Mw)).id });
+        }
+        for p in taken(Kind::Srq) {
+            let _ = dev.destroy_srq(unsafe { (*(p as *const Srq)).id });
+        }
+        for p in taken(Kind::Mr) {
+            let _ = dev.dereg_mr(unsafe { (*(p as *const Mr)).raw.lkey });
+        }
+        for p in taken(Kind::Cq) {
+            let _ = dev.destroy_cq(unsafe { (*(p as *const Cq)).id });
+        }
+        for p in taken(Kind::Xrcd) {
+            let _ = dev.close_xrcd(unsafe { (*(p as *const Xrcd)).id });
+        }
+        for p in taken(Kind::Pd) {
+            let _ = dev.dealloc_pd(unsafe { (*(p as *const Pd)).id });
+        }
     }
 
     /// The pointer the program sees.

@@ -213,8 +213,10 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut sys::ibv_device) -> *mut s
     })
 }
 
-/// `ibv_close_device`: stops the emulated NIC. Objects the program did not destroy
-/// are leaked, as their pointers may still be in its hands.
+/// `ibv_close_device`: destroys on the device what the context made and the program
+/// did not destroy (QPs detached from their groups first), as the kernel does when a
+/// verbs file closes, and stops the emulated NIC with its last context. The C objects
+/// of those stay allocated, as their pointers may still be in the program's hands.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_close_device(context: *mut sys::ibv_context) -> c_int {
     // SAFETY: the caller gives the context up; a pointer that is not an open

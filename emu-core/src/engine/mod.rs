@@ -1206,6 +1206,11 @@ impl Engine {
         self.mcast.has_group(gid)
     }
 
+    /// The multicast groups `qpn` is attached to.
+    pub fn mcast_groups_of(&self, qpn: u32) -> Vec<Gid> {
+        self.mcast.groups_of(qpn)
+    }
+
     /// The multicast GIDs some QP of the device is attached to, in order.
     pub fn mcast_groups(&self) -> Vec<Gid> {
         let mut v: Vec<Gid> = self.mcast.groups().copied().collect();

@@ -135,6 +135,15 @@ impl McastTable {
             .unwrap_or_default()
     }
 
+    /// The groups `qpn` is attached to.
+    pub(crate) fn groups_of(&self, qpn: u32) -> Vec<Gid> {
+        self.groups
+            .iter()
+            .filter(|(_, m)| m.contains(&qpn))
+            .map(|(g, _)| *g)
+            .collect()
+    }
+
     /// The groups with at least one member (a driver joins them on its link).
     pub(crate) fn groups(&self) -> impl Iterator<Item = &Gid> {
         self.groups.keys()

@@ -63,6 +63,18 @@ impl EmuDevice {
         r
     }
 
+    /// Destroys QP `qpn` as closing its verbs context does (the kernel's cleanup of
+    /// a closed uverbs file): it is detached from its multicast groups first, where
+    /// `ibv_destroy_qp` would refuse with EBUSY, and a group it was the last member of
+    /// is left on the link.
+    pub fn release_qp(&self, qpn: u32) -> Result<()> {
+        let groups = self.with_engine(|e, _| e.mcast_groups_of(qpn));
+        for g in groups {
+            self.detach_mcast(qpn, &g, 0)?;
+        }
+        self.destroy_qp(qpn)
+    }
+
     /// Joins `gid` on the link: the IPv4 group of an IPv4-mapped MGID, or the IPv6
     /// group that is the MGID (ff00::/8), on a device of the group's family.
     fn join_group(&self, gid: &Gid) -> Result<()> {
