@@ -371,7 +371,14 @@ impl Device for HwDevice {
                     WrOperation::BindMw {
                         mw_rkey, bind_info, ..
                     } => (
-                        t.mws.values().find(|m| m.rkey() == *mw_rkey).map(|m| &**m),
+                        // By the R_Key's index (IBTA 10.6.7.2.2: the consumer owns only
+                        // the low eight bits, the key byte): whether a provider writes a
+                        // type 2 bind's new key into `ibv_mw` (capi) or not (rxe, mlx5),
+                        // the window keeps its index.
+                        t.mws
+                            .values()
+                            .find(|m| m.rkey() >> 8 == *mw_rkey >> 8)
+                            .map(|m| &**m),
                         t.mrs.get(&bind_info.mr_lkey).map(|m| &**m),
                     ),
                     _ => (None, None),
