@@ -6,7 +6,8 @@
 # PATH (e.g. an unpacked rdmacm-utils .deb: apt-get download + dpkg -x).
 # Builds the library (release), then runs each tool (servers and clients as two
 # processes over loopback, each with its own 127.0.0.x address) and a C program
-# compiled against the real headers. Prints PASS/FAIL per tool and exits non-zero
+# compiled against the real headers, and the conformance suite through hw-backend
+# (libibverbs' API, as on rxe) on the same library. Prints PASS/FAIL per tool and exits non-zero
 # if any failed. CAPI_ONLY="name ..." runs only the named steps.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -284,6 +285,24 @@ for dir in fwd rev; do
   record "$name" "$rc" "$work/$name.srv" "$work/$name.cli"
   grep receiver "$work/$name.cli" | sed 's/^/    /'
 done
+
+# The conformance suite through hw-backend (rdma-sys, as for kernel rxe and mlx5) on
+# this libibverbs.so.1/librdmacm.so.1: every case a program of libibverbs' own API
+# drives, each one checked as on rxe. GID index 0: the loopback device lists its
+# address at 0 and 1, and the suite on hardware takes 1 when it is there, where
+# ibv_init_ah_from_wc (rdma-core's ibv_find_gid_index: the first match) finds 0.
+if want conformance_hw; then
+  if (cd "$root" && cargo build -q --release -p verbs-conformance --features hw --bin conformance) \
+      >"$work/conformance_hw.out" 2>&1; then
+    RDMA_EMU_DEVICES=emu0=127.0.0.93 RDMA_GID_INDEX=0 timeout 600 \
+      "$CARGO_TARGET_DIR/release/conformance" --backend hw >>"$work/conformance_hw.out" 2>&1
+    rc=$?
+    record conformance_hw "$rc" "$work/conformance_hw.out"
+    grep -E '^hw: ' "$work/conformance_hw.out" | sed 's/^/    /'
+  else
+    record conformance_hw 1 "$work/conformance_hw.out"
+  fi
+fi
 
 if want verbs_c; then
   if cc -O1 -Wall -o "$work/verbs_c" "$root/capi/c/verbs_test.c" -libverbs -L"$lib" 2>"$work/verbs_c.out"; then
