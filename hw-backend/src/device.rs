@@ -21,11 +21,11 @@ use verbs_api::{
     AccessFlags, AhAttr, AhId, AsyncEvent, ChannelId, CqId, Device, DeviceAttr, Error, Gid, MemBuf,
     MrInfo, MwBind, MwId, MwInfo, MwType, PdId, PortAttr, PostError, QpAttr, QpAttrMask,
     QpInitAttr, RecvWr, ReregMrFlags, Result, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId,
-    WorkCompletion, WrOperation,
+    WorkCompletion, WrOperation, XrcdId, XrcdOpen,
 };
 use verbs_ffi::convert;
 
-use crate::sys::{self, Ah, CompChannel, Context, Cq, Mr, Mw, Pd, Qp, SendRefs, Srq};
+use crate::sys::{self, Ah, CompChannel, Context, Cq, Mr, Mw, Pd, Qp, SendRefs, Srq, Xrcd};
 use crate::DeviceListEntry;
 
 /// Every object of one opened device, by number.
@@ -38,7 +38,11 @@ struct Tables {
     cqs: HashMap<u32, Arc<Cq>>,
     srqs: HashMap<u32, Arc<Srq>>,
     qps: HashMap<u32, Arc<Qp>>,
+    /// The further handles of an XRC receive QP this device opened or created more
+    /// than once (`ibv_open_qp`); a destroy drops one of these before the first.
+    qp_holds: HashMap<u32, Vec<Qp>>,
     ahs: HashMap<u32, Arc<Ah>>,
+    xrcds: HashMap<u32, Arc<Xrcd>>,
 }
 
 /// A real RDMA device (kernel rxe, mlx5, ...) opened through libibverbs.
@@ -46,6 +50,7 @@ pub struct HwDevice {
     ctx: Arc<Context>,
     t: RwLock<Tables>,
     next_channel: AtomicU32,
+    next_xrcd: AtomicU32,
 }
 
 impl std::fmt::Debug for HwDevice {
@@ -70,6 +75,16 @@ pub fn wait_fd_readable(fd: i32, timeout: Option<Duration>) -> Result<bool> {
 }
 
 impl HwDevice {
+    /// Keeps a handle of QP `qpn`: the first in the QP table, a further one (an XRC
+    /// receive QP opened again) among its holds.
+    fn hold_qp(t: &mut Tables, qpn: u32, qp: Qp) {
+        if let std::collections::hash_map::Entry::Vacant(e) = t.qps.entry(qpn) {
+            e.insert(Arc::new(qp));
+        } else {
+            t.qp_holds.entry(qpn).or_default().push(qp);
+        }
+    }
+
     /// Opens device `name` (e.g. `rxe0`), or the first device libibverbs lists when
     /// `None`. ENODEV when there is no such device, with a message that says how to
     /// create a soft-RoCE one when there is none at all.
@@ -78,6 +93,7 @@ impl HwDevice {
             ctx: Context::open(name)?,
             t: RwLock::new(Tables::default()),
             next_channel: AtomicU32::new(1),
+            next_xrcd: AtomicU32::new(1),
         })
     }
 }
@@ -118,8 +134,10 @@ impl Drop for HwDevice {
         // destroy of that QP waits (about 50 s) for the window to let go.
         let t = self.t.get_mut();
         t.mws.clear();
+        t.qp_holds.clear();
         t.qps.clear();
         t.srqs.clear();
+        t.xrcds.clear();
         t.ahs.clear();
         t.mrs.clear();
         t.cqs.clear();
@@ -136,6 +154,27 @@ const NO_MW: &str = "no such memory window";
 const NO_SRQ: &str = "no such shared receive queue";
 const NO_AH: &str = "no such address handle";
 const NO_CHANNEL: &str = "no such completion channel";
+const NO_XRCD: &str = "no such XRC domain";
+
+/// The file whose inode stands for `inode` in `ibv_open_xrcd`: the kernel keys XRC
+/// domains by a file's inode, and [`XrcdOpen`] names a domain by a number. One file
+/// per number, in a folder of the host's temporary directory, so opens of one number
+/// (in any process of this user) share a domain, as opens of one file do.
+fn xrcd_file(inode: u64) -> Result<std::fs::File> {
+    let dir = std::env::temp_dir().join("hw-backend-xrcd");
+    let os = |e: std::io::Error| Error::Os {
+        errno: e.raw_os_error().unwrap_or(libc::EIO),
+        context: "the file of an XRC domain",
+    };
+    std::fs::create_dir_all(&dir).map_err(os)?;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join(format!("{inode:016x}")))
+        .map_err(os)
+}
 
 impl Device for HwDevice {
     fn name(&self) -> &str {
@@ -358,7 +397,14 @@ impl Device for HwDevice {
     }
 
     fn destroy_qp(&self, qpn: u32) -> Result<()> {
-        destroy(&mut self.t.write().qps, qpn, NO_QP, Qp::destroy)
+        let mut t = self.t.write();
+        if let Some(hold) = t.qp_holds.get_mut(&qpn).and_then(Vec::pop) {
+            return hold.destroy().map_err(|(qp, e)| {
+                t.qp_holds.entry(qpn).or_default().push(qp);
+                e
+            });
+        }
+        destroy(&mut t.qps, qpn, NO_QP, Qp::destroy)
     }
 
     fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> std::result::Result<(), PostError> {
@@ -433,6 +479,62 @@ impl Device for HwDevice {
         get(&t.srqs, srq.0, NO_SRQ)
             .map_err(|error| PostError { index: 0, error })?
             .post_recv(wrs)
+    }
+
+    fn open_xrcd(&self, open: &XrcdOpen) -> Result<XrcdId> {
+        use std::os::fd::AsRawFd;
+        let file = open.inode.map(xrcd_file).transpose()?;
+        let fd = file.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+        let mut oflags = 0;
+        if open.create {
+            oflags |= libc::O_CREAT;
+        }
+        if open.exclusive {
+            oflags |= libc::O_EXCL;
+        }
+        // The domain holds the inode, not the descriptor: the file may close after.
+        let xrcd = self.ctx.open_xrcd(fd, oflags)?;
+        let id = self.next_xrcd.fetch_add(1, Ordering::Relaxed);
+        self.t.write().xrcds.insert(id, Arc::new(xrcd));
+        Ok(XrcdId(id))
+    }
+
+    fn close_xrcd(&self, xrcd: XrcdId) -> Result<()> {
+        destroy(&mut self.t.write().xrcds, xrcd.0, NO_XRCD, Xrcd::destroy)
+    }
+
+    fn create_xrc_srq(&self, pd: PdId, xrcd: XrcdId, cq: CqId, attr: &SrqAttr) -> Result<SrqId> {
+        let mut t = self.t.write();
+        let srq = self.ctx.create_xrc_srq(
+            get(&t.pds, pd.0, NO_PD)?,
+            get(&t.xrcds, xrcd.0, NO_XRCD)?,
+            get(&t.cqs, cq.0, NO_CQ)?,
+            attr,
+        )?;
+        let id = srq.handle();
+        t.srqs.insert(id, Arc::new(srq));
+        Ok(SrqId(id))
+    }
+
+    fn get_srq_num(&self, srq: SrqId) -> Result<u32> {
+        get(&self.t.read().srqs, srq.0, NO_SRQ)?.srq_num()
+    }
+
+    fn create_xrc_recv_qp(&self, xrcd: XrcdId) -> Result<u32> {
+        let mut t = self.t.write();
+        let qp = self
+            .ctx
+            .create_xrc_recv_qp(get(&t.xrcds, xrcd.0, NO_XRCD)?)?;
+        let qpn = qp.qp_num();
+        Self::hold_qp(&mut t, qpn, qp);
+        Ok(qpn)
+    }
+
+    fn open_qp(&self, xrcd: XrcdId, qpn: u32) -> Result<()> {
+        let mut t = self.t.write();
+        let qp = self.ctx.open_qp(get(&t.xrcds, xrcd.0, NO_XRCD)?, qpn)?;
+        Self::hold_qp(&mut t, qpn, qp);
+        Ok(())
     }
 
     fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhId> {

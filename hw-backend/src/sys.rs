@@ -475,6 +475,107 @@ impl Context {
         }
     }
 
+    /// `ibv_open_xrcd` on the file `fd` with `oflags` (`O_CREAT`, `O_EXCL`), or a
+    /// private domain for fd -1.
+    pub(crate) fn open_xrcd(self: &Arc<Self>, fd: c_int, oflags: c_int) -> Result<Xrcd> {
+        let mut attr = ffi::ibv_xrcd_init_attr {
+            comp_mask: (ffi::ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_FD
+                | ffi::ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_OFLAGS)
+                .0,
+            fd,
+            oflags,
+        };
+        // SAFETY: live context; the provider's operation with a valid attribute struct.
+        let p = match unsafe { ctx_op!(self.raw(), open_xrcd) } {
+            Some(f) => unsafe { f(self.raw(), &mut attr) },
+            None => return Err(Error::Unsupported("XRC: the provider has no open_xrcd")),
+        };
+        Ok(Xrcd {
+            ptr: NonNull::new(p).ok_or_else(|| null_error("ibv_open_xrcd"))?,
+            _ctx: self.clone(),
+            live: true,
+        })
+    }
+
+    /// `ibv_create_srq_ex` with `IBV_SRQT_XRC`: an XRC SRQ of `xrcd` checked in `pd`,
+    /// completing on `cq`.
+    pub(crate) fn create_xrc_srq(
+        self: &Arc<Self>,
+        pd: &Pd,
+        xrcd: &Xrcd,
+        cq: &Cq,
+        attr: &SrqAttr,
+    ) -> Result<Srq> {
+        use ffi::ibv_srq_init_attr_mask as m;
+        // SAFETY: an all-integer/pointer struct (tm_cap included): all-zero is valid.
+        let mut init: ffi::ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
+        init.attr = to_sys(convert::srq_attr_to_c(attr));
+        init.comp_mask = (m::IBV_SRQ_INIT_ATTR_TYPE
+            | m::IBV_SRQ_INIT_ATTR_PD
+            | m::IBV_SRQ_INIT_ATTR_XRCD
+            | m::IBV_SRQ_INIT_ATTR_CQ)
+            .0;
+        init.srq_type = ffi::ibv_srq_type::IBV_SRQT_XRC;
+        init.pd = pd.raw();
+        init.xrcd = xrcd.raw();
+        init.cq = cq.raw();
+        // SAFETY: live context, PD, domain and CQ (borrowed for the call; the kernel
+        // keeps them while the SRQ uses them); valid attribute struct.
+        let p = match unsafe { ctx_op!(self.raw(), create_srq_ex) } {
+            Some(f) => unsafe { f(self.raw(), &mut init) },
+            None => return Err(Error::Unsupported("XRC: the provider has no create_srq_ex")),
+        };
+        Ok(Srq {
+            ptr: NonNull::new(p).ok_or_else(|| null_error("ibv_create_srq_ex"))?,
+            _ctx: self.clone(),
+            live: true,
+        })
+    }
+
+    /// `ibv_create_qp_ex` with `IBV_QPT_XRC_RECV` and `IBV_QP_INIT_ATTR_XRCD`.
+    pub(crate) fn create_xrc_recv_qp(self: &Arc<Self>, xrcd: &Xrcd) -> Result<Qp> {
+        // SAFETY: an all-integer/pointer struct: all-zero is valid.
+        let mut init: ffi::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+        init.qp_type = ffi::ibv_qp_type::IBV_QPT_XRC_RECV;
+        init.comp_mask = ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_XRCD.0;
+        init.xrcd = xrcd.raw();
+        // SAFETY: live context and domain; valid attribute struct.
+        let p = match unsafe { ctx_op!(self.raw(), create_qp_ex) } {
+            Some(f) => unsafe { f(self.raw(), &mut init) },
+            None => return Err(Error::Unsupported("XRC: the provider has no create_qp_ex")),
+        };
+        Ok(Qp {
+            ptr: NonNull::new(p).ok_or_else(|| null_error("ibv_create_qp_ex"))?,
+            _ctx: self.clone(),
+            live: true,
+        })
+    }
+
+    /// `ibv_open_qp`: a handle of the XRC receive QP `qpn` of `xrcd`.
+    pub(crate) fn open_qp(self: &Arc<Self>, xrcd: &Xrcd, qpn: u32) -> Result<Qp> {
+        use ffi::ibv_qp_open_attr_mask as m;
+        let mut attr = ffi::ibv_qp_open_attr {
+            comp_mask: (m::IBV_QP_OPEN_ATTR_NUM
+                | m::IBV_QP_OPEN_ATTR_XRCD
+                | m::IBV_QP_OPEN_ATTR_TYPE)
+                .0,
+            qp_num: qpn,
+            xrcd: xrcd.raw(),
+            qp_context: ptr::null_mut(),
+            qp_type: ffi::ibv_qp_type::IBV_QPT_XRC_RECV,
+        };
+        // SAFETY: live context and domain; valid attribute struct.
+        let p = match unsafe { ctx_op!(self.raw(), open_qp) } {
+            Some(f) => unsafe { f(self.raw(), &mut attr) },
+            None => return Err(Error::Unsupported("XRC: the provider has no open_qp")),
+        };
+        Ok(Qp {
+            ptr: NonNull::new(p).ok_or_else(|| null_error("ibv_open_qp"))?,
+            _ctx: self.clone(),
+            live: true,
+        })
+    }
+
     /// `ibv_alloc_pd`.
     pub(crate) fn alloc_pd(self: &Arc<Self>) -> Result<Pd> {
         // SAFETY: live context.
@@ -603,6 +704,48 @@ unsafe fn dealloc_mw(mw: *mut ffi::ibv_mw) -> c_int {
     // SAFETY: the caller passes a live MW.
     unsafe { ffi::ibv_dealloc_mw(mw) }
 }
+
+wrapper!(
+    /// An XRC domain (`struct ibv_xrcd` has no handle; the backend numbers them).
+    Xrcd, ffi::ibv_xrcd, close_xrcd, "ibv_close_xrcd"
+);
+
+/// `ibv_close_xrcd` (an inline function in verbs.h): the context's `close_xrcd`.
+unsafe fn close_xrcd(xrcd: *mut ffi::ibv_xrcd) -> c_int {
+    // SAFETY: the caller passes a live domain, so its context is live.
+    match unsafe { ctx_op!((*xrcd).context, close_xrcd) } {
+        // SAFETY: the provider's own operation on its own object.
+        Some(f) => unsafe { f(xrcd) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// The extended operation `$field` of context `$ctx` (verbs.h's `verbs_get_ctx_op`):
+/// libibverbs marks an extended context with `abi_compat == UINTPTR_MAX` and says in
+/// `sz` how many bytes of `struct verbs_context`, counted back from its end, the
+/// provider filled. (rdma-sys 0.3's own inline wrappers compare `abi_compat` with
+/// `u32::MAX`, which never matches on a 64-bit host, so they always say EOPNOTSUPP.)
+/// Unsafe: `$ctx` must be a live context.
+macro_rules! ctx_op {
+    ($ctx:expr, $field:ident) => {{
+        let ctx: *mut ffi::ibv_context = $ctx;
+        if (*ctx).abi_compat as usize != usize::MAX {
+            None
+        } else {
+            let vc = ctx
+                .byte_sub(std::mem::offset_of!(ffi::verbs_context, context))
+                .cast::<ffi::verbs_context>();
+            let need = std::mem::size_of::<ffi::verbs_context>()
+                - std::mem::offset_of!(ffi::verbs_context, $field);
+            if (*vc).sz < need {
+                None
+            } else {
+                (*vc).$field
+            }
+        }
+    }};
+}
+use ctx_op;
 
 impl Pd {
     /// The kernel handle, this backend's `PdId`.
@@ -929,6 +1072,18 @@ impl Srq {
         unsafe { (*self.raw()).handle }
     }
 
+    /// `ibv_get_srq_num`: an XRC SRQ's number (EINVAL, from the provider, otherwise).
+    pub(crate) fn srq_num(&self) -> Result<u32> {
+        let mut n = 0u32;
+        // SAFETY: live SRQ, so its context is live; valid out pointer.
+        let ret = match unsafe { ctx_op!((*self.raw()).context, get_srq_num) } {
+            Some(f) => unsafe { f(self.raw(), &mut n) },
+            None => libc::EOPNOTSUPP,
+        };
+        check(ret, "ibv_get_srq_num")?;
+        Ok(n)
+    }
+
     /// `ibv_modify_srq`.
     pub(crate) fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
         let mut c = convert::srq_attr_to_c(attr);
@@ -1088,14 +1243,15 @@ impl Qp {
             "ibv_query_qp",
         )?;
         // SAFETY: the QP's PD, CQs and SRQ are live while it is (the kernel refuses to
-        // free them first); plain fields.
+        // free them first), or null where the QP has none (an XRC receive QP has no
+        // PD and no CQs, an XRC send QP no receive CQ): 0 then; plain fields.
         let (pd, send_cq, recv_cq, srq, qp_type) = unsafe {
             let q = &*self.raw();
             (
-                (*q.pd).handle,
-                (*q.send_cq).handle,
-                (*q.recv_cq).handle,
-                (!q.srq.is_null()).then(|| (*q.srq).handle),
+                q.pd.as_ref().map_or(0, |p| p.handle),
+                q.send_cq.as_ref().map_or(0, |c| c.handle),
+                q.recv_cq.as_ref().map_or(0, |c| c.handle),
+                q.srq.as_ref().map(|s| s.handle),
                 q.qp_type,
             )
         };
@@ -1129,9 +1285,19 @@ impl Qp {
             return Ok(());
         }
         // SAFETY: a live QP; `qp_type` is a plain field set at creation.
-        let ud = unsafe { (*self.raw()).qp_type } == QpType::Ud.as_u32();
+        let qp_type = unsafe { (*self.raw()).qp_type };
+        let ud = qp_type == QpType::Ud.as_u32();
+        let xrc = qp_type == QpType::XrcSend.as_u32();
         let mut sges: Vec<Vec<ffi::ibv_sge>> = Vec::with_capacity(wrs.len());
         for (i, (w, r)) in wrs.iter().zip(refs).enumerate() {
+            // `wr.qp_type.xrc.remote_srqn` always holds a number in C; a WR of an XRC
+            // send QP that names no SRQ is refused here, as the Device trait says.
+            if xrc && w.xrc_remote_srqn.is_none() {
+                return Err(PostError {
+                    index: i,
+                    error: Error::InvalidArgument("an XRC send needs its remote SRQ number"),
+                });
+            }
             // A UD send without an address handle would hand the provider a null
             // `ibv_ah` to dereference (rxe crashes): refuse it as libibverbs' contract
             // requires a valid `wr.ud.ah` (ibv_post_send(3)).
@@ -1354,7 +1520,9 @@ fn send_wr_to_c(
         imm_data_invalidated_rkey_union: imm,
         wr,
         qp_type: ffi::qp_type_t {
-            xrc: ffi::xrc_t { remote_srqn: 0 },
+            xrc: ffi::xrc_t {
+                remote_srqn: w.xrc_remote_srqn.unwrap_or(0),
+            },
         },
         bind_mw_tso_union: bind,
     })

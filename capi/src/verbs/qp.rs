@@ -505,9 +505,14 @@ pub(super) unsafe extern "C" fn op_post_recv(
 ) -> c_int {
     let q = obj_or!(Qp, qp, EINVAL);
     let ctx = ctx_fast!(q.raw.qp_base.context, EINVAL);
-    // A QP that takes its receives from an SRQ has no receive queue to be full: the
-    // device refuses the post (EINVAL), where the queue's bound (0) would say ENOMEM.
-    let cap = if q.raw.qp_base.srq.is_null() {
+    // A QP that takes its receives from an SRQ, and an XRC QP, has no receive queue to
+    // be full: the device refuses the post (EINVAL), where the queue's bound (0) would
+    // say ENOMEM.
+    let base = &q.raw.qp_base;
+    let cap = if base.srq.is_null()
+        && base.qp_type != sys::IBV_QPT_XRC_SEND
+        && base.qp_type != sys::IBV_QPT_XRC_RECV
+    {
         q.rq_cap
     } else {
         u32::MAX
