@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 use verbs_api::{
-    AccessFlags, AhAttr, AhId, AsyncEvent, ChannelId, CqId, Device, DeviceAttr, Error, Gid, MemBuf,
-    MrInfo, MwBind, MwId, MwInfo, MwType, PdId, PortAttr, PostError, QpAttr, QpAttrMask,
-    QpInitAttr, RecvWr, ReregMrFlags, Result, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId,
-    WorkCompletion, WrOperation, XrcdId, XrcdOpen,
+    AccessFlags, AhAttr, AhId, AsyncEvent, ChannelId, CqId, Device, DeviceAttr, DeviceCapFlagsEx,
+    Error, Gid, MemBuf, MrInfo, MwBind, MwId, MwInfo, MwType, PdId, PortAttr, PostError, QpAttr,
+    QpAttrMask, QpInitAttr, QpType, RecvWr, ReregMrFlags, Result, SendFlags, SendWr, SrqAttr,
+    SrqAttrMask, SrqId, WorkCompletion, WrOperation, XrcdId, XrcdOpen,
 };
 use verbs_ffi::convert;
 
@@ -182,7 +182,13 @@ impl Device for HwDevice {
     }
 
     fn query_device(&self) -> Result<DeviceAttr> {
-        Ok(convert::device_attr_from_c(&self.ctx.query_device()?))
+        let mut a = convert::device_attr_from_c(&self.ctx.query_device()?);
+        // What this backend can post: FLUSH needs `ibv_wr_flush` (rdma-core 45), which
+        // the libibverbs headers it is built against (44) do not have.
+        a.device_cap_flags_ex =
+            convert::device_cap_flags_ex_from_c(self.ctx.device_cap_flags_ex()?)
+                - (DeviceCapFlagsEx::FLUSH_GLOBAL | DeviceCapFlagsEx::FLUSH_PERSISTENT);
+        Ok(a)
     }
 
     fn query_port(&self, port: u8) -> Result<PortAttr> {
@@ -381,7 +387,12 @@ impl Device for HwDevice {
                 Some(s) => Some(get(&t.srqs, s.0, NO_SRQ)?),
                 None => None,
             };
-            pd.create_qp(scq, rcq, srq, init.qp_type, &init.cap, init.sq_sig_all)?
+            // A QP that may post ATOMIC WRITE is made through `ibv_create_qp_ex` with
+            // it among its send operations, where the device has it.
+            let atomic_write = matches!(init.qp_type, QpType::Rc | QpType::XrcSend)
+                && convert::device_cap_flags_ex_from_c(self.ctx.device_cap_flags_ex()?)
+                    .contains(DeviceCapFlagsEx::ATOMIC_WRITE);
+            pd.create_qp(scq, rcq, srq, init, atomic_write)?
         };
         let qpn = qp.qp_num();
         t.qps.insert(qpn, Arc::new(qp));

@@ -334,6 +334,28 @@ impl Context {
         Ok(attr)
     }
 
+    /// `ibv_query_device_ex`'s `device_cap_flags_ex` (0 where the provider has no
+    /// `query_device_ex`).
+    pub(crate) fn device_cap_flags_ex(&self) -> Result<u64> {
+        // SAFETY: an all-integer struct: all-zero is valid.
+        let mut attr: ffi::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        // SAFETY: live context; the provider's operation with no input and a valid
+        // out struct of the size given.
+        let ret = match unsafe { ctx_op!(self.raw(), query_device_ex) } {
+            Some(f) => unsafe {
+                f(
+                    self.raw(),
+                    ptr::null(),
+                    &mut attr,
+                    std::mem::size_of::<ffi::ibv_device_attr_ex>(),
+                )
+            },
+            None => return Ok(0),
+        };
+        check(ret, "ibv_query_device_ex")?;
+        Ok(attr.device_cap_flags_ex)
+    }
+
     /// `ibv_query_port`.
     pub(crate) fn query_port(&self, port: u8) -> Result<c::ibv_port_attr> {
         // All zero, as the C inline wrapper memsets it before the compat call.
@@ -822,10 +844,13 @@ impl Pd {
         send_cq: &Cq,
         recv_cq: &Cq,
         srq: Option<&Srq>,
-        qp_type: QpType,
-        cap: &verbs_api::QpCap,
-        sq_sig_all: bool,
+        init: &QpInitAttr,
+        atomic_write: bool,
     ) -> Result<Qp> {
+        let (qp_type, cap, sq_sig_all) = (init.qp_type, &init.cap, init.sq_sig_all);
+        if atomic_write {
+            return self.create_qp_ex(send_cq, recv_cq, srq, init);
+        }
         let mut init = ffi::ibv_qp_init_attr {
             qp_context: ptr::null_mut(),
             send_cq: send_cq.raw(),
@@ -840,6 +865,57 @@ impl Pd {
         let p = unsafe { ffi::ibv_create_qp(self.raw(), &mut init) };
         Ok(Qp {
             ptr: NonNull::new(p).ok_or_else(|| null_error("ibv_create_qp"))?,
+            _ctx: self._ctx.clone(),
+            live: true,
+        })
+    }
+
+    /// `ibv_create_qp_ex` with the send operations of `ibv_post_send` and ATOMIC
+    /// WRITE, which only the `ibv_qp_ex` interface posts (`ibv_wr_atomic_write`).
+    fn create_qp_ex(
+        &self,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        srq: Option<&Srq>,
+        attr: &QpInitAttr,
+    ) -> Result<Qp> {
+        use ffi::ibv_qp_create_send_ops_flags as f;
+        let (qp_type, cap, sq_sig_all) = (attr.qp_type, &attr.cap, attr.sq_sig_all);
+        // SAFETY: an all-integer/pointer struct: all-zero is valid.
+        let mut init: ffi::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+        init.send_cq = send_cq.raw();
+        init.recv_cq = recv_cq.raw();
+        init.srq = srq.map_or(ptr::null_mut(), Srq::raw);
+        init.cap = to_sys(convert::cap_to_c(cap));
+        init.qp_type = qp_type.as_u32();
+        init.sq_sig_all = c_int::from(sq_sig_all);
+        init.comp_mask = (ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD
+            | ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+            .0;
+        init.pd = self.raw();
+        init.send_ops_flags = u64::from(
+            (f::IBV_QP_EX_WITH_RDMA_WRITE
+                | f::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+                | f::IBV_QP_EX_WITH_SEND
+                | f::IBV_QP_EX_WITH_SEND_WITH_IMM
+                | f::IBV_QP_EX_WITH_RDMA_READ
+                | f::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+                | f::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+                | f::IBV_QP_EX_WITH_LOCAL_INV
+                | f::IBV_QP_EX_WITH_BIND_MW
+                | f::IBV_QP_EX_WITH_SEND_WITH_INV
+                | f::IBV_QP_EX_WITH_ATOMIC_WRITE)
+                .0,
+        );
+        let ctx = self._ctx.raw();
+        // SAFETY: live context, PD, CQs and SRQ (borrowed for the call, as in
+        // `create_qp`); valid attribute struct.
+        let p = match unsafe { ctx_op!(ctx, create_qp_ex) } {
+            Some(op) => unsafe { op(ctx, &mut init) },
+            None => return Err(Error::Unsupported("the provider has no create_qp_ex")),
+        };
+        Ok(Qp {
+            ptr: NonNull::new(p).ok_or_else(|| null_error("ibv_create_qp_ex"))?,
             _ctx: self._ctx.clone(),
             live: true,
         })
@@ -1275,6 +1351,42 @@ impl Qp {
         })
     }
 
+    /// `ibv_wr_atomic_write` between `ibv_wr_start` and `ibv_wr_complete`: the QP must
+    /// have been created with it (`Pd::create_qp` does where the device reports
+    /// ATOMIC WRITE; EOPNOTSUPP otherwise).
+    fn post_atomic_write(&self, w: &SendWr) -> Result<()> {
+        let WrOperation::AtomicWrite {
+            remote_addr,
+            rkey,
+            data,
+        } = w.op
+        else {
+            return Err(Error::InvalidArgument("not an ATOMIC WRITE"));
+        };
+        let unsupported = Error::Unsupported(
+            "ATOMIC WRITE: the QP was created without it (the device reports no ATOMIC_WRITE)",
+        );
+        // SAFETY: a live QP.
+        let qpx = unsafe { ffi::ibv_qp_to_qp_ex(self.raw()) };
+        if qpx.is_null() {
+            return Err(unsupported);
+        }
+        // SAFETY: an extended QP's function table, filled by the provider; `data`
+        // outlives the call, which copies the 8 bytes into the work request.
+        unsafe {
+            let (Some(start), Some(write), Some(complete)) =
+                ((*qpx).wr_start, (*qpx).wr_atomic_write, (*qpx).wr_complete)
+            else {
+                return Err(unsupported);
+            };
+            start(qpx);
+            (*qpx).wr_id = w.wr_id;
+            (*qpx).wr_flags = w.send_flags.bits();
+            write(qpx, rkey, remote_addr, data.as_ptr().cast());
+            check(complete(qpx), "ibv_wr_complete")
+        }
+    }
+
     /// `ibv_post_send`. `refs[i]` holds what `wrs[i]` refers to.
     pub(crate) fn post_send(
         &self,
@@ -1283,6 +1395,20 @@ impl Qp {
     ) -> std::result::Result<(), PostError> {
         if wrs.is_empty() {
             return Ok(());
+        }
+        // ATOMIC WRITE goes through the `ibv_qp_ex` interface, the rest of the list
+        // through `ibv_post_send`, in the list's order.
+        let atomic_write = |w: &SendWr| matches!(w.op, WrOperation::AtomicWrite { .. });
+        if let Some(k) = wrs.iter().position(atomic_write) {
+            self.post_send(&wrs[..k], &refs[..k])?;
+            self.post_atomic_write(&wrs[k])
+                .map_err(|error| PostError { index: k, error })?;
+            return self
+                .post_send(&wrs[k + 1..], &refs[k + 1..])
+                .map_err(|e| PostError {
+                    index: e.index + k + 1,
+                    ..e
+                });
         }
         // SAFETY: a live QP; `qp_type` is a plain field set at creation.
         let qp_type = unsafe { (*self.raw()).qp_type };
@@ -1426,11 +1552,17 @@ fn send_wr_to_c(
     };
     match w.op {
         // IBTA 1.5 operations: libibverbs posts them only through `ibv_qp_ex`
-        // (`ibv_wr_atomic_write`, and `ibv_wr_flush` from rdma-core 45); `ibv_send_wr`
-        // has no field for their data, and HwDevice posts with `ibv_post_send`.
-        WrOperation::AtomicWrite { .. } | WrOperation::Flush { .. } => {
+        // (`ibv_send_wr` has no field for their data). ATOMIC WRITE takes that path
+        // in `Qp::post_send`; `ibv_wr_flush` came with rdma-core 45, after the
+        // headers this crate builds against (Debian 12's rdma-core 44).
+        WrOperation::AtomicWrite { .. } => {
+            return Err(Error::InvalidArgument(
+                "ATOMIC WRITE is posted through ibv_qp_ex",
+            ))
+        }
+        WrOperation::Flush { .. } => {
             return Err(Error::Unsupported(
-                "ATOMIC WRITE and FLUSH (libibverbs posts them through ibv_qp_ex only)",
+                "FLUSH (ibv_wr_flush: rdma-core 45; the libibverbs headers here are 44)",
             ))
         }
         WrOperation::Send => {}
