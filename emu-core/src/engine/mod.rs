@@ -161,6 +161,11 @@ impl Default for Limits {
 pub struct Transmit {
     /// The destination GID (the peer's IPv4-mapped address on RoCEv2).
     pub dest: Gid,
+    /// The source GID: the port's GID table entry at the `sgid_index` of the path (a
+    /// connected QP's `ah_attr`, a UD WR's address handle), the address the packet
+    /// leaves from (IBTA 8.3.1, Annex A17.4.2: a RoCEv2 packet's IP source is its
+    /// SGID). A driver with one address per family picks its socket by it.
+    pub src: Gid,
     /// The sending QP (a driver may derive the UDP source port from it, as rxe does).
     pub src_qpn: u32,
     /// Bytes of UDP payload, ICRC slot included.
@@ -325,10 +330,19 @@ impl Engine {
         // lists its interface's IPv6 link-local default GID first and the IPv4 address
         // after it (ib_cache's default GID), so programs written against rxe ask for
         // index 1 for IPv4 (the ibverbs and async-rdma crates, `-g 1`); programs for
-        // any RoCE device commonly ask for 0. The emulator carries IPv4 only, so both
-        // indices name the one address.
-        for g in self.port.gids.iter_mut().take(2) {
-            *g = gid;
+        // any RoCE device commonly ask for 0. A device on one address has both
+        // indices name it; one on both families lays its table out as rxe does
+        // ([`Engine::set_gid_table`]).
+        self.set_gid_table(&[gid, gid]);
+    }
+
+    /// Sets the port's GID table to `gids` from index 0 (the rest of the table empty;
+    /// entries past its length are dropped): the driver saying which addresses the
+    /// device carries traffic on. Entry 0 is what [`Engine::handle_datagram`] takes as
+    /// the destination. Raises no event, as [`Engine::set_gid`].
+    pub fn set_gid_table(&mut self, gids: &[Gid]) {
+        for (i, g) in self.port.gids.iter_mut().enumerate() {
+            *g = gids.get(i).copied().unwrap_or(Gid::ZERO);
         }
     }
 
@@ -1373,7 +1387,8 @@ impl Engine {
             let t = self
                 .with_qp(now, qpn, |qp, ctx| {
                     let pkey = ctx.port.pkey_at(qp.attr.pkey_index);
-                    match qp.next_response(pkey, buf) {
+                    let src = ctx.port.source_gid(qp.attr.ah_attr.grh.sgid_index);
+                    match qp.next_response(pkey, src, buf) {
                         Some(t) => Some(t),
                         None => qp.next_request(ctx, buf),
                     }

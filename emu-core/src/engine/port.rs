@@ -90,6 +90,17 @@ impl Port {
             .ok_or(Error::InvalidArgument("GID index outside the table"))
     }
 
+    /// The GID at `index` as a packet's source: the entry, or the zero GID outside the
+    /// table (a driver then sends from the device's own address). Paths and address
+    /// handles are checked against the table when they are set, so this is the entry
+    /// in practice.
+    pub(crate) fn source_gid(&self, index: u8) -> Gid {
+        self.gids
+            .get(usize::from(index))
+            .copied()
+            .unwrap_or(Gid::ZERO)
+    }
+
     /// Whether `index` names a GID entry that holds an address.
     pub(crate) fn gid_valid(&self, index: u8) -> bool {
         self.gids

@@ -313,6 +313,7 @@ impl QueuePair {
             remote_qkey: d.remote_qkey,
             ah_pd: ah.pd,
             traffic_class: ah.attr.grh.traffic_class,
+            sgid_index: ah.attr.grh.sgid_index,
         }))
     }
 

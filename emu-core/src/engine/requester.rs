@@ -106,13 +106,19 @@ impl QueuePair {
         let mtu = self.path_mtu();
         let qkey = self.attr.qkey;
         let wqe = &mut self.sq[idx];
-        let (dest_qp, dest, traffic_class) = match &wqe.ud {
-            Some(ud) => (ud.remote_qpn, ud.dgid, ud.traffic_class),
+        let (dest_qp, dest, traffic_class, sgid_index) = match &wqe.ud {
+            Some(ud) => (ud.remote_qpn, ud.dgid, ud.traffic_class, ud.sgid_index),
             None => {
                 let grh = &self.attr.ah_attr.grh;
-                (self.attr.dest_qp_num, grh.dgid, grh.traffic_class)
+                (
+                    self.attr.dest_qp_num,
+                    grh.dgid,
+                    grh.traffic_class,
+                    grh.sgid_index,
+                )
             }
         };
+        let src = ctx.port.source_gid(sgid_index);
         let psn = wqe.first_psn.add(wqe.next_off);
         // The 8 bytes an ATOMIC WRITE carries in its request (not from local memory).
         let mut carried: Option<[u8; 8]> = None;
@@ -334,6 +340,7 @@ impl QueuePair {
         }
         Some(Transmit {
             dest,
+            src,
             src_qpn: self.qpn,
             size,
             traffic_class,

@@ -985,8 +985,13 @@ impl QueuePair {
     }
 
     /// Produces the next response packet (ACK, NAK, READ response, ATOMIC ACK), with
-    /// P_Key `pkey` (the QP's).
-    pub(crate) fn next_response(&mut self, pkey: u16, buf: &mut [u8]) -> Option<Transmit> {
+    /// P_Key `pkey` (the QP's), from `src` (the GID at its path's `sgid_index`).
+    pub(crate) fn next_response(
+        &mut self,
+        pkey: u16,
+        src: verbs_api::Gid,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
         let mtu = self.path_mtu() as usize;
         let dest_qp = self.attr.dest_qp_num;
         // An XRC receive QP answers with the XRC twins (0xA0 + n; XRC annex).
@@ -1061,6 +1066,7 @@ impl QueuePair {
         };
         Some(Transmit {
             dest: self.attr.ah_attr.grh.dgid,
+            src,
             src_qpn: self.qpn,
             size,
             traffic_class: self.attr.ah_attr.grh.traffic_class,

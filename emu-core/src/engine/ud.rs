@@ -48,6 +48,8 @@ pub(crate) struct UdDestination {
     pub(crate) ah_pd: PdId,
     /// The address handle's traffic class.
     pub(crate) traffic_class: u8,
+    /// The address handle's source GID index: the address the datagram leaves from.
+    pub(crate) sgid_index: u8,
 }
 
 impl UdDestination {
@@ -255,6 +257,7 @@ mod tests {
     fn qkey_high_bit_takes_the_qps() {
         let d = UdDestination {
             dgid: Gid::ZERO,
+            sgid_index: 0,
             remote_qpn: 5,
             remote_qkey: 0x8000_0001,
             ah_pd: PdId(1),

@@ -1,6 +1,8 @@
 //! `EmuDevice`: the [`Device`](verbs_api::Device) trait over the engine, on a UDP link.
 //!
-//! One device is one engine behind a lock, one UDP socket, and one thread. The thread
+//! One device is one engine behind a lock, one UDP socket, and one thread (and one
+//! more socket and thread for each IPv6 address of a device on both families, see
+//! `dual`). The thread
 //! receives datagrams (ICRC checked first: a bad one is dropped and counted), feeds them
 //! to the engine, and runs the engine's timers. Verbs called from any thread take the
 //! lock, call the engine, and send whatever it wants sent at once. Completion channel
@@ -35,6 +37,7 @@
 
 mod driver;
 mod drops;
+mod dual;
 mod gro;
 pub mod interop;
 mod ip_id;
@@ -81,10 +84,13 @@ pub struct EmuConfig {
     pub name: String,
     /// The address the device owns, IPv4 or IPv6 ([`gid_of`] is its GID: `::ffff:ip`
     /// for IPv4, the address itself for IPv6). One field for both families: a device
-    /// sits on one UDP socket, of one family, and talks to peers of that family, as a
-    /// RoCEv2 GID names one address of one family; `Ipv4Addr` and `Ipv6Addr` both
-    /// convert into it with `.into()`. A link-local IPv6 address (`fe80::/10`) is
-    /// scoped to the interface that holds it.
+    /// sits on a UDP socket of its address's family and talks to peers of that
+    /// family, as a RoCEv2 GID names one address of one family; `Ipv4Addr` and
+    /// `Ipv6Addr` both convert into it with `.into()`. A link-local IPv6 address
+    /// (`fe80::/10`) is scoped to the interface that holds it. An IPv4 address whose
+    /// interface also holds an IPv6 link-local address makes a device on both
+    /// families, which takes the interface's IPv6 addresses too and lists them as
+    /// kernel rxe does (module `dual`).
     pub ip: IpAddr,
     /// The UDP port of every device it talks to (4791 by default; 0 picks a free one,
     /// for a device that talks only to itself).
@@ -248,6 +254,9 @@ struct Inner {
     /// Set by the device thread while the application waits for events receiving
     /// (`waits` moved within its last nap): arming a CQ then leaves it napping.
     waiter_mode: AtomicBool,
+    /// The device's addresses of the other family (IPv6), on a device whose IPv4
+    /// address's interface has an IPv6 link-local address (`dual`): empty otherwise.
+    extra: Vec<dual::Extra>,
     /// The network interface under the port (UDP devices), which the device thread
     /// follows (`netdev`): MTU, state, width and speed.
     netdev: Option<Mutex<netdev::Follower>>,
@@ -264,6 +273,8 @@ struct Inner {
 pub struct EmuDevice {
     inner: Arc<Inner>,
     thread: Option<JoinHandle<()>>,
+    /// The threads that receive on the extra addresses of a device on both families.
+    extra_threads: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for EmuDevice {
@@ -282,26 +293,33 @@ impl EmuDevice {
     /// socket that does not share it is [`Error::AddressInUse`], naming its holder when
     /// the host tells; other failures come back as [`Error::Os`].
     pub fn open(cfg: EmuConfig) -> Result<EmuDevice> {
-        let (udp, member) = share::bind(cfg.ip, cfg.port, &cfg.link).map_err(|(context, e)| {
-            if e.kind() == std::io::ErrorKind::AddrInUse {
-                Error::AddressInUse(Box::new(verbs_api::TakenAddress {
-                    address: SocketAddr::new(cfg.ip, cfg.port),
-                    holder: share::holder(cfg.ip, cfg.port),
-                }))
-            } else {
-                Error::Os {
-                    errno: e.raw_os_error().unwrap_or(nix::errno::Errno::EIO as i32),
-                    context,
+        let (udp, member) =
+            share::bind(cfg.ip, cfg.port, &cfg.link, None).map_err(|(context, e)| {
+                if e.kind() == std::io::ErrorKind::AddrInUse {
+                    Error::AddressInUse(Box::new(verbs_api::TakenAddress {
+                        address: SocketAddr::new(cfg.ip, cfg.port),
+                        holder: share::holder(cfg.ip, cfg.port),
+                    }))
+                } else {
+                    Error::Os {
+                        errno: e.raw_os_error().unwrap_or(nix::errno::Errno::EIO as i32),
+                        context,
+                    }
                 }
-            }
-        })?;
+            })?;
         let udp = Arc::new(udp);
         let mut cfg = cfg;
         cfg.port = udp.port();
         let ip = cfg.ip;
+        let slot = member.as_ref().map_or(0, share::Member::slot);
+        // An IPv4 address on an interface with IPv6 ones: the device carries them too,
+        // and lists them as rxe does (`dual`).
+        let extra = dual::open(&dual::candidates(ip), cfg.port, &cfg.link, slot);
+        let table = dual::gid_table(ip, &extra.iter().map(|x| x.ip).collect::<Vec<_>>());
         let mut inner = Inner::new(cfg, Wire::Udp(udp.clone()))?;
         if let Some(i) = Arc::get_mut(&mut inner) {
             i.netdev = Some(Mutex::new(netdev::Follower::new(ip)));
+            i.extra = extra;
         }
         // The port reflects its interface from the start.
         inner.watch(Instant::now());
@@ -309,8 +327,8 @@ impl EmuDevice {
         // tells them (see `liveness`). Its QPNs are in its slot's block, starting
         // elsewhere in each process (see `crate::seed`).
         let port = inner.cfg.port;
-        let slot = member.as_ref().map_or(0, share::Member::slot);
         inner.with_engine(|e, _| {
+            e.set_gid_table(&table);
             e.set_qpn_block(slot, crate::seed::instance_seed());
             e.set_peer_liveness(Some(Arc::new(liveness::HostPeers::new(port))));
         });
@@ -319,10 +337,20 @@ impl EmuDevice {
             .name(format!("{}-nic", inner.cfg.name))
             .spawn(move || worker.run(&udp, member))
             .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
-        Ok(EmuDevice {
+        let mut dev = EmuDevice {
             inner,
             thread: Some(thread),
-        })
+            extra_threads: Vec::new(),
+        };
+        for i in 0..dev.inner.extra.len() {
+            let worker = dev.inner.clone();
+            let t = std::thread::Builder::new()
+                .name(format!("{}-nic{}", dev.inner.cfg.name, i + 2))
+                .spawn(move || worker.run_extra(i))
+                .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
+            dev.extra_threads.push(t);
+        }
+        Ok(dev)
     }
 
     /// Opens a device on any [`Link`], without a thread of its own: whoever owns the
@@ -332,6 +360,7 @@ impl EmuDevice {
         Ok(EmuDevice {
             inner: Inner::new(cfg, Wire::Other(link))?,
             thread: None,
+            extra_threads: Vec::new(),
         })
     }
 
@@ -355,7 +384,9 @@ impl EmuDevice {
         DeviceDriver(Arc::downgrade(&self.inner))
     }
 
-    /// The device's GID ([`gid_of`] its address), index 0 of port 1.
+    /// The device's GID ([`gid_of`] its address): indices 0 and 1 of port 1 on a
+    /// device on one family, index 1 on a device on both (whose index 0 is its
+    /// interface's IPv6 link-local address, as on kernel rxe).
     pub fn gid(&self) -> Gid {
         self.inner.gid
     }
@@ -433,22 +464,45 @@ impl Inner {
             waits: AtomicU64::new(0),
             waiter_mode: AtomicBool::new(false),
             netdev: None,
+            extra: Vec::new(),
             kernel_drops: Mutex::new(drops::KernelDrops::default()),
             next_watch: AtomicU64::new(0),
             born: Instant::now(),
         }))
     }
 
-    /// The address on the link that a packet for `gid` goes to, if the device's socket
-    /// can reach it: on an IPv4 device the IPv4 address of an IPv4-mapped GID, on an
-    /// IPv6 device any other GID as its IPv6 address. A packet for a GID of the other
-    /// family has no route and is not sent (a requester's retries run out, as on a
-    /// network without that route).
+    /// The addresses on the link a packet goes between, (source, destination), if the
+    /// device can send it: it leaves from the address of its source GID when that is
+    /// one of the device's extra addresses (`dual`), else from the device's address,
+    /// to the address its destination GID names (the IPv4 address of an IPv4-mapped
+    /// GID, any other as an IPv6 address) if that is of the source's family. A packet
+    /// for a GID of the other family has no route and is not sent (a requester's
+    /// retries run out, as on a network without that route).
     #[inline]
-    pub(super) fn link_address(&self, gid: &Gid) -> Option<IpAddr> {
-        match gid.to_ipv4() {
-            Some(v4) => self.cfg.ip.is_ipv4().then_some(IpAddr::V4(v4)),
-            None => self.cfg.ip.is_ipv6().then(|| IpAddr::V6(gid.to_ipv6())),
+    pub(super) fn link_addresses(&self, t: &engine::Transmit) -> Option<(IpAddr, IpAddr)> {
+        let src = if self.extra.is_empty() {
+            self.cfg.ip
+        } else {
+            let s = ip_of(&t.src);
+            if self.extra.iter().any(|x| x.ip == s) {
+                s
+            } else {
+                self.cfg.ip
+            }
+        };
+        let dst = match t.dest.to_ipv4() {
+            Some(v4) => src.is_ipv4().then_some(IpAddr::V4(v4))?,
+            None => src.is_ipv6().then(|| IpAddr::V6(t.dest.to_ipv6()))?,
+        };
+        Some((src, dst))
+    }
+
+    /// The link that sends from `src`: the socket of that extra address, else the
+    /// device's own link.
+    pub(super) fn link_from(&self, src: IpAddr) -> &dyn Link {
+        match self.extra.iter().find(|x| x.ip == src) {
+            Some(x) => &*x.udp,
+            None => &*self.link,
         }
     }
 
@@ -518,6 +572,9 @@ impl Drop for EmuDevice {
     fn drop(&mut self) {
         self.inner.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        for t in self.extra_threads.drain(..) {
             let _ = t.join();
         }
     }

@@ -162,14 +162,25 @@ impl Inner {
     /// question behind it; see `flush`), and the next poll or the device thread hands
     /// them over.
     pub(super) fn receive(&self, udp: &UdpLink, by: Receiver) -> usize {
+        self.receive_on(udp, &self.rx, by)
+    }
+
+    /// [`Inner::receive`] from `udp` into the buffers `bufs`: the device's address's, or
+    /// an extra address's of a device on both families (`dual`), each with its own.
+    pub(super) fn receive_on(
+        &self,
+        udp: &UdpLink,
+        bufs: &parking_lot::Mutex<Option<RxBufs>>,
+        by: Receiver,
+    ) -> usize {
         let (poll, defer) = match by {
             Receiver::Thread => (false, false),
             Receiver::Poll { defer } => (true, defer),
         };
         let Some(mut guard) = (if poll {
-            self.rx.try_lock()
+            bufs.try_lock()
         } else {
-            Some(self.rx.lock())
+            Some(bufs.lock())
         }) else {
             return 0;
         };

@@ -105,14 +105,33 @@ pub(crate) const BEAT: Duration = Duration::from_millis(10);
 impl Member {
     /// Takes the first free slot of `ip:port` for a device whose inbox is `inbox` (0:
     /// none). Fails when the shared folder cannot be written or every slot is taken.
+    #[cfg(test)]
     pub(crate) fn join(ip: IpAddr, port: u16, inbox: u16) -> io::Result<Member> {
+        Member::join_in(ip, port, inbox, None)
+    }
+
+    /// Takes slot `want` of `ip:port`, or the first free one when `want` is None;
+    /// `AddrInUse` when the slot (every slot) is taken. A device on both address
+    /// families takes the slot of its first address on the second one (`dual`): a
+    /// member passes datagrams on by the slot in the QPN, which must name the same
+    /// device on both.
+    pub(crate) fn join_in(
+        ip: IpAddr,
+        port: u16,
+        inbox: u16,
+        want: Option<u8>,
+    ) -> io::Result<Member> {
         let d = dir(ip, port);
         if d.is_file() {
             // A heartbeat file of an older version, whose device is gone.
             let _ = std::fs::remove_file(&d);
         }
         std::fs::create_dir_all(&d)?;
-        for slot in 0..MEMBERS as u8 {
+        let slots = match want {
+            Some(s) => s..s.saturating_add(1),
+            None => 0..MEMBERS as u8,
+        };
+        for slot in slots {
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -140,7 +159,10 @@ impl Member {
         }
         Err(io::Error::new(
             io::ErrorKind::AddrInUse,
-            format!("{ip}:{port} is shared by {MEMBERS} devices already"),
+            match want {
+                Some(s) => format!("slot {s} of {ip}:{port} is another device's"),
+                None => format!("{ip}:{port} is shared by {MEMBERS} devices already"),
+            },
         ))
     }
 
@@ -203,17 +225,21 @@ impl Drop for Member {
 /// address: shared (`SO_REUSEPORT`, an inbox, a slot whose block its QPNs come from)
 /// unless the link keeps the address to itself (`UdpLink::shares`), in which case it
 /// still takes a slot for its heartbeat. Without a shared folder the device keeps the
-/// address to itself and has no slot. An error says what failed.
+/// address to itself and has no slot. With `want`, the device takes that slot or none
+/// (see [`Member::join_in`]). An error says what failed.
 pub(crate) fn bind(
     ip: IpAddr,
     port: u16,
     opts: &LinkOptions,
+    want: Option<u8>,
 ) -> Result<(UdpLink, Option<Member>), (&'static str, io::Error)> {
     // A slot for its heartbeat only, when `slot`.
     let alone = |slot: bool| {
         let udp =
             UdpLink::bind(ip, port, opts, None).map_err(|e| ("bind the device's UDP socket", e))?;
-        let m = slot.then(|| Member::join(ip, udp.port(), 0).ok()).flatten();
+        let m = slot
+            .then(|| Member::join_in(ip, udp.port(), 0, want).ok())
+            .flatten();
         Ok((udp, m))
     };
     if !UdpLink::shares(port, opts) {
@@ -221,7 +247,7 @@ pub(crate) fn bind(
     }
     let inbox = UdpLink::open_inbox(ip).map_err(|e| ("open the device's inbox", e))?;
     let inbox_port = inbox.local_addr().map_or(0, |a| a.port());
-    let member = match Member::join(ip, port, inbox_port) {
+    let member = match Member::join_in(ip, port, inbox_port, want) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
             return Err(("share the device's address", e))

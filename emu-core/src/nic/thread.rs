@@ -36,6 +36,10 @@ const STALL: Duration = Duration::from_micros(50);
 /// before it tries napping again.
 const HOLD: Duration = Duration::from_millis(20);
 
+/// How long the thread of an extra address (`dual`) sleeps on its socket at most
+/// between looks at whether the device closed.
+const EXTRA_SLEEP: Duration = Duration::from_millis(10);
+
 impl Inner {
     /// The device thread: waits for datagrams or the next timer, then receives a batch.
     /// Receive buffers are allocated once: no heap allocation per packet.
@@ -71,6 +75,11 @@ impl Inner {
             self.watch(now);
             if member.as_mut().is_some_and(|m| m.beat(now)) {
                 udp.member_joined();
+            }
+            for x in &self.extra {
+                if x.member.lock().as_mut().is_some_and(|m| m.beat(now)) {
+                    x.udp.member_joined();
+                }
             }
             let (sleep, armed) = {
                 let core = self.core.lock();
@@ -161,6 +170,24 @@ impl Inner {
             if got == 0 {
                 self.keep_time();
             }
+        }
+    }
+
+    /// The thread of extra address `i` of a device on both families (`dual`): sleeps
+    /// on that address's socket and hands every datagram to the engine, as the device
+    /// thread does when it holds its socket. It does not nap for a polling application
+    /// (whose `poll_cq` receives inline from the device's first address only), keeps
+    /// no time (the device thread fires the timers) and writes no heartbeat (the device
+    /// thread writes the extra addresses' too).
+    pub(super) fn run_extra(&self, i: usize) {
+        let Some(x) = self.extra.get(i) else {
+            return;
+        };
+        while !self.stop.load(Ordering::Relaxed) {
+            if !x.rx.lock().as_ref().is_some_and(RxBufs::has_left) {
+                x.udp.wait_readable(EXTRA_SLEEP);
+            }
+            self.receive_on(&x.udp, &x.rx, Receiver::Thread);
         }
     }
 

@@ -19,6 +19,8 @@ pub(super) struct TxBatch {
     pub(super) count: usize,
     /// The size of each packet of the run.
     segment: usize,
+    /// The address the run leaves from (one of the device's, `Inner::link_addresses`).
+    src: IpAddr,
     dst: IpAddr,
     /// The TOS byte (traffic class) every packet of the run carries.
     tos: u8,
@@ -31,15 +33,24 @@ impl TxBatch {
             fill: 0,
             count: 0,
             segment: 0,
+            src: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             dst: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             tos: 0,
         }
     }
 
-    /// Whether a packet of `size` bytes to `dst` with TOS `tos` can join the run.
-    pub(super) fn fits(&self, dst: IpAddr, size: usize, tos: u8, max_batch: usize) -> bool {
+    /// Whether a packet of `size` bytes from `src` to `dst` with TOS `tos` can join
+    /// the run.
+    pub(super) fn fits(
+        &self,
+        (src, dst): (IpAddr, IpAddr),
+        size: usize,
+        tos: u8,
+        max_batch: usize,
+    ) -> bool {
         self.count == 0
             || (dst == self.dst
+                && src == self.src
                 && tos == self.tos
                 && size == self.segment
                 && self.fill + size <= self.buf.len()
@@ -56,6 +67,7 @@ impl TxBatch {
         if self.count == 0
             || other.count == 0
             || other.dst != self.dst
+            || other.src != self.src
             || other.tos != self.tos
             || !shape
             || self.count + other.count > max_batch
@@ -70,10 +82,10 @@ impl TxBatch {
         true
     }
 
-    /// Where the run goes, from `src`.
-    fn route(&self, src: IpAddr) -> Route {
+    /// Where the run goes.
+    fn route(&self) -> Route {
         Route {
-            src,
+            src: self.src,
             dst: self.dst,
             tos: self.tos,
         }
@@ -86,8 +98,9 @@ impl TxBatch {
     }
 
     /// Appends a packet that [`TxBatch::fits`].
-    pub(super) fn push(&mut self, dst: IpAddr, tos: u8, packet: &[u8]) {
+    pub(super) fn push(&mut self, (src, dst): (IpAddr, IpAddr), tos: u8, packet: &[u8]) {
         if self.count == 0 {
+            self.src = src;
             self.dst = dst;
             self.tos = tos;
             self.segment = packet.len();
@@ -181,15 +194,16 @@ impl Inner {
             else {
                 break;
             };
-            let Some(dst) = self.link_address(&t.dest) else {
+            let Some(ends) = self.link_addresses(&t) else {
                 continue;
             };
+            let (src, dst) = ends;
             if hold_acks {
                 if t.kind == PacketKind::PositiveAck {
-                    if !acks.fits(dst, t.size, t.traffic_class, max_batch) {
+                    if !acks.fits(ends, t.size, t.traffic_class, max_batch) {
                         self.send_run(acks);
                     }
-                    acks.push(dst, t.traffic_class, &tx.buf[tx.fill..tx.fill + t.size]);
+                    acks.push(ends, t.traffic_class, &tx.buf[tx.fill..tx.fill + t.size]);
                     continue;
                 }
                 if acks.count > 0 && t.kind == PacketKind::Response {
@@ -202,7 +216,11 @@ impl Inner {
                     self.send_run(acks);
                 }
             }
-            if tx.count > 0 && (dst != tx.dst || t.size != tx.segment || t.traffic_class != tx.tos)
+            if tx.count > 0
+                && (dst != tx.dst
+                    || src != tx.src
+                    || t.size != tx.segment
+                    || t.traffic_class != tx.tos)
             {
                 // The new packet sits after the run: send the run, move it to the front.
                 let at = tx.fill;
@@ -210,6 +228,7 @@ impl Inner {
                 tx.buf.copy_within(at..at + t.size, 0);
             }
             if tx.count == 0 {
+                tx.src = src;
                 tx.dst = dst;
                 tx.tos = t.traffic_class;
                 tx.segment = t.size;
@@ -221,7 +240,7 @@ impl Inner {
         // ping-pong's answer): it leaves now, with the ACKs, rather than at the next
         // poll; batching it with later posts would only delay both. The ACKs leave with
         // it, so the rest of a burst of posts finds none and still waits for the poll.
-        let answers = tx.count > 0 && acks.count > 0 && acks.dst == tx.dst;
+        let answers = tx.count > 0 && acks.count > 0 && acks.dst == tx.dst && acks.src == tx.src;
         if !defer || answers {
             if answers && tx.count == 1 && acks.count == 1 && tx.tos == acks.tos {
                 // A ping-pong's answer and the ACK of the question: the order below,
@@ -276,11 +295,11 @@ impl Inner {
             let Some(t) = engine.poll_transmit(now, &mut buf[..MAX_PACKET]) else {
                 break;
             };
-            let Some(dst) = self.link_address(&t.dest) else {
+            let Some((src, dst)) = self.link_addresses(&t) else {
                 continue;
             };
             let route = Route {
-                src: self.cfg.ip,
+                src,
                 dst,
                 tos: t.traffic_class,
             };
@@ -298,8 +317,8 @@ impl Inner {
     /// Sends the one packet of `first` and then the one of `then`, to the same peer,
     /// in one [`Link::send`] (one `sendmmsg` on UDP), and empties both.
     pub(super) fn send_pair(&self, first: &mut TxBatch, then: &mut TxBatch) {
-        let (a, b) = (first.route(self.cfg.ip), then.route(self.cfg.ip));
-        let r = self.link.send(&mut [
+        let (a, b) = (first.route(), then.route());
+        let r = self.link_from(a.src).send(&mut [
             Transmit::one(a, &mut first.buf[..first.fill]),
             Transmit::one(b, &mut then.buf[..then.fill]),
         ]);
@@ -313,8 +332,9 @@ impl Inner {
     /// Hands the gathered run to the link and empties it.
     pub(super) fn send_run(&self, tx: &mut TxBatch) {
         let segment_size = if tx.count == 1 { tx.fill } else { tx.segment };
-        let r = self.link.send(&mut [Transmit {
-            route: tx.route(self.cfg.ip),
+        let route = tx.route();
+        let r = self.link_from(route.src).send(&mut [Transmit {
+            route,
             contents: &mut tx.buf[..tx.fill],
             segment_size,
         }]);
@@ -340,13 +360,17 @@ mod tests {
 
     #[test]
     fn a_batch_takes_one_destination_and_size_up_to_its_limits() {
-        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-        let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+        let me = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9));
+        let a = (me, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
+        let b = (me, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
+        // The same peer from another address of the device (one on both families).
+        let other_src = (IpAddr::V6("fe80::9".parse().unwrap()), a.1);
         let mut t = TxBatch::new(64);
         assert!(t.fits(a, 20, 0, 2));
         t.push(a, 0, &[1; 20]);
         assert!(t.fits(a, 20, 0, 2));
         assert!(!t.fits(b, 20, 0, 2));
+        assert!(!t.fits(other_src, 20, 0, 2));
         assert!(!t.fits(a, 24, 0, 2));
         assert!(!t.fits(a, 20, 0xB8, 2), "another traffic class");
         t.push(a, 0, &[2; 20]);
@@ -354,18 +378,19 @@ mod tests {
         assert!(t.fits(a, 20, 0, 4));
         t.push(a, 0, &[3; 20]);
         assert!(!t.fits(a, 20, 0, 8), "room");
-        assert_eq!((t.count, t.fill, t.segment, t.dst), (3, 60, 20, a));
+        assert_eq!((t.count, t.fill, t.segment, (t.src, t.dst)), (3, 60, 20, a));
         assert_eq!(&t.buf[40..60], &[3; 20]);
     }
 
     #[test]
     fn a_run_absorbs_same_size_packets_or_one_shorter_last_one() {
-        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-        let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
-        let run = |dst, size: usize, n: u8| {
+        let me = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9));
+        let a = (me, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
+        let b = (me, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
+        let run = |ends: (IpAddr, IpAddr), size: usize, n: u8| {
             let mut t = TxBatch::new(256);
             for i in 0..n {
-                t.push(dst, 0, &vec![i + 1; size]);
+                t.push(ends, 0, &vec![i + 1; size]);
             }
             t
         };
@@ -380,6 +405,8 @@ mod tests {
         assert!(!tx.absorb(&mut acks, 64));
         assert_eq!((tx.count, acks.count), (2, 2));
         assert!(!run(a, 24, 1).absorb(&mut run(b, 20, 1), 64));
+        let other_src = (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 8)), a.1);
+        assert!(!run(a, 20, 1).absorb(&mut run(other_src, 20, 1), 64));
         assert!(!run(a, 20, 1).absorb(&mut run(a, 24, 1), 64));
         assert!(!run(a, 20, 0).absorb(&mut run(a, 20, 1), 64));
         assert!(!run(a, 20, 2).absorb(&mut run(a, 20, 1), 2));

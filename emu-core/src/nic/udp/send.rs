@@ -361,7 +361,7 @@ impl UdpLink {
 
     /// The ICRC fields of a packet we send to `dst` from `src_port` (IP ID 0 until
     /// [`Seal::write`] is given one). A `dst` of the other family never comes here
-    /// (`Inner::link_address`); it gets all-zero addresses, which no peer checks.
+    /// (`Inner::link_addresses`); it gets all-zero addresses, which no peer checks.
     #[inline]
     pub(super) fn endpoints(&self, dst: IpAddr, src_port: u16) -> Seal {
         match (self.ip, dst) {
