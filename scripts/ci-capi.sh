@@ -132,6 +132,37 @@ if want ibv_rc_pingpong_v6_two; then
   fi
 fi
 
+# A device on both families, as kernel rxe's port: in an unprivileged user, network and
+# mount namespace, a veth pair with 10.77.0.1 and 10.77.0.2 and link-local addresses
+# fe80::a and fe80::b (nodad: usable at once); ibv_devinfo -v lists GID[0] the
+# link-local address and GID[1] the IPv4 one, and ibv_rc_pingpong runs over each
+# (-g 0: UDP/IPv6 over the veth, -g 1: UDP/IPv4), exchanging the GIDs over TCP/IPv4.
+if want ibv_rc_pingpong_dual; then
+  if unshare -rnm true 2>/dev/null; then
+    unshare -rnm bash -c '
+      ip link set lo up && ip link add d0 type veth peer name d1 &&
+      ip link set d0 addrgenmode none && ip link set d1 addrgenmode none &&
+      ip link set d0 up && ip link set d1 up &&
+      ip addr add 10.77.0.1/24 dev d0 && ip addr add 10.77.0.2/24 dev d1 &&
+      ip -6 addr add fe80::a/64 dev d0 nodad && ip -6 addr add fe80::b/64 dev d1 nodad || exit 97
+      mount -t sysfs sysfs /sys || exit 97
+      RDMA_EMU_IP=10.77.0.1 timeout "$1" ibv_devinfo -v >"$2.devinfo" 2>&1 || exit $?
+      grep -Eq "GID\[ *0\]:.*fe80::a, RoCE v2" "$2.devinfo" || exit 95
+      grep -Eq "GID\[ *1\]:.*::ffff:10.77.0.1, RoCE v2" "$2.devinfo" || exit 95
+      for g in 0 1; do
+        RDMA_EMU_IP=10.77.0.1 timeout "$1" ibv_rc_pingpong -g $g -p 1855$g >"$2.srv$g" 2>&1 &
+        sleep 1
+        RDMA_EMU_IP=10.77.0.2 timeout "$1" ibv_rc_pingpong -g $g -p 1855$g 10.77.0.1 >"$2.cli$g" 2>&1 || exit $?
+        wait $! || exit $?
+        grep -q "iters in" "$2.cli$g" || exit 99
+      done
+      grep -q "remote address:.*GID fe80::a" "$2.cli0" || exit 98
+      grep -q "remote address:.*GID ::ffff:10.77.0.1" "$2.cli1" || exit 98' _ "$T" "$work/dual"
+    record ibv_rc_pingpong_dual $? "$work/dual.devinfo" "$work/dual.srv0" "$work/dual.cli0" "$work/dual.srv1" "$work/dual.cli1"
+  else
+    echo "SKIPPED ibv_rc_pingpong_dual: no unprivileged user, network and mount namespaces"
+  fi
+fi
 # librdmacm: connections by address and port through the emulator's CM.
 cm() { if [ -n "${RDMACM_UTILS:-}" ]; then echo "$RDMACM_UTILS/$1"; else echo "$1"; fi; }
 # ... and by IPv6 address (AF_INET6 ids; the REQ's rdma_cm header carries IPv6).

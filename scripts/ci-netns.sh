@@ -72,9 +72,19 @@ link emuA a0 10.77.0.1/24 emuB b0 10.77.0.2/24 1500 &&
 # run (up to a second later), and a device's port follows its interface as rxe's does:
 # DOWN until then, and UCX then finds no usable port ("PML ucx cannot be selected").
 # The hosts' links are up before any test, as on real hosts.
+# Each veth also gets its IPv6 link-local address, tentative until duplicate address
+# detection ends (a second or two): a device opened on the host's IPv4 address lists
+# it at GID index 0 and carries traffic on it (emu-core nic/dual.rs) once it is usable,
+# so wait for that too, or a device opened early would list its IPv4 address at 0 and
+# its peer the link-local one.
 for nif in emuA:a0 emuB:b0 emuC:c0 emuR:r1 emuR:r2 emuD:d0; do
   for _ in $(seq 50); do
     [ "$(ip netns exec "${nif%:*}" cat "/sys/class/net/${nif#*:}/operstate")" = up ] && break
+    sleep 0.1
+  done
+  for _ in $(seq 50); do
+    ip -n "${nif%:*}" -6 addr show dev "${nif#*:}" scope link | grep -q "inet6 fe80" &&
+      ! ip -n "${nif%:*}" -6 addr show dev "${nif#*:}" tentative | grep -q inet6 && break
     sleep 0.1
   done
 done

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use verbs_api::{
-    AhId, ChannelId, CqId, Device, Endpoint, Error, Gid, MemBuf, MrInfo, Mtu, PdId, QpCap,
+    AhId, ChannelId, Context, CqId, Device, Endpoint, Error, Gid, MemBuf, MrInfo, Mtu, PdId, QpCap,
     QpInitAttr, QpParams, QpType, RecvWr, Result, SendWr, Sge, UdDest, WcStatus, WorkCompletion,
 };
 
@@ -31,6 +31,12 @@ pub(crate) const EIO: i32 = 5;
 pub(crate) struct Agent {
     pub(crate) dev: Arc<dyn Device>,
     pub(crate) gid: Gid,
+    /// Where `gid` is in port 1's GID table: the first IPv4-mapped entry when entry
+    /// 0 is not one, else 0 (as perftest picks it). A device on both address
+    /// families has its interface's link-local address at 0 and its IPv4 one at 1,
+    /// as kernel rxe does: the CM works on the IPv4 address, and its MADs and the
+    /// QPs it connects send from this index.
+    pub(crate) sgid_index: u8,
     pub(crate) ip: IpAddr,
     pub(crate) guid: u64,
     pub(crate) mtu: Mtu,
@@ -64,7 +70,8 @@ impl std::fmt::Debug for Agent {
 impl Agent {
     /// Makes QP1 on `dev` and brings it to RTS with every receive buffer posted.
     pub(crate) fn open(dev: Arc<dyn Device>) -> Result<Agent> {
-        let gid = dev.query_gid(1, 0)?;
+        let sgid_index = Context::new(dev.clone()).default_gid_index()?;
+        let gid = dev.query_gid(1, u32::from(sgid_index))?;
         // An IPv4-mapped GID names an IPv4 address, any other an IPv6 one.
         let ip = emu_core::nic::ip_of(&gid);
         let guid = dev.query_device()?.node_guid;
@@ -108,6 +115,7 @@ impl Agent {
         let agent = Agent {
             dev,
             gid,
+            sgid_index,
             ip,
             guid,
             mtu,
@@ -146,9 +154,7 @@ impl Agent {
         let ah = match self.ahs.get(&dst) {
             Some(ah) => *ah,
             None => {
-                let ah = self
-                    .dev
-                    .create_ah(self.pd, &QpParams::default().ah_attr(dst))?;
+                let ah = self.dev.create_ah(self.pd, &self.params().ah_attr(dst))?;
                 self.ahs.insert(dst, ah);
                 ah
             }
@@ -211,6 +217,14 @@ impl Agent {
     /// with EIO once the device had a fatal error (manual 6.1.9).
     pub(crate) fn alive(&self) -> bool {
         !matches!(self.dev.req_notify_cq(self.cq, false), Err(e) if e.errno() == EIO)
+    }
+
+    /// The default path parameters from the agent's address (its `sgid_index`).
+    pub(crate) fn params(&self) -> QpParams {
+        QpParams {
+            sgid_index: self.sgid_index,
+            ..QpParams::default()
+        }
     }
 
     /// Whether the agent's address is still in port 1's GID table.

@@ -590,7 +590,7 @@ impl State {
             max_dest_rd_atomic: i.param.responder_resources,
             retry_cnt: i.param.retry_count,
             rnr_retry: i.param.rnr_retry_count,
-            ..QpParams::default()
+            ..self.agents[dev].params()
         }
     }
 
@@ -1292,7 +1292,7 @@ impl State {
                         i.remote_qpn = s.qpn;
                         let param = CmEventParam::Ud(UdParam {
                             private_data: s.private_data,
-                            ah_attr: QpParams::default().ah_attr(i.dgid),
+                            ah_attr: self.agents[dev].params().ah_attr(i.dgid),
                             qp_num: s.qpn,
                             qkey: s.qkey,
                         });
@@ -1481,7 +1481,7 @@ impl State {
         c.remote_comm = r.request_id;
         let param = CmEventParam::Ud(UdParam {
             private_data: user,
-            ah_attr: QpParams::default().ah_attr(src),
+            ah_attr: self.agents[dev].params().ah_attr(src),
             qp_num: 0,
             qkey: 0,
         });

@@ -336,7 +336,12 @@ fn main() {
         .sq_sig_all(false)
         .build()
         .unwrap_or_else(|e| die(&format!("create QP: {e}")));
-    let gid = ctx.gid().or_die("query_gid");
+    // The IPv4 address's GID, as perftest picks it (`default_gid_index`).
+    let gid_index = ctx.default_gid_index().or_die("query_gid");
+    let gid = ctx
+        .device()
+        .query_gid(1, u32::from(gid_index))
+        .or_die("query_gid");
     let me = Keys {
         lid: 0,
         out_reads: if o.verb == Verb::Write { 1 } else { OUT_READS },
@@ -368,6 +373,7 @@ fn main() {
         max_rd_atomic: rem.out_reads.clamp(1, 128) as u8,
         max_dest_rd_atomic: me.out_reads as u8,
         hop_limit: 0xFF,
+        sgid_index: gid_index,
         ..QpParams::default()
     };
     let remote = Endpoint {

@@ -148,10 +148,12 @@ fn main() {
         f[4] as u32,
     );
 
+    // The peer's IPv4 address, from our own (index 1 on a device on both families).
     let params = QpParams {
         access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         path_mtu: active_mtu,
         timeout: 12,
+        sgid_index: ctx.default_gid_index().or_die("query_gid"),
         ..QpParams::default()
     };
     let remote = Endpoint {

@@ -70,6 +70,12 @@ impl Backend for EmuUdp {
             ..EmuConfig::default()
         })
         .unwrap_or_else(|e| panic!("open an emulated device on {}: {e}", self.ip));
+        // The cases run on the address they were given: its GID's index (0, or 1 on a
+        // device on both families, whose 0 is its interface's link-local address).
+        let own = emu_core::nic::gid_of(self.ip);
+        let gid_index = (0..16u8)
+            .find(|&i| dev.query_gid(1, u32::from(i)).is_ok_and(|g| g == own))
+            .unwrap_or(0);
         let dev: Arc<dyn Device> = Arc::new(dev);
         Opened {
             cm: Some(emu_cm(dev.clone(), None)),
@@ -79,7 +85,7 @@ impl Backend for EmuUdp {
                 .as_deref()
                 .map(|netdev| Arc::new(LinkFaults::on(netdev)) as Arc<dyn Faults>),
             virtual_time: false,
-            gid_index: 0,
+            gid_index,
         }
     }
 

@@ -58,6 +58,25 @@ impl Context {
         self.dev.query_gid(1, 0)
     }
 
+    /// The GID index of port 1 a program picks when not told, as perftest picks it
+    /// (`get_best_gid_index`): the first IPv4-mapped entry when entry 0 is not one,
+    /// else 0. On kernel rxe, and on an emulated device on both address families,
+    /// entry 0 is the interface's IPv6 link-local address and this is 1, the IPv4
+    /// address, which a peer across a router (or one that uses its own IPv4 entry)
+    /// reaches; a device on one address has it at 0.
+    pub fn default_gid_index(&self) -> Result<u8> {
+        if self.dev.query_gid(1, 0)?.to_ipv4().is_some() {
+            return Ok(0);
+        }
+        let len = self.dev.query_port(1)?.gid_tbl_len.min(256);
+        for i in 1..len {
+            if self.dev.query_gid(1, i)?.to_ipv4().is_some() {
+                return Ok(i as u8);
+            }
+        }
+        Ok(0)
+    }
+
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<Pd> {
         let id = self.dev.alloc_pd()?;

@@ -193,6 +193,9 @@ struct Ctx {
     mr: Mr,
     size: usize,
     mode: Mode,
+    /// The GID index the QPs send from and the peer is told (`default_gid_index`:
+    /// the IPv4 address's, as perftest picks it).
+    gid_index: u8,
 }
 
 fn setup(
@@ -260,7 +263,8 @@ fn setup(
         .collect::<Vec<_>>();
     let buf = MemBuf::new(len);
     let mr = pd.reg_mr(&buf, AccessFlags::LOCAL_WRITE).or_die("reg_mr");
-    let (init, mask) = params().init(mode.qp_type());
+    let gid_index = ctx.default_gid_index().or_die("query_gid");
+    let (init, mask) = params(gid_index).init(mode.qp_type());
     for qp in &qps {
         qp.modify(&init, mask)
             .unwrap_or_else(|e| die(&format!("failed to modify QP to INIT: {e}")));
@@ -276,6 +280,7 @@ fn setup(
         mr,
         size,
         mode,
+        gid_index,
     };
     post_recv(&c, RX_DEPTH);
     c
@@ -283,9 +288,11 @@ fn setup(
 
 /// The QP parameters of rdma-core's pingpongs (MTU 1024, hop limit 1, Q_Key 0x11111111),
 /// with an ACK timeout of ~1 s per try (4.096 us * 2^18): a loaded 2-core machine can
-/// starve a device thread for longer than the 67 ms of timeout 14 times 7 retries.
-fn params() -> QpParams {
+/// starve a device thread for longer than the 67 ms of timeout 14 times 7 retries;
+/// sent from GID index `gid_index`.
+fn params(gid_index: u8) -> QpParams {
     QpParams {
+        sgid_index: gid_index,
         qkey: QKEY,
         hop_limit: 1,
         timeout: 18,
@@ -294,7 +301,7 @@ fn params() -> QpParams {
 }
 
 fn connect(c: &mut Ctx, mine: &[Dest], rems: &[Dest]) {
-    let p = params();
+    let p = params(c.gid_index);
     let qp_type = c.mode.qp_type();
     for ((qp, me), rem) in c.qps.iter().zip(mine).zip(rems) {
         let remote = Endpoint {
@@ -480,7 +487,11 @@ fn recv_dests(stream: &mut TcpStream, n: usize) -> Vec<Dest> {
 }
 
 fn my_dests(c: &Ctx) -> Vec<Dest> {
-    let gid = c.ctx.gid().or_die("query_gid");
+    let gid = c
+        .ctx
+        .device()
+        .query_gid(1, u32::from(c.gid_index))
+        .or_die("query_gid");
     let salt = u32::from_be_bytes([gid.0[12], gid.0[13], gid.0[14], gid.0[15]]);
     c.qps
         .iter()
