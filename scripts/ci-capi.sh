@@ -136,7 +136,8 @@ fi
 # mount namespace, a veth pair with 10.77.0.1 and 10.77.0.2 and link-local addresses
 # fe80::a and fe80::b (nodad: usable at once); ibv_devinfo -v lists GID[0] the
 # link-local address and GID[1] the IPv4 one, and ibv_rc_pingpong runs over each
-# (-g 0: UDP/IPv6 over the veth, -g 1: UDP/IPv4), exchanging the GIDs over TCP/IPv4.
+# (-g 0: UDP/IPv6 over the veth, -g 1: UDP/IPv4), exchanging the GIDs over TCP/IPv4;
+# then two pairs at once over -g 0, two processes sharing each address.
 if want ibv_rc_pingpong_dual; then
   if unshare -rnm true 2>/dev/null; then
     unshare -rnm bash -c '
@@ -157,8 +158,15 @@ if want ibv_rc_pingpong_dual; then
         grep -q "iters in" "$2.cli$g" || exit 99
       done
       grep -q "remote address:.*GID fe80::a" "$2.cli0" || exit 98
-      grep -q "remote address:.*GID ::ffff:10.77.0.1" "$2.cli1" || exit 98' _ "$T" "$work/dual"
-    record ibv_rc_pingpong_dual $? "$work/dual.devinfo" "$work/dual.srv0" "$work/dual.cli0" "$work/dual.srv1" "$work/dual.cli1"
+      grep -q "remote address:.*GID ::ffff:10.77.0.1" "$2.cli1" || exit 98
+      # Two processes on each address (they share it, and its link-local one, each in
+      # its slot): two pairs at once over -g 0.
+      for p in 2 3; do RDMA_EMU_IP=10.77.0.1 timeout "$1" ibv_rc_pingpong -g 0 -p 1855$p >"$2.srv$p" 2>&1 & done
+      sleep 1
+      for p in 2 3; do RDMA_EMU_IP=10.77.0.2 timeout "$1" ibv_rc_pingpong -g 0 -p 1855$p 10.77.0.1 >"$2.cli$p" 2>&1 & done
+      wait
+      for p in 2 3; do grep -q "iters in" "$2.cli$p" && grep -q "iters in" "$2.srv$p" || exit 94; done' _ "$T" "$work/dual"
+    record ibv_rc_pingpong_dual $? "$work/dual.devinfo" "$work/dual".{srv,cli}{0,1,2,3}
   else
     echo "SKIPPED ibv_rc_pingpong_dual: no unprivileged user, network and mount namespaces"
   fi
