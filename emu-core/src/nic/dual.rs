@@ -28,6 +28,15 @@
 //! the device keeps the table of a device on one family (its address at indices 0
 //! and 1).
 //!
+//! What the extra addresses lack beside the first: an application's empty `poll_cq`
+//! and a thread waiting for its completion event receive inline from the first
+//! address's socket only (an extra address's datagrams come through its thread, a
+//! wake-up later: `ibv_rc_pingpong -g 0` takes about twice the round trip of `-g 1`);
+//! multicast groups are joined on the first address's family only; the kernel's drop
+//! count (`LinkCounters::rx_overflow`) covers the first address's sockets; the table
+//! is read once, when the device opens (rxe follows the interface's addresses as
+//! they come and go).
+//!
 //! An address that does not qualify keeps that table too: an IPv6 device, a device on
 //! a loopback address, on an address no interface carries, or in interop mode (whose
 //! raw socket reads IPv4 headers only, as a packet hook does). A device opened on port
