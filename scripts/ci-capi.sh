@@ -137,7 +137,7 @@ fi
 # fe80::a and fe80::b (nodad: usable at once); ibv_devinfo -v lists GID[0] the
 # link-local address and GID[1] the IPv4 one, and ibv_rc_pingpong runs over each
 # (-g 0: UDP/IPv6 over the veth, -g 1: UDP/IPv4), exchanging the GIDs over TCP/IPv4;
-# then two pairs at once over -g 0, two processes sharing each address.
+# then two pairs at once over -g 0, two processes sharing each address; then rping.
 if want ibv_rc_pingpong_dual; then
   if unshare -rnm true 2>/dev/null; then
     unshare -rnm bash -c '
@@ -165,8 +165,14 @@ if want ibv_rc_pingpong_dual; then
       sleep 1
       for p in 2 3; do RDMA_EMU_IP=10.77.0.2 timeout "$1" ibv_rc_pingpong -g 0 -p 1855$p 10.77.0.1 >"$2.cli$p" 2>&1 & done
       wait
-      for p in 2 3; do grep -q "iters in" "$2.cli$p" && grep -q "iters in" "$2.srv$p" || exit 94; done' _ "$T" "$work/dual"
-    record ibv_rc_pingpong_dual $? "$work/dual.devinfo" "$work/dual".{srv,cli}{0,1,2,3}
+      for p in 2 3; do grep -q "iters in" "$2.cli$p" && grep -q "iters in" "$2.srv$p" || exit 94; done
+      # The CM on such devices (it works on the IPv4 address, GID index 1).
+      RDMA_EMU_IP=10.77.0.1 timeout "$1" "$3" -s -v -C 10 -a 10.77.0.1 -p 7177 >"$2.srv4" 2>&1 &
+      sleep 1
+      RDMA_EMU_IP=10.77.0.2 timeout "$1" "$3" -c -v -C 10 -a 10.77.0.1 -p 7177 >"$2.cli4" 2>&1 || exit $?
+      wait $! || exit $?
+      grep -q "ping data: rdma-ping-9" "$2.cli4" || exit 93' _ "$T" "$work/dual" "${RDMACM_UTILS:+$RDMACM_UTILS/}rping"
+    record ibv_rc_pingpong_dual $? "$work/dual.devinfo" "$work/dual".{srv,cli}{0,1,2,3,4}
   else
     echo "SKIPPED ibv_rc_pingpong_dual: no unprivileged user, network and mount namespaces"
   fi
