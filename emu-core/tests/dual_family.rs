@@ -13,87 +13,31 @@
 //! (`unshare -Urnm`, sysfs remounted for the namespace's interfaces), and skips, saying so, where those cannot be had.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::process::Command;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
-use emu_core::nic::{EmuConfig, EmuDevice};
+use emu_core::nic::EmuDevice;
 use verbs_api::*;
 
 mod netns_util;
+mod udp_util;
+use udp_util::{sh, wait_one, Side};
 
 const QKEY: u32 = 0x7777_0001;
 const PORT: u16 = 4791;
 
-fn sh(cmd: &str) {
-    let st = Command::new("sh").args(["-c", cmd]).status().unwrap();
-    assert!(st.success(), "{cmd}");
-}
-
 fn open(name: &str, ip: Ipv4Addr) -> EmuDevice {
-    EmuDevice::open(EmuConfig {
-        name: name.into(),
-        ip: ip.into(),
-        port: PORT,
-        ..EmuConfig::default()
-    })
-    .expect("open a device on a veth address")
+    udp_util::open(name, ip, PORT)
 }
 
-struct Side {
-    pd: PdId,
-    cq: CqId,
-    qpn: u32,
-    mr: MrInfo,
-    buf: MemBuf,
-}
-
+/// A QP of `qp_type` with a 16 KiB buffer open to remote writes.
 fn side(d: &EmuDevice, qp_type: QpType) -> Side {
-    let pd = d.alloc_pd().unwrap();
-    let cq = d.create_cq(64, None).unwrap();
-    let qpn = d
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-            srq: None,
-        })
-        .unwrap();
-    let buf = MemBuf::new(16384);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mr = d.reg_mr(pd, &buf, 0, 16384, access).unwrap();
-    Side {
-        pd,
-        cq,
-        qpn,
-        mr,
-        buf,
-    }
+    udp_util::side(d, qp_type, 16384, access)
 }
 
-fn wait_one(d: &EmuDevice, cq: CqId) -> WorkCompletion {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut out = Vec::new();
-    while out.is_empty() {
-        assert!(Instant::now() < deadline, "no completion within 10 s");
-        d.poll_cq(cq, 1, &mut out).unwrap();
-        std::thread::yield_now();
-    }
-    out[0]
-}
-
+/// Posts a 4 KiB receive at `at`, `wr_id` `at`.
 fn post_recv(d: &EmuDevice, s: &Side, at: u64) {
-    let wr = RecvWr::new(at, vec![Sge::new(s.mr.addr + at, 4096, s.mr.lkey)]);
-    d.post_recv(s.qpn, &[wr]).unwrap();
+    udp_util::post_recv(d, s, at, at, 4096);
 }
 
 /// RC between `da` and `db` over GID index `index` of both: a 3000-byte RDMA WRITE and

@@ -12,122 +12,44 @@
 //! had.
 
 use std::net::Ipv6Addr;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
-use emu_core::nic::{EmuConfig, EmuDevice};
+use emu_core::nic::EmuDevice;
 use verbs_api::*;
 
 mod netns_util;
+mod udp_util;
+use udp_util::{send_ud, sh, ud_side, wait_one, Side};
 
 const QKEY: u32 = 0x6666_0001;
 const PORT: u16 = 4791;
 
-fn sh(cmd: &str) {
-    let st = Command::new("sh").args(["-c", cmd]).status().unwrap();
-    assert!(st.success(), "{cmd}");
-}
-
 fn open(name: &str, ip: Ipv6Addr) -> EmuDevice {
-    EmuDevice::open(EmuConfig {
-        name: name.into(),
-        ip: ip.into(),
-        port: PORT,
-        ..EmuConfig::default()
-    })
-    .expect("open a device on an IPv6 address")
-}
-
-struct Ud {
-    pd: PdId,
-    cq: CqId,
-    qpn: u32,
-    mr: MrInfo,
-    buf: MemBuf,
+    udp_util::open(name, ip, PORT)
 }
 
 /// A UD QP in RTS with a registered 8 KiB buffer.
-fn ud_qp(d: &EmuDevice) -> Ud {
-    let pd = d.alloc_pd().unwrap();
-    let cq = d.create_cq(64, None).unwrap();
-    let qpn = d
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Ud,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-            srq: None,
-        })
-        .unwrap();
-    let params = QpParams {
-        qkey: QKEY,
-        ..QpParams::default()
-    };
-    connect_qp(d, qpn, QpType::Ud, &params, 7, &Endpoint::default()).unwrap();
-    let buf = MemBuf::new(8192);
-    let mr = d
-        .reg_mr(pd, &buf, 0, 8192, AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    Ud {
-        pd,
-        cq,
-        qpn,
-        mr,
-        buf,
-    }
+fn ud_qp(d: &EmuDevice) -> Side {
+    ud_side(d, QKEY, 8192)
 }
 
 /// Posts a receive of 1 KiB at `slot` KiB into the buffer, `wr_id` the slot.
-fn post_recv(d: &EmuDevice, q: &Ud, slot: u64) {
-    let wr = RecvWr::new(
-        slot,
-        vec![Sge::new(q.mr.addr + slot * 1024, 1024, q.mr.lkey)],
-    );
-    d.post_recv(q.qpn, &[wr]).unwrap();
-}
-
-fn wait_one(d: &EmuDevice, cq: CqId) -> WorkCompletion {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut out = Vec::new();
-    while out.is_empty() {
-        assert!(Instant::now() < deadline, "no completion within 5 s");
-        d.poll_cq(cq, 1, &mut out).unwrap();
-        std::thread::yield_now();
-    }
-    out[0]
+fn post_recv(d: &EmuDevice, q: &Side, slot: u64) {
+    udp_util::post_recv(d, q, slot, slot * 1024, 1024);
 }
 
 /// Sends `text` from `from` through `ah` to `remote_qpn` and waits for its completion.
-fn send(d: &EmuDevice, from: &Ud, ah: AhId, remote_qpn: u32, text: &[u8]) {
-    from.buf.write(4096, text).unwrap();
-    let wr = SendWr::send(
-        9,
-        vec![Sge::new(
-            from.mr.addr + 4096,
-            text.len() as u32,
-            from.mr.lkey,
-        )],
-    )
-    .with_ud(UdDest {
+fn send(d: &EmuDevice, from: &Side, ah: AhId, remote_qpn: u32, text: &[u8]) {
+    let dest = UdDest {
         ah,
         remote_qpn,
         remote_qkey: QKEY,
-    });
-    d.post_send(from.qpn, &[wr]).unwrap();
-    assert_eq!(wait_one(d, from.cq).status, WcStatus::Success);
+    };
+    send_ud(d, from, 4096, dest, text);
 }
 
 /// Waits for `q`'s next receive and checks it came from `src_qp` with an IPv6 GRH from
 /// `sgid` to `dgid` and payload `text`.
-fn expect(d: &EmuDevice, q: &Ud, src_qp: u32, sgid: Ipv6Addr, dgid: Ipv6Addr, text: &[u8]) {
+fn expect(d: &EmuDevice, q: &Side, src_qp: u32, sgid: Ipv6Addr, dgid: Ipv6Addr, text: &[u8]) {
     let wc = wait_one(d, q.cq);
     assert_eq!(
         (wc.status, wc.src_qp, wc.byte_len as usize),

@@ -6,80 +6,27 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
-use emu_core::nic::{EmuConfig, EmuDevice};
+use emu_core::nic::EmuDevice;
 use verbs_api::*;
+
+mod udp_util;
+use udp_util::{open, wait_one, Side};
 
 fn port() -> u16 {
     // No other test binds ::1.
     30000 + (std::process::id() % 20000) as u16
 }
 
-fn open(name: &str, ip: Ipv6Addr, port: u16) -> EmuDevice {
-    EmuDevice::open(EmuConfig {
-        name: name.into(),
-        ip: ip.into(),
-        port,
-        ..EmuConfig::default()
-    })
-    .expect("open a device on an IPv6 address")
-}
-
-struct Side {
-    pd: PdId,
-    cq: CqId,
-    qpn: u32,
-    mr: MrInfo,
-    buf: MemBuf,
-}
-
+/// A QP of `qp_type` with an 8 KiB buffer open to remote reads and writes.
 fn side(d: &EmuDevice, qp_type: QpType) -> Side {
-    let pd = d.alloc_pd().unwrap();
-    let cq = d.create_cq(64, None).unwrap();
-    let qpn = d
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-            srq: None,
-        })
-        .unwrap();
-    let buf = MemBuf::new(8192);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = d.reg_mr(pd, &buf, 0, 8192, access).unwrap();
-    Side {
-        pd,
-        cq,
-        qpn,
-        mr,
-        buf,
-    }
+    udp_util::side(d, qp_type, 8192, access)
 }
 
-fn wait_one(d: &EmuDevice, cq: CqId) -> WorkCompletion {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut out = Vec::new();
-    while out.is_empty() {
-        assert!(Instant::now() < deadline, "no completion within 5 s");
-        d.poll_cq(cq, 1, &mut out).unwrap();
-        std::thread::yield_now();
-    }
-    out[0]
-}
-
+/// Posts a 4 KiB receive at `at`, `wr_id` `at`.
 fn post_recv(d: &EmuDevice, s: &Side, at: u64) {
-    let wr = RecvWr::new(at, vec![Sge::new(s.mr.addr + at, 4096, s.mr.lkey)]);
-    d.post_recv(s.qpn, &[wr]).unwrap();
+    udp_util::post_recv(d, s, at, at, 4096);
 }
 
 fn connect(da: &EmuDevice, a: &Side, db: &EmuDevice, b: &Side, qp_type: QpType) {

@@ -3,10 +3,12 @@
 //! (IP multicast on the loopback interface).
 
 use std::net::Ipv4Addr;
-use std::time::{Duration, Instant};
 
-use emu_core::nic::{EmuConfig, EmuDevice};
+use emu_core::nic::EmuDevice;
 use verbs_api::*;
+
+mod udp_util;
+use udp_util::{post_recv, send_ud, ud_side, wait_one, Side};
 
 const QKEY: u32 = 0x1111_1111;
 
@@ -16,92 +18,23 @@ fn port() -> u16 {
 }
 
 fn open(host: u8) -> EmuDevice {
-    EmuDevice::open(EmuConfig {
-        name: format!("ud{host}"),
-        ip: Ipv4Addr::new(127, 0, 9, host).into(),
-        port: port(),
-        ..EmuConfig::default()
-    })
-    .expect("open device")
+    udp_util::open(&format!("ud{host}"), Ipv4Addr::new(127, 0, 9, host), port())
 }
 
-struct Ud {
-    pd: PdId,
-    cq: CqId,
-    qpn: u32,
-    mr: MrInfo,
-    buf: MemBuf,
+/// A UD QP in RTS with a 4 KiB buffer and a receive posted at its start.
+fn ud_qp(d: &EmuDevice) -> Side {
+    let s = ud_side(d, QKEY, 4096);
+    post_recv(d, &s, 1, 0, 1024);
+    s
 }
 
-fn ud_qp(d: &EmuDevice) -> Ud {
-    let pd = d.alloc_pd().unwrap();
-    let cq = d.create_cq(64, None).unwrap();
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qpn = d
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Ud,
-            cap,
-            sq_sig_all: true,
-            srq: None,
-        })
-        .unwrap();
-    let params = QpParams {
-        qkey: QKEY,
-        ..QpParams::default()
-    };
-    connect_qp(d, qpn, QpType::Ud, &params, 7, &Endpoint::default()).unwrap();
-    let buf = MemBuf::new(4096);
-    let mr = d
-        .reg_mr(pd, &buf, 0, 4096, AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    let recv = RecvWr::new(1, vec![Sge::new(mr.addr, 1024, mr.lkey)]);
-    d.post_recv(qpn, &[recv]).unwrap();
-    Ud {
-        pd,
-        cq,
-        qpn,
-        mr,
-        buf,
-    }
-}
-
-fn wait_one(d: &EmuDevice, cq: CqId) -> WorkCompletion {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut out = Vec::new();
-    while out.is_empty() {
-        assert!(Instant::now() < deadline, "no completion within 5 s");
-        d.poll_cq(cq, 1, &mut out).unwrap();
-        std::thread::yield_now();
-    }
-    out[0]
-}
-
-fn send(d: &EmuDevice, from: &Ud, ah: AhId, remote_qpn: u32, text: &[u8]) {
-    from.buf.write(2048, text).unwrap();
-    let wr = SendWr::send(
-        9,
-        vec![Sge::new(
-            from.mr.addr + 2048,
-            text.len() as u32,
-            from.mr.lkey,
-        )],
-    )
-    .with_ud(UdDest {
+fn send(d: &EmuDevice, from: &Side, ah: AhId, remote_qpn: u32, text: &[u8]) {
+    let dest = UdDest {
         ah,
         remote_qpn,
         remote_qkey: QKEY,
-    });
-    d.post_send(from.qpn, &[wr]).unwrap();
-    assert_eq!(wait_one(d, from.cq).status, WcStatus::Success);
+    };
+    send_ud(d, from, 2048, dest, text);
 }
 
 #[test]
