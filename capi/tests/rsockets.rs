@@ -8,10 +8,11 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
-use std::process::{Command, Stdio};
 
-use rdma_emu_ibverbs::sys::rdma as r;
+use common::rsock::*;
 use rdma_emu_ibverbs::*;
+
+mod common;
 
 const ROLE: &str = "RSOCKETS_TEST_ROLE";
 const SERVER: [u8; 4] = [127, 0, 0, 31];
@@ -19,47 +20,11 @@ const CLIENT: [u8; 4] = [127, 0, 0, 32];
 const PORT: u16 = 7391;
 const LEN: usize = 4 << 20;
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-fn sin(ip: [u8; 4], port: u16) -> r::sockaddr_in {
-    r::sockaddr_in {
-        sin_family: libc::AF_INET as r::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: r::in_addr {
-            s_addr: u32::from_be_bytes(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
-
 /// The bytes each side sends: a position-dependent pattern that differs by `seed`.
 fn pattern(seed: u8) -> Vec<u8> {
     (0..LEN)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[i % 4] ^ seed)
         .collect()
-}
-
-/// Receives exactly `n` bytes (blocking socket).
-unsafe fn recv_all(fd: i32, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    let mut at = 0;
-    while at < n {
-        let k = unsafe { rrecv(fd, v[at..].as_mut_ptr().cast(), n - at, 0) };
-        assert!(k > 0, "rrecv: {k} errno {}", errno());
-        at += k as usize;
-    }
-    v
-}
-
-unsafe fn send_all(fd: i32, data: &[u8]) {
-    let mut at = 0;
-    while at < data.len() {
-        let k = unsafe { rsend(fd, data[at..].as_ptr().cast(), data.len() - at, 0) };
-        assert!(k > 0, "rsend: {k} errno {}", errno());
-        at += k as usize;
-    }
 }
 
 unsafe fn client() -> ! {
@@ -96,15 +61,7 @@ unsafe fn client() -> ! {
         assert_eq!(v, libc::ECONNREFUSED);
         assert_eq!(rclose(fd), 0);
 
-        let fd = rsocket(libc::AF_INET, libc::SOCK_STREAM, 0);
-        assert!(fd >= 0, "rsocket: errno {}", errno());
-        let a = sin(SERVER, PORT);
-        assert_eq!(
-            rconnect(fd, (&raw const a).cast(), 16),
-            0,
-            "rconnect: errno {}",
-            errno()
-        );
+        let fd = connect(SERVER, PORT);
         // Written in pieces through the vector call, read back whole by the server.
         let data = pattern(0x5A);
         let (a, b) = data.split_at(LEN / 3);
@@ -137,12 +94,12 @@ unsafe fn client() -> ! {
 fn stream_rsockets_move_data_both_ways() {
     if std::env::var_os(ROLE).is_some() {
         // SAFETY: the second run of this test binary; read once at the first call.
-        unsafe { std::env::set_var("RDMA_EMU_DEVICES", format!("emu0={}", ip(CLIENT))) };
+        unsafe { use_device(CLIENT) };
         // SAFETY: the C ABI as a C program calls it.
         unsafe { client() };
     }
     // SAFETY: no other thread of this test binary reads the environment yet.
-    unsafe { std::env::set_var("RDMA_EMU_DEVICES", format!("emu0={}", ip(SERVER))) };
+    unsafe { use_device(SERVER) };
     // SAFETY: the C ABI as a C program calls it.
     unsafe {
         // What librdmacm refuses.
@@ -189,26 +146,14 @@ fn stream_rsockets_move_data_both_ways() {
         );
         assert_eq!(v, 1);
 
-        let a = sin(SERVER, PORT);
-        assert_eq!(rbind(lfd, (&raw const a).cast(), 16), 0);
-        assert_eq!(rlisten(lfd, 4), 0);
+        bind_listen(lfd, SERVER, PORT);
         // Non-blocking and nobody connecting: EAGAIN.
         assert_eq!(rfcntl(lfd, libc::F_SETFL, libc::O_NONBLOCK), 0);
         assert_eq!(raccept(lfd, std::ptr::null_mut(), std::ptr::null_mut()), -1);
         assert_eq!(errno(), libc::EAGAIN);
         assert_eq!(rfcntl(lfd, libc::F_SETFL, 0), 0);
 
-        let exe = std::env::current_exe().unwrap();
-        let child = Command::new(exe)
-            .args([
-                "--exact",
-                "stream_rsockets_move_data_both_ways",
-                "--nocapture",
-            ])
-            .env(ROLE, "1")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = spawn_role("stream_rsockets_move_data_both_ways", ROLE);
 
         // rpoll says when the connection request is there.
         let mut lp = [libc::pollfd {
@@ -319,12 +264,6 @@ fn stream_rsockets_move_data_both_ways() {
         libc::close(pipe[0]);
         libc::close(pipe[1]);
 
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "client: {out:?}");
-        assert!(String::from_utf8_lossy(&out.stdout).contains("client done"));
+        expect_done(child, "client done");
     }
-}
-
-fn ip(a: [u8; 4]) -> String {
-    std::net::Ipv4Addr::from(a).to_string()
 }

@@ -8,10 +8,11 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
-use std::process::{Command, Stdio};
 
-use rdma_emu_ibverbs::sys::rdma as r;
+use common::rsock::*;
 use rdma_emu_ibverbs::*;
+
+mod common;
 
 const ROLE: &str = "RSOCKETS_IOMAP_TEST_ROLE";
 const SERVER: [u8; 4] = [127, 0, 0, 33];
@@ -23,21 +24,6 @@ const BASE: i64 = 1 << 20;
 /// `SOL_RDMA` / `RDMA_IOMAPSIZE` (`<rdma/rsocket.h>`).
 const SOL_RDMA: i32 = 0x10000;
 const RDMA_IOMAPSIZE: i32 = 3;
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-fn sin(ip: [u8; 4], port: u16) -> r::sockaddr_in {
-    r::sockaddr_in {
-        sin_family: libc::AF_INET as r::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: r::in_addr {
-            s_addr: u32::from_be_bytes(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
 
 fn pattern() -> Vec<u8> {
     (0..LEN).map(|i| (i * 7 + i / 251) as u8).collect()
@@ -98,33 +84,20 @@ unsafe fn client() -> ! {
 fn riowrite_lands_in_the_peers_mapping() {
     if std::env::var_os(ROLE).is_some() {
         // SAFETY: the second run of this test binary; read once at the first call.
-        unsafe { std::env::set_var("RDMA_EMU_DEVICES", format!("emu0={}", ip(CLIENT))) };
+        unsafe { use_device(CLIENT) };
         // SAFETY: the C ABI as a C program calls it.
         unsafe { client() };
     }
     // SAFETY: no other thread of this test binary reads the environment yet.
-    unsafe { std::env::set_var("RDMA_EMU_DEVICES", format!("emu0={}", ip(SERVER))) };
+    unsafe { use_device(SERVER) };
     // SAFETY: the C ABI as a C program calls it.
     unsafe {
         let lfd = rsocket(libc::AF_INET, libc::SOCK_STREAM, 0);
         assert!(lfd >= 0);
         iomap_size(lfd, 2);
-        let a = sin(SERVER, PORT);
-        assert_eq!(rbind(lfd, (&raw const a).cast(), 16), 0);
-        assert_eq!(rlisten(lfd, 1), 0);
-        let exe = std::env::current_exe().unwrap();
-        let child = Command::new(exe)
-            .args([
-                "--exact",
-                "riowrite_lands_in_the_peers_mapping",
-                "--nocapture",
-            ])
-            .env(ROLE, "1")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let fd = raccept(lfd, std::ptr::null_mut(), std::ptr::null_mut());
-        assert!(fd >= 0, "raccept: errno {}", errno());
+        bind_listen(lfd, SERVER, PORT);
+        let child = spawn_role("riowrite_lands_in_the_peers_mapping", ROLE);
+        let fd = accept(lfd);
 
         let mut buf = vec![0u8; LEN];
         let p = buf.as_mut_ptr().cast::<c_void>();
@@ -146,12 +119,6 @@ fn riowrite_lands_in_the_peers_mapping() {
         assert_eq!(rrecv(fd, c.as_mut_ptr().cast(), 1, 0), 0);
         assert_eq!(rclose(fd), 0);
         assert_eq!(rclose(lfd), 0);
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "client: {out:?}");
-        assert!(String::from_utf8_lossy(&out.stdout).contains("client done"));
+        expect_done(child, "client done");
     }
-}
-
-fn ip(a: [u8; 4]) -> String {
-    std::net::Ipv4Addr::from(a).to_string()
 }

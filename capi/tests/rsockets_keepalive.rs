@@ -7,41 +7,23 @@
 #![allow(unsafe_code)]
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 
-use rdma_emu_ibverbs::sys::rdma as r;
+use common::rsock::*;
 use rdma_emu_ibverbs::*;
+
+mod common;
 
 const ROLE: &str = "RSOCKETS_KEEPALIVE_TEST_ROLE";
 const SERVER: [u8; 4] = [127, 0, 0, 36];
 const CLIENT: [u8; 4] = [127, 0, 0, 37];
 const PORT: u16 = 7394;
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
-fn sin(ip: [u8; 4], port: u16) -> r::sockaddr_in {
-    r::sockaddr_in {
-        sin_family: libc::AF_INET as r::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: r::in_addr {
-            s_addr: u32::from_be_bytes(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
-
 /// The peer: accepts, says so, and waits to be killed.
 unsafe fn server() -> ! {
     unsafe {
-        let lfd = rsocket(libc::AF_INET, libc::SOCK_STREAM, 0);
-        let a = sin(SERVER, PORT);
-        assert_eq!(rbind(lfd, (&raw const a).cast(), 16), 0);
-        assert_eq!(rlisten(lfd, 1), 0);
+        let lfd = listener(SERVER, PORT);
         println!("listening");
-        let fd = raccept(lfd, std::ptr::null_mut(), std::ptr::null_mut());
-        assert!(fd >= 0);
+        let fd = accept(lfd);
         // One byte each way: each side has sent its credits before the kill.
         assert_eq!(rsend(fd, b"s".as_ptr().cast(), 1, 0), 1);
         let mut c = [0u8; 1];
@@ -56,23 +38,13 @@ unsafe fn server() -> ! {
 fn keepalive_probes_find_a_dead_peer() {
     if std::env::var_os(ROLE).is_some() {
         // SAFETY: the second run of this test binary; read once at the first call.
-        unsafe { std::env::set_var("RDMA_EMU_DEVICES", format!("emu0={}", ip(SERVER))) };
+        unsafe { use_device(SERVER) };
         // SAFETY: the C ABI as a C program calls it.
         unsafe { server() };
     }
     // SAFETY: no other thread of this test binary reads the environment yet.
-    unsafe { std::env::set_var("RDMA_EMU_DEVICES", format!("emu0={}", ip(CLIENT))) };
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "keepalive_probes_find_a_dead_peer",
-            "--nocapture",
-        ])
-        .env(ROLE, "1")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    unsafe { use_device(CLIENT) };
+    let mut child = spawn_role("keepalive_probes_find_a_dead_peer", ROLE);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut wait_for = |what: &str| loop {
         let l = lines.next().expect("the server ended").unwrap();
@@ -138,8 +110,4 @@ fn keepalive_probes_find_a_dead_peer() {
         assert_eq!(v, libc::EIO);
         assert_eq!(rclose(fd), 0);
     }
-}
-
-fn ip(a: [u8; 4]) -> String {
-    std::net::Ipv4Addr::from(a).to_string()
 }

@@ -4,37 +4,23 @@
 // This test plays the C program: raw pointers are its whole point.
 #![allow(unsafe_code)]
 
-use rdma_emu_ibverbs::sys::rdma as r;
+use common::rsock::*;
 use rdma_emu_ibverbs::*;
+
+mod common;
 
 const IP: [u8; 4] = [127, 0, 0, 35];
 const PORT: u16 = 7393;
 
-fn sin(ip: [u8; 4], port: u16) -> r::sockaddr_in {
-    r::sockaddr_in {
-        sin_family: libc::AF_INET as r::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: r::in_addr {
-            s_addr: u32::from_be_bytes(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
-
 #[test]
 fn one_process_connects_to_itself() {
     // SAFETY: no other thread of this test binary reads the environment yet.
-    unsafe { std::env::set_var("RDMA_EMU_DEVICES", "emu0=127.0.0.35") };
+    unsafe { use_device(IP) };
     // SAFETY: the C ABI as a C program calls it.
     unsafe {
-        let lfd = rsocket(libc::AF_INET, libc::SOCK_STREAM, 0);
-        assert!(lfd >= 0);
-        let a = sin(IP, PORT);
-        assert_eq!(rbind(lfd, (&raw const a).cast(), 16), 0);
-        assert_eq!(rlisten(lfd, 1), 0);
+        let lfd = listener(IP, PORT);
         let server = std::thread::spawn(move || {
-            let fd = raccept(lfd, std::ptr::null_mut(), std::ptr::null_mut());
-            assert!(fd >= 0);
+            let fd = accept(lfd);
             let mut b = vec![0u8; 100_000];
             let mut at = 0;
             while at < b.len() {
@@ -47,8 +33,7 @@ fn one_process_connects_to_itself() {
             assert_eq!(rclose(fd), 0);
             assert_eq!(rclose(lfd), 0);
         });
-        let fd = rsocket(libc::AF_INET, libc::SOCK_STREAM, 0);
-        assert_eq!(rconnect(fd, (&raw const a).cast(), 16), 0);
+        let fd = connect(IP, PORT);
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
         assert_eq!(
             rsend(fd, data.as_ptr().cast(), data.len(), 0),

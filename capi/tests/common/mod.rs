@@ -1,4 +1,9 @@
-//! What several of capi's test programs set up alike, through the C ABI.
+//! What several of capi's test programs set up alike, through the C ABI. Each test
+//! binary uses a part of it.
+
+#![allow(dead_code)]
+
+pub(crate) mod rsock;
 
 use rdma_emu_ibverbs::sys::*;
 use rdma_emu_ibverbs::*;
