@@ -391,14 +391,17 @@ int main(int argc, char **argv)
 	CHECK(ev->id == cid, "client's id disconnected");
 	CHECK(rdma_ack_cm_event(ev) == 0, "ack");
 
-	/* What the emulator does not have fails cleanly. */
+	/* What rsockets does not have fails cleanly. */
 	errno = 0;
-	CHECK(rsocket(AF_INET, SOCK_DGRAM, 0) == -1 && errno == EOPNOTSUPP,
-	      "datagram rsocket: EOPNOTSUPP");
-	/* A stream rsocket is a real descriptor, closed by rclose. */
+	CHECK(rsocket(AF_INET, SOCK_RAW, 0) == -1 && errno == EOPNOTSUPP,
+	      "raw rsocket: EOPNOTSUPP");
+	/* Stream and datagram rsockets are real descriptors, closed by rclose. */
 	int rs = rsocket(AF_INET, SOCK_STREAM, 0);
 	CHECK(rs >= 0 && fcntl(rs, F_GETFD) >= 0, "stream rsocket");
 	CHECK(rclose(rs) == 0, "rclose");
+	rs = rsocket(AF_INET, SOCK_DGRAM, 0);
+	CHECK(rs >= 0 && fcntl(rs, F_GETFD) >= 0, "datagram rsocket");
+	CHECK(rclose(rs) == 0, "rclose (datagram)");
 	errno = 0;
 	CHECK(rdma_notify(sid, IBV_EVENT_COMM_EST) == -1 && errno == EOPNOTSUPP, "notify");
 	/* rdma_set_option: the kernel's sizes and errnos. */

@@ -103,7 +103,7 @@ fn stream_rsockets_move_data_both_ways() {
     // SAFETY: the C ABI as a C program calls it.
     unsafe {
         // What librdmacm refuses.
-        assert_eq!(rsocket(libc::AF_INET, libc::SOCK_DGRAM, 0), -1);
+        assert_eq!(rsocket(libc::AF_INET, libc::SOCK_RAW, 0), -1);
         assert_eq!(errno(), libc::EOPNOTSUPP);
         assert_eq!(rrecv(12345, std::ptr::null_mut(), 0, 0), -1);
         assert_eq!(errno(), libc::EBADF);

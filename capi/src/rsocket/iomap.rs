@@ -216,6 +216,7 @@ pub unsafe extern "C" fn riowrite(
     flags: c_int,
 ) -> usize {
     let fail = |e| err(e) as isize as usize;
+    let _in_call = super::InCall::enter();
     let cm = match cm() {
         Ok(c) => c,
         Err(e) => return fail(e),

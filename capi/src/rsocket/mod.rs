@@ -3,13 +3,15 @@
 //! to librdmacm's rsockets on a real NIC or kernel rxe (rdma-core
 //! `librdmacm/docs/rsocket`). `librspreload.so` runs unmodified TCP programs on it.
 //!
-//! Stream sockets only (`SOCK_STREAM`, AF_INET), with `riomap`/`riowrite`;
-//! `SOCK_DGRAM` fails with EOPNOTSUPP.
+//! Stream sockets (`SOCK_STREAM`, AF_INET), with `riomap`/`riowrite`, and
+//! datagram sockets (`SOCK_DGRAM`, AF_INET and AF_INET6) on UD QPs.
 //!
 //! Modules, one concern each:
 //!
 //! * this one: the socket table and the exported calls (arguments in and out);
 //! * `setup`: connection set-up over the CM and the connection data;
+//! * `datagram`: datagram rsockets (their own table, protocol and calls; each
+//!   exported call here hands a datagram rsocket's number to it);
 //! * `data`: the protocol on the QP (data, credits, control messages);
 //! * `iomap`: `riomap`, `riounmap`, `riowrite`;
 //! * `poll`: `rpoll` and `rselect` over rsockets mixed with ordinary fds;
@@ -39,6 +41,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod data;
+mod datagram;
 mod iomap;
 mod keepalive;
 mod opts;
@@ -303,15 +306,54 @@ pub(crate) fn at_exit(cm: &Cm) {
     }
 }
 
+thread_local! {
+    /// How deep this thread is in rsockets calls (see [`InCall`]).
+    static IN_CALL: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// While alive, the thread is inside an rsockets call. The emulator opens UDP
+/// sockets of its own as it goes (a device's socket, one per peer it sends to);
+/// under librspreload, which interposes `socket(2)`, those calls come back to
+/// [`rsocket`], which must then refuse them (librspreload falls back to a kernel
+/// socket) rather than make a datagram rsocket, or take the CM's lock again.
+pub(crate) struct InCall;
+
+impl InCall {
+    pub(crate) fn enter() -> InCall {
+        IN_CALL.with(|d| d.set(d.get() + 1));
+        InCall
+    }
+}
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        IN_CALL.with(|d| d.set(d.get() - 1));
+    }
+}
+
+/// Whether a `socket(2)` that reached [`rsocket`] is the emulator's own: made
+/// inside an rsockets call, or on one of the emulator's threads (a device's
+/// `NAME-nic`, the CM's `emu-cm`, the keepalive prober).
+fn internal_caller() -> bool {
+    IN_CALL.with(std::cell::Cell::get) > 0
+        || std::thread::current()
+            .name()
+            .is_some_and(|n| n.ends_with("-nic") || n == "emu-cm" || n == "rsocket-keepalive")
+}
+
+/// `cm_or!(cm, ret)`: binds `cm` to the process's CM (or sets errno and returns
+/// `ret`), the thread counted as inside an rsockets call until the caller's block
+/// ends.
 macro_rules! cm_or {
-    ($ret:expr) => {
-        match cm() {
+    ($name:ident, $ret:expr) => {
+        let _in_call = InCall::enter();
+        let $name = match cm() {
             Ok(c) => c,
             Err(e) => {
                 crate::verbs::set_errno(e);
                 return $ret;
             }
-        }
+        };
     };
 }
 
@@ -327,22 +369,29 @@ macro_rules! rs_or {
     };
 }
 
-/// `rsocket`: a stream rsocket (AF_INET; SOCK_DGRAM is EOPNOTSUPP, other families
-/// EAFNOSUPPORT until the CM takes their addresses).
+/// `rsocket`: a stream rsocket (AF_INET; other families EAFNOSUPPORT) or a datagram
+/// rsocket (AF_INET or AF_INET6).
 #[no_mangle]
 pub extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int {
+    if internal_caller() {
+        return err(libc::EOPNOTSUPP);
+    }
     let base = kind & !(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK);
     if domain != libc::AF_INET && domain != libc::AF_INET6 && domain != libc::AF_IB {
         return err(libc::EOPNOTSUPP);
     }
     if base == libc::SOCK_DGRAM {
-        // Once: librspreload asks for every UDP socket the program opens (and falls
-        // back to a kernel socket).
-        static SAID: std::sync::Once = std::sync::Once::new();
-        SAID.call_once(|| {
-            eprintln!("rdma-emu librdmacm: datagram rsockets are not supported by the emulator");
-        });
-        return err(libc::EOPNOTSUPP);
+        if protocol != 0 && protocol != libc::IPPROTO_UDP {
+            return err(libc::EOPNOTSUPP);
+        }
+        if domain == libc::AF_IB {
+            return err(libc::EAFNOSUPPORT);
+        }
+        cm_or!(cm, -1);
+        return match datagram::socket(cm, domain, kind) {
+            Ok(fd) => fd,
+            Err(e) => err(e),
+        };
     }
     if base != libc::SOCK_STREAM || (protocol != 0 && protocol != libc::IPPROTO_TCP) {
         return err(libc::EOPNOTSUPP);
@@ -350,7 +399,7 @@ pub extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int 
     if domain != libc::AF_INET {
         return err(libc::EAFNOSUPPORT);
     }
-    let cm = cm_or!(-1);
+    cm_or!(cm, -1);
     match new_socket(cm, None) {
         Ok(rs) => {
             let mut s = rs.s.lock();
@@ -369,14 +418,20 @@ pub extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int 
 /// `rbind`.
 #[no_mangle]
 pub unsafe extern "C" fn rbind(socket: c_int, addr: *const r::sockaddr, _len: u32) -> c_int {
-    let cm = cm_or!(-1);
-    let rs = rs_or!(socket, -1);
+    cm_or!(cm, -1);
     // SAFETY: the caller's sockaddr (module safety argument).
     let a = match unsafe { sockaddr_from_c(addr) } {
         Ok(Some(a)) => a,
         Ok(None) => return err(libc::EINVAL),
         Err(e) => return err(e),
     };
+    if let Some(ds) = datagram::lookup(socket) {
+        return match datagram::bind(cm, &ds, a) {
+            Ok(()) => 0,
+            Err(e) => err(e),
+        };
+    }
+    let rs = rs_or!(socket, -1);
     let mut s = rs.s.lock();
     match cm.cm.bind_addr(s.id, a) {
         Ok(()) => {
@@ -390,7 +445,10 @@ pub unsafe extern "C" fn rbind(socket: c_int, addr: *const r::sockaddr, _len: u3
 /// `rlisten`.
 #[no_mangle]
 pub extern "C" fn rlisten(socket: c_int, backlog: c_int) -> c_int {
-    let cm = cm_or!(-1);
+    cm_or!(cm, -1);
+    if datagram::lookup(socket).is_some() {
+        return err(libc::EOPNOTSUPP);
+    }
     let rs = rs_or!(socket, -1);
     let mut s = rs.s.lock();
     if s.state == st::LISTENING {
@@ -405,19 +463,29 @@ pub extern "C" fn rlisten(socket: c_int, backlog: c_int) -> c_int {
     }
 }
 
-/// Writes `a` to the caller's `sockaddr` of `*len` bytes (truncated as
-/// getsockname(2) does) and sets `*len` to its size.
+/// Writes `a` to the caller's `sockaddr` of `*len` bytes (a `sockaddr_in` or, for
+/// an IPv6 address, a `sockaddr_in6`; truncated as getsockname(2) does) and sets
+/// `*len` to its size.
 unsafe fn put_addr(a: Option<std::net::SocketAddr>, addr: *mut r::sockaddr, len: *mut u32) {
+    /// Copies `c` into the caller's buffer.
+    unsafe fn put<T>(c: &T, addr: *mut r::sockaddr, len: *mut u32) {
+        let size = std::mem::size_of::<T>();
+        // SAFETY: the caller's buffer of *len bytes (module safety argument).
+        unsafe {
+            let n = (*len as usize).min(size);
+            std::ptr::copy_nonoverlapping(std::ptr::from_ref(c).cast::<u8>(), addr.cast(), n);
+            *len = size as u32;
+        }
+    }
     if addr.is_null() || len.is_null() {
         return;
     }
-    let c = sockaddr_to_c(a);
-    let size = std::mem::size_of::<r::sockaddr_in>();
-    // SAFETY: the caller's buffer of *len bytes (module safety argument).
+    // SAFETY: as `put` says.
     unsafe {
-        let n = (*len as usize).min(size);
-        std::ptr::copy_nonoverlapping(std::ptr::from_ref(&c).cast::<u8>(), addr.cast(), n);
-        *len = size as u32;
+        match a {
+            Some(std::net::SocketAddr::V6(v)) => put(&crate::rdmacm::sockaddr6_to_c(v), addr, len),
+            _ => put(&sockaddr_to_c(a), addr, len),
+        }
     }
 }
 
@@ -425,7 +493,10 @@ unsafe fn put_addr(a: Option<std::net::SocketAddr>, addr: *mut r::sockaddr, len:
 /// (EAGAIN at once when non-blocking and none waits).
 #[no_mangle]
 pub unsafe extern "C" fn raccept(socket: c_int, addr: *mut r::sockaddr, len: *mut u32) -> c_int {
-    let cm = cm_or!(-1);
+    cm_or!(cm, -1);
+    if datagram::lookup(socket).is_some() {
+        return err(libc::EOPNOTSUPP);
+    }
     let ls = rs_or!(socket, -1);
     let (nonblock, sizes, fs, fdf) = {
         let s = ls.s.lock();
@@ -481,14 +552,20 @@ pub unsafe extern "C" fn raccept(socket: c_int, addr: *mut r::sockaddr, len: *mu
 /// `rconnect`: connects; on a non-blocking rsocket starts connecting (EINPROGRESS).
 #[no_mangle]
 pub unsafe extern "C" fn rconnect(socket: c_int, addr: *const r::sockaddr, _len: u32) -> c_int {
-    let cm = cm_or!(-1);
-    let rs = rs_or!(socket, -1);
+    cm_or!(cm, -1);
     // SAFETY: the caller's sockaddr (module safety argument).
     let a = match unsafe { sockaddr_from_c(addr) } {
         Ok(Some(a)) => a,
         Ok(None) => return err(libc::EINVAL),
         Err(e) => return err(e),
     };
+    if let Some(ds) = datagram::lookup(socket) {
+        return match datagram::connect(cm, &ds, a) {
+            Ok(()) => 0,
+            Err(e) => err(e),
+        };
+    }
+    let rs = rs_or!(socket, -1);
     let mut s = rs.s.lock();
     if s.state & st::CONNECTED != 0 {
         return err(libc::EISCONN);
@@ -553,7 +630,13 @@ fn opening(cm: &Cm, rs: &RSocket) -> Result<(), c_int> {
 /// Receives into `buf` (rsocket.c `rrecv`): queued data is still read after the
 /// peer disconnected; 0 at the end.
 fn recv(socket: c_int, buf: &mut [u8], flags: c_int) -> isize {
-    let cm = cm_or!(-1);
+    cm_or!(cm, -1);
+    if let Some(ds) = datagram::lookup(socket) {
+        return match datagram::recv(cm, &ds, buf, flags) {
+            Ok((n, _)) => n as isize,
+            Err(e) => err(e) as isize,
+        };
+    }
     let rs = rs_or!(socket, -1);
     if let Err(e) = opening(cm, &rs) {
         return err(e) as isize;
@@ -589,7 +672,13 @@ fn recv(socket: c_int, buf: &mut [u8], flags: c_int) -> isize {
 /// Sends `data` (rsocket.c `rsend`): blocks until all is queued, or returns what
 /// went before the socket would block (EAGAIN if nothing did).
 fn send(socket: c_int, data: &[u8], flags: c_int) -> isize {
-    let cm = cm_or!(-1);
+    cm_or!(cm, -1);
+    if let Some(ds) = datagram::lookup(socket) {
+        return match datagram::send(cm, &ds, data, flags, None) {
+            Ok(n) => n as isize,
+            Err(e) => err(e) as isize,
+        };
+    }
     let rs = rs_or!(socket, -1);
     if let Err(e) = opening(cm, &rs) {
         return err(e) as isize;
@@ -664,15 +753,28 @@ unsafe fn gather(iov: *const libc::iovec, cnt: c_int) -> Vec<u8> {
     v
 }
 
-/// Receives into an `iovec` array: the bytes received (scattered), or -1.
-unsafe fn recv_iov(socket: c_int, iov: *const libc::iovec, cnt: c_int, flags: c_int) -> isize {
+/// Receives into an `iovec` array: the bytes received (scattered), or -1; a
+/// datagram's source goes to `name` (a `sockaddr` of `*namelen` bytes, or null).
+unsafe fn recv_iov(
+    socket: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    flags: c_int,
+    name: *mut r::sockaddr,
+    namelen: *mut u32,
+) -> isize {
     let mut total = 0usize;
     for i in 0..cnt.max(0) as usize {
         // SAFETY: as in `gather`.
         total += unsafe { (*iov.add(i)).iov_len };
     }
     let mut tmp = vec![0u8; total];
-    let n = recv(socket, &mut tmp, flags);
+    let n = if name.is_null() {
+        recv(socket, &mut tmp, flags)
+    } else {
+        // SAFETY: the caller's buffers.
+        unsafe { rrecvfrom(socket, tmp.as_mut_ptr().cast(), total, flags, name, namelen) }
+    };
     if n <= 0 {
         return n;
     }
@@ -705,7 +807,8 @@ pub unsafe extern "C" fn rread(socket: c_int, buf: *mut c_void, len: usize) -> i
     recv(socket, unsafe { slice_mut(buf, len) }, 0)
 }
 
-/// `rrecvfrom`: on a stream rsocket, `rrecv` and the peer's address.
+/// `rrecvfrom`: on a stream rsocket, `rrecv` and the peer's address; on a datagram
+/// one, the next datagram and its source.
 #[no_mangle]
 pub unsafe extern "C" fn rrecvfrom(
     socket: c_int,
@@ -715,6 +818,19 @@ pub unsafe extern "C" fn rrecvfrom(
     src: *mut r::sockaddr,
     srclen: *mut u32,
 ) -> isize {
+    if let Some(ds) = datagram::lookup(socket) {
+        cm_or!(cm, -1);
+        // SAFETY: the caller's buffer.
+        let buf = unsafe { slice_mut(buf, len) };
+        return match datagram::recv(cm, &ds, buf, flags) {
+            Ok((n, from)) => {
+                // SAFETY: the caller's address buffer.
+                unsafe { put_addr(Some(from), src, srclen) };
+                n as isize
+            }
+            Err(e) => err(e) as isize,
+        };
+    }
     // SAFETY: the caller's buffer.
     let n = recv(socket, unsafe { slice_mut(buf, len) }, flags);
     if n > 0 && !src.is_null() {
@@ -728,10 +844,20 @@ pub unsafe extern "C" fn rrecvfrom(
 #[no_mangle]
 pub unsafe extern "C" fn rreadv(socket: c_int, iov: *const libc::iovec, cnt: c_int) -> isize {
     // SAFETY: the caller's iovecs.
-    unsafe { recv_iov(socket, iov, cnt, 0) }
+    unsafe {
+        recv_iov(
+            socket,
+            iov,
+            cnt,
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
 }
 
-/// `rrecvmsg`: the `msghdr`'s iovecs (no name, no control data on a stream).
+/// `rrecvmsg`: the `msghdr`'s iovecs and, for a datagram, its source as the name
+/// (no control data).
 #[no_mangle]
 pub unsafe extern "C" fn rrecvmsg(socket: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize {
     if msg.is_null() {
@@ -742,7 +868,20 @@ pub unsafe extern "C" fn rrecvmsg(socket: c_int, msg: *mut libc::msghdr, flags: 
         let m = &mut *msg;
         m.msg_controllen = 0;
         m.msg_flags = 0;
-        recv_iov(socket, m.msg_iov, m.msg_iovlen as c_int, flags)
+        let name = if datagram::lookup(socket).is_some() {
+            m.msg_name.cast()
+        } else {
+            m.msg_namelen = 0;
+            std::ptr::null_mut()
+        };
+        recv_iov(
+            socket,
+            m.msg_iov,
+            m.msg_iovlen as c_int,
+            flags,
+            name,
+            &mut m.msg_namelen,
+        )
     }
 }
 
@@ -765,7 +904,8 @@ pub unsafe extern "C" fn rwrite(socket: c_int, buf: *const c_void, len: usize) -
     send(socket, unsafe { slice(buf, len) }, 0)
 }
 
-/// `rsendto`: on a stream rsocket, `rsend`; an address is EISCONN.
+/// `rsendto`: on a stream rsocket, `rsend` (an address is EISCONN); on a datagram
+/// one, a datagram to `dst` (the connected peer when null).
 #[no_mangle]
 pub unsafe extern "C" fn rsendto(
     socket: c_int,
@@ -775,6 +915,19 @@ pub unsafe extern "C" fn rsendto(
     dst: *const r::sockaddr,
     dstlen: u32,
 ) -> isize {
+    if let Some(ds) = datagram::lookup(socket) {
+        cm_or!(cm, -1);
+        // SAFETY: the caller's sockaddr (module safety argument).
+        let to = match unsafe { sockaddr_from_c(dst) } {
+            Ok(a) => a,
+            Err(e) => return err(e) as isize,
+        };
+        // SAFETY: the caller's buffer.
+        return match datagram::send(cm, &ds, unsafe { slice(buf, len) }, flags, to) {
+            Ok(n) => n as isize,
+            Err(e) => err(e) as isize,
+        };
+    }
     if !dst.is_null() || dstlen != 0 {
         return err(libc::EISCONN) as isize;
     }
@@ -790,7 +943,8 @@ pub unsafe extern "C" fn rwritev(socket: c_int, iov: *const libc::iovec, cnt: c_
     send(socket, &v, 0)
 }
 
-/// `rsendmsg`: the `msghdr`'s iovecs (control data is ignored, as librdmacm does).
+/// `rsendmsg`: the `msghdr`'s iovecs (control data is ignored, as librdmacm does),
+/// to its name on a datagram rsocket.
 #[no_mangle]
 pub unsafe extern "C" fn rsendmsg(socket: c_int, msg: *const libc::msghdr, flags: c_int) -> isize {
     if msg.is_null() {
@@ -798,6 +952,21 @@ pub unsafe extern "C" fn rsendmsg(socket: c_int, msg: *const libc::msghdr, flags
     }
     // SAFETY: the caller's msghdr and its iovecs.
     let v = unsafe { gather((*msg).msg_iov, (*msg).msg_iovlen as c_int) };
+    // SAFETY: the caller's msghdr.
+    let (name, namelen) = unsafe { ((*msg).msg_name, (*msg).msg_namelen) };
+    if !name.is_null() && datagram::lookup(socket).is_some() {
+        // SAFETY: the caller's name, a sockaddr of namelen bytes.
+        return unsafe {
+            rsendto(
+                socket,
+                v.as_ptr().cast(),
+                v.len(),
+                flags,
+                name.cast(),
+                namelen,
+            )
+        };
+    }
     send(socket, &v, flags)
 }
 
@@ -805,7 +974,13 @@ pub unsafe extern "C" fn rsendmsg(socket: c_int, msg: *const libc::msghdr, flags
 /// reading, else DISCONNECT) and waits until every send completed.
 #[no_mangle]
 pub extern "C" fn rshutdown(socket: c_int, how: c_int) -> c_int {
-    let cm = cm_or!(-1);
+    cm_or!(cm, -1);
+    if let Some(ds) = datagram::lookup(socket) {
+        return match datagram::shutdown(&ds, how) {
+            Ok(()) => 0,
+            Err(e) => err(e),
+        };
+    }
     let rs = rs_or!(socket, -1);
     match shutdown(cm, &rs, how) {
         Ok(()) => 0,
@@ -866,7 +1041,13 @@ fn shutdown(cm: &Cm, rs: &RSocket, how: c_int) -> Result<(), c_int> {
 /// `rclose`: shuts a connected rsocket down (SHUT_RDWR) and frees it.
 #[no_mangle]
 pub extern "C" fn rclose(socket: c_int) -> c_int {
-    let cm = cm_or!(-1);
+    cm_or!(cm, -1);
+    if datagram::lookup(socket).is_some() {
+        return match datagram::close(cm, socket) {
+            Ok(()) => 0,
+            Err(e) => err(e),
+        };
+    }
     let rs = rs_or!(socket, -1);
     if rs.s.lock().state & st::CONNECTED != 0 {
         let _ = shutdown(cm, &rs, libc::SHUT_RDWR);
@@ -883,7 +1064,17 @@ pub unsafe extern "C" fn rgetpeername(
     addr: *mut r::sockaddr,
     len: *mut u32,
 ) -> c_int {
-    let cm = cm_or!(-1);
+    cm_or!(cm, -1);
+    if let Some(ds) = datagram::lookup(socket) {
+        return match datagram::name(&ds, true) {
+            // SAFETY: the caller's address buffer.
+            Ok(a) => unsafe {
+                put_addr(a, addr, len);
+                0
+            },
+            Err(e) => err(e),
+        };
+    }
     let rs = rs_or!(socket, -1);
     let id = rs.s.lock().id;
     let a = cm.cm.id_info(id).ok().and_then(|i| i.peer);
@@ -899,7 +1090,17 @@ pub unsafe extern "C" fn rgetsockname(
     addr: *mut r::sockaddr,
     len: *mut u32,
 ) -> c_int {
-    let cm = cm_or!(-1);
+    cm_or!(cm, -1);
+    if let Some(ds) = datagram::lookup(socket) {
+        return match datagram::name(&ds, false) {
+            // SAFETY: the caller's address buffer.
+            Ok(a) => unsafe {
+                put_addr(a, addr, len);
+                0
+            },
+            Err(e) => err(e),
+        };
+    }
     let rs = rs_or!(socket, -1);
     let id = rs.s.lock().id;
     let a = cm.cm.id_info(id).ok().and_then(|i| i.local);

@@ -13,10 +13,10 @@ use super::lookup;
 use crate::rdmacm::err;
 
 /// `SOL_RDMA` (`<rdma/rsocket.h>`) and its options.
-const SOL_RDMA: c_int = 0x10000;
-const RDMA_SQSIZE: c_int = 0;
-const RDMA_RQSIZE: c_int = 1;
-const RDMA_INLINE: c_int = 2;
+pub(crate) const SOL_RDMA: c_int = 0x10000;
+pub(crate) const RDMA_SQSIZE: c_int = 0;
+pub(crate) const RDMA_RQSIZE: c_int = 1;
+pub(crate) const RDMA_INLINE: c_int = 2;
 const RDMA_IOMAPSIZE: c_int = 3;
 const QP_MAX: u32 = 0xFFFE;
 /// `tcpi_state` values (`<netinet/tcp.h>`).
@@ -41,6 +41,14 @@ pub unsafe extern "C" fn rsetsockopt(
     val: *const c_void,
     len: u32,
 ) -> c_int {
+    if let Some(ds) = super::datagram::lookup(socket) {
+        // SAFETY: the caller's option value.
+        let v = unsafe { int_of(val, len) };
+        return match super::datagram::setsockopt(&ds, level, name, val, len, v) {
+            Ok(()) => 0,
+            Err(e) => err(e),
+        };
+    }
     let Some(rs) = lookup(socket) else {
         return err(libc::EBADF);
     };
@@ -126,12 +134,23 @@ pub unsafe extern "C" fn rgetsockopt(
     val: *mut c_void,
     len: *mut u32,
 ) -> c_int {
-    let Some(rs) = lookup(socket) else {
-        return err(libc::EBADF);
-    };
     if val.is_null() || len.is_null() {
         return err(libc::EFAULT);
     }
+    if let Some(ds) = super::datagram::lookup(socket) {
+        return match super::datagram::getsockopt(&ds, level, name, val, len) {
+            Ok(Some(v)) => {
+                // SAFETY: the caller's buffer of *len bytes.
+                unsafe { put(val, len, &v) };
+                0
+            }
+            Ok(None) => 0,
+            Err(e) => err(e),
+        };
+    }
+    let Some(rs) = lookup(socket) else {
+        return err(libc::EBADF);
+    };
     let mut s = rs.s.lock();
     let conn_sizes = s.conn.as_ref().map(|c| (c.rbuf_size, c.sbuf_size));
     let int = match (level, name) {
@@ -207,6 +226,24 @@ unsafe fn put<T>(val: *mut c_void, len: *mut u32, v: &T) {
 /// (Variadic in C; the one `int` argument arrives as the third register argument.)
 #[no_mangle]
 pub extern "C" fn rfcntl(socket: c_int, cmd: c_int, arg: c_int) -> c_int {
+    if let Some(ds) = super::datagram::lookup(socket) {
+        let mut s = ds.s.lock();
+        return match cmd {
+            libc::F_GETFL => s.fs_flags,
+            libc::F_SETFL => {
+                s.fs_flags = arg;
+                0
+            }
+            libc::F_GETFD => s.fd_flags,
+            libc::F_SETFD => {
+                s.fd_flags = arg;
+                // SAFETY: the rsocket's own UDP socket.
+                unsafe { libc::fcntl(ds.fd, libc::F_SETFD, arg) };
+                0
+            }
+            _ => err(libc::EOPNOTSUPP),
+        };
+    }
     let Some(rs) = lookup(socket) else {
         return err(libc::EBADF);
     };

@@ -8,9 +8,11 @@
 //! it takes the CQ events and checks again.
 
 use std::ffi::c_int;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::data::st;
+use super::datagram::DSocket;
 use super::{lookup, RSocket};
 use crate::rdmacm::{cm, err, Cm};
 
@@ -94,13 +96,33 @@ fn wait_fds(rs: &RSocket, out: &mut Vec<libc::pollfd>) {
     }
 }
 
+/// What an entry of the caller's array is.
+enum Entry {
+    Stream(Arc<RSocket>),
+    Datagram(Arc<DSocket>),
+    Fd,
+}
+
+impl Entry {
+    fn of(fd: c_int) -> Entry {
+        if let Some(rs) = lookup(fd) {
+            Entry::Stream(rs)
+        } else if let Some(ds) = super::datagram::lookup(fd) {
+            Entry::Datagram(ds)
+        } else {
+            Entry::Fd
+        }
+    }
+}
+
 /// One check of every entry; the number with events.
-fn check(cm: &Cm, fds: &mut [libc::pollfd], socks: &[Option<std::sync::Arc<RSocket>>]) -> c_int {
+fn check(cm: &Cm, fds: &mut [libc::pollfd], socks: &[Entry]) -> c_int {
     let mut n = 0;
     for (p, rs) in fds.iter_mut().zip(socks) {
         p.revents = match rs {
-            Some(rs) => revents(cm, rs, p.events),
-            None => fd_ready(p.fd, p.events),
+            Entry::Stream(rs) => revents(cm, rs, p.events),
+            Entry::Datagram(ds) => super::datagram::revents(cm, ds, p.events),
+            Entry::Fd => fd_ready(p.fd, p.events),
         };
         if p.revents != 0 {
             n += 1;
@@ -111,11 +133,12 @@ fn check(cm: &Cm, fds: &mut [libc::pollfd], socks: &[Option<std::sync::Arc<RSock
 
 /// rpoll over `fds` with `timeout` in ms (negative: forever).
 pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: c_int) -> c_int {
-    let socks: Vec<_> = fds.iter().map(|p| lookup(p.fd)).collect();
-    if socks.iter().all(Option::is_none) {
+    let socks: Vec<_> = fds.iter().map(|p| Entry::of(p.fd)).collect();
+    if socks.iter().all(|e| matches!(e, Entry::Fd)) {
         // SAFETY: the caller's array, as poll(2) takes it.
         return unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
     }
+    let _in_call = super::InCall::enter();
     let cm = match cm() {
         Ok(c) => c,
         Err(e) => return err(e),
@@ -130,8 +153,9 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: c_int) -> c_int {
         let mut waits = Vec::with_capacity(fds.len() + 2);
         for (p, rs) in fds.iter().zip(&socks) {
             match rs {
-                Some(rs) => wait_fds(rs, &mut waits),
-                None => waits.push(libc::pollfd {
+                Entry::Stream(rs) => wait_fds(rs, &mut waits),
+                Entry::Datagram(ds) => super::datagram::poll_wait_fds(ds, &mut waits),
+                Entry::Fd => waits.push(libc::pollfd {
                     fd: p.fd,
                     events: p.events,
                     revents: 0,
@@ -151,9 +175,15 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: c_int) -> c_int {
         if r < 0 {
             return -1;
         }
-        for rs in socks.iter().flatten() {
-            if let Some(c) = rs.s.lock().conn.as_mut() {
-                c.take_events();
+        for e in &socks {
+            match e {
+                Entry::Stream(rs) => {
+                    if let Some(c) = rs.s.lock().conn.as_mut() {
+                        c.take_events();
+                    }
+                }
+                Entry::Datagram(ds) => super::datagram::poll_take_events(ds),
+                Entry::Fd => {}
             }
         }
     }
