@@ -204,17 +204,17 @@ pair rstream_resolve 7485 "$(cm rstream) -b $SRV_IP -p 7485 -T r -T v -S 65536 -
 # kernel UDP client here would come from 127.0.0.1). Custom runs: its default series
 # resends after 1 ms without an answer and, once an answer is late (a loaded host),
 # every later exchange reads a stale one first, so it can slow to a crawl.
-udpong_pair() { # name port "args"
-  local name=$1 port=$2 args=$3
+udpong_pair() { # name port "args" [server-ip client-ip]
+  local name=$1 port=$2 args=$3 sip=${4:-$SRV_IP} cip=${5:-$CLI_IP}
   want "$name" || return 0
-  RDMA_EMU_IP=$SRV_IP timeout "$T" stdbuf -oL $(cm udpong) -b $SRV_IP -p "$port" $args >"$work/$name.srv" 2>&1 &
+  RDMA_EMU_IP=$sip timeout "$T" stdbuf -oL $(cm udpong) -b $sip -p "$port" $args >"$work/$name.srv" 2>&1 &
   local spid=$!
   sleep "${PAIR_WAIT:-1}"
-  RDMA_EMU_IP=$CLI_IP timeout "$T" $(cm udpong) -s $SRV_IP -p "$port" $args >"$work/$name.cli" 2>&1
+  RDMA_EMU_IP=$cip timeout "$T" $(cm udpong) -s $sip -p "$port" $args >"$work/$name.cli" 2>&1
   local rc=$?
   kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
   if [ "$rc" = 0 ] && ! grep -q "^custom" "$work/$name.cli"; then rc=99; fi
-  if [ "$rc" = 0 ] && ! grep -q "client login from $CLI_IP" "$work/$name.srv"; then rc=98; fi
+  if [ "$rc" = 0 ] && ! grep -q "client login from $cip" "$work/$name.srv"; then rc=98; fi
   record "$name" $rc "$work/$name.srv" "$work/$name.cli"
   grep "^custom" "$work/$name.cli" 2>/dev/null | sed 's/^/    /'
 }
@@ -222,6 +222,10 @@ udpong_pair udpong 7491 "-C 2000 -S 1000"
 udpong_pair udpong_echo 7492 "-T e -C 500 -S 1536"
 udpong_pair udpong_block 7493 "-T b -T e -C 500 -S 64"
 udpong_pair udpong_async 7494 "-T a -T e -C 500 -S 512"
+# ... and over IPv6, both processes on ::1 (stream rsockets as AF_INET6 CM ids).
+udpong_pair udpong_v6 7495 "-T e -C 300 -S 1000" ::1 ::1
+pair6 rstream_v6 "$(cm rstream) -b ::1 -p 7489 -T b -T v -S 65536 -C 20 -I 5" "$(cm rstream) -s ::1 -p 7489 -T b -T v -S 65536 -C 20 -I 5" "^custom" nogid
+pair6 rstream_nonblock_v6 "$(cm rstream) -b ::1 -p 7490 -T v -S 1000 -C 100 -I 10" "$(cm rstream) -s ::1 -p 7490 -T v -S 1000 -C 100 -I 10" "^custom" nogid
 # riostream: riomap on both sides, riowrite into the peer's mapping, the last byte
 # polled in memory (custom sizes: its default series spins through thousands of
 # small round trips).

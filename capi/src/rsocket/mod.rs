@@ -3,8 +3,8 @@
 //! to librdmacm's rsockets on a real NIC or kernel rxe (rdma-core
 //! `librdmacm/docs/rsocket`). `librspreload.so` runs unmodified TCP programs on it.
 //!
-//! Stream sockets (`SOCK_STREAM`, AF_INET), with `riomap`/`riowrite`, and
-//! datagram sockets (`SOCK_DGRAM`, AF_INET and AF_INET6) on UD QPs.
+//! Stream sockets (`SOCK_STREAM`), with `riomap`/`riowrite`, and datagram sockets
+//! (`SOCK_DGRAM`) on UD QPs, over IPv4 or IPv6 (AF_INET, AF_INET6).
 //!
 //! Modules, one concern each:
 //!
@@ -369,8 +369,8 @@ macro_rules! rs_or {
     };
 }
 
-/// `rsocket`: a stream rsocket (AF_INET; other families EAFNOSUPPORT) or a datagram
-/// rsocket (AF_INET or AF_INET6).
+/// `rsocket`: a stream or datagram rsocket, AF_INET or AF_INET6 (AF_IB is
+/// EAFNOSUPPORT: the emulator's devices are RoCE).
 #[no_mangle]
 pub extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int {
     if internal_caller() {
@@ -396,7 +396,7 @@ pub extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int 
     if base != libc::SOCK_STREAM || (protocol != 0 && protocol != libc::IPPROTO_TCP) {
         return err(libc::EOPNOTSUPP);
     }
-    if domain != libc::AF_INET {
+    if domain == libc::AF_IB {
         return err(libc::EAFNOSUPPORT);
     }
     cm_or!(cm, -1);

@@ -138,3 +138,16 @@ pub(crate) unsafe fn send_all(fd: i32, data: &[u8]) {
         at += k as usize;
     }
 }
+
+/// `[::1]:port` as a `sockaddr_in6`.
+pub(crate) fn sin6_loopback(port: u16) -> libc::sockaddr_in6 {
+    libc::sockaddr_in6 {
+        sin6_family: libc::AF_INET6 as libc::sa_family_t,
+        sin6_port: port.to_be(),
+        sin6_flowinfo: 0,
+        sin6_addr: libc::in6_addr {
+            s6_addr: std::net::Ipv6Addr::LOCALHOST.octets(),
+        },
+        sin6_scope_id: 0,
+    }
+}
