@@ -789,7 +789,7 @@ impl DSocket {
             drop(s);
             // Bounded: another thread may take the events or change the state.
             // SAFETY: our own array.
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
+            unsafe { super::poll::sys_poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
             self.take_events();
         }
     }

@@ -44,7 +44,16 @@ fn revents(cm: &Cm, rs: &RSocket, events: i16) -> i16 {
         return re;
     }
     if s.state == st::LISTENING {
-        return fd_ready(rs.fd, events & libc::POLLIN);
+        // Readable with a connection request for raccept to answer, or one it
+        // answered now established.
+        drop(s);
+        super::accept_progress(cm, rs, false);
+        let ready = super::accept_ready(rs) || fd_ready(rs.fd, libc::POLLIN) != 0;
+        return if events & libc::POLLIN != 0 && ready {
+            libc::POLLIN
+        } else {
+            0
+        };
     }
     if s.state == st::OPENING {
         super::drive_connect(cm, rs, &mut s);
@@ -59,6 +68,27 @@ fn revents(cm: &Cm, rs: &RSocket, events: i16) -> i16 {
     0
 }
 
+/// poll(2) as the kernel has it, reached through `ppoll`: librspreload interposes
+/// `poll` (and hands any descriptor it takes for one of its sockets to `rpoll`,
+/// through a buffer it shares with the `select` that may have called us), so the
+/// waits inside rsockets do not go through it.
+///
+/// # Safety
+/// `fds` is valid for `n` entries.
+pub(crate) unsafe fn sys_poll(fds: *mut libc::pollfd, n: libc::nfds_t, ms: c_int) -> c_int {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::from(ms.max(0) / 1000),
+        tv_nsec: libc::c_long::from(ms.max(0) % 1000) * 1_000_000,
+    };
+    let t = if ms < 0 {
+        std::ptr::null()
+    } else {
+        &raw const ts
+    };
+    // SAFETY: the caller's array; our timespec; no signal mask.
+    unsafe { libc::ppoll(fds, n, t, std::ptr::null()) }
+}
+
 /// poll(2) on one fd without waiting.
 pub(crate) fn fd_ready(fd: c_int, events: i16) -> i16 {
     let mut p = libc::pollfd {
@@ -67,7 +97,7 @@ pub(crate) fn fd_ready(fd: c_int, events: i16) -> i16 {
         revents: 0,
     };
     // SAFETY: one pollfd of our own.
-    if unsafe { libc::poll(&mut p, 1, 0) } > 0 {
+    if unsafe { sys_poll(&mut p, 1, 0) } > 0 {
         p.revents
     } else {
         0
@@ -90,9 +120,26 @@ fn wait_fds(rs: &RSocket, out: &mut Vec<libc::pollfd>) {
         if s.state & st::CONNECTED != 0 {
             out.push(fd(rs.fd));
         }
-    } else if s.state == st::LISTENING || s.state == st::OPENING {
-        // Connection requests, or the events of a connection under way.
+    } else if s.state == st::LISTENING {
+        drop(s);
+        listen_wait_fds(rs, out);
+    } else if s.state == st::OPENING {
+        // The events of a connection under way.
         out.push(fd(rs.fd));
+    }
+}
+
+/// What stands for a listener while waiting: its channel (connection requests) and
+/// the channels of the connections it answered (their RTU).
+pub(crate) fn listen_wait_fds(rs: &RSocket, out: &mut Vec<libc::pollfd>) {
+    let fd = |fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    out.push(fd(rs.fd));
+    for a in &rs.s.lock().accepting {
+        out.push(fd(a.fd));
     }
 }
 
@@ -136,7 +183,7 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: c_int) -> c_int {
     let socks: Vec<_> = fds.iter().map(|p| Entry::of(p.fd)).collect();
     if socks.iter().all(|e| matches!(e, Entry::Fd)) {
         // SAFETY: the caller's array, as poll(2) takes it.
-        return unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        return unsafe { sys_poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
     }
     let _in_call = super::InCall::enter();
     let cm = match cm() {
@@ -171,7 +218,7 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: c_int) -> c_int {
         // changed by another thread) is seen too.
         let ms = left.map_or(100, |l| l.as_millis().clamp(1, 100) as c_int);
         // SAFETY: our own array.
-        let r = unsafe { libc::poll(waits.as_mut_ptr(), waits.len() as libc::nfds_t, ms) };
+        let r = unsafe { sys_poll(waits.as_mut_ptr(), waits.len() as libc::nfds_t, ms) };
         if r < 0 {
             return -1;
         }
@@ -198,7 +245,7 @@ pub unsafe extern "C" fn rpoll(
 ) -> c_int {
     if fds.is_null() || nfds == 0 {
         // SAFETY: poll(2) with no entries (a sleep).
-        return unsafe { libc::poll(fds, nfds, timeout) };
+        return unsafe { sys_poll(fds, nfds, timeout) };
     }
     // SAFETY: the caller's array of nfds entries (module safety argument).
     let fds = unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) };

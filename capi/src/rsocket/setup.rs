@@ -285,16 +285,6 @@ fn classify(ev: CmEvent) -> Result<CmEvent, c_int> {
     }
 }
 
-/// Waits for `want` on `ch` (other events in between are dropped).
-fn expect(cm: &Cm, ch: CmChannelId, want: CmEventType) -> Result<CmEvent, c_int> {
-    loop {
-        let ev = next_event(cm, ch)?;
-        if ev.event == want {
-            return Ok(ev);
-        }
-    }
-}
-
 /// Starts the active side (rsocket.c `rs_do_connect`): address resolution; the
 /// CM's events then drive [`connect_step`]. The rsocket is `OPENING` meanwhile.
 pub(crate) fn connect_start(cm: &Cm, s: &mut Sock, dst: SocketAddr) -> Result<(), c_int> {
@@ -373,11 +363,16 @@ pub(crate) fn connect_poll(cm: &Cm, ch: CmChannelId, s: &mut Sock) -> Result<boo
     Ok(s.state & st::CONNECTED != 0)
 }
 
-/// The passive side of one connection request `req` (rsocket.c `rs_accept`): the
+/// Starts the passive side of connection request `req` (rsocket.c `rs_accept`): the
 /// new id moves to its own channel `ch`, gets its endpoint and answers with our
-/// connection data; returns once the connection is established. A request without
+/// connection data; [`accept_poll`] then waits for ESTABLISHED. A request without
 /// rsockets' connection data is rejected.
-pub(crate) fn accept(cm: &Cm, ch: CmChannelId, req: &CmEvent, s: &mut Sock) -> Result<(), c_int> {
+pub(crate) fn accept_start(
+    cm: &Cm,
+    ch: CmChannelId,
+    req: &CmEvent,
+    s: &mut Sock,
+) -> Result<(), c_int> {
     let e = |e: verbs_api::Error| e.errno();
     let Some(d) = ConnData::parse(req.param.private_data()) else {
         let _ = cm.cm.reject(s.id, &[]);
@@ -402,21 +397,43 @@ pub(crate) fn accept(cm: &Cm, ch: CmChannelId, req: &CmEvent, s: &mut Sock) -> R
         srq: false,
         qp_num: c.qpn,
     };
-    let r = cm
-        .cm
-        .accept(s.id, &p)
-        .map_err(e)
-        .and_then(|()| expect(cm, ch, CmEventType::Established));
-    match r {
-        Ok(_) => {
-            s.conn = Some(c);
-            s.state = st::RDWR;
-            Ok(())
-        }
-        Err(errno) => {
-            let _ = cm.cm.destroy_qp(s.id);
-            drop(c);
-            Err(errno)
+    if let Err(errno) = cm.cm.accept(s.id, &p).map_err(e) {
+        let _ = cm.cm.destroy_qp(s.id);
+        return Err(errno);
+    }
+    s.pending = Some(c);
+    Ok(())
+}
+
+/// Takes the events there now on the channel `ch` of a connection [`accept_start`]
+/// answered: `Ok(true)` once it is established (the rsocket connected), `Ok(false)`
+/// while the peer's RTU has not come; a failure, or a disconnect first, destroys the
+/// endpoint and returns its errno.
+pub(crate) fn accept_poll(cm: &Cm, ch: CmChannelId, s: &mut Sock) -> Result<bool, c_int> {
+    loop {
+        let ev = match cm.cm.get_cm_event(ch, Some(Duration::ZERO)) {
+            Err(verbs_api::Error::TimedOut) => return Ok(false),
+            Err(x) => Err(x.errno()),
+            Ok(ev) => classify(ev),
+        };
+        let r = ev.and_then(|ev| match ev.event {
+            CmEventType::Established => Ok(true),
+            CmEventType::Disconnected | CmEventType::TimewaitExit => Err(libc::ECONNRESET),
+            _ => Ok(false),
+        });
+        match r {
+            Ok(true) => {
+                s.conn = s.pending.take();
+                s.state = st::RDWR;
+                return Ok(true);
+            }
+            Ok(false) => {}
+            Err(errno) => {
+                if s.pending.take().is_some() {
+                    let _ = cm.cm.destroy_qp(s.id);
+                }
+                return Err(errno);
+            }
         }
     }
 }
