@@ -127,6 +127,15 @@ fn datagram_rsockets_exchange_datagrams() {
         assert!(libc::fcntl(fd, libc::F_GETFD) >= 0);
         assert_eq!(rlisten(fd, 1), -1);
         assert_eq!(errno(), libc::EOPNOTSUPP);
+        // The stream-only calls.
+        let mut m = [0u8; 64];
+        assert_eq!(
+            riomap(fd, m.as_mut_ptr().cast(), 64, libc::PROT_WRITE, 0, -1),
+            -1
+        );
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        assert_eq!(raccept(fd, std::ptr::null_mut(), std::ptr::null_mut()), -1);
+        assert_eq!(errno(), libc::EOPNOTSUPP);
         // SO_RCVBUF as rsockets keeps it (doubled); SOL_RDMA's queue sizes.
         let v: i32 = 1 << 16;
         let pv = (&raw const v).cast();

@@ -127,7 +127,7 @@ pub unsafe extern "C" fn riomap(
     offset: libc::off_t,
 ) -> libc::off_t {
     let Some(rs) = lookup(socket) else {
-        return libc::off_t::from(err(libc::EBADF));
+        return libc::off_t::from(err(super::not_stream(socket)));
     };
     let mut s = rs.s.lock();
     let Some(c) = s.conn.as_mut() else {
@@ -185,7 +185,7 @@ pub unsafe extern "C" fn riomap(
 #[no_mangle]
 pub unsafe extern "C" fn riounmap(socket: c_int, buf: *mut c_void, len: usize) -> c_int {
     let Some(rs) = lookup(socket) else {
-        return err(libc::EBADF);
+        return err(super::not_stream(socket));
     };
     let mut s = rs.s.lock();
     let Some(c) = s.conn.as_mut() else {
@@ -222,7 +222,7 @@ pub unsafe extern "C" fn riowrite(
         Err(e) => return fail(e),
     };
     let Some(rs) = lookup(socket) else {
-        return fail(libc::EBADF);
+        return fail(super::not_stream(socket));
     };
     // SAFETY: the caller's buffer of count bytes.
     let data = unsafe { super::slice(buf, count) };

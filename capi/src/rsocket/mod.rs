@@ -278,6 +278,16 @@ fn new_socket(cm: &Cm, id: Option<CmId>) -> Result<Arc<RSocket>, c_int> {
     Ok(rs)
 }
 
+/// The errno of a stream-only call on `socket`, which is no stream rsocket:
+/// EOPNOTSUPP for a datagram rsocket (`riomap` and the like), else EBADF.
+pub(crate) fn not_stream(socket: c_int) -> c_int {
+    if datagram::lookup(socket).is_some() {
+        libc::EOPNOTSUPP
+    } else {
+        libc::EBADF
+    }
+}
+
 /// Releases an rsocket taken out of the table: its QP, buffers, CM id (a DREQ to a
 /// connected peer) and channel (its fd); for a listener, the connections it
 /// answered that `raccept` did not hand out.
