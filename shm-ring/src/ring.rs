@@ -1,0 +1,331 @@
+//! The ring's protocol: a [`Producer`] appends records, a [`Consumer`] takes them in
+//! order, and the consumer may sleep on a futex that the producer wakes.
+//!
+//! **Records.** A record is one length word (the packet's length in its low 32 bits,
+//! zero above) and the packet in `ceil(len / 8)` words, little-endian, the last one
+//! padded with zeroes; it may wrap from the last data word to the first. `head` and
+//! `tail` count words since the ring was made (mod 2^64); word `i` is `data[i % words]`.
+//!
+//! **What is trusted.** Each side keeps its own index privately (the producer its head,
+//! the consumer its tail) and the ring's geometry as read once when it attached: it
+//! never reads back what only it writes. What it reads that the peer writes is checked
+//! before use: the consumer checks `head` (no more than `words` ahead of its tail) and
+//! each length word (a length within `max_len` whose record the head covers); the
+//! producer checks `tail` (not behind by more than `words`, not ahead of its head, not
+//! moving back). A failed check is [`Error::Corrupt`] and poisons that side: the link
+//! above treats the peer as dead. A peer that writes garbage into packet bytes makes
+//! wrong bytes and nothing else (the link's ICRC check drops them).
+//!
+//! **Sleeping.** The consumer, finding the ring empty, swaps `sleeping` to 1, looks at
+//! `head` again, and waits on the futex only while `sleeping` is still 1. The producer
+//! publishes `head` (release), then swaps `sleeping` to 0 and wakes the futex if it
+//! was 1. Both swaps are read-modify-writes of one word, so one comes first: if the
+//! consumer's, the producer sees 1 and wakes it (a futex wait that starts after the
+//! swap to 0 returns at once); if the producer's, the consumer's swap reads the 0 it
+//! wrote, synchronises with it, and its look at `head` sees the packet. The consumer
+//! clears the flag after waiting with a swap as well, so that every write of the word
+//! is a read-modify-write and this holds on every round. No wake-up is
+//! lost (the loom model checks it: `loom_tests`). A producer that never has a sleeping
+//! peer pays one uncontended swap per packet and no system call.
+
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::region::{Region, MAGIC};
+use crate::sync;
+use crate::Error;
+
+/// `state` bit: a producer attached.
+const P_ATTACHED: u32 = 1;
+/// `state` bit: a consumer attached.
+const C_ATTACHED: u32 = 2;
+/// `state` bit: the producer left (no more packets will come).
+const P_GONE: u32 = 4;
+/// `state` bit: the consumer left (packets would not be read).
+const C_GONE: u32 = 8;
+
+/// The words a record of a `len`-byte packet takes: its length word and its bytes.
+pub(crate) fn record_words(len: usize) -> usize {
+    1 + len.div_ceil(8)
+}
+
+/// The geometry of a region as read once from its header, and checked against the
+/// memory actually mapped.
+fn attach(region: &Region, bit: u32) -> Result<(u64, usize), Error> {
+    let h = region.header();
+    if h.ident.magic.load(Acquire) != MAGIC {
+        return Err(Error::Corrupt("not a ring (magic)"));
+    }
+    let words = h.ident.words.load(Acquire);
+    let max_len = h.ident.max_len.load(Acquire);
+    if !words.is_power_of_two() || words > region.data().len() as u64 {
+        return Err(Error::Corrupt("ring size"));
+    }
+    if max_len == 0
+        || max_len > crate::MAX_LEN as u64
+        || 2 * record_words(max_len as usize) as u64 > words
+    {
+        return Err(Error::Corrupt("ring's packet size"));
+    }
+    let prev = h.state.fetch_or(bit, AcqRel);
+    if prev & bit != 0 {
+        return Err(Error::Busy);
+    }
+    Ok((words - 1, max_len as usize))
+}
+
+/// The writing end of a ring: one per ring (a second attach is [`Error::Busy`]).
+#[derive(Debug)]
+pub struct Producer {
+    region: Arc<Region>,
+    /// `words - 1`.
+    mask: u64,
+    max_len: usize,
+    /// What this side published: the truth, whatever the shared word says.
+    head: u64,
+    /// The consumer's tail as last read (checked).
+    tail: u64,
+    poisoned: bool,
+}
+
+/// The reading end of a ring: one per ring (a second attach is [`Error::Busy`]).
+#[derive(Debug)]
+pub struct Consumer {
+    region: Arc<Region>,
+    mask: u64,
+    max_len: usize,
+    /// What this side consumed.
+    tail: u64,
+    poisoned: bool,
+}
+
+impl Producer {
+    /// Becomes the ring's producer. Fails with `Corrupt` if the header does not
+    /// describe a ring that fits the region, `Busy` if it has a producer already.
+    pub fn attach(region: Arc<Region>) -> Result<Producer, Error> {
+        let (mask, max_len) = attach(&region, P_ATTACHED)?;
+        let h = region.header();
+        let tail = h.tail.load(Acquire);
+        let head = h.head.load(Acquire);
+        if head.wrapping_sub(tail) > mask + 1 {
+            return Err(Error::Corrupt("head and tail further apart than the ring"));
+        }
+        Ok(Producer {
+            region,
+            mask,
+            max_len,
+            head,
+            tail,
+            poisoned: false,
+        })
+    }
+
+    /// The longest packet the ring takes.
+    #[must_use]
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    fn corrupt(&mut self, what: &'static str) -> Error {
+        self.poisoned = true;
+        Error::Corrupt(what)
+    }
+
+    /// Free words, after reading the consumer's tail if `need` does not fit in what
+    /// was free at the last read.
+    fn free(&mut self, need: u64) -> Result<u64, Error> {
+        let words = self.mask + 1;
+        let free = words - self.head.wrapping_sub(self.tail);
+        if free >= need {
+            return Ok(free);
+        }
+        let t = self.region.header().tail.load(Acquire);
+        // The tail moves forward from where it was, and never past the head.
+        if t.wrapping_sub(self.tail) > self.head.wrapping_sub(self.tail) {
+            return Err(self.corrupt("tail moved back or past the head"));
+        }
+        self.tail = t;
+        Ok(words - self.head.wrapping_sub(t))
+    }
+
+    /// Appends `packet` and wakes the consumer if it sleeps. `Full` if the ring has no
+    /// room now (nothing is written; try again once the consumer took some), `TooBig`
+    /// above [`Producer::max_len`], `Closed` if the consumer left, `Corrupt` if the
+    /// consumer's tail is impossible (and from then on).
+    pub fn push(&mut self, packet: &[u8]) -> Result<(), Error> {
+        if self.poisoned {
+            return Err(Error::Corrupt("poisoned"));
+        }
+        let len = packet.len();
+        if len > self.max_len {
+            return Err(Error::TooBig {
+                len,
+                max: self.max_len,
+            });
+        }
+        if self.region.header().state.load(Relaxed) & C_GONE != 0 {
+            return Err(Error::Closed);
+        }
+        let need = record_words(len) as u64;
+        if self.free(need)? < need {
+            return Err(Error::Full);
+        }
+        let h = self.region.header();
+        let data = self.region.data();
+        let mut at = self.head;
+        data[(at & self.mask) as usize].store(len as u64, Relaxed);
+        for chunk in packet.chunks(8) {
+            at = at.wrapping_add(1);
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            data[(at & self.mask) as usize].store(u64::from_le_bytes(w), Relaxed);
+        }
+        self.head = self.head.wrapping_add(need);
+        h.head.store(self.head, Release);
+        self.wake();
+        Ok(())
+    }
+
+    /// Wakes the consumer if it sleeps (see the module's protocol).
+    fn wake(&self) {
+        let h = self.region.header();
+        if h.sleeping.swap(0, AcqRel) != 0 {
+            sync::wake(&h.sleeping);
+        }
+    }
+}
+
+impl Drop for Producer {
+    /// Tells the consumer no more packets come, and wakes it.
+    fn drop(&mut self) {
+        self.region.header().state.fetch_or(P_GONE, AcqRel);
+        self.wake();
+    }
+}
+
+impl Consumer {
+    /// Becomes the ring's consumer. Fails with `Corrupt` if the header does not
+    /// describe a ring that fits the region, `Busy` if it has a consumer already.
+    pub fn attach(region: Arc<Region>) -> Result<Consumer, Error> {
+        let (mask, max_len) = attach(&region, C_ATTACHED)?;
+        let tail = region.header().tail.load(Acquire);
+        Ok(Consumer {
+            region,
+            mask,
+            max_len,
+            tail,
+            poisoned: false,
+        })
+    }
+
+    /// How many bytes of data the ring holds, record headers and padding included.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.region.capacity()
+    }
+
+    /// The longest packet the ring holds: [`Consumer::pop`]'s buffer needs no more.
+    #[must_use]
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    fn corrupt(&mut self, what: &'static str) -> Error {
+        self.poisoned = true;
+        Error::Corrupt(what)
+    }
+
+    /// Words published and not yet taken (checked).
+    fn available(&mut self) -> Result<u64, Error> {
+        if self.poisoned {
+            return Err(Error::Corrupt("poisoned"));
+        }
+        let head = self.region.header().head.load(Acquire);
+        let avail = head.wrapping_sub(self.tail);
+        if avail > self.mask + 1 {
+            return Err(self.corrupt("head further ahead than the ring"));
+        }
+        Ok(avail)
+    }
+
+    /// Takes the next packet into `buf` and returns its length; `None` if the ring is
+    /// empty. `Closed` once the ring is empty and the producer left; `TooBig` if `buf`
+    /// is shorter than the packet (it stays in the ring: a buffer of
+    /// [`Consumer::max_len`] bytes always fits); `Corrupt` if what the producer wrote is
+    /// impossible (and from then on).
+    pub fn pop(&mut self, buf: &mut [u8]) -> Result<Option<usize>, Error> {
+        let avail = self.available()?;
+        if avail == 0 {
+            // Gone is set after the last head store: look at the head again after it.
+            if self.region.header().state.load(Acquire) & P_GONE != 0 && self.available()? == 0 {
+                return Err(Error::Closed);
+            }
+            return Ok(None);
+        }
+        let data = self.region.data();
+        let word = data[(self.tail & self.mask) as usize].load(Relaxed);
+        if word > self.max_len as u64 {
+            return Err(self.corrupt("packet length"));
+        }
+        let len = word as usize;
+        let need = record_words(len) as u64;
+        if need > avail {
+            return Err(self.corrupt("packet longer than what was published"));
+        }
+        let Some(out) = buf.get_mut(..len) else {
+            return Err(Error::TooBig {
+                len,
+                max: buf.len(),
+            });
+        };
+        let mut at = self.tail;
+        for chunk in out.chunks_mut(8) {
+            at = at.wrapping_add(1);
+            let w = data[(at & self.mask) as usize].load(Relaxed).to_le_bytes();
+            chunk.copy_from_slice(&w[..chunk.len()]);
+        }
+        self.tail = self.tail.wrapping_add(need);
+        self.region.header().tail.store(self.tail, Release);
+        Ok(Some(len))
+    }
+
+    /// Whether a packet is waiting (`Corrupt` as [`Consumer::pop`]).
+    pub fn ready(&mut self) -> Result<bool, Error> {
+        Ok(self.available()? != 0)
+    }
+
+    /// Sleeps until a packet is waiting, the producer left, or `timeout` passed (`None`:
+    /// no limit); may return early (the caller looks at the ring again). No system
+    /// call if a packet is already waiting.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
+        if self.available()? != 0 {
+            return Ok(());
+        }
+        self.region.header().sleeping.swap(1, AcqRel);
+        if self.available()? == 0 && self.region.header().state.load(Acquire) & P_GONE == 0 {
+            sync::wait(&self.region.header().sleeping, 1, timeout);
+        }
+        // A read-modify-write, never a plain store: every write of the word is then
+        // in one chain of RMWs, so the next `swap(1)` reads the producer's last
+        // `swap(0)` when that came later and sees what it published. (A plain store
+        // here let the consumer's next swap read its own 0 and miss the producer's
+        // leaving: loom found that deadlock.)
+        self.region.header().sleeping.swap(0, AcqRel);
+        Ok(())
+    }
+}
+
+impl Drop for Consumer {
+    /// Tells the producer its packets would not be read.
+    fn drop(&mut self) {
+        self.region.header().state.fetch_or(C_GONE, AcqRel);
+    }
+}
+
+/// A producer and a consumer of one new ring in this process's memory (see
+/// [`Region::heap`]).
+pub fn pair(capacity: usize, max_len: usize) -> Result<(Producer, Consumer), Error> {
+    let r = Arc::new(Region::heap(capacity, max_len)?);
+    Ok((Producer::attach(r.clone())?, Consumer::attach(r)?))
+}
