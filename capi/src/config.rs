@@ -21,8 +21,14 @@
 //!   the UDP source port their peer first sent from (emu-core's
 //!   `LinkOptions::strict_source_port`). `0` or unset: any port of the peer's address,
 //!   as kernel rxe.
+//! * `RDMA_EMU_LINK=shm`: every device sits on the same-host shared-memory link
+//!   instead of UDP (emu-core's `SameHost::Shm`): both processes of a program set it,
+//!   each device talks to one peer on this host through rings in memory both map, with
+//!   no system call on the data path while both poll. `udp` or unset: UDP.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use emu_core::nic::SameHost;
 
 /// The RoCEv2 UDP port.
 pub const ROCE_PORT: u16 = 4791;
@@ -122,6 +128,15 @@ fn parse_addr(s: &str) -> Result<(IpAddr, u16), String> {
 /// Whether `RDMA_EMU_INTEROP` asks for interop mode (see the module docs).
 pub fn interop_from_env(get: impl Fn(&str) -> Option<String>) -> Result<bool, String> {
     flag_from_env(get, "RDMA_EMU_INTEROP")
+}
+
+/// The link `RDMA_EMU_LINK` asks for (see the module docs).
+pub fn link_from_env(get: impl Fn(&str) -> Option<String>) -> Result<SameHost, String> {
+    match get("RDMA_EMU_LINK").as_deref().map(str::trim) {
+        None | Some("" | "udp") => Ok(SameHost::Udp),
+        Some("shm") => Ok(SameHost::Shm),
+        Some(v) => Err(format!("RDMA_EMU_LINK={v:?}: expected udp or shm")),
+    }
 }
 
 /// Whether the variable `name` (`0`, `1` or unset) is set to 1.
@@ -237,6 +252,20 @@ mod tests {
         let strict = |v| flag_from_env(env(&[("RDMA_EMU_STRICT_PORT", v)]), "RDMA_EMU_STRICT_PORT");
         assert_eq!((strict("1"), strict("0")), (Ok(true), Ok(false)));
         assert!(strict("on").unwrap_err().contains("RDMA_EMU_STRICT_PORT"));
+    }
+
+    #[test]
+    fn link_switch() {
+        assert_eq!(link_from_env(env(&[])), Ok(SameHost::Udp));
+        assert_eq!(
+            link_from_env(env(&[("RDMA_EMU_LINK", "udp")])),
+            Ok(SameHost::Udp)
+        );
+        assert_eq!(
+            link_from_env(env(&[("RDMA_EMU_LINK", "shm")])),
+            Ok(SameHost::Shm)
+        );
+        assert!(link_from_env(env(&[("RDMA_EMU_LINK", "auto")])).is_err());
     }
 
     #[test]

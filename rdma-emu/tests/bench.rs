@@ -222,3 +222,22 @@ fn tx_depth_bounds_the_writes_in_flight_over_all_qps() {
     assert_eq!(field(&json, "qps"), 10_000.0, "{json}");
     assert!(field(&json, "bw_avg_mbps") > 0.0, "{json}");
 }
+
+/// On the shared-memory link (`--link shm`) the bandwidth and latency tests run and say
+/// so; WRITE's bytes arrive exactly (`--verify`). No timing is checked.
+#[test]
+fn the_shared_memory_link_carries_the_tests() {
+    let port = (20000 + std::process::id() % 20000 + 7).to_string();
+    let json = bench_json_with(
+        &[
+            "write_bw", "--link", "shm", "-s", "65536", "-n", "200", "--verify",
+        ],
+        &["--port", &port, "--no-baseline", "--json"],
+    );
+    assert!(json.contains("\"transport\":\"shm\""), "{json}");
+    let json = bench_json_with(
+        &["send_lat", "--link", "shm", "-n", "200"],
+        &["--port", &port, "--no-baseline", "--json"],
+    );
+    assert!(json.contains("\"transport\":\"shm\""), "{json}");
+}

@@ -37,7 +37,7 @@ mod loom_tests;
 mod tests;
 
 pub use region::{Region, HEADER_BYTES};
-pub use ring::{pair, Consumer, Producer};
+pub use ring::{pair, Consumer, Producer, Sleeper};
 
 /// The longest packet a ring may be made for (1 MiB).
 pub const MAX_LEN: usize = 1 << 20;

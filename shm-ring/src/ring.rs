@@ -299,6 +299,53 @@ impl Consumer {
     /// no limit); may return early (the caller looks at the ring again). No system
     /// call if a packet is already waiting.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
+        if self.poisoned {
+            return Err(Error::Corrupt("poisoned"));
+        }
+        self.sleeper().wait(timeout)
+    }
+
+    /// A handle to wait with ([`Sleeper::wait`]) without holding the consumer: a
+    /// thread can sleep on the ring while another one, that holds the consumer, takes
+    /// packets (the sleeper then wakes early).
+    #[must_use]
+    pub fn sleeper(&self) -> Sleeper {
+        Sleeper {
+            region: self.region.clone(),
+            mask: self.mask,
+            tail: self.tail,
+        }
+    }
+}
+
+/// Waits for a ring's producer on behalf of its consumer ([`Consumer::sleeper`]): for a
+/// packet past the consumer's position when the sleeper was made.
+#[derive(Debug)]
+pub struct Sleeper {
+    region: Arc<Region>,
+    mask: u64,
+    tail: u64,
+}
+
+impl Sleeper {
+    /// Words published past the tail (checked as [`Consumer::pop`] does).
+    fn available(&self) -> Result<u64, Error> {
+        let avail = self
+            .region
+            .header()
+            .head
+            .load(Acquire)
+            .wrapping_sub(self.tail);
+        if avail > self.mask + 1 {
+            return Err(Error::Corrupt("head further ahead than the ring"));
+        }
+        Ok(avail)
+    }
+
+    /// Sleeps until a packet is waiting past the consumer's position when this sleeper
+    /// was made, the producer left, or `timeout` passed (`None`: no limit); may return
+    /// early. No system call if a packet is already waiting.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<(), Error> {
         if self.available()? != 0 {
             return Ok(());
         }

@@ -109,6 +109,10 @@ fn open_emu(cfg: &DeviceConfig) -> verbs_api::Result<EmuDevice> {
             eprintln!("rdma-emu libibverbs: {e}; any source port");
             false
         });
+    let link = config::link_from_env(|k| std::env::var(k).ok()).unwrap_or_else(|e| {
+        eprintln!("rdma-emu libibverbs: {e}; UDP");
+        SameHost::Udp
+    });
     let open = |ip| {
         let mut c = EmuConfig {
             name: cfg.name.clone(),
@@ -121,6 +125,7 @@ fn open_emu(cfg: &DeviceConfig) -> verbs_api::Result<EmuDevice> {
             c.limits.active_mtu = verbs_api::Mtu::Mtu1024;
         }
         c.link.strict_source_port = strict;
+        c.same_host = link;
         // A device given its address shares it with the other processes that open
         // it, as processes share one kernel rxe device; one left to pick its address
         // takes one of its own (the next free 127.0.0.x), so that a program's two

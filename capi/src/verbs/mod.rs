@@ -28,7 +28,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use emu_core::nic::{interop::LinkOptions, EmuConfig, EmuDevice};
+use emu_core::nic::{interop::LinkOptions, EmuConfig, EmuDevice, SameHost};
 use parking_lot::Mutex;
 use verbs_api::{
     AccessFlags, AsyncEventType, ChannelId, Device, Error, EventElement, Gid, MemBuf, MwBind,

@@ -47,6 +47,7 @@ mod management;
 mod netdev;
 mod receive;
 mod share;
+mod shm;
 mod thread;
 mod transmit;
 mod udp;
@@ -110,6 +111,24 @@ pub struct EmuConfig {
     /// How the UDP link works: the default loopback mode, or the interop mode for a
     /// real RoCE peer, with an optional fault hook ([`interop`]).
     pub link: interop::LinkOptions,
+    /// Which link [`EmuDevice::open`] puts the device on: UDP (the default), or the
+    /// same-host shared-memory link ([`SameHost::Shm`]).
+    pub same_host: SameHost,
+}
+
+/// The link a device opened with [`EmuDevice::open`] sits on. There is no automatic
+/// choice yet: both ends of a shared-memory link are opened with [`SameHost::Shm`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SameHost {
+    /// A UDP socket on the device's address, for peers anywhere.
+    #[default]
+    Udp,
+    /// Shared-memory rings to one peer on this host, itself opened with `Shm` and the
+    /// same port (see `nic/shm.rs`): the device offers a ring at its address in the
+    /// host's shared folder; no socket, no system call on the data path while both
+    /// sides poll. One peer at a time, no multicast (`Unsupported`), and not a device
+    /// of an address another live process offers already ([`Error::AddressInUse`]).
+    Shm,
 }
 
 impl Default for EmuConfig {
@@ -121,6 +140,7 @@ impl Default for EmuConfig {
             limits: Limits::default(),
             busy_poll: false,
             link: interop::LinkOptions::default(),
+            same_host: SameHost::Udp,
         }
     }
 }
@@ -292,7 +312,13 @@ impl EmuDevice {
     /// [`interop::LinkOptions::exclusive`] keeps it to one. An address held by a
     /// socket that does not share it is [`Error::AddressInUse`], naming its holder when
     /// the host tells; other failures come back as [`Error::Os`].
+    ///
+    /// With [`EmuConfig::same_host`] [`SameHost::Shm`] the device sits on the
+    /// shared-memory link instead: see [`SameHost::Shm`].
     pub fn open(cfg: EmuConfig) -> Result<EmuDevice> {
+        if cfg.same_host == SameHost::Shm {
+            return EmuDevice::open_shm(cfg);
+        }
         let (udp, member) =
             share::bind(cfg.ip, cfg.port, &cfg.link, None).map_err(|(context, e)| {
                 if e.kind() == std::io::ErrorKind::AddrInUse {
@@ -351,6 +377,41 @@ impl EmuDevice {
             dev.extra_threads.push(t);
         }
         Ok(dev)
+    }
+
+    /// Opens a device on the same-host shared-memory link (see `nic/shm.rs`): it
+    /// offers a ring at its address and port in the host's shared folder, and talks to
+    /// one peer at a time, a device of this host opened the same way with the same
+    /// port, through rings both processes map. No UDP socket: the CM's MADs go through
+    /// the rings too. A peer that dies is a dead link (its QPs' retries run out).
+    fn open_shm(cfg: EmuConfig) -> Result<EmuDevice> {
+        let link = shm::ShmLink::new(cfg.ip, cfg.port).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                Error::AddressInUse(Box::new(verbs_api::TakenAddress {
+                    address: SocketAddr::new(cfg.ip, cfg.port),
+                    holder: shm::holder(cfg.ip, cfg.port),
+                }))
+            } else {
+                Error::Os {
+                    errno: e.raw_os_error().unwrap_or(nix::errno::Errno::EIO as i32),
+                    context: "open the shared-memory link",
+                }
+            }
+        })?;
+        let link = Arc::new(link);
+        let busy_poll = cfg.busy_poll;
+        let inner = Inner::new(cfg, Wire::Other(link.clone()))?;
+        let _ = link.driver.set(DeviceDriver(Arc::downgrade(&inner)));
+        let weak = Arc::downgrade(&inner);
+        let thread = std::thread::Builder::new()
+            .name(format!("{}-shm", inner.cfg.name))
+            .spawn(move || shm::run(link, weak, busy_poll))
+            .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
+        Ok(EmuDevice {
+            inner,
+            thread: Some(thread),
+            extra_threads: Vec::new(),
+        })
     }
 
     /// Opens a device on any [`Link`], without a thread of its own: whoever owns the

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use emu_core::nic::{EmuConfig, EmuDevice};
+use emu_core::nic::{EmuConfig, EmuDevice, SameHost};
 use emu_sims::{Fabric, TraceMode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use verbs_api::{
@@ -28,6 +28,15 @@ use verbs_api::{
 use super::baseline;
 use super::checks::{check_memory, check_mr};
 use super::stats::{peak_rss_kib, rss_kib, LatStats};
+
+/// The link between the bench's two devices (not on the fabric).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LinkKind {
+    /// UDP on 127.0.0.1 and 127.0.0.2.
+    Udp,
+    /// The same-host shared-memory link (emu-core's `SameHost::Shm`).
+    Shm,
+}
 
 /// The test to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -142,6 +151,11 @@ pub(crate) struct BenchOpts {
     /// ping-pong.
     #[arg(long, conflicts_with = "busy_poll")]
     pub(crate) events: bool,
+    /// The link between the two devices: UDP loopback, or the same-host
+    /// shared-memory link (rings in memory; bandwidth baseline: memcpy, latency
+    /// baseline: the raw UDP ping-pong, as on UDP).
+    #[arg(long, value_enum, default_value_t = LinkKind::Udp, conflicts_with = "fabric")]
+    pub(crate) link: LinkKind,
     /// UDP port of both devices (UDP only). Default: one picked from the process id.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) port: Option<u16>,
@@ -324,6 +338,10 @@ fn setup(o: &BenchOpts, size: u64, qps: u32, send_wr: u32, recv_wr: u32) -> Resu
                 ip: Ipv4Addr::new(127, 0, 0, last).into(),
                 port,
                 busy_poll: o.busy_poll,
+                same_host: match o.link {
+                    LinkKind::Udp => SameHost::Udp,
+                    LinkKind::Shm => SameHost::Shm,
+                },
                 ..EmuConfig::default()
             })
             .map(Arc::new)
@@ -1253,6 +1271,8 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
     o.size = Some(size);
     let transport = if o.fabric {
         "in-memory fabric (emu_sims::Fabric)"
+    } else if o.link == LinkKind::Shm {
+        "shared-memory rings (127.0.0.1 <-> 127.0.0.2, one process)"
     } else {
         "UDP loopback (127.0.0.1 <-> 127.0.0.2)"
     };
@@ -1298,7 +1318,13 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
     let mut json = format!(
         "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{},\"events\":{},\"debug_build\":{}",
         o.test.name(),
-        if o.fabric { "fabric" } else { "udp" },
+        if o.fabric {
+            "fabric"
+        } else if o.link == LinkKind::Shm {
+            "shm"
+        } else {
+            "udp"
+        },
         size,
         iters,
         o.qps,
@@ -1441,7 +1467,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             // runs a second apart, not minutes.
             let base = if o.no_baseline {
                 None
-            } else if o.fabric {
+            } else if o.fabric || o.link == LinkKind::Shm {
                 Some(Baselines::Memcpy(baseline::memcpy(size as usize)?))
             } else {
                 let d = datagram(size, o.mtu);

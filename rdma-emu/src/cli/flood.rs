@@ -191,6 +191,7 @@ pub(crate) fn check(o: &BenchOpts) -> Result<(), String> {
     for (given, option) in [
         (o.qps != 1, "--qps"),
         (o.fabric, "--fabric"),
+        (o.link != bench::LinkKind::Udp, "--link"),
         (o.events, "--events"),
         (o.no_baseline, "--no-baseline"),
         (o.json, "--json"),

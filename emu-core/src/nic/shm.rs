@@ -1,0 +1,408 @@
+//! A same-host link through shared memory (`EmuDevice::open_shm`): devices in
+//! different processes of one host exchange their RoCEv2 packets, the same bytes with
+//! the same ICRC, through `shm_ring` rings instead of UDP sockets.
+//!
+//! Each device makes one inbound ring (it is the consumer) and offers it in the host's
+//! shared folder: the file `shm/IP-PORT` holds its process id and the ring's
+//! `/proc/PID/fd/N` path (an address whose offer belongs to a live process is taken;
+//! a dead process's offer is replaced). The first packet for a peer address opens that peer's offer
+//! and attaches as its producer; each record is the sender's address and TOS
+//! ([`PREFIX`] bytes) and then the packet, its ICRC sealed as on a UDP link with IP ID 0
+//! and the RoCEv2 port both ways (what [`DeviceDriver`] checks). A device has one
+//! inbound ring, so one peer at a time: a second sender finds it taken (`Busy`) and
+//! its packets are lost, as on a link that does not reach.
+//!
+//! Receiving: the device's own thread (`run`) takes what the ring holds, hands it to
+//! the engine, fires its timers, and sleeps on the ring's futex until the next timer
+//! (after spinning 50 us with [`EmuConfig::busy_poll`](super::EmuConfig)); an empty
+//! `poll_cq` takes the ring itself (`Link::idle`), so a polling application sees its
+//! completion with no thread in between and no system call. While the application
+//! polls, the thread naps (200 us, or until the next timer) instead of sleeping on
+//! the futex, so the peer has no sleeper to wake either.
+//!
+//! A peer that dies leaves its ring with us: what we send it is lost (once the ring
+//! is full its offer is read again, which names a dead process: nothing is sent until
+//! a live device offers that address again) and nothing comes from it, so its QPs'
+//! retries run out as on a dead link. A peer that writes garbage into a ring makes
+//! that ring `Corrupt`: the sender forgets it, the receiver takes nothing more from it.
+//! Our own ring stays attached to a producer that died, so a device that comes back on
+//! the dead peer's address cannot send to us until we reopen (it is `Busy`).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use emu_wire::{write_icrc, write_icrc_v6, Ipv4Endpoints, Ipv6Endpoints};
+use parking_lot::Mutex;
+use shm_ring::{Consumer, Producer, Region};
+use smallvec::SmallVec;
+
+use super::link::{Link, Transmit};
+use super::{DeviceDriver, Inner};
+use crate::engine::MAX_PACKET;
+
+/// What precedes a packet in a record: the sender's address (16 bytes, an IPv4 one
+/// IPv4-mapped) and the TOS byte of its route.
+pub(crate) const PREFIX: usize = 17;
+
+/// The longest record: prefix and packet.
+const RECORD: usize = PREFIX + MAX_PACKET;
+
+/// How many packets the receiver hands the engine at once.
+const BATCH: usize = 16;
+
+/// The inbound ring's data bytes: 4 MiB, some 1000 full-size packets (the memfd's
+/// pages are allocated as they are first written).
+const RING_BYTES: usize = 4 << 20;
+
+/// How long a sender waits for room in a full ring before it drops the packet.
+const FULL_WAIT: Duration = Duration::from_micros(500);
+
+/// How long the device thread spins on an empty ring before it sleeps, in busy-poll
+/// mode.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// The longest the device thread sleeps (then it looks at its timers again).
+const MAX_SLEEP: Duration = Duration::from_millis(10);
+
+/// How long the device thread naps while the application polls (then it looks at its
+/// timers and the ring again).
+const NAP: Duration = Duration::from_micros(200);
+
+/// How often a peer whose offer could not be opened is looked for again.
+const RETRY_OFFER: Duration = Duration::from_millis(20);
+
+fn offer_path(ip: IpAddr, port: u16) -> PathBuf {
+    crate::host::folder()
+        .join("shm")
+        .join(format!("{ip}-{port}"))
+}
+
+/// The process that offers a live ring at `ip:port` (its pid, as the
+/// [`TakenAddress`](verbs_api::TakenAddress) holder), if any: an offer whose process is
+/// gone is stale and may be replaced.
+pub(crate) fn holder(ip: IpAddr, port: u16) -> Option<String> {
+    let text = std::fs::read_to_string(offer_path(ip, port)).ok()?;
+    let pid: u32 = text.split_whitespace().next()?.parse().ok()?;
+    crate::host::pid_alive(pid).then(|| format!("process {pid} (shared-memory link)"))
+}
+
+/// A packet taken from the ring: from, to, TOS, bytes (as `DeviceDriver` takes them).
+type Arrival<'a> = (IpAddr, IpAddr, u8, &'a [u8]);
+
+/// A sending end: the producer of a peer's ring, or when it was last looked for.
+enum Peer {
+    Attached(Producer),
+    Missing(Instant),
+}
+
+/// The shared-memory link of one device (see the module's documentation).
+pub(crate) struct ShmLink {
+    ip: IpAddr,
+    port: u16,
+    /// The offer file this link wrote (removed when it closes, if still its own).
+    offer: PathBuf,
+    offer_text: String,
+    /// The inbound ring and [`BATCH`] record buffers to take packets into.
+    inbound: Mutex<(Consumer, Vec<u8>)>,
+    /// The inbound ring's region, kept so its /proc path stays valid.
+    _region: Arc<Region>,
+    peers: Mutex<HashMap<IpAddr, Peer>>,
+    /// The device this link feeds, set once it is open.
+    pub(crate) driver: OnceLock<DeviceDriver>,
+    /// A record being written (prefix and packet).
+    scratch: Mutex<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ShmLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmLink")
+            .field("ip", &self.ip)
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+fn ring_error(e: shm_ring::Error) -> io::Error {
+    match e {
+        shm_ring::Error::Io(e) => e,
+        e => io::Error::other(e.to_string()),
+    }
+}
+
+impl ShmLink {
+    /// Makes the device's inbound ring and offers it at `shm/IP-PORT` in the host's
+    /// shared folder (replacing an older offer for the address).
+    pub(crate) fn new(ip: IpAddr, port: u16) -> io::Result<ShmLink> {
+        let region = Arc::new(
+            Region::create_shared(&format!("rdma-emu-{ip}"), RING_BYTES, RECORD)
+                .map_err(ring_error)?,
+        );
+        let inbound = Consumer::attach(region.clone()).map_err(ring_error)?;
+        let path = region
+            .path()
+            .ok_or_else(|| io::Error::other("ring not shared"))?;
+        let offer = offer_path(ip, port);
+        let dir = offer.parent().expect("the offer has a folder");
+        std::fs::create_dir_all(dir)?;
+        if holder(ip, port).is_some() {
+            return Err(io::ErrorKind::AddrInUse.into());
+        }
+        let offer_text = format!("{} {}\n", std::process::id(), path.display());
+        // Written aside and renamed: a reader sees the old offer or the whole new one.
+        let tmp = dir.join(format!(".{ip}-{port}.{}", std::process::id()));
+        std::fs::write(&tmp, &offer_text)?;
+        std::fs::rename(&tmp, &offer)?;
+        Ok(ShmLink {
+            ip,
+            port,
+            offer,
+            offer_text,
+            inbound: Mutex::new((inbound, vec![0; BATCH * RECORD])),
+            _region: region,
+            peers: Mutex::new(HashMap::new()),
+            driver: OnceLock::new(),
+            scratch: Mutex::new(Vec::with_capacity(RECORD)),
+        })
+    }
+
+    /// Opens `dst`'s offer and attaches to its ring as the producer.
+    fn attach(&self, dst: IpAddr) -> Option<Producer> {
+        let text = std::fs::read_to_string(offer_path(dst, self.port)).ok()?;
+        let (pid, path) = text.trim().split_once(' ')?;
+        if !crate::host::pid_alive(pid.parse().ok()?) {
+            return None;
+        }
+        let region = Region::open_shared(path.as_ref()).ok()?;
+        Producer::attach(Arc::new(region)).ok()
+    }
+
+    /// Seals `packet`'s ICRC for `dst` and pushes it with its prefix to `dst`'s ring.
+    fn push(
+        &self,
+        peers: &mut HashMap<IpAddr, Peer>,
+        dst: IpAddr,
+        tos: u8,
+        packet: &mut [u8],
+    ) -> io::Result<()> {
+        match (self.ip, dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => write_icrc(
+                &Ipv4Endpoints {
+                    src,
+                    dst,
+                    ip_id: 0,
+                    src_port: self.port,
+                    dst_port: self.port,
+                },
+                packet,
+            ),
+            (IpAddr::V6(src), IpAddr::V6(dst)) => write_icrc_v6(
+                &Ipv6Endpoints {
+                    src,
+                    dst,
+                    src_port: self.port,
+                    dst_port: self.port,
+                },
+                packet,
+            ),
+            _ => return Err(io::ErrorKind::AddrNotAvailable.into()),
+        }
+        let now = Instant::now();
+        let peer = peers.entry(dst).or_insert(Peer::Missing(now - RETRY_OFFER));
+        if let Peer::Missing(at) = peer {
+            if now.duration_since(*at) < RETRY_OFFER {
+                return Err(io::ErrorKind::NotConnected.into());
+            }
+            *peer = match self.attach(dst) {
+                Some(p) => Peer::Attached(p),
+                None => Peer::Missing(now),
+            };
+        }
+        let Peer::Attached(tx) = peer else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        let mut rec = self.scratch.lock();
+        rec.clear();
+        let from = match self.ip {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            IpAddr::V6(v6) => v6,
+        };
+        rec.extend_from_slice(&from.octets());
+        rec.push(tos);
+        rec.extend_from_slice(packet);
+        let mut full_since = None;
+        let r = loop {
+            match tx.push(&rec) {
+                // The peer's thread drains the ring; give it a moment before the
+                // packet is dropped (a peer that stopped taking packets, or both rings
+                // full while each side's receiver waits for its own engine, must not
+                // hold this sender for long).
+                Err(shm_ring::Error::Full)
+                    if full_since.get_or_insert_with(Instant::now).elapsed() < FULL_WAIT =>
+                {
+                    std::thread::yield_now();
+                }
+                r => break r,
+            }
+        };
+        match r {
+            Ok(()) => Ok(()),
+            // Lost, as a datagram a full socket buffer drops; RC sends it again. A ring
+            // that stayed full that long may be a dead peer's: its offer is read again
+            // (a live peer's ring is found again, a dead one's is not, and a peer
+            // that came back offers a new one) before the next packet, not before
+            // RETRY_OFFER, so a dead peer costs no more waits.
+            Err(shm_ring::Error::Full) => {
+                *peer = Peer::Missing(now);
+                Err(io::ErrorKind::WouldBlock.into())
+            }
+            // The peer left or broke its ring: look for a new offer later.
+            Err(e) => {
+                *peer = Peer::Missing(now);
+                Err(ring_error(e))
+            }
+        }
+    }
+
+    /// Hands the engine up to [`BATCH`] packets from the inbound ring, under one lock
+    /// of the engine; how many. `block`:
+    /// wait for the ring's lock (the device thread), else give up if another thread
+    /// holds it (an application's poll).
+    pub(crate) fn receive(&self, driver: &DeviceDriver, block: bool) -> usize {
+        let mut rx = if block {
+            self.inbound.lock()
+        } else {
+            match self.inbound.try_lock() {
+                Some(g) => g,
+                None => return 0,
+            }
+        };
+        let (rx, bufs) = &mut *rx;
+        let mut lens = [0usize; BATCH];
+        let mut n = 0;
+        while n < BATCH {
+            let slot = &mut bufs[n * RECORD..(n + 1) * RECORD];
+            match rx.pop(slot) {
+                Ok(Some(len)) if len > PREFIX => {
+                    lens[n] = len;
+                    n += 1;
+                }
+                // A record too short to be a packet: dropped.
+                Ok(Some(_)) => {}
+                // Empty, or the peer left or broke the ring: nothing more from it.
+                Ok(None) | Err(_) => break,
+            }
+        }
+        if n == 0 {
+            return 0;
+        }
+        let batch: SmallVec<[Arrival<'_>; BATCH]> = (0..n)
+            .map(|i| {
+                let rec = &bufs[i * RECORD..i * RECORD + lens[i]];
+                let from = Ipv6Addr::from(<[u8; 16]>::try_from(&rec[..16]).expect("16 bytes"));
+                let src = match (self.ip, from.to_ipv4_mapped()) {
+                    (IpAddr::V4(_), Some(v4)) => IpAddr::V4(v4),
+                    (IpAddr::V4(_), None) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                    (IpAddr::V6(_), _) => IpAddr::V6(from),
+                };
+                (src, self.ip, rec[16], &rec[PREFIX..])
+            })
+            .collect();
+        driver.handle_datagrams_tos(&batch);
+        n
+    }
+
+    /// Sleeps until the inbound ring has a packet or `timeout` passed, without holding
+    /// the ring: an application's poll may take it meanwhile.
+    pub(crate) fn wait(&self, timeout: Duration) {
+        let sleeper = self.inbound.lock().0.sleeper();
+        let _ = sleeper.wait(Some(timeout));
+    }
+}
+
+impl Link for ShmLink {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn send(&self, runs: &mut [Transmit<'_>]) -> io::Result<()> {
+        let mut peers = self.peers.lock();
+        let mut first = Ok(());
+        for run in runs {
+            let route = run.route;
+            for packet in run.packets() {
+                if let Err(e) = self.push(&mut peers, route.dst, route.tos, packet) {
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
+                }
+            }
+        }
+        first
+    }
+
+    /// An application that polls takes the ring itself.
+    fn idle(&self) -> bool {
+        match self.driver.get() {
+            Some(d) => self.receive(d, false) > 0,
+            None => false,
+        }
+    }
+}
+
+impl Drop for ShmLink {
+    fn drop(&mut self) {
+        // The offer goes if it is still this link's (a newer device of the address may
+        // have replaced it).
+        if std::fs::read_to_string(&self.offer).is_ok_and(|t| t == self.offer_text) {
+            let _ = std::fs::remove_file(&self.offer);
+        }
+    }
+}
+
+/// The device thread of a shared-memory device: receives, fires timers, sleeps on the
+/// ring until the next timer; ends when the device closes.
+pub(crate) fn run(link: Arc<ShmLink>, inner: Weak<Inner>, busy_poll: bool) {
+    let driver = DeviceDriver(inner.clone());
+    let mut idle_since = Instant::now();
+    let mut last_polls = 0;
+    loop {
+        let Some(dev) = inner.upgrade() else {
+            return;
+        };
+        if dev.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        // While the application polls, it takes the ring itself (`Link::idle`): the
+        // thread naps instead of sleeping on the futex, so that the peer's pushes
+        // find no sleeper to wake (no system call on either side).
+        let polls = dev.polls.load(Ordering::Relaxed);
+        let app_polls = polls != last_polls;
+        last_polls = polls;
+        drop(dev);
+        let got = link.receive(&driver, true);
+        let now = Instant::now();
+        let next = driver.poll_timeout();
+        if next.is_some_and(|t| t <= now) {
+            driver.handle_timeout();
+        }
+        if got > 0 {
+            idle_since = now;
+            continue;
+        }
+        if busy_poll && now.duration_since(idle_since) < SPIN {
+            std::hint::spin_loop();
+            continue;
+        }
+        let until_timer = next.map_or(MAX_SLEEP, |t| t.saturating_duration_since(now));
+        if app_polls {
+            std::thread::sleep(until_timer.min(NAP));
+        } else if !until_timer.is_zero() {
+            link.wait(until_timer.min(MAX_SLEEP));
+        }
+    }
+}
