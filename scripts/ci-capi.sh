@@ -92,6 +92,11 @@ pair ib_atomic_bw 18524 "ib_atomic_bw -p 18524" "ib_atomic_bw -p 18524 $SRV_IP" 
 pair ib_write_lat 18525 "ib_write_lat -p 18525" "ib_write_lat -p 18525 $SRV_IP" "^ *2 "
 pair ib_read_lat 18526 "ib_read_lat -p 18526" "ib_read_lat -p 18526 $SRV_IP" "^ *2 "
 pair ib_send_lat 18527 "ib_send_lat -p 18527" "ib_send_lat -p 18527 $SRV_IP" "^ *2 "
+# The same-host shared-memory link (RDMA_EMU_LINK=shm on both sides): the TCP exchange
+# and the rdma_cm as usual, the RoCE packets through rings in shared memory.
+pair ib_send_lat_shm 18550 "env RDMA_EMU_LINK=shm ib_send_lat -p 18550" "env RDMA_EMU_LINK=shm ib_send_lat -p 18550 $SRV_IP" "^ *2 "
+pair ib_write_bw_shm 18551 "env RDMA_EMU_LINK=shm ib_write_bw -p 18551" "env RDMA_EMU_LINK=shm ib_write_bw -p 18551 $SRV_IP" "^ *65536"
+pair ib_write_bw_shm_cm 18552 "env RDMA_EMU_LINK=shm ib_write_bw -R -p 18552" "env RDMA_EMU_LINK=shm ib_write_bw -R -p 18552 $SRV_IP" "^ *65536"
 
 # IPv6: server and client both on ::1 (they share the address and its port, as two
 # processes share one kernel rxe device); the device's GID is ::1 at every index the

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::region::{Region, MAGIC};
-use crate::sync;
+use crate::sync::{self, AtomicU64};
 use crate::Error;
 
 /// `state` bit: a producer attached.
@@ -48,6 +48,55 @@ const C_GONE: u32 = 8;
 /// The words a record of a `len`-byte packet takes: its length word and its bytes.
 pub(crate) fn record_words(len: usize) -> usize {
     1 + len.div_ceil(8)
+}
+
+/// Stores `bytes` into the ring's words from word `at` on (mod the ring), the last
+/// word padded with zeroes: at most two runs of whole words, with no index arithmetic
+/// per word.
+fn store(ring: &[AtomicU64], at: u64, bytes: &[u8]) {
+    let start = (at & (ring.len() as u64 - 1)) as usize;
+    let split = ((ring.len() - start) * 8).min(bytes.len());
+    store_run(&ring[start..], &bytes[..split]);
+    store_run(ring, &bytes[split..]);
+}
+
+fn store_run(words: &[AtomicU64], bytes: &[u8]) {
+    let mut chunks = bytes.chunks_exact(8);
+    let mut words = words.iter();
+    // Chunks first: a zip that ends on them takes no word from `words`.
+    for (c, w) in (&mut chunks).zip(words.by_ref()) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(c);
+        w.store(u64::from_le_bytes(b), Relaxed);
+    }
+    let rest = chunks.remainder();
+    if let (false, Some(w)) = (rest.is_empty(), words.next()) {
+        let mut b = [0u8; 8];
+        b[..rest.len()].copy_from_slice(rest);
+        w.store(u64::from_le_bytes(b), Relaxed);
+    }
+}
+
+/// Loads `out.len()` bytes from the ring's words from word `at` on (mod the ring).
+fn load(ring: &[AtomicU64], at: u64, out: &mut [u8]) {
+    let start = (at & (ring.len() as u64 - 1)) as usize;
+    let split = ((ring.len() - start) * 8).min(out.len());
+    let (a, b) = out.split_at_mut(split);
+    load_run(&ring[start..], a);
+    load_run(ring, b);
+}
+
+fn load_run(words: &[AtomicU64], out: &mut [u8]) {
+    let mut chunks = out.chunks_exact_mut(8);
+    let mut words = words.iter();
+    for (c, w) in (&mut chunks).zip(words.by_ref()) {
+        c.copy_from_slice(&w.load(Relaxed).to_le_bytes());
+    }
+    let rest = chunks.into_remainder();
+    if let (false, Some(w)) = (rest.is_empty(), words.next()) {
+        let n = rest.len();
+        rest.copy_from_slice(&w.load(Relaxed).to_le_bytes()[..n]);
+    }
 }
 
 /// The geometry of a region as read once from its header, and checked against the
@@ -154,10 +203,22 @@ impl Producer {
     /// above [`Producer::max_len`], `Closed` if the consumer left, `Corrupt` if the
     /// consumer's tail is impossible (and from then on).
     pub fn push(&mut self, packet: &[u8]) -> Result<(), Error> {
+        self.push_parts(&[packet])
+    }
+
+    /// Appends one packet made of `parts` back to back, as [`Producer::push`] does,
+    /// without gathering them first. Every part but the last must be a multiple of
+    /// 8 bytes long (`Invalid` otherwise).
+    pub fn push_parts(&mut self, parts: &[&[u8]]) -> Result<(), Error> {
         if self.poisoned {
             return Err(Error::Corrupt("poisoned"));
         }
-        let len = packet.len();
+        if let Some((_, first)) = parts.split_last() {
+            if first.iter().any(|p| p.len() % 8 != 0) {
+                return Err(Error::Invalid("a part but the last is not whole words"));
+            }
+        }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > self.max_len {
             return Err(Error::TooBig {
                 len,
@@ -172,14 +233,12 @@ impl Producer {
             return Err(Error::Full);
         }
         let h = self.region.header();
-        let data = self.region.data();
-        let mut at = self.head;
-        data[(at & self.mask) as usize].store(len as u64, Relaxed);
-        for chunk in packet.chunks(8) {
-            at = at.wrapping_add(1);
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            data[(at & self.mask) as usize].store(u64::from_le_bytes(w), Relaxed);
+        let ring = &self.region.data()[..=self.mask as usize];
+        ring[(self.head & self.mask) as usize].store(len as u64, Relaxed);
+        let mut at = self.head.wrapping_add(1);
+        for part in parts {
+            store(ring, at, part);
+            at = at.wrapping_add(part.len().div_ceil(8) as u64);
         }
         self.head = self.head.wrapping_add(need);
         h.head.store(self.head, Release);
@@ -279,12 +338,7 @@ impl Consumer {
                 max: buf.len(),
             });
         };
-        let mut at = self.tail;
-        for chunk in out.chunks_mut(8) {
-            at = at.wrapping_add(1);
-            let w = data[(at & self.mask) as usize].load(Relaxed).to_le_bytes();
-            chunk.copy_from_slice(&w[..chunk.len()]);
-        }
+        load(&data[..=self.mask as usize], self.tail.wrapping_add(1), out);
         self.tail = self.tail.wrapping_add(need);
         self.region.header().tail.store(self.tail, Release);
         Ok(Some(len))

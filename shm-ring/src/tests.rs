@@ -402,3 +402,24 @@ fn two_processes() {
     assert_eq!(next, 2000);
     assert!(matches!(end, Error::Corrupt(_)), "{end}");
 }
+
+#[test]
+fn parts_are_one_packet() {
+    let (mut tx, mut rx) = pair(256, 64).unwrap();
+    let mut buf = [0; 64];
+    // Across the wrap too: 40 rounds through a 32-word ring.
+    for i in 0..40 {
+        let (a, b, c) = (packet(i, 8), packet(i + 1, 16), packet(i + 2, i % 30));
+        tx.push_parts(&[&a, &b, &c]).unwrap();
+        let n = rx.pop(&mut buf).unwrap().unwrap();
+        assert_eq!(buf[..n], [a, b, c].concat()[..]);
+    }
+    assert!(matches!(
+        tx.push_parts(&[&[1; 7], &[2; 8]]),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        tx.push_parts(&[&[0; 40], &[0; 25]]),
+        Err(Error::TooBig { len: 65, max: 64 })
+    ));
+}

@@ -46,8 +46,9 @@ use super::{DeviceDriver, Inner};
 use crate::engine::MAX_PACKET;
 
 /// What precedes a packet in a record: the sender's address (16 bytes, an IPv4 one
-/// IPv4-mapped) and the TOS byte of its route.
-pub(crate) const PREFIX: usize = 17;
+/// IPv4-mapped), the TOS byte of its route, and seven zero bytes, so that the packet
+/// starts on a word of the ring (copied in whole words, `Producer::push_parts`).
+pub(crate) const PREFIX: usize = 24;
 
 /// The longest record: prefix and packet.
 const RECORD: usize = PREFIX + MAX_PACKET;
@@ -114,8 +115,6 @@ pub(crate) struct ShmLink {
     peers: Mutex<HashMap<IpAddr, Peer>>,
     /// The device this link feeds, set once it is open.
     pub(crate) driver: OnceLock<DeviceDriver>,
-    /// A record being written (prefix and packet).
-    scratch: Mutex<Vec<u8>>,
 }
 
 impl std::fmt::Debug for ShmLink {
@@ -166,7 +165,6 @@ impl ShmLink {
             _region: region,
             peers: Mutex::new(HashMap::new()),
             driver: OnceLock::new(),
-            scratch: Mutex::new(Vec::with_capacity(RECORD)),
         })
     }
 
@@ -225,18 +223,16 @@ impl ShmLink {
         let Peer::Attached(tx) = peer else {
             return Err(io::ErrorKind::NotConnected.into());
         };
-        let mut rec = self.scratch.lock();
-        rec.clear();
         let from = match self.ip {
             IpAddr::V4(v4) => v4.to_ipv6_mapped(),
             IpAddr::V6(v6) => v6,
         };
-        rec.extend_from_slice(&from.octets());
-        rec.push(tos);
-        rec.extend_from_slice(packet);
+        let mut prefix = [0u8; PREFIX];
+        prefix[..16].copy_from_slice(&from.octets());
+        prefix[16] = tos;
         let mut full_since = None;
         let r = loop {
-            match tx.push(&rec) {
+            match tx.push_parts(&[&prefix, packet]) {
                 // The peer's thread drains the ring; give it a moment before the
                 // packet is dropped (a peer that stopped taking packets, or both rings
                 // full while each side's receiver waits for its own engine, must not
