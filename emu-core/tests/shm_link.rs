@@ -1,7 +1,7 @@
 //! Devices on the same-host shared-memory link (`SameHost::Shm`): RC traffic
 //! through the rings (SEND across several packets, RDMA WRITE, RDMA READ, every ICRC
-//! checked on arrival), and a peer that goes away: the survivor's QP fails by retry
-//! exhaustion, as on a dead link.
+//! checked on arrival), and a peer that goes away (closes, or its process is killed):
+//! the survivor's QP fails by retry exhaustion, as on a dead link.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::Ordering;
@@ -196,4 +196,99 @@ fn an_address_offered_by_a_live_device_is_taken_until_it_closes() {
     assert!(matches!(e, Error::AddressInUse(_)), "{e}");
     drop(d);
     let _again = open("shme", ia, port, false);
+}
+
+/// The child side of `a_killed_peer_process_is_a_dead_link`: opens device B, prints its
+/// QPN and MR, reads A's QPN, connects, says so, and waits to be killed.
+#[test]
+fn killed_peer_child() {
+    use std::io::{BufRead, Write};
+    let Ok(args) = std::env::var("SHM_LINK_TEST_CHILD") else {
+        return;
+    };
+    let mut it = args.split(',');
+    let ia: IpAddr = it.next().unwrap().parse().unwrap();
+    let ib: IpAddr = it.next().unwrap().parse().unwrap();
+    let port: u16 = it.next().unwrap().parse().unwrap();
+    let db = open("shmkb", ib, port, false);
+    let b = side(&db);
+    println!("B {} {} {}", b.qpn, b.mr.addr, b.mr.rkey);
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).unwrap();
+    let a_qpn: u32 = line.trim().parse().unwrap();
+    let params = QpParams {
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        ..QpParams::default()
+    };
+    let to_a = Endpoint {
+        qpn: a_qpn,
+        psn: 100,
+        gid: emu_core::nic::gid_of(ia),
+        ..Endpoint::default()
+    };
+    connect_qp(&db, b.qpn, QpType::Rc, &params, 200, &to_a).unwrap();
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// A peer in another process is killed (SIGKILL: no close, its offer and its ring
+/// stay): the survivor's RDMA WRITE fails with RETRY_EXC_ERR, as on a dead link.
+#[test]
+fn a_killed_peer_process_is_a_dead_link() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let (ia, ib, port) = addrs(5);
+    let da = open("shmka", ia, port, false);
+    let a = side(&da);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "killed_peer_child", "--nocapture", "-q"])
+        .env("SHM_LINK_TEST_CHILD", format!("{ia},{ib},{port}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("B ") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended");
+    }
+    let f: Vec<u64> = line[2..]
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let (b_qpn, b_addr, b_rkey) = (f[0] as u32, f[1], f[2] as u32);
+    let params = QpParams {
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        timeout: 10,
+        retry_cnt: 3,
+        ..QpParams::default()
+    };
+    let to_b = Endpoint {
+        qpn: b_qpn,
+        psn: 200,
+        gid: emu_core::nic::gid_of(ib),
+        ..Endpoint::default()
+    };
+    connect_qp(&da, a.qpn, QpType::Rc, &params, 100, &to_b).unwrap();
+    writeln!(child.stdin.as_mut().unwrap(), "{}", a.qpn).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let wr = SendWr::rdma_write(1, vec![Sge::new(a.mr.addr, 100, a.mr.lkey)], b_addr, b_rkey);
+    da.post_send(a.qpn, &[wr]).unwrap();
+    assert_eq!(wait_one(&da, a.cq).status, WcStatus::Success);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let wr = SendWr::rdma_write(2, vec![Sge::new(a.mr.addr, 100, a.mr.lkey)], b_addr, b_rkey);
+    da.post_send(a.qpn, &[wr]).unwrap();
+    let wc = wait_one(&da, a.cq);
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::RetryExcErr));
+    // The dead process's offer no longer holds the address.
+    drop(da);
+    let _b_again = open("shmkb2", ib, port, false);
 }
