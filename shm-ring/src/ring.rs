@@ -396,6 +396,13 @@ impl Sleeper {
         Ok(avail)
     }
 
+    /// Whether the producer left and everything it published was taken (as of when
+    /// this sleeper was made): a wait then returns at once, for ever.
+    #[must_use]
+    pub fn closed(&self) -> bool {
+        self.region.header().state.load(Acquire) & P_GONE != 0 && self.available().ok() == Some(0)
+    }
+
     /// Sleeps until a packet is waiting past the consumer's position when this sleeper
     /// was made, the producer left, or `timeout` passed (`None`: no limit); may return
     /// early. No system call if a packet is already waiting.

@@ -423,3 +423,20 @@ fn parts_are_one_packet() {
         Err(Error::TooBig { len: 65, max: 64 })
     ));
 }
+
+#[test]
+fn a_sleeper_tells_a_closed_ring() {
+    let (mut tx, mut rx) = pair(1024, 64).unwrap();
+    tx.push(b"last").unwrap();
+    drop(tx);
+    // A packet still to take: not closed, and the wait returns at once.
+    let s = rx.sleeper();
+    assert!(!s.closed());
+    s.wait(None).unwrap();
+    let mut buf = [0; 64];
+    assert_eq!(rx.pop(&mut buf).unwrap(), Some(4));
+    // Drained: closed, and the wait still returns (it would never be woken).
+    let s = rx.sleeper();
+    assert!(s.closed());
+    s.wait(None).unwrap();
+}

@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -112,6 +112,8 @@ pub(crate) struct ShmLink {
     inbound: Mutex<(Consumer, Vec<u8>)>,
     /// The inbound ring's region, kept so its /proc path stays valid.
     _region: Arc<Region>,
+    /// The inbound ring's producer left or broke it (see [`ShmLink::wait`]).
+    inbound_dead: AtomicBool,
     peers: Mutex<HashMap<IpAddr, Peer>>,
     /// The device this link feeds, set once it is open.
     pub(crate) driver: OnceLock<DeviceDriver>,
@@ -163,6 +165,7 @@ impl ShmLink {
             offer_text,
             inbound: Mutex::new((inbound, vec![0; BATCH * RECORD])),
             _region: region,
+            inbound_dead: AtomicBool::new(false),
             peers: Mutex::new(HashMap::new()),
             driver: OnceLock::new(),
         })
@@ -289,8 +292,12 @@ impl ShmLink {
                 }
                 // A record too short to be a packet: dropped.
                 Ok(Some(_)) => {}
-                // Empty, or the peer left or broke the ring: nothing more from it.
-                Ok(None) | Err(_) => break,
+                Ok(None) => break,
+                // The peer left or broke the ring: nothing more from it.
+                Err(_) => {
+                    self.inbound_dead.store(true, Ordering::Relaxed);
+                    break;
+                }
             }
         }
         if n == 0 {
@@ -314,9 +321,19 @@ impl ShmLink {
 
     /// Sleeps until the inbound ring has a packet or `timeout` passed, without holding
     /// the ring: an application's poll may take it meanwhile.
+    ///
+    /// A ring whose producer left or broke it never has a packet again, and its futex
+    /// wait would return at once: the thread then sleeps the whole `timeout` instead of
+    /// spinning.
     pub(crate) fn wait(&self, timeout: Duration) {
-        let sleeper = self.inbound.lock().0.sleeper();
-        let _ = sleeper.wait(Some(timeout));
+        if !self.inbound_dead.load(Ordering::Relaxed) {
+            let sleeper = self.inbound.lock().0.sleeper();
+            if sleeper.wait(Some(timeout)).is_ok() && !sleeper.closed() {
+                return;
+            }
+            self.inbound_dead.store(true, Ordering::Relaxed);
+        }
+        std::thread::sleep(timeout);
     }
 }
 
