@@ -244,12 +244,12 @@ pub(super) unsafe extern "C" fn op_poll_cq(
     BUF.with_borrow_mut(|buf| {
         buf.clear();
         match ctx.dev.poll_cq(c.id, max, buf) {
-            Ok(0) => {
-                // A C program polls in a tight loop; on a loaded host that starves the
-                // device thread which delivers the completion it is waiting for.
-                std::thread::yield_now();
-                0
-            }
+            // No sched_yield on an empty poll: the poll itself receives what waits on
+            // the socket, and the device thread (timers) is woken by the kernel. On a
+            // loaded host a yield hands the core to every other runnable task for a
+            // slice, which made a spinning program's own progress (and its peer's
+            // retries) wait on them (docs/performance.md).
+            Ok(0) => 0,
             Ok(n) => {
                 for (i, w) in buf.iter().take(n).enumerate() {
                     // SAFETY: the caller's array has num_entries entries; n <= max.
