@@ -18,26 +18,26 @@ use std::sync::atomic::Ordering;
 use emu_core::nic::EmuDevice;
 use verbs_api::*;
 
+mod device_util;
 mod netns_util;
-mod udp_util;
-use udp_util::{sh, wait_one, Side};
+use device_util::{sh, wait_one, Side};
 
 const QKEY: u32 = 0x7777_0001;
 const PORT: u16 = 4791;
 
 fn open(name: &str, ip: Ipv4Addr) -> EmuDevice {
-    udp_util::open(name, ip, PORT)
+    device_util::open(name, ip, PORT)
 }
 
 /// A QP of `qp_type` with a 16 KiB buffer open to remote writes.
 fn side(d: &EmuDevice, qp_type: QpType) -> Side {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    udp_util::side(d, qp_type, 16384, access)
+    device_util::side(d, qp_type, 16384, access)
 }
 
 /// Posts a 4 KiB receive at `at`, `wr_id` `at`.
 fn post_recv(d: &EmuDevice, s: &Side, at: u64) {
-    udp_util::post_recv(d, s, at, at, 4096);
+    device_util::post_recv(d, s, at, at, 4096);
 }
 
 /// RC between `da` and `db` over GID index `index` of both: a 3000-byte RDMA WRITE and

@@ -16,15 +16,15 @@ use std::net::Ipv6Addr;
 use emu_core::nic::EmuDevice;
 use verbs_api::*;
 
+mod device_util;
 mod netns_util;
-mod udp_util;
-use udp_util::{send_ud, sh, ud_side, wait_one, Side};
+use device_util::{send_ud, sh, ud_side, wait_one, Side};
 
 const QKEY: u32 = 0x6666_0001;
 const PORT: u16 = 4791;
 
 fn open(name: &str, ip: Ipv6Addr) -> EmuDevice {
-    udp_util::open(name, ip, PORT)
+    device_util::open(name, ip, PORT)
 }
 
 /// A UD QP in RTS with a registered 8 KiB buffer.
@@ -34,7 +34,7 @@ fn ud_qp(d: &EmuDevice) -> Side {
 
 /// Posts a receive of 1 KiB at `slot` KiB into the buffer, `wr_id` the slot.
 fn post_recv(d: &EmuDevice, q: &Side, slot: u64) {
-    udp_util::post_recv(d, q, slot, slot * 1024, 1024);
+    device_util::post_recv(d, q, slot, slot * 1024, 1024);
 }
 
 /// Sends `text` from `from` through `ah` to `remote_qpn` and waits for its completion.

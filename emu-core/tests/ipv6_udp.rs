@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering;
 use emu_core::nic::EmuDevice;
 use verbs_api::*;
 
-mod udp_util;
-use udp_util::{open, wait_one, Side};
+mod device_util;
+use device_util::{open, wait_one, Side};
 
 fn port() -> u16 {
     // No other test binds ::1.
@@ -21,12 +21,12 @@ fn port() -> u16 {
 /// A QP of `qp_type` with an 8 KiB buffer open to remote reads and writes.
 fn side(d: &EmuDevice, qp_type: QpType) -> Side {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    udp_util::side(d, qp_type, 8192, access)
+    device_util::side(d, qp_type, 8192, access)
 }
 
 /// Posts a 4 KiB receive at `at`, `wr_id` `at`.
 fn post_recv(d: &EmuDevice, s: &Side, at: u64) {
-    udp_util::post_recv(d, s, at, at, 4096);
+    device_util::post_recv(d, s, at, at, 4096);
 }
 
 fn connect(da: &EmuDevice, a: &Side, db: &EmuDevice, b: &Side, qp_type: QpType) {

@@ -5,10 +5,13 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use emu_core::nic::{EmuConfig, EmuDevice, SameHost};
 use verbs_api::*;
+
+mod device_util;
+use device_util::{wait_one, Side};
 
 /// Addresses and a port no other test binary uses at the same time.
 fn addrs(n: u8) -> (IpAddr, IpAddr, u16) {
@@ -30,48 +33,10 @@ fn open(name: &str, ip: IpAddr, port: u16, busy_poll: bool) -> EmuDevice {
     .expect("open a device on the shared-memory link")
 }
 
-struct Side {
-    cq: CqId,
-    qpn: u32,
-    mr: MrInfo,
-    buf: MemBuf,
-}
-
+/// An RC QP with an 8 KiB buffer open to remote reads and writes.
 fn side(d: &EmuDevice) -> Side {
-    let pd = d.alloc_pd().unwrap();
-    let cq = d.create_cq(64, None).unwrap();
-    let qpn = d
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-            srq: None,
-        })
-        .unwrap();
-    let buf = MemBuf::new(8192);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = d.reg_mr(pd, &buf, 0, 8192, access).unwrap();
-    Side { cq, qpn, mr, buf }
-}
-
-fn wait_one(d: &EmuDevice, cq: CqId) -> WorkCompletion {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut out = Vec::new();
-    while out.is_empty() {
-        assert!(Instant::now() < deadline, "no completion within 10 s");
-        d.poll_cq(cq, 1, &mut out).unwrap();
-        std::thread::yield_now();
-    }
-    out[0]
+    device_util::side(d, QpType::Rc, 8192, access)
 }
 
 fn connect(da: &EmuDevice, a: &Side, db: &EmuDevice, b: &Side) {

@@ -7,8 +7,8 @@ use std::net::Ipv4Addr;
 use emu_core::nic::EmuDevice;
 use verbs_api::*;
 
-mod udp_util;
-use udp_util::{post_recv, send_ud, ud_side, wait_one, Side};
+mod device_util;
+use device_util::{post_recv, send_ud, ud_side, wait_one, Side};
 
 const QKEY: u32 = 0x1111_1111;
 
@@ -18,7 +18,7 @@ fn port() -> u16 {
 }
 
 fn open(host: u8) -> EmuDevice {
-    udp_util::open(&format!("ud{host}"), Ipv4Addr::new(127, 0, 9, host), port())
+    device_util::open(&format!("ud{host}"), Ipv4Addr::new(127, 0, 9, host), port())
 }
 
 /// A UD QP in RTS with a 4 KiB buffer and a receive posted at its start.

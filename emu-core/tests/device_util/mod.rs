@@ -1,6 +1,6 @@
-//! What the tests of devices on real UDP sockets set up alike: a device on an address
-//! (IPv4 or IPv6), a QP with a registered buffer, a posted receive, a UD SEND, the wait
-//! for a completion.
+//! What the tests of devices on a real link (UDP sockets, or the same-host shared-memory
+//! link) set up alike: a device on an address (IPv4 or IPv6), a QP with a registered
+//! buffer, a posted receive, a UD SEND, the wait for a completion.
 
 #![allow(dead_code, unreachable_pub)]
 
