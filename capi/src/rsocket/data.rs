@@ -106,6 +106,30 @@ pub(crate) struct Resources {
     pub(crate) lkeys: Vec<u32>,
 }
 
+impl Resources {
+    /// A PD, a completion channel and a CQ of `cqe` entries on it, on `dev`: what every
+    /// rsocket's QP starts from. What was made before a failure is freed (`Drop`).
+    pub(crate) fn open(
+        dev: &Arc<dyn Device>,
+        cqe: u32,
+    ) -> verbs_api::Result<(Resources, verbs_api::PdId, ChannelId, CqId)> {
+        let mut res = Resources {
+            dev: dev.clone(),
+            pd: None,
+            comp: None,
+            cq: None,
+            lkeys: Vec::new(),
+        };
+        let pd = dev.alloc_pd()?;
+        res.pd = Some(pd);
+        let comp = dev.create_comp_channel()?;
+        res.comp = Some(comp);
+        let cq = dev.create_cq(cqe, Some(comp))?;
+        res.cq = Some(cq);
+        Ok((res, pd, comp, cq))
+    }
+}
+
 impl Drop for Resources {
     fn drop(&mut self) {
         for k in self.lkeys.drain(..) {

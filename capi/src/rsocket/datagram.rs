@@ -538,21 +538,8 @@ impl DSocket {
                 .bind_addr(id, SocketAddr::new(src.ip(), 0))
                 .map_err(e)?;
             let dev = cm.cm.device(id).map_err(e)?;
-            let mut res = Resources {
-                dev: dev.clone(),
-                pd: None,
-                comp: None,
-                cq: None,
-                lkeys: Vec::new(),
-            };
-            let pd = dev.alloc_pd().map_err(e)?;
-            res.pd = Some(pd);
-            let comp = dev.create_comp_channel().map_err(e)?;
-            res.comp = Some(comp);
-            let cq = dev
-                .create_cq(s.sq_size + s.rq_size, Some(comp))
-                .map_err(e)?;
-            res.cq = Some(cq);
+            let (mut res, pd, comp, cq) =
+                Resources::open(&dev, s.sq_size + s.rq_size).map_err(e)?;
             let sbuf = MemBuf::new(s.sq_size as usize * MSG);
             let smr = dev
                 .reg_mr(pd, &sbuf, 0, sbuf.len(), AccessFlags::LOCAL_WRITE)

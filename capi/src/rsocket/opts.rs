@@ -228,37 +228,33 @@ unsafe fn put<T>(val: *mut c_void, len: *mut u32, v: &T) {
 pub extern "C" fn rfcntl(socket: c_int, cmd: c_int, arg: c_int) -> c_int {
     if let Some(ds) = super::datagram::lookup(socket) {
         let mut s = ds.s.lock();
-        return match cmd {
-            libc::F_GETFL => s.fs_flags,
-            libc::F_SETFL => {
-                s.fs_flags = arg;
-                0
-            }
-            libc::F_GETFD => s.fd_flags,
-            libc::F_SETFD => {
-                s.fd_flags = arg;
-                // SAFETY: the rsocket's own UDP socket.
-                unsafe { libc::fcntl(ds.fd, libc::F_SETFD, arg) };
-                0
-            }
-            _ => err(libc::EOPNOTSUPP),
-        };
+        let s = &mut *s;
+        // The rsocket's own UDP socket.
+        return fcntl_flags(&mut s.fs_flags, &mut s.fd_flags, ds.fd, cmd, arg);
     }
     let Some(rs) = lookup(socket) else {
         return err(libc::EBADF);
     };
     let mut s = rs.s.lock();
+    let s = &mut *s;
+    // The rsocket's own channel fd.
+    fcntl_flags(&mut s.fs_flags, &mut s.fd_flags, rs.fd, cmd, arg)
+}
+
+/// `rfcntl`'s commands on an rsocket's file status flags (`fs`), its descriptor flags
+/// (`fd_flags`), which also go to `fd`, the rsocket's own descriptor.
+fn fcntl_flags(fs: &mut c_int, fd_flags: &mut c_int, fd: c_int, cmd: c_int, arg: c_int) -> c_int {
     match cmd {
-        libc::F_GETFL => s.fs_flags,
+        libc::F_GETFL => *fs,
         libc::F_SETFL => {
-            s.fs_flags = arg;
+            *fs = arg;
             0
         }
-        libc::F_GETFD => s.fd_flags,
+        libc::F_GETFD => *fd_flags,
         libc::F_SETFD => {
-            s.fd_flags = arg;
-            // SAFETY: the rsocket's own channel fd.
-            unsafe { libc::fcntl(rs.fd, libc::F_SETFD, arg) };
+            *fd_flags = arg;
+            // SAFETY: fcntl on a descriptor the rsocket owns, with an integer argument.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, arg) };
             0
         }
         _ => err(libc::EOPNOTSUPP),

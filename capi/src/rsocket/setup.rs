@@ -157,19 +157,7 @@ pub(crate) fn create_ep(cm: &Cm, id: CmId, z: &Sizes) -> Result<Conn, c_int> {
         .unwrap_or(QP_MAX);
     let sq = z.sq_size.clamp(QP_MIN, max.max(QP_MIN));
     let rq = z.rq_size.clamp(QP_MIN, max.max(QP_MIN));
-    let mut res = Resources {
-        dev: dev.clone(),
-        pd: None,
-        comp: None,
-        cq: None,
-        lkeys: Vec::new(),
-    };
-    let pd = dev.alloc_pd().map_err(e)?;
-    res.pd = Some(pd);
-    let comp = dev.create_comp_channel().map_err(e)?;
-    res.comp = Some(comp);
-    let cq = dev.create_cq(sq + rq, Some(comp)).map_err(e)?;
-    res.cq = Some(cq);
+    let (mut res, pd, comp, cq) = Resources::open(&dev, sq + rq).map_err(e)?;
     let init = QpInitAttr {
         pd,
         send_cq: cq,
