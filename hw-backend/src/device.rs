@@ -51,6 +51,8 @@ pub struct HwDevice {
     t: RwLock<Tables>,
     next_channel: AtomicU32,
     next_xrcd: AtomicU32,
+    /// `device_cap_flags_ex`, read once: a device's capabilities do not change.
+    cap_flags_ex: std::sync::OnceLock<DeviceCapFlagsEx>,
 }
 
 impl std::fmt::Debug for HwDevice {
@@ -85,6 +87,16 @@ impl HwDevice {
         }
     }
 
+    /// The device's extended capabilities (`ibv_query_device_ex`), queried on first
+    /// use; a failed query is not kept.
+    fn cap_flags_ex(&self) -> Result<DeviceCapFlagsEx> {
+        if let Some(f) = self.cap_flags_ex.get() {
+            return Ok(*f);
+        }
+        let f = convert::device_cap_flags_ex_from_c(self.ctx.device_cap_flags_ex()?);
+        Ok(*self.cap_flags_ex.get_or_init(|| f))
+    }
+
     /// Opens device `name` (e.g. `rxe0`), or the first device libibverbs lists when
     /// `None`. ENODEV when there is no such device, with a message that says how to
     /// create a soft-RoCE one when there is none at all.
@@ -94,6 +106,7 @@ impl HwDevice {
             t: RwLock::new(Tables::default()),
             next_channel: AtomicU32::new(1),
             next_xrcd: AtomicU32::new(1),
+            cap_flags_ex: std::sync::OnceLock::new(),
         })
     }
 }
@@ -185,9 +198,8 @@ impl Device for HwDevice {
         let mut a = convert::device_attr_from_c(&self.ctx.query_device()?);
         // What this backend can post: FLUSH needs `ibv_wr_flush` (rdma-core 45), which
         // the libibverbs headers it is built against (44) do not have.
-        a.device_cap_flags_ex =
-            convert::device_cap_flags_ex_from_c(self.ctx.device_cap_flags_ex()?)
-                - (DeviceCapFlagsEx::FLUSH_GLOBAL | DeviceCapFlagsEx::FLUSH_PERSISTENT);
+        a.device_cap_flags_ex = self.cap_flags_ex()?
+            - (DeviceCapFlagsEx::FLUSH_GLOBAL | DeviceCapFlagsEx::FLUSH_PERSISTENT);
         Ok(a)
     }
 
@@ -390,7 +402,8 @@ impl Device for HwDevice {
             // A QP that may post ATOMIC WRITE is made through `ibv_create_qp_ex` with
             // it among its send operations, where the device has it.
             let atomic_write = matches!(init.qp_type, QpType::Rc | QpType::XrcSend)
-                && convert::device_cap_flags_ex_from_c(self.ctx.device_cap_flags_ex()?)
+                && self
+                    .cap_flags_ex()?
                     .contains(DeviceCapFlagsEx::ATOMIC_WRITE);
             pd.create_qp(scq, rcq, srq, init, atomic_write)?
         };
