@@ -319,20 +319,8 @@ impl EmuDevice {
         if cfg.same_host == SameHost::Shm {
             return EmuDevice::open_shm(cfg);
         }
-        let (udp, member) =
-            share::bind(cfg.ip, cfg.port, &cfg.link, None).map_err(|(context, e)| {
-                if e.kind() == std::io::ErrorKind::AddrInUse {
-                    Error::AddressInUse(Box::new(verbs_api::TakenAddress {
-                        address: SocketAddr::new(cfg.ip, cfg.port),
-                        holder: share::holder(cfg.ip, cfg.port),
-                    }))
-                } else {
-                    Error::Os {
-                        errno: e.raw_os_error().unwrap_or(nix::errno::Errno::EIO as i32),
-                        context,
-                    }
-                }
-            })?;
+        let (udp, member) = share::bind(cfg.ip, cfg.port, &cfg.link, None)
+            .map_err(|(context, e)| open_error(&cfg, e, context, share::holder))?;
         let udp = Arc::new(udp);
         let mut cfg = cfg;
         cfg.port = udp.port();
@@ -385,19 +373,8 @@ impl EmuDevice {
     /// port, through rings both processes map. No UDP socket: the CM's MADs go through
     /// the rings too. A peer that dies is a dead link (its QPs' retries run out).
     fn open_shm(cfg: EmuConfig) -> Result<EmuDevice> {
-        let link = shm::ShmLink::new(cfg.ip, cfg.port).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AddrInUse {
-                Error::AddressInUse(Box::new(verbs_api::TakenAddress {
-                    address: SocketAddr::new(cfg.ip, cfg.port),
-                    holder: shm::holder(cfg.ip, cfg.port),
-                }))
-            } else {
-                Error::Os {
-                    errno: e.raw_os_error().unwrap_or(nix::errno::Errno::EIO as i32),
-                    context: "open the shared-memory link",
-                }
-            }
-        })?;
+        let link = shm::ShmLink::new(cfg.ip, cfg.port)
+            .map_err(|e| open_error(&cfg, e, "open the shared-memory link", shm::holder))?;
         let link = Arc::new(link);
         let busy_poll = cfg.busy_poll;
         let inner = Inner::new(cfg, Wire::Other(link.clone()))?;
@@ -673,5 +650,26 @@ pub fn ip_of(gid: &Gid) -> IpAddr {
     match gid.to_ipv4() {
         Some(v4) => IpAddr::V4(v4),
         None => IpAddr::V6(gid.to_ipv6()),
+    }
+}
+
+/// The error of a device that could not take `cfg`'s address: `AddressInUse` naming
+/// the process that `holder` finds holding it, or the system's error with `context`.
+fn open_error(
+    cfg: &EmuConfig,
+    e: std::io::Error,
+    context: &'static str,
+    holder: fn(IpAddr, u16) -> Option<String>,
+) -> Error {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        Error::AddressInUse(Box::new(verbs_api::TakenAddress {
+            address: SocketAddr::new(cfg.ip, cfg.port),
+            holder: holder(cfg.ip, cfg.port),
+        }))
+    } else {
+        Error::Os {
+            errno: e.raw_os_error().unwrap_or(nix::errno::Errno::EIO as i32),
+            context,
+        }
     }
 }
