@@ -50,21 +50,7 @@ fn rc_over(da: &EmuDevice, db: &EmuDevice, index: u8) {
         sgid_index: index,
         ..QpParams::default()
     };
-    let gid = |d: &EmuDevice| d.query_gid(1, u32::from(index)).unwrap();
-    let to_b = Endpoint {
-        qpn: b.qpn,
-        psn: 200,
-        gid: gid(db),
-        ..Endpoint::default()
-    };
-    let to_a = Endpoint {
-        qpn: a.qpn,
-        psn: 100,
-        gid: gid(da),
-        ..Endpoint::default()
-    };
-    connect_qp(da, a.qpn, QpType::Rc, &params, 100, &to_b).unwrap();
-    connect_qp(db, b.qpn, QpType::Rc, &params, 200, &to_a).unwrap();
+    device_util::connect(da, &a, db, &b, QpType::Rc, &params);
     let text: Vec<u8> = (0..3000u32)
         .map(|i| (i * 13 + index as u32) as u8)
         .collect();

@@ -42,20 +42,7 @@ fn connect(da: &EmuDevice, a: &Side, db: &EmuDevice, b: &Side, qp_type: QpType) 
     } else {
         params
     };
-    let to_b = Endpoint {
-        qpn: b.qpn,
-        psn: 200,
-        gid: db.gid(),
-        ..Endpoint::default()
-    };
-    let to_a = Endpoint {
-        qpn: a.qpn,
-        psn: 100,
-        gid: da.gid(),
-        ..Endpoint::default()
-    };
-    connect_qp(da, a.qpn, qp_type, &params, 100, &to_b).unwrap();
-    connect_qp(db, b.qpn, qp_type, &params, 200, &to_a).unwrap();
+    device_util::connect(da, a, db, b, qp_type, &params);
 }
 
 fn no_icrc_errors(devs: &[&EmuDevice]) {

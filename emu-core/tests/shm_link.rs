@@ -47,20 +47,7 @@ fn connect(da: &EmuDevice, a: &Side, db: &EmuDevice, b: &Side) {
         retry_cnt: 3,
         ..QpParams::default()
     };
-    let to_b = Endpoint {
-        qpn: b.qpn,
-        psn: 200,
-        gid: db.gid(),
-        ..Endpoint::default()
-    };
-    let to_a = Endpoint {
-        qpn: a.qpn,
-        psn: 100,
-        gid: da.gid(),
-        ..Endpoint::default()
-    };
-    connect_qp(da, a.qpn, QpType::Rc, &params, 100, &to_b).unwrap();
-    connect_qp(db, b.qpn, QpType::Rc, &params, 200, &to_a).unwrap();
+    device_util::connect(da, a, db, b, QpType::Rc, &params);
 }
 
 fn rc_traffic(busy_poll: bool, n: u8) {

@@ -82,6 +82,33 @@ pub fn ud_side(d: &EmuDevice, qkey: u32, len: usize) -> Side {
     s
 }
 
+/// Connects QP `a` on `da` and QP `b` on `db` to each other with `params`: each reaches
+/// the other at its GID of index `params.sgid_index`; A sends from PSN 100, B from 200.
+pub fn connect(
+    da: &EmuDevice,
+    a: &Side,
+    db: &EmuDevice,
+    b: &Side,
+    qp_type: QpType,
+    params: &QpParams,
+) {
+    let gid = |d: &EmuDevice| d.query_gid(1, u32::from(params.sgid_index)).unwrap();
+    let to_b = Endpoint {
+        qpn: b.qpn,
+        psn: 200,
+        gid: gid(db),
+        ..Endpoint::default()
+    };
+    let to_a = Endpoint {
+        qpn: a.qpn,
+        psn: 100,
+        gid: gid(da),
+        ..Endpoint::default()
+    };
+    connect_qp(da, a.qpn, qp_type, params, 100, &to_b).unwrap();
+    connect_qp(db, b.qpn, qp_type, params, 200, &to_a).unwrap();
+}
+
 /// Posts a receive of `len` bytes at `offset` into `s`'s buffer.
 pub fn post_recv(d: &EmuDevice, s: &Side, wr_id: u64, offset: u64, len: u32) {
     let wr = RecvWr::new(wr_id, vec![Sge::new(s.mr.addr + offset, len, s.mr.lkey)]);
