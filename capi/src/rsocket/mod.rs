@@ -1134,23 +1134,8 @@ pub unsafe extern "C" fn rgetpeername(
     addr: *mut r::sockaddr,
     len: *mut u32,
 ) -> c_int {
-    cm_or!(cm, -1);
-    if let Some(ds) = datagram::lookup(socket) {
-        return match datagram::name(&ds, true) {
-            // SAFETY: the caller's address buffer.
-            Ok(a) => unsafe {
-                put_addr(a, addr, len);
-                0
-            },
-            Err(e) => err(e),
-        };
-    }
-    let rs = rs_or!(socket, -1);
-    let id = rs.s.lock().id;
-    let a = cm.cm.id_info(id).ok().and_then(|i| i.peer);
-    // SAFETY: the caller's address buffer.
-    unsafe { put_addr(a, addr, len) };
-    0
+    // SAFETY: the caller's address buffer, as `rgetpeername` takes it.
+    unsafe { socket_name(socket, addr, len, true) }
 }
 
 /// `rgetsockname`.
@@ -1160,9 +1145,20 @@ pub unsafe extern "C" fn rgetsockname(
     addr: *mut r::sockaddr,
     len: *mut u32,
 ) -> c_int {
+    // SAFETY: the caller's address buffer, as `rgetsockname` takes it.
+    unsafe { socket_name(socket, addr, len, false) }
+}
+
+/// `rgetpeername` (`peer`) or `rgetsockname`: the address of either end of `socket`,
+/// stream or datagram, into the caller's buffer.
+///
+/// # Safety
+/// `addr` and `len` are as getpeername(2) takes them: `len` points to the size of the
+/// buffer at `addr`.
+unsafe fn socket_name(socket: c_int, addr: *mut r::sockaddr, len: *mut u32, peer: bool) -> c_int {
     cm_or!(cm, -1);
     if let Some(ds) = datagram::lookup(socket) {
-        return match datagram::name(&ds, false) {
+        return match datagram::name(&ds, peer) {
             // SAFETY: the caller's address buffer.
             Ok(a) => unsafe {
                 put_addr(a, addr, len);
@@ -1173,7 +1169,8 @@ pub unsafe extern "C" fn rgetsockname(
     }
     let rs = rs_or!(socket, -1);
     let id = rs.s.lock().id;
-    let a = cm.cm.id_info(id).ok().and_then(|i| i.local);
+    let info = cm.cm.id_info(id).ok();
+    let a = info.and_then(|i| if peer { i.peer } else { i.local });
     // SAFETY: the caller's address buffer.
     unsafe { put_addr(a, addr, len) };
     0

@@ -144,6 +144,22 @@ pub(crate) fn save_conn_data(c: &mut Conn, d: &ConnData) {
     c.sseq_comp = d.credits;
 }
 
+/// What an rsocket's end sends in its connect or accept: its connection data (QPN,
+/// buffer, credits) as private data, for an RC QP on no SRQ, with the highest retry
+/// and RNR retry counts.
+fn conn_param(c: &Conn) -> ConnParam {
+    ConnParam {
+        private_data: format_conn_data(c).emit().to_vec(),
+        responder_resources: 0,
+        initiator_depth: 0,
+        flow_control: true,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: false,
+        qp_num: c.qpn,
+    }
+}
+
 /// Makes the endpoint of CM id `id` (rsocket.c `rs_create_ep` and `rs_init_bufs`):
 /// one CQ with its channel for both queues, an RC QP through the CM, the send ring
 /// (with control slots), the target SGL array and the receive ring, registered, and
@@ -293,16 +309,7 @@ pub(crate) fn connect_step(cm: &Cm, s: &mut Sock, ev: Result<CmEvent, c_int>) ->
         CmEventType::AddrResolved => cm.cm.resolve_route(s.id, RESOLVE).map_err(e),
         CmEventType::RouteResolved => {
             let c = create_ep(cm, s.id, &s.sizes)?;
-            let p = ConnParam {
-                private_data: format_conn_data(&c).emit().to_vec(),
-                responder_resources: 0,
-                initiator_depth: 0,
-                flow_control: true,
-                retry_count: 7,
-                rnr_retry_count: 7,
-                srq: false,
-                qp_num: c.qpn,
-            };
+            let p = conn_param(&c);
             s.pending = Some(c);
             cm.cm.connect(s.id, &p).map_err(e)
         }
@@ -375,16 +382,7 @@ pub(crate) fn accept_start(
         }
     };
     save_conn_data(&mut c, &d);
-    let p = ConnParam {
-        private_data: format_conn_data(&c).emit().to_vec(),
-        responder_resources: 0,
-        initiator_depth: 0,
-        flow_control: true,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: false,
-        qp_num: c.qpn,
-    };
+    let p = conn_param(&c);
     if let Err(errno) = cm.cm.accept(s.id, &p).map_err(e) {
         let _ = cm.cm.destroy_qp(s.id);
         return Err(errno);

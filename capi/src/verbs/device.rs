@@ -296,14 +296,13 @@ pub unsafe extern "C" fn ibv_query_port(
     port_attr_out: *mut sys::ibv_port_attr,
 ) -> c_int {
     let ctx = ctx_or!(context, EINVAL);
-    match port_attr(ctx, port_num) {
-        Ok(a) if !port_attr_out.is_null() => {
-            // SAFETY: the caller's struct is at least the compat layout.
-            unsafe { write_prefix(port_attr_out, &a, COMPAT_PORT_ATTR_LEN) };
-            0
-        }
-        Ok(_) => EINVAL,
-        Err(e) => e,
+    // SAFETY: the caller's struct is at least the compat layout.
+    unsafe {
+        answer_into(
+            port_attr(ctx, port_num),
+            port_attr_out,
+            COMPAT_PORT_ATTR_LEN,
+        )
     }
 }
 
@@ -314,15 +313,8 @@ unsafe extern "C" fn vctx_query_port(
     attr_len: usize,
 ) -> c_int {
     let ctx = ctx_or!(context, EINVAL);
-    match port_attr(ctx, port_num) {
-        Ok(a) if !attr.is_null() => {
-            // SAFETY: the caller's struct has attr_len bytes.
-            unsafe { write_prefix(attr, &a, attr_len) };
-            0
-        }
-        Ok(_) => EINVAL,
-        Err(e) => e,
-    }
+    // SAFETY: the caller's struct has attr_len bytes.
+    unsafe { answer_into(port_attr(ctx, port_num), attr, attr_len) }
 }
 
 /// `ibv_query_gid`: 0, or -1 with errno.
@@ -394,15 +386,8 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     let Ok(port) = u8::try_from(port_num) else {
         return EINVAL;
     };
-    match gid_entry(ctx, port, gid_index) {
-        Ok(g) if !entry.is_null() => {
-            // SAFETY: the caller's entry has entry_size bytes.
-            unsafe { write_prefix(entry, &g, entry_size) };
-            0
-        }
-        Ok(_) => EINVAL,
-        Err(e) => e,
-    }
+    // SAFETY: the caller's struct has entry_size bytes.
+    unsafe { answer_into(gid_entry(ctx, port, gid_index), entry, entry_size) }
 }
 
 /// `_ibv_query_gid_table`: the valid GIDs of every port; the count, or -errno

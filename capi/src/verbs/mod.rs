@@ -150,6 +150,21 @@ unsafe fn write_prefix<T>(p: *mut T, value: &T, len: usize) {
     };
 }
 
+/// A query's answer for a verb that returns 0 or an errno: `value` written to the
+/// caller's `p` (its first `len` bytes, as [`write_prefix`]), EINVAL for a null `p`,
+/// or the query's errno.
+unsafe fn answer_into<T>(value: Result<T, c_int>, p: *mut T, len: usize) -> c_int {
+    match value {
+        Ok(v) if !p.is_null() => {
+            // SAFETY: the caller's struct has `len` bytes (module safety argument).
+            unsafe { write_prefix(p, &v, len) };
+            0
+        }
+        Ok(_) => EINVAL,
+        Err(e) => e,
+    }
+}
+
 /// True if `fd` is in non-blocking mode (then the event calls return EAGAIN instead
 /// of waiting, as rdma-core's `read()` on the fd would).
 pub(crate) fn nonblocking(fd: c_int) -> bool {

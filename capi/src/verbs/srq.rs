@@ -16,27 +16,39 @@ pub unsafe extern "C" fn ibv_create_srq(
     // SAFETY: the caller's attributes.
     let a = unsafe { &mut *init_attr };
     match ctx.dev.create_srq(p.id, &convert::srq_attr_from_c(&a.attr)) {
-        Ok(id) => {
-            if let Ok(actual) = ctx.dev.query_srq(id) {
-                a.attr.max_wr = actual.max_wr;
-                a.attr.max_sge = actual.max_sge;
-            }
-            let ptr = into_ptr::<_, Srq>(Srq {
-                raw: sys::ibv_srq {
-                    context: p.raw.context,
-                    srq_context: a.srq_context,
-                    pd,
-                    handle: id.0,
-                    ..Default::default()
-                },
-                id,
-                max_wr: a.attr.max_wr.into(),
-            });
-            ctx.record(Kind::Srq, id.0, ptr);
-            ptr
-        }
+        Ok(id) => srq_object(ctx, p.raw.context, pd, a.srq_context, &mut a.attr, id),
         Err(e) => null(fail(&e)),
     }
+}
+
+/// Makes the `ibv_srq` of the new SRQ `id`, made on `pd` of `ctx` (whose C context is
+/// `context`), and records it in `ctx`; the sizes the device granted go back into the
+/// caller's `attr`, as libibverbs' providers write them.
+pub(super) fn srq_object(
+    ctx: &Context,
+    context: *mut sys::ibv_context,
+    pd: *mut sys::ibv_pd,
+    srq_context: *mut c_void,
+    attr: &mut sys::ibv_srq_attr,
+    id: verbs_api::SrqId,
+) -> *mut sys::ibv_srq {
+    if let Ok(actual) = ctx.dev.query_srq(id) {
+        attr.max_wr = actual.max_wr;
+        attr.max_sge = actual.max_sge;
+    }
+    let ptr = into_ptr::<_, Srq>(Srq {
+        raw: sys::ibv_srq {
+            context,
+            srq_context,
+            pd,
+            handle: id.0,
+            ..Default::default()
+        },
+        id,
+        max_wr: attr.max_wr.into(),
+    });
+    ctx.record(Kind::Srq, id.0, ptr);
+    ptr
 }
 
 /// `ibv_modify_srq`.

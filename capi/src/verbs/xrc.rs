@@ -140,25 +140,7 @@ pub(super) unsafe extern "C" fn vctx_create_srq_ex(
                 srq_limit: a.attr.srq_limit,
             };
             match ctx.dev.create_xrc_srq(p.id, x.id, c.id, &want) {
-                Ok(id) => {
-                    if let Ok(actual) = ctx.dev.query_srq(id) {
-                        a.attr.max_wr = actual.max_wr;
-                        a.attr.max_sge = actual.max_sge;
-                    }
-                    let ptr = into_ptr::<_, Srq>(Srq {
-                        raw: sys::ibv_srq {
-                            context,
-                            srq_context: a.srq_context,
-                            pd: a.pd,
-                            handle: id.0,
-                            ..Default::default()
-                        },
-                        id,
-                        max_wr: a.attr.max_wr.into(),
-                    });
-                    ctx.record(Kind::Srq, id.0, ptr);
-                    ptr
-                }
+                Ok(id) => srq::srq_object(ctx, context, a.pd, a.srq_context, &mut a.attr, id),
                 Err(e) => null(fail(&e)),
             }
         }
