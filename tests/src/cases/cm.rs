@@ -104,13 +104,18 @@ fn ends(env: &Env, cm: &Cm, ch: CmChannelId, ps: PortSpace) -> (CmId, CmId) {
     let l = cm.create_id(ch, ps).unwrap();
     let to = bind_any(env, cm, l);
     cm.listen(l, 0).unwrap();
+    (l, resolved(cm, ch, ps, to))
+}
+
+/// A new id of `ps` with its address and route resolved toward `to`.
+fn resolved(cm: &Cm, ch: CmChannelId, ps: PortSpace, to: SocketAddr) -> CmId {
     let a = cm.create_id(ch, ps).unwrap();
     cm.resolve_addr(a, None, to, Duration::from_secs(1))
         .unwrap();
     ev(cm, ch, CmEventType::AddrResolved);
     cm.resolve_route(a, Duration::from_secs(1)).unwrap();
     ev(cm, ch, CmEventType::RouteResolved);
-    (l, a)
+    a
 }
 
 fn connect_disconnect(env: &Env) -> Outcome {
@@ -172,12 +177,7 @@ fn no_listener(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
     let to = unheard(env, &cm, ch, PortSpace::Tcp);
-    let a = cm.create_id(ch, PortSpace::Tcp).unwrap();
-    cm.resolve_addr(a, None, to, Duration::from_secs(1))
-        .unwrap();
-    ev(&cm, ch, CmEventType::AddrResolved);
-    cm.resolve_route(a, Duration::from_secs(1)).unwrap();
-    ev(&cm, ch, CmEventType::RouteResolved);
+    let a = resolved(&cm, ch, PortSpace::Tcp, to);
     cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
     cm.connect(a, &ConnParam::default()).unwrap();
     assert_eq!(ev(&cm, ch, CmEventType::Rejected).status, 8);
@@ -232,12 +232,7 @@ fn udp_no_listener(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
     let to = unheard(env, &cm, ch, PortSpace::Udp);
-    let a = cm.create_id(ch, PortSpace::Udp).unwrap();
-    cm.resolve_addr(a, None, to, Duration::from_secs(1))
-        .unwrap();
-    ev(&cm, ch, CmEventType::AddrResolved);
-    cm.resolve_route(a, Duration::from_secs(1)).unwrap();
-    ev(&cm, ch, CmEventType::RouteResolved);
+    let a = resolved(&cm, ch, PortSpace::Udp, to);
     cm.create_qp(a, &init(env, QpType::Ud)).unwrap();
     cm.connect(a, &ConnParam::default()).unwrap();
     let e = ev(&cm, ch, CmEventType::Unreachable);
