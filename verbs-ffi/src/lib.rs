@@ -11,6 +11,10 @@
 //!   `verbs_api` types (address vectors, QP attributes and capabilities, work requests
 //!   and completions, device, port and SRQ attributes, GIDs, GRHs), by value: no
 //!   pointer is followed here.
+//! * [`cm`]: the same for librdmacm (socket addresses, port spaces, event types,
+//!   connection and UD parameters with their private data limits, events); two
+//!   `unsafe` functions read a C pointer (a `sockaddr *`, private data), each with its
+//!   contract.
 //!
 //! `hw-backend` calls libibverbs through the `rdma-sys` crate, whose bindgen run makes
 //! its own Rust types for the same C structs; it hands the structs of this crate to
@@ -18,12 +22,13 @@
 //! alignment and field offsets, checked at compile time against the installed
 //! headers).
 //!
-//! `unsafe` is denied in the crate and allowed only in `sys` (generated code) and
-//! `convert` (reads of C unions whose members are all plain integers), each with its
-//! safety argument in its module documentation.
+//! `unsafe` is denied in the crate and allowed only in `sys` (generated code),
+//! `convert` and `cm` (reads of C unions whose members are all plain data; `cm`'s two
+//! pointer reads), each with its safety argument in its module documentation.
 
 #![deny(unsafe_code)]
 
+pub mod cm;
 pub mod convert;
 pub mod sys;
 
