@@ -33,7 +33,7 @@ unsafe fn lookup(
     }
     // SAFETY: getaddrinfo gave a list; the first entry's address is a sockaddr of
     // its family.
-    let found = unsafe { sockaddr_from_c((*res).ai_addr.cast()) };
+    let found = unsafe { cm::sockaddr_from_ptr((*res).ai_addr.cast()) };
     // SAFETY: the list getaddrinfo made.
     unsafe { libc::freeaddrinfo(res) };
     match found {
@@ -93,18 +93,17 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     let ps = h.map_or(0, |h| h.ai_port_space);
     let ps = if ps == 0 { r::RDMA_PS_TCP as c_int } else { ps };
     let qp_type = match h.map_or(0, |h| h.ai_qp_type) {
-        0 if ps == r::RDMA_PS_UDP as c_int => sys::IBV_QPT_UD as c_int,
-        0 => sys::IBV_QPT_RC as c_int,
+        0 => cm::qp_type_of_port_space(ps as r::rdma_port_space) as c_int,
         t => t,
     };
     // SAFETY (both): the hints' addresses, each a sockaddr of its family, or null.
-    let hint_src = match h.map(|h| unsafe { sockaddr_from_c(h.ai_src_addr) }) {
-        Some(Err(e)) => return err(e),
+    let hint_src = match h.map(|h| unsafe { cm::sockaddr_from_ptr(h.ai_src_addr) }) {
+        Some(Err(e)) => return err(e.errno()),
         Some(Ok(a)) => a,
         None => None,
     };
-    let hint_dst = match h.map(|h| unsafe { sockaddr_from_c(h.ai_dst_addr) }) {
-        Some(Err(e)) => return err(e),
+    let hint_dst = match h.map(|h| unsafe { cm::sockaddr_from_ptr(h.ai_dst_addr) }) {
+        Some(Err(e)) => return err(e.errno()),
         Some(Ok(a)) => a,
         None => None,
     };
@@ -119,7 +118,8 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         (!passive).then_some(addr)
     };
     let v6 = src.or(dst).is_some_and(|a| a.is_ipv6());
-    let ((src_c, src_len), (dst_c, dst_len)) = (SockaddrStore::of(src), SockaddrStore::of(dst));
+    let (src_c, src_len) = cm::sockaddr_to_c(src.unwrap_or(NO_ADDR));
+    let (dst_c, dst_len) = cm::sockaddr_to_c(dst.unwrap_or(NO_ADDR));
     let p = into_ptr::<r::rdma_addrinfo, AddrInfoObj>(AddrInfoObj {
         raw: r::rdma_addrinfo {
             ai_flags: flags,

@@ -5,7 +5,7 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::time::Duration;
 
-use verbs_api::{CmEvent, CmEventParam, CmEventType, ConnParam, PortSpace, QpState};
+use verbs_api::{CmEvent, CmEventParam, CmEventType, ConnParam, QpState};
 use verbs_ffi::convert;
 
 use super::*;
@@ -64,17 +64,6 @@ fn status(r: verbs_api::Result<()>) -> c_int {
     }
 }
 
-fn port_space(ps: r::rdma_port_space) -> Option<PortSpace> {
-    PortSpace::try_from(ps).ok()
-}
-
-fn qp_type_of(ps: r::rdma_port_space) -> sys::ibv_qp_type {
-    match port_space(ps) {
-        Some(PortSpace::Udp | PortSpace::Ipoib) => sys::IBV_QPT_UD,
-        _ => sys::IBV_QPT_RC,
-    }
-}
-
 /// Brings the public fields of the id (`verbs`, `port_num`, `route.addr`) up to date
 /// with the CM's view of it.
 fn refresh(cm: &Cm, o: &mut IdObj) {
@@ -91,14 +80,8 @@ fn refresh(cm: &Cm, o: &mut IdObj) {
         }
     }
     let addr = &mut o.raw.route.addr;
-    match info.local {
-        Some(SocketAddr::V6(a)) => addr.__bindgen_anon_1.src_sin6 = sockaddr6_to_c(a),
-        a => addr.__bindgen_anon_1.src_sin = sockaddr_to_c(a),
-    }
-    match info.peer {
-        Some(SocketAddr::V6(a)) => addr.__bindgen_anon_2.dst_sin6 = sockaddr6_to_c(a),
-        a => addr.__bindgen_anon_2.dst_sin = sockaddr_to_c(a),
-    }
+    addr.__bindgen_anon_1.src_storage = cm::sockaddr_to_c(info.local.unwrap_or(NO_ADDR)).0;
+    addr.__bindgen_anon_2.dst_storage = cm::sockaddr_to_c(info.peer.unwrap_or(NO_ADDR)).0;
     // SAFETY: writing the ibaddr member of the union (plain data).
     unsafe {
         let ib = addr.addr.ibaddr.as_mut();
@@ -123,7 +106,7 @@ fn new_id(
             channel,
             context,
             ps,
-            qp_type: qp_type_of(ps),
+            qp_type: cm::qp_type_of_port_space(ps),
             ..Default::default()
         },
         id: cid,
@@ -187,55 +170,17 @@ fn make_event(cm: &Cm, ev: CmEvent) -> *mut r::rdma_cm_event {
             }
         }
     }
-    let data = ev.param.private_data().to_vec();
-    let mut raw = r::rdma_cm_event {
-        id,
-        listen_id: listen,
-        event: ev.event.as_u32(),
-        status: ev.status,
-        ..Default::default()
-    };
-    let pd = data.as_ptr().cast::<c_void>();
-    let len = data.len().min(255) as u8;
-    match &ev.param {
-        CmEventParam::None => {}
-        CmEventParam::Conn(c) => {
-            // SAFETY: writing one member of the param union (plain data).
-            unsafe {
-                *raw.param.conn.as_mut() = r::rdma_conn_param {
-                    private_data: if data.is_empty() {
-                        std::ptr::null()
-                    } else {
-                        pd
-                    },
-                    private_data_len: len,
-                    responder_resources: c.responder_resources,
-                    initiator_depth: c.initiator_depth,
-                    flow_control: u8::from(c.flow_control),
-                    retry_count: c.retry_count,
-                    rnr_retry_count: c.rnr_retry_count,
-                    srq: u8::from(c.srq),
-                    qp_num: c.qp_num,
-                }
-            };
+    let mut raw = cm::cm_event_to_c(&ev, id, listen).unwrap_or_else(|_| {
+        // More private data than a C event can say (a CM MAD carries 216 bytes at
+        // most, so never): the event goes without its parameters.
+        r::rdma_cm_event {
+            id,
+            listen_id: listen,
+            event: cm::cm_event_type_to_c(ev.event),
+            status: ev.status,
+            ..Default::default()
         }
-        CmEventParam::Ud(u) => {
-            // SAFETY: as above.
-            unsafe {
-                *raw.param.ud.as_mut() = r::rdma_ud_param {
-                    private_data: if data.is_empty() {
-                        std::ptr::null()
-                    } else {
-                        pd
-                    },
-                    private_data_len: len,
-                    ah_attr: convert::ah_attr_to_c(&u.ah_attr),
-                    qp_num: u.qp_num,
-                    qkey: u.qkey,
-                }
-            };
-        }
-    }
+    });
     if matches!(
         ev.event,
         CmEventType::MulticastJoin | CmEventType::MulticastError
@@ -254,7 +199,10 @@ fn make_event(cm: &Cm, ev: CmEvent) -> *mut r::rdma_cm_event {
             }
         }
     }
-    into_ptr::<r::rdma_cm_event, EventObj>(EventObj { raw, data })
+    into_ptr::<r::rdma_cm_event, EventObj>(EventObj {
+        raw,
+        param: ev.param,
+    })
 }
 
 /// For a synchronous id, waits for the event its call produces and keeps it in
@@ -534,7 +482,7 @@ pub unsafe extern "C" fn rdma_create_id(
     if id.is_null() {
         return err(libc::EINVAL);
     }
-    let Some(space) = port_space(ps) else {
+    let Ok(space) = cm::port_space_from_c(ps) else {
         return err(libc::EINVAL);
     };
     let (channel, own) = if channel.is_null() {
@@ -657,9 +605,8 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut r::rdma_cm_id, addr: *mut r::so
     let cm = cm_or!(-1);
     let o = id_or!(cm, id, -1);
     // SAFETY: the caller's sockaddr.
-    let a = match unsafe { sockaddr_from_c(addr) } {
-        Ok(Some(a)) => a,
-        Ok(None) => return err(libc::EINVAL),
+    let a = match unsafe { sockaddr_arg(addr) } {
+        Ok(a) => a,
         Err(e) => return err(e),
     };
     let r = status(cm.cm.bind_addr(o.id, a));
@@ -678,10 +625,10 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     let cm = cm_or!(-1);
     let o = id_or!(cm, id, -1);
     // SAFETY: the caller's sockaddrs.
-    let (src, dst) = match unsafe { (sockaddr_from_c(src_addr), sockaddr_from_c(dst_addr)) } {
-        (Ok(s), Ok(Some(d))) => (s, d),
-        (Err(e), _) | (_, Err(e)) => return err(e),
-        (_, Ok(None)) => return err(libc::EINVAL),
+    let (src, dst) = match unsafe { (cm::sockaddr_from_ptr(src_addr), sockaddr_arg(dst_addr)) } {
+        (Ok(s), Ok(d)) => (s, d),
+        (Err(e), _) => return err(e.errno()),
+        (_, Err(e)) => return err(e),
     };
     let t = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0).max(1));
     if status(cm.cm.resolve_addr(o.id, src, dst, t)) != 0 {
@@ -951,25 +898,10 @@ unsafe fn conn_param_of(p: *const r::rdma_conn_param) -> ConnParam {
     let Some(c) = (unsafe { p.as_ref() }) else {
         return ConnParam::default();
     };
-    let private_data = if c.private_data.is_null() {
-        Vec::new()
-    } else {
-        // SAFETY: private_data_len bytes of the caller's.
-        unsafe {
-            std::slice::from_raw_parts(c.private_data.cast::<u8>(), usize::from(c.private_data_len))
-        }
-        .to_vec()
-    };
-    ConnParam {
-        private_data,
-        responder_resources: c.responder_resources,
-        initiator_depth: c.initiator_depth,
-        flow_control: c.flow_control != 0,
-        retry_count: c.retry_count,
-        rnr_retry_count: c.rnr_retry_count,
-        srq: c.srq != 0,
-        qp_num: c.qp_num,
-    }
+    // SAFETY: private_data_len bytes of the caller's, or null.
+    cm::conn_param_from_c(c, unsafe {
+        cm::private_data(c.private_data, c.private_data_len)
+    })
 }
 
 /// librdmacm cma.c `ucma_valid_param`: on `RDMA_PS_TCP`, parameters are needed when
@@ -1203,7 +1135,7 @@ pub unsafe extern "C" fn rdma_create_ep(
         // SAFETY: the caller's attributes.
         let mut a = unsafe { *qp_init_attr };
         a.qp_type = match res.ai_qp_type {
-            0 => qp_type_of(ps),
+            0 => cm::qp_type_of_port_space(ps),
             t => t as sys::ibv_qp_type,
         };
         a
@@ -1443,9 +1375,8 @@ unsafe fn join(id: *mut r::rdma_cm_id, addr: *mut r::sockaddr, context: *mut c_v
     let cm = cm_or!(-1);
     let o = id_or!(cm, id, -1);
     // SAFETY: the caller's sockaddr.
-    let a = match unsafe { sockaddr_from_c(addr) } {
-        Ok(Some(a)) => a,
-        Ok(None) => return err(libc::EINVAL),
+    let a = match unsafe { sockaddr_arg(addr) } {
+        Ok(a) => a,
         Err(e) => return err(e),
     };
     // Known before the CM's event can be read (it may be queued inside the call);
@@ -1468,9 +1399,8 @@ pub unsafe extern "C" fn rdma_leave_multicast(
     let cm = cm_or!(-1);
     let o = id_or!(cm, id, -1);
     // SAFETY: the caller's sockaddr.
-    let a = match unsafe { sockaddr_from_c(addr) } {
-        Ok(Some(a)) => a,
-        Ok(None) => return err(libc::EINVAL),
+    let a = match unsafe { sockaddr_arg(addr) } {
+        Ok(a) => a,
         Err(e) => return err(e),
     };
     let r = status(cm.cm.leave_multicast(o.id, a));

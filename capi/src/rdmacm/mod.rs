@@ -36,12 +36,13 @@ pub use calls::*;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_int;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, OnceLock};
 
 use emu_cm::{CmConfig, EmuCm};
 use parking_lot::Mutex;
-use verbs_api::{CmChannelId, CmId, ConnectionManager, Device, Error};
+use verbs_api::{CmChannelId, CmEventParam, CmId, ConnectionManager, Device, Error};
+use verbs_ffi::cm;
 
 use crate::objects::Context;
 use crate::sys;
@@ -247,46 +248,38 @@ pub(crate) struct IdObj {
     pub(crate) depth: (u8, u8),
 }
 
-/// An event (`rdma_cm_event`) and the private data its `param` points at.
+/// An event (`rdma_cm_event`) and the parameters whose private data its `param`
+/// points at.
 #[repr(C)]
 pub(crate) struct EventObj {
     pub(crate) raw: r::rdma_cm_event,
-    pub(crate) data: Vec<u8>,
+    pub(crate) param: CmEventParam,
 }
 
 /// An address list entry (`rdma_addrinfo`) with its addresses.
 #[repr(C)]
 pub(crate) struct AddrInfoObj {
     pub(crate) raw: r::rdma_addrinfo,
-    pub(crate) src: SockaddrStore,
-    pub(crate) dst: SockaddrStore,
+    pub(crate) src: r::sockaddr_storage,
+    pub(crate) dst: r::sockaddr_storage,
 }
 
-/// Room for a `sockaddr_in` or a `sockaddr_in6`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) union SockaddrStore {
-    pub(crate) v4: r::sockaddr_in,
-    pub(crate) v6: r::sockaddr_in6,
-}
+/// What a `sockaddr` this library fills in holds when there is no address: 0.0.0.0:0
+/// (`AF_INET`).
+pub(crate) const NO_ADDR: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
 
-impl SockaddrStore {
-    /// `a` in C form, and its length (an absent one: 0.0.0.0:0).
-    pub(crate) fn of(a: Option<SocketAddr>) -> (SockaddrStore, r::socklen_t) {
-        match a {
-            Some(SocketAddr::V6(v6)) => (
-                SockaddrStore {
-                    v6: sockaddr6_to_c(v6),
-                },
-                std::mem::size_of::<r::sockaddr_in6>() as r::socklen_t,
-            ),
-            a => (
-                SockaddrStore {
-                    v4: sockaddr_to_c(a),
-                },
-                std::mem::size_of::<r::sockaddr_in>() as r::socklen_t,
-            ),
-        }
+/// The socket address argument at `sa` ([`cm::sockaddr_from_ptr`]: EINVAL for an
+/// unknown family, EAFNOSUPPORT for `AF_IB`), null being EINVAL; the errno on failure.
+///
+/// # Safety
+///
+/// As [`cm::sockaddr_from_ptr`]'s.
+pub(crate) unsafe fn sockaddr_arg(sa: *const r::sockaddr) -> Result<SocketAddr, c_int> {
+    // SAFETY: the caller's contract.
+    match unsafe { cm::sockaddr_from_ptr(sa) } {
+        Ok(Some(a)) => Ok(a),
+        Ok(None) => Err(libc::EINVAL),
+        Err(e) => Err(e.errno()),
     }
 }
 
@@ -310,101 +303,4 @@ pub(crate) fn err(errno: c_int) -> c_int {
 pub(crate) fn unsupported(what: &str) -> c_int {
     eprintln!("rdma-emu librdmacm: {what} is not supported by the emulator (EOPNOTSUPP)");
     err(libc::EOPNOTSUPP)
-}
-
-/// A `sockaddr` (AF_INET or AF_INET6) as a socket address; EAFNOSUPPORT for other
-/// families.
-///
-/// # Safety
-///
-/// `sa` is null or a valid `sockaddr` of its family's size.
-pub(crate) unsafe fn sockaddr_from_c(sa: *const r::sockaddr) -> Result<Option<SocketAddr>, c_int> {
-    if sa.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: caller's contract.
-    let family = c_int::from(unsafe { (*sa).sa_family });
-    if family == libc::AF_INET6 {
-        // SAFETY: an AF_INET6 sockaddr is a sockaddr_in6 (caller's contract on size).
-        let sin6 = unsafe { &*sa.cast::<r::sockaddr_in6>() };
-        // SAFETY: every member of the in6_addr union is plain bytes.
-        let bytes = unsafe { sin6.sin6_addr.__in6_u.__u6_addr8 };
-        return Ok(Some(SocketAddr::V6(SocketAddrV6::new(
-            Ipv6Addr::from(bytes),
-            u16::from_be(sin6.sin6_port),
-            u32::from_be(sin6.sin6_flowinfo),
-            sin6.sin6_scope_id,
-        ))));
-    }
-    if family != libc::AF_INET {
-        eprintln!(
-            "rdma-emu librdmacm: only IPv4 and IPv6 addresses (AF_INET, AF_INET6) are supported"
-        );
-        return Err(libc::EAFNOSUPPORT);
-    }
-    // SAFETY: an AF_INET sockaddr is a sockaddr_in.
-    let sin = unsafe { &*sa.cast::<r::sockaddr_in>() };
-    Ok(Some(SocketAddr::V4(SocketAddrV4::new(
-        Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
-        u16::from_be(sin.sin_port),
-    ))))
-}
-
-/// A socket address as a `sockaddr_in` (an IPv6 one becomes 0.0.0.0: see
-/// [`sockaddr6_to_c`]).
-pub(crate) fn sockaddr_to_c(a: Option<SocketAddr>) -> r::sockaddr_in {
-    let (ip, port) = match a {
-        Some(SocketAddr::V4(v)) => (*v.ip(), v.port()),
-        _ => (Ipv4Addr::UNSPECIFIED, 0),
-    };
-    r::sockaddr_in {
-        sin_family: libc::AF_INET as r::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: r::in_addr {
-            s_addr: u32::from(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
-
-/// An IPv6 socket address as a `sockaddr_in6`.
-pub(crate) fn sockaddr6_to_c(a: SocketAddrV6) -> r::sockaddr_in6 {
-    r::sockaddr_in6 {
-        sin6_family: libc::AF_INET6 as r::sa_family_t,
-        sin6_port: a.port().to_be(),
-        sin6_flowinfo: a.flowinfo().to_be(),
-        sin6_addr: r::in6_addr {
-            __in6_u: r::in6_addr__bindgen_ty_1 {
-                __u6_addr8: a.ip().octets(),
-            },
-        },
-        sin6_scope_id: a.scope_id(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sockaddrs_round_trip() {
-        let a = SocketAddr::from(([127, 0, 0, 2], 7174));
-        let c = sockaddr_to_c(Some(a));
-        assert_eq!(c.sin_port, 7174u16.to_be());
-        // SAFETY: a sockaddr_in is a valid AF_INET sockaddr.
-        let back = unsafe { sockaddr_from_c(std::ptr::from_ref(&c).cast()) };
-        assert_eq!(back, Ok(Some(a)));
-        let six = SocketAddrV6::new("fd00::7".parse().unwrap(), 7174, 0, 3);
-        let c6 = sockaddr6_to_c(six);
-        // SAFETY: a sockaddr_in6 is a valid AF_INET6 sockaddr.
-        let back = unsafe { sockaddr_from_c(std::ptr::from_ref(&c6).cast()) };
-        assert_eq!(back, Ok(Some(SocketAddr::V6(six))));
-        let mut unix = c;
-        unix.sin_family = libc::AF_UNIX as r::sa_family_t;
-        // SAFETY: as above (the family is only read).
-        let e = unsafe { sockaddr_from_c(std::ptr::from_ref(&unix).cast()) };
-        assert_eq!(e, Err(libc::EAFNOSUPPORT));
-        // SAFETY: null is allowed.
-        assert_eq!(unsafe { sockaddr_from_c(std::ptr::null()) }, Ok(None));
-    }
 }

@@ -60,7 +60,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, MutexGuard};
 use verbs_api::{CmChannelId, CmEventType, CmId, ConnectionManager, PortSpace};
 
-use crate::rdmacm::{cm, err, sockaddr_from_c, sockaddr_to_c, Cm};
+use crate::rdmacm::{cm, err, sockaddr_arg, Cm, NO_ADDR};
 use crate::sys::rdma as r;
 use data::{st, Conn};
 
@@ -440,9 +440,8 @@ pub extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int 
 pub unsafe extern "C" fn rbind(socket: c_int, addr: *const r::sockaddr, _len: u32) -> c_int {
     cm_or!(cm, -1);
     // SAFETY: the caller's sockaddr (module safety argument).
-    let a = match unsafe { sockaddr_from_c(addr) } {
-        Ok(Some(a)) => a,
-        Ok(None) => return err(libc::EINVAL),
+    let a = match unsafe { sockaddr_arg(addr) } {
+        Ok(a) => a,
         Err(e) => return err(e),
     };
     if let Some(ds) = datagram::lookup(socket) {
@@ -487,25 +486,15 @@ pub extern "C" fn rlisten(socket: c_int, backlog: c_int) -> c_int {
 /// an IPv6 address, a `sockaddr_in6`; truncated as getsockname(2) does) and sets
 /// `*len` to its size.
 unsafe fn put_addr(a: Option<std::net::SocketAddr>, addr: *mut r::sockaddr, len: *mut u32) {
-    /// Copies `c` into the caller's buffer.
-    unsafe fn put<T>(c: &T, addr: *mut r::sockaddr, len: *mut u32) {
-        let size = std::mem::size_of::<T>();
-        // SAFETY: the caller's buffer of *len bytes (module safety argument).
-        unsafe {
-            let n = (*len as usize).min(size);
-            std::ptr::copy_nonoverlapping(std::ptr::from_ref(c).cast::<u8>(), addr.cast(), n);
-            *len = size as u32;
-        }
-    }
     if addr.is_null() || len.is_null() {
         return;
     }
-    // SAFETY: as `put` says.
+    let (c, size) = verbs_ffi::cm::sockaddr_to_c(a.unwrap_or(NO_ADDR));
+    // SAFETY: the caller's buffer of *len bytes (module safety argument).
     unsafe {
-        match a {
-            Some(std::net::SocketAddr::V6(v)) => put(&crate::rdmacm::sockaddr6_to_c(v), addr, len),
-            _ => put(&sockaddr_to_c(a), addr, len),
-        }
+        let n = (*len as usize).min(size as usize);
+        std::ptr::copy_nonoverlapping(std::ptr::from_ref(&c).cast::<u8>(), addr.cast(), n);
+        *len = size;
     }
 }
 
@@ -624,9 +613,8 @@ pub unsafe extern "C" fn raccept(socket: c_int, addr: *mut r::sockaddr, len: *mu
 pub unsafe extern "C" fn rconnect(socket: c_int, addr: *const r::sockaddr, _len: u32) -> c_int {
     cm_or!(cm, -1);
     // SAFETY: the caller's sockaddr (module safety argument).
-    let a = match unsafe { sockaddr_from_c(addr) } {
-        Ok(Some(a)) => a,
-        Ok(None) => return err(libc::EINVAL),
+    let a = match unsafe { sockaddr_arg(addr) } {
+        Ok(a) => a,
         Err(e) => return err(e),
     };
     if let Some(ds) = datagram::lookup(socket) {
@@ -988,9 +976,9 @@ pub unsafe extern "C" fn rsendto(
     if let Some(ds) = datagram::lookup(socket) {
         cm_or!(cm, -1);
         // SAFETY: the caller's sockaddr (module safety argument).
-        let to = match unsafe { sockaddr_from_c(dst) } {
+        let to = match unsafe { verbs_ffi::cm::sockaddr_from_ptr(dst) } {
             Ok(a) => a,
-            Err(e) => return err(e) as isize,
+            Err(e) => return err(e.errno()) as isize,
         };
         // SAFETY: the caller's buffer.
         return match datagram::send(cm, &ds, unsafe { slice(buf, len) }, flags, to) {
