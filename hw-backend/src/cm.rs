@@ -35,7 +35,7 @@
 #![allow(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::Arc;
@@ -46,9 +46,10 @@ use rdma_sys as ffi;
 use verbs_api::{
     CmChannelId, CmEvent, CmEventParam, CmEventType, CmId, CmIdInfo, ConnParam, ConnectionManager,
     Device, Endpoint, Error, Gid, PortSpace, QpAttr, QpAttrMask, QpInitAttr, QpParams, QpState,
-    QpType, Result, UdParam,
+    QpType, Result,
 };
 
+use verbs_ffi::cm::{self, PrivateDataUse};
 use verbs_ffi::{convert, sys as c};
 
 use crate::layout::{from_sys, sys_mut};
@@ -65,33 +66,6 @@ fn check(rc: c_int, context: &'static str) -> Result<()> {
     } else {
         Err(errno_error(context))
     }
-}
-
-fn sockaddr(a: SocketAddr) -> Result<libc::sockaddr_in> {
-    let SocketAddr::V4(a) = a else {
-        return Err(Error::Unsupported("IPv6 addresses are not supported yet"));
-    };
-    Ok(sockaddr_in(a))
-}
-
-fn sockaddr_in(a: SocketAddrV4) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: a.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*a.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
-
-fn from_sockaddr(s: &libc::sockaddr_in) -> Option<SocketAddr> {
-    (s.sin_family == libc::AF_INET as libc::sa_family_t).then(|| {
-        SocketAddr::V4(SocketAddrV4::new(
-            u32::from_be(s.sin_addr.s_addr).into(),
-            u16::from_be(s.sin_port),
-        ))
-    })
 }
 
 struct Chan {
@@ -188,23 +162,18 @@ impl HwCm {
         let _ = self.dev.modify_qp(qpn, &attr, QpAttrMask::STATE);
     }
 
-    fn conn_param_c(p: &ConnParam, qpn: u32) -> Result<ffi::rdma_conn_param> {
-        let len = u8::try_from(p.private_data.len())
-            .map_err(|_| Error::InvalidArgument("private data too long"))?;
-        Ok(ffi::rdma_conn_param {
-            private_data: if len == 0 {
-                ptr::null()
-            } else {
-                p.private_data.as_ptr().cast()
-            },
-            private_data_len: len,
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
-            flow_control: u8::from(p.flow_control),
-            retry_count: p.retry_count,
-            rnr_retry_count: p.rnr_retry_count,
-            srq: u8::from(p.srq),
+    /// `p` for `rdma_connect` / `rdma_accept` (`what`) on an id of port space `ps`,
+    /// naming QP `qpn`: EINVAL for more private data than the call may carry.
+    fn conn_param_c(
+        p: &ConnParam,
+        ps: PortSpace,
+        what: PrivateDataUse,
+        qpn: u32,
+    ) -> Result<c::rdma::rdma_conn_param> {
+        cm::check_private_data(ps, what, p.private_data.len())?;
+        Ok(c::rdma::rdma_conn_param {
             qp_num: qpn,
+            ..cm::conn_param_to_c(p)?
         })
     }
 
@@ -223,7 +192,8 @@ impl HwCm {
         }
         // SAFETY: librdmacm returned a valid event, live until rdma_ack_cm_event.
         let e = unsafe { &*ev };
-        let kind = CmEventType::try_from(e.event).unwrap_or(CmEventType::ConnectError);
+        // An event type a newer librdmacm added is reported as a failure to connect.
+        let kind = cm::cm_event_type_from_c(e.event).unwrap_or(CmEventType::ConnectError);
         let listen_id = t.by_ptr.get(&(e.listen_id as usize)).copied();
         let id = match (kind, listen_id) {
             (CmEventType::ConnectRequest, Some(l)) => {
@@ -247,14 +217,6 @@ impl HwCm {
             _ => t.by_ptr.get(&(e.id as usize)).copied(),
         };
         let ps = id.and_then(|i| t.ids.get(&i)).map(|r| r.ps);
-        let copy = |p: *const c_void, len: u8| -> Vec<u8> {
-            if p.is_null() || len == 0 {
-                Vec::new()
-            } else {
-                // SAFETY: librdmacm's private data: `len` bytes at `p`, live until ack.
-                unsafe { std::slice::from_raw_parts(p.cast::<u8>(), usize::from(len)) }.to_vec()
-            }
-        };
         let with_data = matches!(
             kind,
             CmEventType::ConnectRequest
@@ -272,41 +234,26 @@ impl HwCm {
             // the join's context, here the group's IPv4 address (never dereferenced).
             let u = unsafe { e.param.ud };
             let group = Ipv4Addr::from(u.private_data as usize as u32);
-            let mut ah_attr = convert::ah_attr_from_c(from_sys(&u.ah_attr));
+            let mut ud = cm::ud_param_from_c(from_sys(&u), &[]);
             if kind == CmEventType::MulticastError {
                 // As EmuCm: the error names its group in the address vector.
-                ah_attr = QpParams::default().ah_attr(Gid::from_ipv4(group));
+                ud.ah_attr = QpParams::default().ah_attr(Gid::from_ipv4(group));
             }
-            CmEventParam::Ud(UdParam {
-                private_data: Vec::new(),
-                ah_attr,
-                qp_num: u.qp_num,
-                qkey: u.qkey,
-            })
+            CmEventParam::Ud(ud)
         } else if !with_data {
             CmEventParam::None
         } else if ps == Some(PortSpace::Udp) {
             // SAFETY: the `ud` member is the one librdmacm fills for RDMA_PS_UDP.
             let u = unsafe { e.param.ud };
-            CmEventParam::Ud(UdParam {
-                private_data: copy(u.private_data, u.private_data_len),
-                ah_attr: convert::ah_attr_from_c(from_sys(&u.ah_attr)),
-                qp_num: u.qp_num,
-                qkey: u.qkey,
-            })
+            // SAFETY: librdmacm's private data, live until the event is acknowledged.
+            let data = unsafe { cm::private_data(u.private_data, u.private_data_len) };
+            CmEventParam::Ud(cm::ud_param_from_c(from_sys(&u), data))
         } else {
             // SAFETY: the `conn` member, for connected port spaces.
             let c = unsafe { e.param.conn };
-            CmEventParam::Conn(ConnParam {
-                private_data: copy(c.private_data, c.private_data_len),
-                responder_resources: c.responder_resources,
-                initiator_depth: c.initiator_depth,
-                flow_control: c.flow_control != 0,
-                retry_count: c.retry_count,
-                rnr_retry_count: c.rnr_retry_count,
-                srq: c.srq != 0,
-                qp_num: c.qp_num,
-            })
+            // SAFETY: as above.
+            let data = unsafe { cm::private_data(c.private_data, c.private_data_len) };
+            CmEventParam::Conn(cm::conn_param_from_c(from_sys(&c), data))
         };
         let status = e.status;
         // SAFETY: acknowledges the event read above, once; nothing of it is used after.
@@ -476,7 +423,7 @@ impl ConnectionManager for HwCm {
         let mut id: *mut ffi::rdma_cm_id = ptr::null_mut();
         // SAFETY: a live channel, a local out-pointer, no context.
         check(
-            unsafe { ffi::rdma_create_id(chan, &mut id, ptr::null_mut(), ps.as_u32()) },
+            unsafe { ffi::rdma_create_id(chan, &mut id, ptr::null_mut(), cm::port_space_to_c(ps)) },
             "rdma_create_id",
         )?;
         let n = t.next;
@@ -513,8 +460,8 @@ impl ConnectionManager for HwCm {
 
     fn bind_addr(&self, id: CmId, addr: SocketAddr) -> Result<()> {
         let t = self.t.lock();
-        let mut sa = sockaddr(addr)?;
-        // SAFETY: a live id and a sockaddr_in on the stack.
+        let (mut sa, _) = cm::sockaddr_to_c(addr);
+        // SAFETY: a live id and a sockaddr on the stack.
         check(
             unsafe { ffi::rdma_bind_addr(Self::id_ptr(&t, id)?, ptr::from_mut(&mut sa).cast()) },
             "rdma_bind_addr",
@@ -529,8 +476,8 @@ impl ConnectionManager for HwCm {
         timeout: Duration,
     ) -> Result<()> {
         let t = self.t.lock();
-        let mut s = src.map(sockaddr).transpose()?;
-        let mut d = sockaddr(dst)?;
+        let mut s = src.map(|a| cm::sockaddr_to_c(a).0);
+        let (mut d, _) = cm::sockaddr_to_c(dst);
         let sp = s
             .as_mut()
             .map_or(ptr::null_mut(), |s| ptr::from_mut(s).cast());
@@ -643,9 +590,12 @@ impl ConnectionManager for HwCm {
             ));
         }
         let qpn = r.qp.map_or(param.qp_num, |q| q.0);
-        let mut c = Self::conn_param_c(param, qpn)?;
+        let mut c = Self::conn_param_c(param, r.ps, PrivateDataUse::Connect, qpn)?;
         // SAFETY: a live id; `c` and the private data it points to outlive the call.
-        check(unsafe { ffi::rdma_connect(r.ptr, &mut c) }, "rdma_connect")
+        check(
+            unsafe { ffi::rdma_connect(r.ptr, sys_mut(&mut c)) },
+            "rdma_connect",
+        )
     }
 
     fn establish(&self, id: CmId) -> Result<()> {
@@ -665,18 +615,23 @@ impl ConnectionManager for HwCm {
             self.modify_to(r.ptr, qpn, QpState::Rts)?;
         }
         let qpn = r.qp.map_or(param.qp_num, |q| q.0);
-        let mut c = Self::conn_param_c(param, qpn)?;
+        let mut c = Self::conn_param_c(param, r.ps, PrivateDataUse::Accept, qpn)?;
         // SAFETY: as in connect.
-        check(unsafe { ffi::rdma_accept(r.ptr, &mut c) }, "rdma_accept")
+        check(
+            unsafe { ffi::rdma_accept(r.ptr, sys_mut(&mut c)) },
+            "rdma_accept",
+        )
     }
 
     fn reject(&self, id: CmId, private_data: &[u8]) -> Result<()> {
         let t = self.t.lock();
-        let len = u8::try_from(private_data.len())
-            .map_err(|_| Error::InvalidArgument("private data too long"))?;
+        let r = t.ids.get(&id.0).ok_or(NO_ID)?;
+        cm::check_private_data(r.ps, PrivateDataUse::Reject, private_data.len())?;
+        // At most 148 bytes (checked above): the length fits its u8.
+        let len = private_data.len() as u8;
         // SAFETY: a live id; the slice outlives the call.
         check(
-            unsafe { ffi::rdma_reject(Self::id_ptr(&t, id)?, private_data.as_ptr().cast(), len) },
+            unsafe { ffi::rdma_reject(r.ptr, private_data.as_ptr().cast(), len) },
             "rdma_reject",
         )
     }
@@ -694,7 +649,7 @@ impl ConnectionManager for HwCm {
 
     fn join_multicast(&self, id: CmId, addr: SocketAddr) -> Result<()> {
         let mut t = self.t.lock();
-        let mut sa = sockaddr(addr)?;
+        let (mut sa, _) = cm::sockaddr_to_c(addr);
         let group = *match &addr {
             SocketAddr::V4(a) if a.ip().is_multicast() => a.ip(),
             // The kernel's RoCE join maps any address to an MGID; a unicast one can
@@ -708,7 +663,7 @@ impl ConnectionManager for HwCm {
                 "the id joined this group already",
             ));
         }
-        // SAFETY: a live id, a sockaddr_in on the stack; the context is the group's
+        // SAFETY: a live id, a sockaddr on the stack; the context is the group's
         // address as an integer, which librdmacm only hands back.
         check(
             unsafe {
@@ -726,7 +681,7 @@ impl ConnectionManager for HwCm {
 
     fn leave_multicast(&self, id: CmId, addr: SocketAddr) -> Result<()> {
         let mut t = self.t.lock();
-        let mut sa = sockaddr(addr)?;
+        let (mut sa, _) = cm::sockaddr_to_c(addr);
         // librdmacm's leave waits until every event of the group it reported is
         // acknowledged: the channel's queued events are read (and acknowledged) first,
         // kept for get_cm_event, so it cannot wait on one nobody will read.
@@ -737,21 +692,22 @@ impl ConnectionManager for HwCm {
             }
         }
         let r = t.ids.get_mut(&id.0).ok_or(NO_ID)?;
-        let SocketAddr::V4(a) = addr else {
-            unreachable!("sockaddr refused IPv6")
+        let group = match addr {
+            SocketAddr::V4(a) => Some(*a.ip()),
+            SocketAddr::V6(_) => None, // join_multicast takes IPv4 groups only
         };
-        let Some(at) = r.mcast.iter().position(|m| m.0 == *a.ip()) else {
+        let Some(at) = r.mcast.iter().position(|m| Some(m.0) == group) else {
             return Err(Error::from_errno(
                 libc::EADDRNOTAVAIL,
                 "the id did not join this group",
             ));
         };
         // librdmacm detaches the QPs it made before leaving; ours is detached here.
-        if let (_, Some((qpn, lid))) = r.mcast[at] {
-            self.dev.detach_mcast(qpn, &Gid::from_ipv4(*a.ip()), lid)?;
+        if let (group, Some((qpn, lid))) = r.mcast[at] {
+            self.dev.detach_mcast(qpn, &Gid::from_ipv4(group), lid)?;
         }
         r.mcast.remove(at);
-        // SAFETY: a live id and a sockaddr_in on the stack.
+        // SAFETY: a live id and a sockaddr on the stack.
         check(
             unsafe { ffi::rdma_leave_multicast(r.ptr, ptr::from_mut(&mut sa).cast()) },
             "rdma_leave_multicast",
@@ -761,8 +717,8 @@ impl ConnectionManager for HwCm {
     fn id_info(&self, id: CmId) -> Result<CmIdInfo> {
         let t = self.t.lock();
         let r = t.ids.get(&id.0).ok_or(NO_ID)?;
-        // SAFETY: a live id; the route's address union is read as sockaddr_in only
-        // when its family says AF_INET (from_sockaddr checks it), and the IB address
+        // SAFETY: a live id; the route's address unions are whole sockaddr_storages
+        // (sockaddr_from_ptr reads the family's struct, no more), and the IB address
         // member is the GIDs librdmacm fills after resolution.
         let (local, peer, sgid, dgid, device, port_num) = unsafe {
             let i = &*r.ptr;
@@ -773,8 +729,13 @@ impl ConnectionManager for HwCm {
                     .into_owned()
             });
             (
-                from_sockaddr(&a.src_addr_union.src_sin),
-                from_sockaddr(&a.dst_addr_union.dst_sin),
+                // An address not set yet has family 0: none.
+                cm::sockaddr_from_ptr(ptr::from_ref(&a.src_addr_union).cast())
+                    .ok()
+                    .flatten(),
+                cm::sockaddr_from_ptr(ptr::from_ref(&a.dst_addr_union).cast())
+                    .ok()
+                    .flatten(),
                 convert::gid_from_c(from_sys(&a.addr.ibaddr.sgid)),
                 convert::gid_from_c(from_sys(&a.addr.ibaddr.dgid)),
                 device,

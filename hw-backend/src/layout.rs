@@ -16,22 +16,29 @@
 //!   accessors return `&F` for one `F`), or types that are themselves a declared pair
 //!   (the trait bound `SameLayout<Sys = ..>`), which recursively have equal layouts.
 //!
-//! Every field so named is an integer, an array of integers, or a declared pair; the
-//! only pairs declared with [`same_layout!`]'s `union` form (size and alignment
-//! checked, no fields) are `ibv_gid` (16 bytes, or two `u64`s) and the `imm_data` /
+//! Every field so named is an integer, an array of integers, a declared pair, or (the
+//! `private_data` of `rdma_conn_param` and `rdma_ud_param`) a `*const c_void`, one
+//! type on both sides, which is only copied by the cast, never followed; the only
+//! pairs declared with [`same_layout!`]'s `union` form (size and alignment checked, no
+//! fields) are `ibv_gid` (16 bytes, or two `u64`s) and the `imm_data` /
 //! `invalidated_rkey` word of `ibv_wc` (two `u32`s), unions whose members are all
 //! integers. So the two types have the same bytes in the same places, their padding
-//! coincides, and every bit pattern is a valid value of both (no pointers, no Rust
-//! enums, no `bool`s): reading a `C` as an `S` or an `S` as a `C`, by value or through a
-//! reference of equal alignment, reads the same valid value. The four functions below
-//! are the only casts.
+//! coincides, and every bit pattern is a valid value of both (integers and raw
+//! pointers; no references, no Rust enums, no `bool`s): reading a `C` as an `S` or an
+//! `S` as a `C`, by value or through a reference of equal alignment, reads the same
+//! valid value. The four functions below are the only casts.
 
 #![allow(unsafe_code)]
 
 use std::mem::{align_of, offset_of, size_of};
 
 use rdma_sys as ffi;
-use verbs_ffi::sys as c;
+
+/// The `verbs_ffi::sys` structs paired here, `<rdma/rdma_cma.h>`'s among them.
+mod c {
+    pub(super) use verbs_ffi::sys::rdma::{rdma_conn_param, rdma_ud_param};
+    pub(super) use verbs_ffi::sys::*;
+}
 
 /// `Self` (a `verbs_ffi::sys` struct) and `Self::Sys` (its rdma-sys twin) have the
 /// same layout and both accept every bit pattern.
@@ -40,14 +47,14 @@ use verbs_ffi::sys as c;
 ///
 /// Implemented only by [`same_layout!`], which checks the layout at compile time (the
 /// module's safety argument).
-pub(crate) unsafe trait SameLayout: Copy {
+pub(crate) unsafe trait SameLayout {
     /// rdma-sys's struct of the same C name.
     type Sys;
 }
 
 /// The rdma-sys struct with the bytes of `t`, to embed in a struct rdma-sys declares
 /// (`ibv_qp_init_attr.cap`, a work request's SGE list).
-pub(crate) fn to_sys<T: SameLayout>(t: T) -> T::Sys {
+pub(crate) fn to_sys<T: SameLayout + Copy>(t: T) -> T::Sys {
     // SAFETY: same size and every bit pattern valid for both (module docs).
     unsafe { std::mem::transmute_copy(&t) }
 }
@@ -168,6 +175,11 @@ same_layout! {
         max_total_mcast_qp_attach, max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr,
         max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt
     }
+    rdma_conn_param {
+        private_data, private_data_len, responder_resources, initiator_depth, flow_control,
+        retry_count, rnr_retry_count, srq, qp_num
+    }
+    rdma_ud_param { private_data, private_data_len, ah_attr: nested, qp_num, qkey }
     ibv_port_attr {
         state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr,
         qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout,
@@ -179,8 +191,8 @@ same_layout! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use verbs_api::{QpAttr, WcFlags, WcOpcode, WcStatus, WorkCompletion};
-    use verbs_ffi::convert;
+    use verbs_api::{ConnParam, QpAttr, UdParam, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+    use verbs_ffi::{cm, convert};
 
     #[test]
     fn a_struct_reads_the_same_through_either_type() {
@@ -210,5 +222,34 @@ mod tests {
             to_sys(convert::cap_to_c(&q.cap)).max_send_wr,
             q.cap.max_send_wr
         );
+    }
+
+    #[test]
+    fn cm_parameters_read_the_same_through_either_type() {
+        let p = ConnParam {
+            private_data: vec![1, 2, 3],
+            rnr_retry_count: 6,
+            qp_num: 0x12_3456,
+            ..ConnParam::default()
+        };
+        let mut c = cm::conn_param_to_c(&p).unwrap();
+        let s = sys_mut(&mut c);
+        assert_eq!(
+            (s.private_data_len, s.rnr_retry_count, s.qp_num),
+            (3, 6, 0x12_3456)
+        );
+        // SAFETY: points into p.private_data, alive and unchanged.
+        let data = unsafe { cm::private_data(s.private_data, s.private_data_len) };
+        assert_eq!(cm::conn_param_from_c(from_sys(s), data), p);
+        let mut u = UdParam {
+            qkey: 0x1111_1111,
+            qp_num: 7,
+            ..UdParam::default()
+        };
+        u.ah_attr.grh.dgid.0[15] = 9;
+        let mut c = cm::ud_param_to_c(&u).unwrap();
+        let s = sys_mut(&mut c);
+        assert_eq!((s.qkey, s.qp_num), (0x1111_1111, 7));
+        assert_eq!(cm::ud_param_from_c(from_sys(s), &[]), u);
     }
 }
