@@ -12,7 +12,7 @@ use std::path::PathBuf;
 /// namespace's inode is part of the path.
 pub(crate) fn folder() -> PathBuf {
     use std::os::unix::fs::MetadataExt;
-    let uid = rustix::process::getuid().as_raw();
+    let uid = nix::unistd::getuid().as_raw();
     let netns = std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino());
     let shm = PathBuf::from("/dev/shm");
     let base = if shm.is_dir() {
@@ -25,8 +25,10 @@ pub(crate) fn folder() -> PathBuf {
 
 /// The monotonic clock, in nanoseconds: the same in every process of the host.
 pub(crate) fn mono_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (t.tv_sec as u64) * 1_000_000_000 + t.tv_nsec as u64
+    // CLOCK_MONOTONIC cannot fail (clock_gettime(2): EINVAL is for unknown clocks).
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        (t.tv_sec() as u64) * 1_000_000_000 + t.tv_nsec() as u64
+    })
 }
 
 /// Whether process `pid` exists (a file left by a process that is gone is stale).

@@ -9,6 +9,7 @@ use std::io::{PipeReader, PipeWriter, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use parking_lot::{Condvar, Mutex};
 use verbs_api::{Error, Result};
 
@@ -36,10 +37,15 @@ impl<T> Notifier<T> {
         // block `push` under the queue lock. The read end keeps its blocking mode: it
         // is the program's fd, whose O_NONBLOCK flag the program sets and the C ABI
         // reads (a blocking `ibv_get_cq_event` unless the program asked otherwise).
-        rustix::io::ioctl_fionbio(writer.as_fd(), true).map_err(|e| Error::Os {
-            errno: e.raw_os_error(),
-            context: "pipe",
-        })?;
+        fcntl(&writer, FcntlArg::F_GETFL)
+            .and_then(|f| {
+                let f = OFlag::from_bits_retain(f) | OFlag::O_NONBLOCK;
+                fcntl(&writer, FcntlArg::F_SETFL(f))
+            })
+            .map_err(|e| Error::Os {
+                errno: e as i32,
+                context: "pipe",
+            })?;
         let fd = reader.as_raw_fd();
         let watch = reader.try_clone().map_err(|e| Error::Os {
             errno: e.raw_os_error().unwrap_or(24),
@@ -129,15 +135,11 @@ mod tests {
     /// Whether the pipe's read end is readable now.
     fn readable(n: &Notifier<u32>) -> bool {
         let r = n.reader.lock();
-        let mut fds = [rustix::event::PollFd::new(
-            &*r,
-            rustix::event::PollFlags::IN,
+        let mut fds = [nix::poll::PollFd::new(
+            r.as_fd(),
+            nix::poll::PollFlags::POLLIN,
         )];
-        let zero = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        rustix::event::poll(&mut fds, Some(&zero)).unwrap() > 0
+        nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).unwrap() > 0
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! id, so parallel tests and parallel runs do not collide.
 
 use std::net::{Ipv4Addr, UdpSocket};
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -697,9 +698,11 @@ fn a_reopened_device_starts_at_another_qpn() {
 /// it, without `unsafe`.
 fn fd_readable(fd: i32, wait: Duration) -> bool {
     let f = std::fs::File::open(format!("/proc/self/fd/{fd}")).expect("open the fd again");
-    let mut fds = [rustix::event::PollFd::new(&f, rustix::event::PollFlags::IN)];
-    let ts = rustix::event::Timespec::try_from(wait).unwrap();
-    rustix::event::poll(&mut fds, Some(&ts)).unwrap() > 0
+    let mut fds = [nix::poll::PollFd::new(
+        f.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    nix::poll::ppoll(&mut fds, Some(wait.into()), None).unwrap() > 0
 }
 
 /// The completion channel's fd and the async fd are real descriptors that poll(2)

@@ -5,9 +5,10 @@
 //! # Safety argument
 //!
 //! The only unsafe operations are: mapping and unmapping the memfd (`mmap`, `munmap`),
-//! allocating and freeing the heap variant, and turning the region's base pointer into
-//! `&Header` and `&[AtomicU64]` ([`Region::header`], [`Region::data`]). Those references
-//! are sound because:
+//! allocating and freeing the heap variant, turning the region's base pointer into
+//! `&Header` and `&[AtomicU64]` ([`Region::header`], [`Region::data`]), and the futex
+//! system call on a word of the header ([`futex_wait`], [`futex_wake`]; argued there).
+//! Those references are sound because:
 //!
 //! 1. **Valid for the borrow.** The base is the start of an allocation or mapping of
 //!    `len` bytes that lives exactly as long as the `Region` (freed or unmapped in its
@@ -45,6 +46,7 @@ use std::{
     alloc::Layout,
     fs::File,
     io,
+    num::NonZeroUsize,
     os::fd::{AsFd, AsRawFd, OwnedFd},
     path::Path,
     ptr::NonNull,
@@ -243,14 +245,16 @@ impl Region {
     /// size, and mapped here. The peer opens it with [`Region::open_shared`] at
     /// [`Region::path`] while this region lives.
     pub fn create_shared(name: &str, capacity: usize, max_len: usize) -> Result<Region, Error> {
-        use rustix::fs::{MemfdFlags, SealFlags};
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+        use nix::sys::memfd::{memfd_create, MFdFlags};
         let words = geometry(capacity, max_len)?;
         let len = HEADER_BYTES + 8 * words;
-        let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+        let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
             .map_err(io::Error::from)?;
-        rustix::fs::ftruncate(&fd, len as u64).map_err(io::Error::from)?;
-        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
-            .map_err(io::Error::from)?;
+        // (`geometry` bounds `len` far below `i64::MAX`.)
+        nix::unistd::ftruncate(&fd, len as i64).map_err(io::Error::from)?;
+        let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+        fcntl(&fd, FcntlArg::F_ADD_SEALS(seals)).map_err(io::Error::from)?;
         let r = Region::map(fd, len, words)?;
         r.init(words, max_len);
         Ok(r)
@@ -260,16 +264,18 @@ impl Region {
     /// published as `path` (`/proc/PID/fd/N`). Refuses (`Corrupt`) a file without the
     /// size seals, or one whose header does not describe a ring that fits it.
     pub fn open_shared(path: &Path) -> Result<Region, Error> {
-        use rustix::fs::SealFlags;
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
         let file = File::options().read(true).write(true).open(path)?;
         let fd = OwnedFd::from(file);
-        let seals = rustix::fs::fcntl_get_seals(&fd).map_err(io::Error::from)?;
-        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL) {
+        let seals = fcntl(&fd, FcntlArg::F_GET_SEALS).map_err(io::Error::from)?;
+        let seals = SealFlag::from_bits_retain(seals);
+        if !seals.contains(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL)
+        {
             return Err(Error::Corrupt(
                 "the ring's file is not sealed against resizing",
             ));
         }
-        let size = rustix::fs::fstat(&fd).map_err(io::Error::from)?.st_size;
+        let size = nix::sys::stat::fstat(&fd).map_err(io::Error::from)?.st_size;
         let len = usize::try_from(size).map_err(|_| Error::Corrupt("file size"))?;
         if !(HEADER_BYTES + 8 * 2..=HEADER_BYTES + 8 * crate::MAX_WORDS).contains(&len) {
             return Err(Error::Corrupt("the ring's file has the wrong size"));
@@ -279,22 +285,23 @@ impl Region {
     }
 
     fn map(fd: OwnedFd, len: usize, words: usize) -> Result<Region, Error> {
-        use rustix::mm::{MapFlags, ProtFlags};
-        // SAFETY: a new shared mapping chosen by the kernel (null hint) of a file we hold
-        // open; it overlaps nothing of ours. Its validity afterwards is the module's
-        // safety argument (the file is sealed against resizing).
+        use nix::sys::mman::{MapFlags, ProtFlags};
+        let length = NonZeroUsize::new(len).ok_or(Error::Corrupt("file size"))?;
+        // SAFETY: a new shared mapping chosen by the kernel (no address hint) of a file
+        // we hold open; it overlaps nothing of ours. Its validity afterwards is the
+        // module's safety argument (the file is sealed against resizing).
         let p = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
+            nix::sys::mman::mmap(
+                None,
+                length,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
                 fd.as_fd(),
                 0,
             )
         }
         .map_err(io::Error::from)?;
-        let base = NonNull::new(p.cast::<u8>()).ok_or(Error::Io(io::ErrorKind::Other.into()))?;
+        let base = p.cast::<u8>();
         Ok(Region {
             base,
             len,
@@ -335,8 +342,54 @@ impl Drop for Region {
             Backing::Heap(layout) => unsafe { std::alloc::dealloc(self.base.as_ptr(), *layout) },
             // SAFETY: mapped in `map` with this length; no borrow outlives `&self`.
             Backing::Shared(_) => unsafe {
-                let _ = rustix::mm::munmap(self.base.as_ptr().cast(), self.len);
+                let _ = nix::sys::mman::munmap(self.base.cast(), self.len);
             },
         }
     }
+}
+
+/// The futex of [`crate::sync`]: sleeps while `word` holds `expected`, until a
+/// [`futex_wake`] on it, `timeout`, a signal or a spurious wake-up. Not
+/// process-private: the word lives in memory other processes map.
+///
+/// # Safety argument
+///
+/// `syscall(SYS_futex, ..)` reads the 4-byte word at its address atomically and the
+/// `timespec` the last argument points to, and writes neither. Both pointers come
+/// from references that outlive the call (`word.as_ptr()` of the borrowed atomic,
+/// aligned to 4 as futex(2) requires; the `timespec` on this stack, or null for none).
+/// The call makes no Rust reference to anything and takes no ownership; its result (an
+/// error for EAGAIN, EINTR, ETIMEDOUT) only tells the caller to look again, which it
+/// does whatever the outcome.
+#[cfg(not(loom))]
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<std::time::Duration>) {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(t.subsec_nanos()),
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: see the function's safety argument.
+    let _ = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            ts_ptr,
+        )
+    };
+}
+
+/// Wakes every sleeper of `word` ([`futex_wait`]).
+///
+/// # Safety argument
+///
+/// `FUTEX_WAKE` only looks up the waiters queued on the word's address (its value is
+/// not even read); the address comes from the borrowed atomic, as in [`futex_wait`].
+#[cfg(not(loom))]
+pub(crate) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: see the function's safety argument.
+    let _ = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
 }

@@ -1,7 +1,8 @@
 //! The atomics and the sleep/wake primitive the ring is written against: the standard
-//! library's atomics and a process-shared futex normally, loom's atomics and a model of
-//! a futex (a mutex and a condition variable) under `--cfg loom`, so that the model
-//! checker runs the ring's own code.
+//! library's atomics and a process-shared futex normally (the system call is in
+//! `region`, the crate's one module with `unsafe`; Miri runs it too, through its model
+//! of the futex), loom's atomics and a model of a futex (a mutex and a condition
+//! variable) under `--cfg loom`, so that the model checker runs the ring's own code.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64};
@@ -14,42 +15,19 @@ use std::time::Duration;
 /// Sleeps while `word` holds `expected`, until [`wake`] on the same word, `timeout`, or
 /// a spurious wake-up (the caller re-checks what it waits for). The futex is not
 /// process-private: the word lives in memory other processes map.
-#[cfg(not(any(loom, miri)))]
+#[cfg(not(loom))]
 pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
-    use rustix::thread::futex;
-    let ts = timeout.map(|t| futex::Timespec {
-        tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
-        tv_nsec: i64::from(t.subsec_nanos()),
-    });
-    // EAGAIN (the word changed first), EINTR and ETIMEDOUT all mean "look again".
-    let _ = futex::wait(word, futex::Flags::empty(), expected, ts.as_ref());
+    crate::region::futex_wait(word, expected, timeout);
 }
 
 /// Wakes the sleepers of `word` ([`wait`]).
-#[cfg(not(any(loom, miri)))]
+#[cfg(not(loom))]
 pub(crate) fn wake(word: &AtomicU32) {
-    let _ =
-        rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
+    crate::region::futex_wake(word);
 }
 
 #[cfg(loom)]
 pub(crate) use model::{wait, wake};
-
-/// Under Miri, which refuses rustix's `syscall(SYS_futex, ..)` (it passes the word's
-/// address as `*const AtomicU32` where Miri's shim wants `*mut u32`): a wait is a
-/// yield, i.e. a spurious wake-up, which every caller allows; a wake does nothing.
-/// Miri checks the ring's memory accesses, not the kernel's futex.
-#[cfg(all(miri, not(loom)))]
-pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
-    let _ = (word, expected, timeout);
-    std::thread::yield_now();
-}
-
-/// See the Miri [`wait`].
-#[cfg(all(miri, not(loom)))]
-pub(crate) fn wake(word: &AtomicU32) {
-    let _ = word;
-}
 
 /// A futex for the model checker: the kernel checks the word and queues the waiter
 /// under one lock (the futex's hash bucket), and a wake takes that lock, which this

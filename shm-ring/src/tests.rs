@@ -232,10 +232,10 @@ fn shared_mapping_between_two_opens() {
 #[test]
 #[cfg_attr(miri, ignore = "Miri has no memfd or mmap")]
 fn unsealed_or_odd_files_are_refused() {
-    use rustix::fs::MemfdFlags;
+    use nix::sys::memfd::{memfd_create, MFdFlags};
     use std::os::fd::AsRawFd;
-    let fd = rustix::fs::memfd_create("unsealed", MemfdFlags::CLOEXEC).unwrap();
-    rustix::fs::ftruncate(&fd, 8192).unwrap();
+    let fd = memfd_create("unsealed", MFdFlags::MFD_CLOEXEC).unwrap();
+    nix::unistd::ftruncate(&fd, 8192).unwrap();
     let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
     assert!(matches!(
         Region::open_shared(path.as_ref()),

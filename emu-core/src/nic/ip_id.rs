@@ -22,13 +22,14 @@
 //! unconnected socket sends with ID 0.
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use nix::poll::{PollFd, PollFlags};
 use nix::sys::socket::{
     recvmsg, sendto, setsockopt, sockopt, MsgFlags, SockaddrIn, TimestampingFlag,
 };
-use rustix::event::{PollFd, PollFlags};
+use nix::sys::time::TimeSpec;
 
 /// [`IpIds::next`]'s value when a send failed in a way that may or may not have taken a
 /// number: the socket must be probed again before it sends.
@@ -126,12 +127,9 @@ fn read_back(socket: &UdpSocket, from: SocketAddrV4, to: SocketAddrV4) -> Option
                 if left.is_zero() {
                     return None;
                 }
-                let mut fds = [PollFd::new(socket, PollFlags::ERR)];
-                let ts = rustix::event::Timespec {
-                    tv_sec: 0,
-                    tv_nsec: left.as_nanos().min(10_000_000) as i64,
-                };
-                let _ = rustix::event::poll(&mut fds, Some(&ts));
+                let mut fds = [PollFd::new(socket.as_fd(), PollFlags::POLLERR)];
+                let ts = TimeSpec::new(0, left.as_nanos().min(10_000_000) as i64);
+                let _ = nix::poll::ppoll(&mut fds, Some(ts), None);
             }
         }
     }
@@ -162,11 +160,7 @@ mod tests {
     fn the_probe_tells_the_next_id() {
         let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-        rustix::net::sockopt::set_ip_mtu_discover(
-            &s,
-            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
-        )
-        .unwrap();
+        crate::nic::udp::dont_fragment(&s, Ipv4Addr::LOCALHOST.into()).unwrap();
         let to = match peer.local_addr().unwrap() {
             std::net::SocketAddr::V4(a) => a,
             _ => unreachable!(),

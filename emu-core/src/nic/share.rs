@@ -29,6 +29,9 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
 use super::interop::LinkOptions;
 use super::udp::UdpLink;
 use crate::engine::{COMM_BLOCK_SHIFT, QPN_BLOCK_BITS, QPN_BLOCK_SHIFT};
@@ -82,8 +85,8 @@ fn read_record(path: &std::path::Path) -> Option<Record> {
         inbox: u16::from_le_bytes(b[12..14].try_into().ok()?),
     };
     let held = matches!(
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
-        Err(rustix::io::Errno::WOULDBLOCK)
+        Flock::lock(f, FlockArg::LockSharedNonblock),
+        Err((_, Errno::EWOULDBLOCK))
     );
     (held && host::pid_alive(r.pid)).then_some(r)
 }
@@ -91,7 +94,8 @@ fn read_record(path: &std::path::Path) -> Option<Record> {
 /// This device's membership of its address: its slot, held while the value lives.
 #[derive(Debug)]
 pub(crate) struct Member {
-    file: File,
+    /// The slot's file, locked (exclusive `flock`) while the member lives.
+    file: Flock<File>,
     slot: u8,
     inbox: u16,
     last_beat: Instant,
@@ -138,8 +142,8 @@ impl Member {
                 .create(true)
                 .truncate(false)
                 .open(d.join(slot.to_string()))?;
-            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-                Ok(()) => {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(file) => {
                     let mut m = Member {
                         file,
                         slot,
@@ -153,8 +157,8 @@ impl Member {
                     }
                     return Ok(m);
                 }
-                Err(rustix::io::Errno::WOULDBLOCK) => continue,
-                Err(e) => return Err(e.into()),
+                Err((_, Errno::EWOULDBLOCK)) => continue,
+                Err((_, e)) => return Err(e.into()),
             }
         }
         Err(io::Error::new(

@@ -6,10 +6,13 @@
 
 use std::io::IoSliceMut;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nix::poll::{PollFd, PollFlags};
+use nix::sys::socket::{setsockopt, sockopt};
 use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
 
 /// How long each throughput baseline runs.
@@ -41,10 +44,10 @@ impl Flow {
 
 fn socket(ip: Ipv4Addr) -> std::io::Result<UdpSocket> {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
-    if rustix::net::sockopt::set_socket_recv_buffer_size_force(&s, 8 << 20).is_err() {
+    if setsockopt(&s, sockopt::RcvBufForce, &(8 << 20)).is_err() {
         let _ = s.set_recv_buffer_size(8 << 20);
     }
-    if rustix::net::sockopt::set_socket_send_buffer_size_force(&s, 8 << 20).is_err() {
+    if setsockopt(&s, sockopt::SndBufForce, &(8 << 20)).is_err() {
         let _ = s.set_send_buffer_size(8 << 20);
     }
     s.bind(&SocketAddr::from((ip, 0)).into())?;
@@ -157,15 +160,8 @@ pub(crate) fn gso_gro_udp(datagram: usize) -> std::io::Result<f64> {
         let n = match rx_state.recv(UdpSockRef::from(&rx), &mut iov, &mut meta) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 // Block as the plain receiver does, instead of spinning.
-                let mut fds = [rustix::event::PollFd::new(
-                    &rx,
-                    rustix::event::PollFlags::IN,
-                )];
-                let ts = rustix::event::Timespec {
-                    tv_sec: 0,
-                    tv_nsec: 20_000_000,
-                };
-                let _ = rustix::event::poll(&mut fds, Some(&ts));
+                let mut fds = [PollFd::new(rx.as_fd(), PollFlags::POLLIN)];
+                let _ = nix::poll::poll(&mut fds, 20u8);
                 return Err(e);
             }
             r => r?,

@@ -14,8 +14,8 @@
 //! get one datagram per slot and per send (quinn-udp probes and falls back). Two
 //! single packets to one peer (an answer and the ACK held for that peer) leave in one
 //! `sendmmsg`, the answer first. The batched receive is quinn-udp's; sends and the
-//! one-slot receive are nix's `sendto`, `sendmsg` and `recvmsg` and rustix's
-//! `sendmmsg`, with no control message but `UDP_SEGMENT`/`UDP_GRO` (quinn-udp adds
+//! one-slot receive are nix's `sendto`, `sendmsg`, `sendmmsg` and `recvmsg`, with no
+//! control message but `UDP_SEGMENT`/`UDP_GRO` (quinn-udp adds
 //! the TOS byte on send and asks for the destination address on receive, which a
 //! ping-pong pays on every half round trip). All wrap the system calls safely, so this
 //! crate keeps no `unsafe`.
@@ -53,6 +53,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use nix::sys::socket::{setsockopt, sockopt};
 use quinn_udp::{UdpSockRef, UdpSocketState};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -70,14 +71,14 @@ const SOCKET_BUFFER: usize = 8 << 20;
 /// Asks for a [`SOCKET_BUFFER`] receive buffer: forced past net.core.rmem_max when
 /// privileged, else what the cap allows.
 fn large_recv_buffer(s: &Socket) {
-    if rustix::net::sockopt::set_socket_recv_buffer_size_force(s, SOCKET_BUFFER).is_err() {
+    if setsockopt(s, sockopt::RcvBufForce, &SOCKET_BUFFER).is_err() {
         let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
     }
 }
 
 /// Asks for a [`SOCKET_BUFFER`] send buffer, as [`large_recv_buffer`] does.
 fn large_send_buffer(s: &Socket) {
-    if rustix::net::sockopt::set_socket_send_buffer_size_force(s, SOCKET_BUFFER).is_err() {
+    if setsockopt(s, sockopt::SndBufForce, &SOCKET_BUFFER).is_err() {
         let _ = s.set_send_buffer_size(SOCKET_BUFFER);
     }
 }
@@ -206,19 +207,11 @@ impl UdpLink {
         // kernel to write per receive.
         if ip.is_ipv6() {
             accept_zero_checksum(&socket)?;
-            let _ = rustix::net::sockopt::set_ipv6_recvtclass(&socket, false);
-            let _ = nix::sys::socket::setsockopt(
-                &socket,
-                nix::sys::socket::sockopt::Ipv6RecvPacketInfo,
-                &false,
-            );
+            let _ = setsockopt(&socket, sockopt::Ipv6RecvTClass, &false);
+            let _ = setsockopt(&socket, sockopt::Ipv6RecvPacketInfo, &false);
         } else {
-            let _ = rustix::net::sockopt::set_ip_recvtos(&socket, false);
-            let _ = nix::sys::socket::setsockopt(
-                &socket,
-                nix::sys::socket::sockopt::Ipv4PacketInfo,
-                &false,
-            );
+            let _ = setsockopt(&socket, sockopt::IpRecvTos, &false);
+            let _ = setsockopt(&socket, sockopt::Ipv4PacketInfo, &false);
         }
         let port = socket.local_addr()?.port();
         let raw = if opts.raw_receive {
@@ -342,8 +335,8 @@ impl Link for UdpLink {
             return;
         }
         let set = match self.ip {
-            IpAddr::V4(_) => rustix::net::sockopt::set_ip_recvtos(&self.socket, on),
-            IpAddr::V6(_) => rustix::net::sockopt::set_ipv6_recvtclass(&self.socket, on),
+            IpAddr::V4(_) => setsockopt(&self.socket, sockopt::IpRecvTos, &on),
+            IpAddr::V6(_) => setsockopt(&self.socket, sockopt::Ipv6RecvTClass, &on),
         };
         if set.is_ok() {
             self.tos_rx.store(on, Ordering::Relaxed);
@@ -404,14 +397,8 @@ fn interface_index(ip: IpAddr) -> u32 {
 /// larger than the path is refused with EMSGSIZE, as a RoCE NIC drops it.
 pub(super) fn dont_fragment(socket: &UdpSocket, ip: IpAddr) -> io::Result<()> {
     match ip {
-        IpAddr::V4(_) => rustix::net::sockopt::set_ip_mtu_discover(
-            socket,
-            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
-        )?,
-        IpAddr::V6(_) => rustix::net::sockopt::set_ipv6_mtu_discover(
-            socket,
-            rustix::net::sockopt::Ipv6PathMtuDiscovery::DO,
-        )?,
+        IpAddr::V4(_) => setsockopt(socket, IpMtuDiscover, &libc::IP_PMTUDISC_DO)?,
+        IpAddr::V6(_) => setsockopt(socket, Ipv6MtuDiscover, &libc::IPV6_PMTUDISC_DO)?,
     }
     Ok(())
 }
@@ -420,10 +407,11 @@ pub(super) fn dont_fragment(socket: &UdpSocket, ip: IpAddr) -> io::Result<()> {
 mod tests;
 
 use nix::{setsockopt_impl, sockopt_impl};
-// `UDP_NO_CHECK6_RX` (udp(7)), which nix does not list. `sockopt_impl!` is nix's public
-// way to add an option: it expands to nix's own `setsockopt` call with the `c_int` its
-// `SetBool` holds, the code of every boolean option nix ships, so nothing unsafe is
-// written here.
+// Options nix does not list: `UDP_NO_CHECK6_RX` (udp(7)) and path MTU discovery
+// (`IP_MTU_DISCOVER`, ip(7); `IPV6_MTU_DISCOVER`, ipv6(7)). `sockopt_impl!` is nix's
+// public way to add an option: it expands to nix's own `setsockopt` call with the
+// `c_int` its `SetBool` or `SetStruct<c_int>` holds, the code of every boolean and
+// integer option nix ships, so nothing unsafe is written here.
 sockopt_impl!(
     /// Accept UDP/IPv6 datagrams whose checksum is 0.
     UdpNoCheck6Rx,
@@ -431,6 +419,22 @@ sockopt_impl!(
     libc::SOL_UDP,
     libc::UDP_NO_CHECK6_RX,
     bool
+);
+sockopt_impl!(
+    /// Path MTU discovery of an IPv4 socket (`IP_PMTUDISC_*`).
+    IpMtuDiscover,
+    SetOnly,
+    libc::IPPROTO_IP,
+    libc::IP_MTU_DISCOVER,
+    libc::c_int
+);
+sockopt_impl!(
+    /// Path MTU discovery of an IPv6 socket (`IPV6_PMTUDISC_*`).
+    Ipv6MtuDiscover,
+    SetOnly,
+    libc::IPPROTO_IPV6,
+    libc::IPV6_MTU_DISCOVER,
+    libc::c_int
 );
 
 /// Lets `socket` (IPv6) take datagrams with UDP checksum 0, which RFC 8200 section 8.1
@@ -440,5 +444,5 @@ sockopt_impl!(
 /// it on every packet, so a zero checksum loses nothing. Datagrams with a checksum are
 /// still checked by the kernel.
 fn accept_zero_checksum(socket: &impl AsFd) -> io::Result<()> {
-    nix::sys::socket::setsockopt(socket, UdpNoCheck6Rx, &true).map_err(io::Error::from)
+    setsockopt(socket, UdpNoCheck6Rx, &true).map_err(io::Error::from)
 }

@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use emu_wire::{check_icrc, check_icrc_v6, icrc_ip_id, Ipv4Endpoints, Ipv6Endpoints};
 use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags};
 use nix::sys::socket::{
     setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrIn, SockaddrIn6, SockaddrLike,
 };
+use nix::sys::time::TimeSpec;
 use quinn_udp::{RecvMeta, UdpSockRef};
-use rustix::event::{PollFd, PollFlags};
 use socket2::Socket;
 
 use crate::nic::gro::Gro;
@@ -170,9 +171,14 @@ impl UdpLink {
         other: Option<BorrowedFd<'_>>,
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
-        let ts = timeout.and_then(|t| rustix::event::Timespec::try_from(t).ok());
+        // `ppoll`, for a timeout of any precision (poll(2) counts milliseconds); one
+        // too long for a `timespec` waits forever.
+        let ts = timeout.and_then(|t| {
+            let secs = i64::try_from(t.as_secs()).ok()?;
+            Some(TimeSpec::new(secs, i64::from(t.subsec_nanos())))
+        });
         // The UDP socket gets a copy of what the raw one shows: it is drained too.
-        let socket = PollFd::new(&self.socket, PollFlags::IN);
+        let socket = PollFd::new(self.socket.as_fd(), PollFlags::POLLIN);
         let mut fds = [socket.clone(), socket.clone(), socket.clone(), socket];
         let mut n = 1;
         for fd in [
@@ -183,12 +189,12 @@ impl UdpLink {
         .into_iter()
         .flatten()
         {
-            fds[n] = PollFd::from_borrowed_fd(fd, PollFlags::IN);
+            fds[n] = PollFd::new(fd, PollFlags::POLLIN);
             n += 1;
         }
-        match rustix::event::poll(&mut fds[..n], ts.as_ref()) {
+        match nix::poll::ppoll(&mut fds[..n], ts, None) {
             Ok(k) => Ok(k > 0),
-            Err(rustix::io::Errno::INTR) => Err(io::ErrorKind::Interrupted.into()),
+            Err(Errno::EINTR) => Err(io::ErrorKind::Interrupted.into()),
             Err(_) => Ok(false),
         }
     }
@@ -282,7 +288,7 @@ impl UdpLink {
         if setsockopt(&self.socket, sockopt::UdpGroSegment, &on).is_err() {
             return;
         }
-        if on || rustix::io::ioctl_fionread(&self.socket).is_ok_and(|n| n == 0) {
+        if on || nothing_queued(&self.socket) {
             gro.switched(on, true);
         } else if setsockopt(&self.socket, sockopt::UdpGroSegment, &true).is_ok() {
             gro.switched(true, false);
@@ -548,6 +554,20 @@ fn recv_one<A: SockaddrLike + Copy + SenderAddr>(
     meta.stride = stride;
     meta.addr = from.socket_addr();
     Ok(1)
+}
+
+/// Whether no datagram waits on `socket`: a non-blocking peek finds none. (FIONREAD
+/// tells the same, as the first datagram's length, but nix has no safe call for it.)
+fn nothing_queued(socket: &UdpSocket) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        nix::sys::socket::recv(
+            socket.as_raw_fd(),
+            &mut byte,
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+        ),
+        Err(Errno::EAGAIN)
+    )
 }
 
 /// A `nix` socket address a receive reports its sender in, as a std one.

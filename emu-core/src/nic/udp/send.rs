@@ -1,15 +1,18 @@
 //! Sending: each datagram sealed with the ICRC of the IP ID it will carry, from the
 //! socket connected to its peer or the bound one, runs as one GSO send.
 
+use std::cell::RefCell;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use emu_wire::{write_icrc, write_icrc_v6, Ipv4Endpoints, Ipv6Endpoints};
 use nix::errno::Errno;
-use nix::sys::socket::{ControlMessage, MsgFlags, SockaddrIn, SockaddrIn6};
-use rustix::event::{PollFd, PollFlags};
+use nix::poll::{PollFd, PollFlags};
+use nix::sys::socket::{
+    setsockopt, sockopt, ControlMessage, MsgFlags, MultiHeaders, SockaddrIn, SockaddrIn6,
+};
 use socket2::{Protocol, Socket, Type};
 
 use crate::nic::interop::{PacketHook, Verdict};
@@ -17,8 +20,6 @@ use crate::nic::ip_id::{self, IpIds};
 
 use super::{domain, dont_fragment, large_send_buffer, UdpLink};
 use crate::nic::link::{Link, Route, Transmit};
-use rustix::net::addr::SocketAddrArg;
-use rustix::net::{MMsgHdr, SendAncillaryBuffer};
 
 /// How many peers get a connected send socket of their own (see the module docs); sends
 /// to any further peer leave from the bound socket. A file descriptor each: a process
@@ -80,6 +81,30 @@ fn send_to(fd: i32, buf: &[u8], to: &SocketAddr) -> nix::Result<usize> {
             nix::sys::socket::sendto(fd, buf, &SockaddrIn6::from(*a), MsgFlags::empty())
         }
     }
+}
+
+thread_local! {
+    /// The message headers of [`send_pair`], made once per thread: nix fills them in
+    /// on every call, and making them allocates.
+    static PAIR: RefCell<MultiHeaders<()>> = RefCell::new(MultiHeaders::preallocate(2, None));
+}
+
+/// `sendmmsg` of `first`, then `second`, on the connected `socket`: how many left (0
+/// on an error). Without addresses (`()`): nix's results read each message's address
+/// back, which only a receive writes; an empty one has nothing to read.
+fn send_pair(socket: &UdpSocket, first: &[u8], second: &[u8]) -> usize {
+    let iov = [[IoSlice::new(first)], [IoSlice::new(second)]];
+    PAIR.with_borrow_mut(|headers| {
+        nix::sys::socket::sendmmsg(
+            socket.as_raw_fd(),
+            headers,
+            &iov,
+            [None::<()>, None],
+            [] as [ControlMessage<'_>; 0],
+            MsgFlags::empty(),
+        )
+        .map_or(0, Iterator::count)
+    })
 }
 
 /// `sendmsg` of a GSO run (`UDP_SEGMENT` of `gso` bytes) from `fd`, to `to` or the
@@ -250,12 +275,8 @@ impl UdpLink {
                     return Ok(());
                 }
                 Err(Errno::EAGAIN) => {
-                    let mut fds = [PollFd::new(out.socket, PollFlags::OUT)];
-                    let ts = rustix::event::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: 1_000_000,
-                    };
-                    let _ = rustix::event::poll(&mut fds, Some(&ts));
+                    let mut fds = [PollFd::new(out.socket.as_fd(), PollFlags::POLLOUT)];
+                    let _ = nix::poll::poll(&mut fds, 1u8);
                 }
                 // A connected socket reports an earlier datagram's ICMP error (the
                 // peer's port closed) on the next send, which did not go: once told,
@@ -291,8 +312,8 @@ impl UdpLink {
         let want = self.tos.load(Ordering::Relaxed);
         if out.tos.load(Ordering::Relaxed) != want {
             let set = match self.ip {
-                IpAddr::V4(_) => rustix::net::sockopt::set_ip_tos(out.socket, want),
-                IpAddr::V6(_) => rustix::net::sockopt::set_ipv6_tclass(out.socket, u32::from(want)),
+                IpAddr::V4(_) => setsockopt(out.socket, sockopt::Ipv4Tos, &i32::from(want)),
+                IpAddr::V6(_) => setsockopt(out.socket, sockopt::Ipv6TClass, &i32::from(want)),
             };
             if set.is_ok() {
                 out.tos.store(want, Ordering::Relaxed);
@@ -438,26 +459,11 @@ impl UdpLink {
         self.apply_tos(&out);
         // One system call for both (a ping-pong's answer and the ACK of the question:
         // busy-poll send_lat, see docs/performance.md). The kernel delivers the first on
-        // loopback before it takes the second, so the answer waits for nothing.
-        let sent = {
-            let iov = [[IoSlice::new(first)], [IoSlice::new(second)]];
-            let (mut c0, mut c1) = (
-                SendAncillaryBuffer::default(),
-                SendAncillaryBuffer::default(),
-            );
-            let to = out.to.map(|a| a.as_any());
-            let mut msgs = match &to {
-                Some(to) => [
-                    MMsgHdr::new_with_addr(to, &iov[0], &mut c0),
-                    MMsgHdr::new_with_addr(to, &iov[1], &mut c1),
-                ],
-                None => [
-                    MMsgHdr::new(&iov[0], &mut c0),
-                    MMsgHdr::new(&iov[1], &mut c1),
-                ],
-            };
-            rustix::net::sendmmsg(out.socket, &mut msgs, rustix::net::SendFlags::empty())
-                .unwrap_or(0)
+        // loopback before it takes the second, so the answer waits for nothing. The
+        // bound socket (no connected one for this peer) sends them one by one below.
+        let sent = match out.to {
+            None => send_pair(out.socket, first, second),
+            Some(_) => 0,
         };
         if let Some(i) = out.ids {
             i.advance(sent as u16);
