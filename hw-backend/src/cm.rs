@@ -15,7 +15,8 @@
 //! An `HwCm` serves one device: an id that librdmacm binds to another (by its address)
 //! is ENODEV at `create_qp`. A multicast join goes through `rdma_join_multicast`; on
 //! its MULTICAST_JOIN the id's UD QP is attached to the group (librdmacm's own step for
-//! the QPs it makes), and detached before `rdma_leave_multicast`.
+//! the QPs it makes), and detached before `rdma_leave_multicast`. Ids take IPv4 and
+//! IPv6 addresses; multicast groups are IPv4 (an IPv6 group is `Unsupported`).
 //!
 //! # Safety argument
 //!
@@ -652,9 +653,14 @@ impl ConnectionManager for HwCm {
         let (mut sa, _) = cm::sockaddr_to_c(addr);
         let group = *match &addr {
             SocketAddr::V4(a) if a.ip().is_multicast() => a.ip(),
+            // Groups are kept by their IPv4 address (the join's context and the key of
+            // the attach): IPv6 groups are not supported yet (README).
+            SocketAddr::V6(a) if a.ip().is_multicast() => {
+                return Err(Error::Unsupported("HwCm joins IPv4 multicast groups only"))
+            }
             // The kernel's RoCE join maps any address to an MGID; a unicast one can
             // only fail at the attach. Refused here, as EmuCm does (EINVAL).
-            _ => return Err(Error::InvalidArgument("not an IPv4 multicast address")),
+            _ => return Err(Error::InvalidArgument("not a multicast address")),
         };
         let r = t.ids.get_mut(&id.0).ok_or(NO_ID)?;
         if r.mcast.iter().any(|m| m.0 == group) {

@@ -1,14 +1,15 @@
 //! `HwCm`, the connection manager over librdmacm, on a real device (in CI: kernel rxe
 //! in the VM of `scripts/ci-hw.sh`): both ends on the one device, connected through
-//! its own IPv4 address, as the emulator's conformance cases do (tests/src/cases/cm.rs).
-//! Skips, saying why, without a device (unless `REQUIRE_RDMA_DEVICE=1`) or without an
-//! IPv4 RoCE GID.
+//! its own address, as the emulator's conformance cases do (tests/src/cases/cm.rs): its
+//! first IPv4 RoCE GID's, or with `$RDMA_GID_INDEX` set that GID's, IPv4 or IPv6
+//! (common::cm_ip). Skips, saying why, without a device (unless `REQUIRE_RDMA_DEVICE=1`)
+//! or without such an address.
 #![cfg(feature = "hw")]
 #![forbid(unsafe_code)]
 
 mod common;
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,12 +18,13 @@ use verbs_api::*;
 
 const T: Option<Duration> = Some(Duration::from_secs(10));
 
-fn setup() -> Option<(Arc<HwDevice>, HwCm, Ipv4Addr)> {
+fn setup() -> Option<(Arc<HwDevice>, HwCm, IpAddr)> {
     let dev = Arc::new(common::device()?);
-    let Some(ip) = common::ipv4(&*dev) else {
+    let Some(ip) = common::cm_ip(&*dev) else {
         eprintln!("SKIP: {} has no IPv4 RoCE GID", dev.name());
         return None;
     };
+    eprintln!("connecting through {ip}");
     let cm = HwCm::new(dev.clone());
     Some((dev, cm, ip))
 }
@@ -64,7 +66,7 @@ fn init(dev: &dyn Device, qp_type: QpType) -> QpInitAttr {
 
 /// A listener on `ip:port` (server channel) and an id resolved toward it (client
 /// channel).
-fn ends(cm: &HwCm, ip: Ipv4Addr, port: u16) -> (CmChannelId, CmId, CmChannelId, CmId) {
+fn ends(cm: &HwCm, ip: IpAddr, port: u16) -> (CmChannelId, CmId, CmChannelId, CmId) {
     let (sch, cch) = (
         cm.create_event_channel().unwrap(),
         cm.create_event_channel().unwrap(),
@@ -176,11 +178,22 @@ fn unowned_address_is_addr_error() {
     };
     let ch = cm.create_event_channel().unwrap();
     let id = cm.create_id(ch, PortSpace::Tcp).unwrap();
-    // An address of the device's own subnet that nobody has: its neighbour (ARP)
-    // resolution fails. (An off-subnet address resolves to the gateway.)
+    // An address of the device's own subnet (a /24, a /64) that nobody has: its
+    // neighbour resolution (ARP, IPv6 neighbour discovery) fails. (An off-subnet
+    // address resolves to the gateway, or fails at once without a route.)
     let Some((_, _, ip)) = setup() else { return };
-    let o = ip.octets();
-    let to = SocketAddr::from(([o[0], o[1], o[2], if o[3] == 77 { 78 } else { 77 }], 7483));
+    let to = match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            IpAddr::from([o[0], o[1], o[2], if o[3] == 77 { 78 } else { 77 }])
+        }
+        IpAddr::V6(v6) => {
+            let mut s = v6.segments();
+            s[7] = if s[7] == 0x77 { 0x78 } else { 0x77 };
+            IpAddr::V6(Ipv6Addr::from(s))
+        }
+    };
+    let to = SocketAddr::from((to, 7483));
     match cm.resolve_addr(id, None, to, Duration::from_millis(500)) {
         Ok(()) => {
             let e = cm.get_cm_event(ch, T).unwrap();
@@ -204,7 +217,7 @@ fn silent_peer_is_unreachable() {
     };
     let Some(peer) = std::env::var("RDMA_CM_SILENT_PEER")
         .ok()
-        .and_then(|v| v.parse::<Ipv4Addr>().ok())
+        .and_then(|v| v.parse::<IpAddr>().ok())
     else {
         eprintln!(
             "SKIP: set RDMA_CM_SILENT_PEER to an address that answers ARP but runs no RDMA CM"

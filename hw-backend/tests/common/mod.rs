@@ -277,6 +277,21 @@ impl Loopback {
     }
 }
 
+/// The address the CM tests connect through: with `$RDMA_GID_INDEX` set, that GID's
+/// address (IPv4 for an IPv4-mapped GID, else IPv6: set it to the index of a global
+/// IPv6 GID to run them over IPv6, as `scripts/rxe-vm/hw-job.sh` does); else the first
+/// IPv4 RoCE GID's.
+pub(crate) fn cm_ip(dev: &dyn Device) -> Option<std::net::IpAddr> {
+    if std::env::var_os("RDMA_GID_INDEX").is_none() {
+        return ipv4(dev).map(std::net::IpAddr::V4);
+    }
+    let (_, gid) = local_gid(dev);
+    Some(match gid.to_ipv4() {
+        Some(v4) => std::net::IpAddr::V4(v4),
+        None => std::net::IpAddr::V6(gid.to_ipv6()),
+    })
+}
+
 /// The device's first IPv4 RoCE GID, as an address.
 pub(crate) fn ipv4(dev: &dyn Device) -> Option<std::net::Ipv4Addr> {
     let n = dev.query_port(1).ok()?.gid_tbl_len;

@@ -185,19 +185,27 @@ fn no_listener(env: &Env) -> Outcome {
 }
 
 /// An address no node owns. The emulator's CM probes the address itself, so any
-/// address nobody serves will do (TEST-NET-3). The kernel resolves an address to its
-/// next hop's link address, and an off-link address resolves to the default gateway's
-/// (correct IP routing), so on hardware it is an address of the device's own subnet
-/// (a /24 is assumed) that no neighbour answers for.
+/// address nobody serves will do (TEST-NET-3, IPv6 documentation space). The kernel
+/// resolves an address to its next hop's link address, and an off-link address resolves
+/// to the default gateway's (correct IP routing; on IPv6 too, where a router advertises
+/// one), so on hardware it is an address of the device's own subnet (a /24, a /64 is
+/// assumed) that no neighbour answers for (ARP, neighbour discovery).
 fn unowned(env: &Env) -> IpAddr {
     match ip(env) {
         IpAddr::V4(_) if env.emulator => IpAddr::V4(Ipv4Addr::new(203, 0, 113, 77)),
+        // RFC 3849.
+        IpAddr::V6(_) if env.emulator => {
+            IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x77))
+        }
         IpAddr::V4(v4) => {
             let [a, b, c, d] = v4.octets();
             IpAddr::V4(Ipv4Addr::new(a, b, c, if d == 77 { 78 } else { 77 }))
         }
-        // IPv6 documentation space (RFC 3849).
-        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x77)),
+        IpAddr::V6(v6) => {
+            let mut s = v6.segments();
+            s[7] = if s[7] == 0x77 { 0x78 } else { 0x77 };
+            IpAddr::V6(s.into())
+        }
     }
 }
 
