@@ -3,10 +3,14 @@
 #   1. installs the build packages (libibverbs-dev, librdmacm-dev, libclang-dev),
 #   2. builds (or reuses) the Debian 12 VM image with rdma_rxe (scripts/rxe-vm/),
 #   3. builds hw-backend's test binaries with `--features hw` on the host,
-#   4. boots the VM, which creates rxe0 and runs them (scripts/rxe-vm/hw-job.sh),
-#   5. fails on any test failure not listed in scripts/rxe-vm/rxe-deviations.txt.
+#   4. boots the VM, which creates rxe0 and runs them and the conformance suite
+#      (scripts/rxe-vm/hw-job.sh); then it adds a global IPv6 address to the guest's
+#      interface and runs HwCm's tests and the suite's cm cases again over IPv6,
+#   5. fails on any test failure not listed in scripts/rxe-vm/rxe-deviations.txt or
+#      scripts/rxe-vm/conformance-deviations.txt, or if HwCm did not connect over IPv6.
 # Env: RXEVM_W (VM work folder; default /work/rxevm-cache when /work is writable, else
-# $TMPDIR/rxevm: kept between runs, it is a cache), ACCEL=tcg|kvm (default tcg).
+# $TMPDIR/rxevm: kept between runs, it is a cache), ACCEL=tcg|kvm (default tcg),
+# RXEVM_TIMEOUT (the VM's time limit in seconds, default 600).
 # Writes the per-test table to $RXEVM_W/share/results.md; this run's logs, results and
 # table stay in a folder of its own, $RXEVM_W/run.* (printed at the end).
 set -euo pipefail
@@ -59,11 +63,12 @@ cp "$REPO/scripts/rxe-vm/conformance-crashes.txt" "$RUN/conf/crashes.txt"
 note "run in the VM"
 vmrc=0
 # One VM at a time on the host (ci-interop.sh takes the same lock).
-# The issue allows the VM step 10 minutes; it takes about 4 here.
+# The issue allows the VM step 10 minutes; it takes about 4 here (RXEVM_TIMEOUT, in
+# seconds, gives a host shared with other work longer).
 # Under the lock: put this run's binaries in $W/share, run the VM, take the results
 # out again (a run that cleared $W/share outside the lock lost another's results).
 export RUN REPO
-TIMEOUT=600 flock /tmp/rxe-vm.lock bash -c '
+TIMEOUT=${RXEVM_TIMEOUT:-600} flock /tmp/rxe-vm.lock bash -c '
   rm -rf "$W/share/bin" "$W/share/results" "$W/share/conf"
   cp -r "$RUN/bin" "$RUN/conf" "$W/share/"
   rc=0; "$REPO/scripts/rxe-vm/run-rxe-vm.sh" "$REPO/scripts/rxe-vm/hw-job.sh" > "$RUN/vm.log" 2>&1 || rc=$?
@@ -111,21 +116,31 @@ fi
 note "rxe: $ok ok, $dev known deviations, $unexpected unexpected failures"
 
 note "conformance suite on rxe vs scripts/rxe-vm/conformance-deviations.txt"
-conf="$RUN/results/rxe.tsv"
-[ -s "$conf" ] || { echo "no conformance results from the VM"; tail -20 "$RUN/results/conformance.log" 2>/dev/null; exit 1; }
 cknown=$(grep -v '^\s*#' "$REPO/scripts/rxe-vm/conformance-deviations.txt" | cut -d'|' -f1 | tr -d ' ' | grep -v '^$' || true)
 cunexpected=0
-while IFS=$'\t' read -r name verdict msg; do
-  case "$verdict" in
-    fail)
-      if ! grep -qx "$name" <<<"$cknown"; then
-        cunexpected=$((cunexpected + 1)); echo "UNEXPECTED conformance failure on rxe: $name: $msg"
-      fi;;
-    pass)
-      if grep -qx "$name" <<<"$cknown"; then echo "NOTE: $name is listed as an rxe deviation but passes: remove it"; fi;;
-  esac
-done < "$conf"
-printf 'rxe conformance: %s passed, %s failed (%s unexpected), %s skipped\n' \
-  "$(grep -c $'\tpass' "$conf")" "$(grep -c $'\tfail' "$conf")" "$cunexpected" "$(grep -c $'\tskip' "$conf")"
+# compare LABEL TSV: one run's verdicts against the deviation list.
+compare() {
+  local label=$1 conf=$2 name verdict msg
+  [ -s "$conf" ] || { echo "no $label conformance results from the VM"; tail -20 "$RUN/results/conformance"*.log 2>/dev/null; exit 1; }
+  while IFS=$'\t' read -r name verdict msg; do
+    case "$verdict" in
+      fail)
+        if ! grep -qx "$name" <<<"$cknown"; then
+          cunexpected=$((cunexpected + 1)); echo "UNEXPECTED conformance failure on $label: $name: $msg"
+        fi;;
+      pass)
+        if grep -qx "$name" <<<"$cknown"; then echo "NOTE: $name is listed as an rxe deviation but passes ($label): remove it"; fi;;
+    esac
+  done < "$conf"
+  printf '%s conformance: %s passed, %s failed, %s skipped\n' "$label" \
+    "$(grep -c $'\tpass' "$conf")" "$(grep -c $'\tfail' "$conf")" "$(grep -c $'\tskip' "$conf")"
+}
+conf="$RUN/results/rxe.tsv"
+compare rxe "$conf"
+# HwCm over IPv6 (hw-job.sh): the cm cases again, through rxe0's global IPv6 GID.
+compare "rxe over IPv6 (cm::)" "$RUN/results/rxe-ipv6.tsv"
+grep -q $'^cm::connect_establish_disconnect\tpass' "$RUN/results/rxe-ipv6.tsv" \
+  || { echo "HwCm did not connect over IPv6"; cunexpected=$((cunexpected + 1)); }
+echo "$cunexpected unexpected conformance failures"
 echo "per-case results: $conf (scripts/conformance.sh $conf renders docs/conformance.md with them)"
 [ "$unexpected" -eq 0 ] && [ "$cunexpected" -eq 0 ]
