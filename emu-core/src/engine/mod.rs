@@ -1418,9 +1418,24 @@ impl Engine {
                 break;
             }
             self.timers.pop_first();
-            match self.qps.get_mut(&qpn) {
-                Some(qp) if qp.timers.tracks(timer, at) => qp.timers.unindexed(timer),
-                _ => self.timers.dropped_dead(),
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                self.timers.dropped_dead();
+                continue;
+            };
+            if qp.timers.tracks(timer, at) {
+                qp.timers.unindexed(timer);
+            } else {
+                self.timers.dropped_dead();
+            }
+            // Most entries that come due stand for a timer stopped or pushed later
+            // since (an ACK timeout stops when its ACKs come, and restarts on each,
+            // IBTA 9.7.6.1.3): the timer is indexed again at its deadline, if it is
+            // armed, and nothing else of the QP is read. With many QPs taking turns,
+            // nearly every QP's entry comes due this way once a turn, and the rest of
+            // the QP (its queues, the scheduler's checks) would be out of cache.
+            if !qp.timers.is_due(timer, now) {
+                qp.timers.sync(qpn, &mut self.timers);
+                continue;
             }
             self.with_qp(now, qpn, |qp, ctx| {
                 if qp.timers.take_expired(timer, now) {
@@ -1438,6 +1453,9 @@ impl Engine {
                     }
                 }
             });
+        }
+        if self.timers.wants_retain() {
+            self.retain_timers();
         }
         // Popping may have left a stale entry in front.
         self.prune_timers();

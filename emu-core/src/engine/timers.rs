@@ -174,6 +174,11 @@ impl TimerTable {
         self.deadlines = [None; 2];
     }
 
+    /// Whether `timer` is armed and due at `now`.
+    pub(crate) fn is_due(&self, timer: Timer, now: Instant) -> bool {
+        self.deadlines[timer as usize].is_some_and(|at| at <= now)
+    }
+
     /// Disarms and returns `timer` if it is due at `now`.
     pub(crate) fn take_expired(&mut self, timer: Timer, now: Instant) -> bool {
         match self.deadlines[timer as usize] {
