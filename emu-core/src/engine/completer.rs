@@ -346,6 +346,7 @@ impl QueuePair {
             }
         }
         self.sq.drain(..n);
+        ctx.send_queues.give(&mut self.sq);
         self.req.idx = self.req.idx.saturating_sub(n);
         self.req.rd_atomic_outstanding -= rd_atomics;
         if failed {

@@ -39,6 +39,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) liveness: Option<&'a dyn super::retry::PeerLiveness>,
     /// What the engine did, for a trace (module `note`).
     pub(crate) notes: &'a mut super::note::Notes,
+    /// Buffers of emptied send queues (module `wqe`).
+    pub(crate) send_queues: &'a mut super::wqe::SendQueuePool,
 }
 
 impl Ctx<'_> {

@@ -228,6 +228,8 @@ pub struct Engine {
     /// nothing).
     armed_cqs: usize,
     ready: VecDeque<u32>,
+    /// Buffers of emptied send queues, lent to the next QP that posts (module `wqe`).
+    send_queues: wqe::SendQueuePool,
     timers: TimerIndex,
     counters: Counters,
     /// What the driver knows of peer devices on this host (module `retry`).
@@ -265,6 +267,7 @@ impl Engine {
             cq_events: VecDeque::new(),
             armed_cqs: 0,
             ready: VecDeque::new(),
+            send_queues: wqe::SendQueuePool::default(),
             timers: TimerIndex::default(),
             counters: Counters::default(),
             liveness: None,
@@ -386,6 +389,7 @@ impl Engine {
             port: &self.port,
             liveness: self.liveness.as_deref(),
             notes: &mut self.notes,
+            send_queues: &mut self.send_queues,
         };
         let r = f(qp, &mut ctx);
         if let Some((state, armed, events)) = before {

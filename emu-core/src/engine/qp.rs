@@ -165,6 +165,7 @@ impl QueuePair {
             if matches!(self.state(), QpState::Err | QpState::Sqe) {
                 self.flush_send(ctx, &wqe);
             } else {
+                ctx.send_queues.lend(&mut self.sq);
                 self.sq.push_back(wqe);
             }
         }
