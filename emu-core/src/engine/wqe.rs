@@ -163,19 +163,6 @@ pub(crate) struct RecvWqe {
     pub(crate) length: u64,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A budget, not a measurement: with many QPs taking turns, every posted WQE is
-    /// written to memory no cache holds, a line per 64 bytes. 240 bytes before the
-    /// payload became one field.
-    #[test]
-    fn a_send_wqe_stays_within_three_cache_lines() {
-        assert!(std::mem::size_of::<SendWqe>() <= 192);
-    }
-}
-
 /// The buffers of send queues that emptied, lent to the next QP that posts to an
 /// empty one. A QP's send queue is written for every message and read again when its
 /// ACK comes; with many QPs taking turns (`bench write_bw --qps 100000`), a buffer of
@@ -202,5 +189,63 @@ impl SendQueuePool {
                 *sq = buf;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A budget, not a measurement: with many QPs taking turns, every posted WQE is
+    /// written to memory no cache holds, a line per 64 bytes. 240 bytes before the
+    /// payload became one field.
+    #[test]
+    fn a_send_wqe_stays_within_three_cache_lines() {
+        assert!(std::mem::size_of::<SendWqe>() <= 192);
+    }
+
+    fn wqe() -> SendWqe {
+        SendWqe {
+            wr_id: 1,
+            op: WrOperation::Send,
+            flags: SendFlags::empty(),
+            signaled: false,
+            payload: Payload::Posted(Sges::new()),
+            length: 0,
+            started: false,
+            first_psn: Psn::default(),
+            npsn: 0,
+            next_off: 0,
+            done: None,
+            ud: None,
+            bind_origin: None,
+            xrc_srqn: 0,
+        }
+    }
+
+    #[test]
+    fn an_emptied_send_queue_lends_its_buffer_last_given_first_lent() {
+        let mut pool = SendQueuePool::default();
+        let (mut small, mut big) = (VecDeque::with_capacity(8), VecDeque::with_capacity(64));
+        let mut busy = VecDeque::from([wqe()]);
+        // A queue with no buffer, or with WQEs in it, keeps what it has.
+        pool.give(&mut VecDeque::new());
+        pool.give(&mut busy);
+        assert_eq!((pool.0.len(), busy.len()), (0, 1));
+        pool.give(&mut small);
+        pool.give(&mut big);
+        assert_eq!((small.capacity(), big.capacity(), pool.0.len()), (0, 0, 2));
+        // A queue that has a buffer takes none; an empty one takes the last given.
+        pool.lend(&mut busy);
+        assert_eq!(pool.0.len(), 2);
+        let mut q = VecDeque::new();
+        pool.lend(&mut q);
+        assert!(q.capacity() >= 64);
+        let mut r = VecDeque::new();
+        pool.lend(&mut r);
+        assert!((8..64).contains(&r.capacity()));
+        let mut s: VecDeque<SendWqe> = VecDeque::new();
+        pool.lend(&mut s);
+        assert_eq!(s.capacity(), 0);
     }
 }
