@@ -11,7 +11,9 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use emu_core::nic::{DeviceDriver, EmuConfig, EmuDevice, Link, Transmit, ROCE_PORT};
+use emu_core::nic::{
+    DeviceDriver, EmuConfig, EmuDevice, Inbound, Link, Receiver, Transmit, ROCE_PORT,
+};
 use emu_wire::{check_icrc_frame, write_icrc_v6, Ipv6Endpoints, PcapWriter};
 use verbs_api::*;
 
@@ -69,7 +71,7 @@ impl Link for V6Link {
     }
 
     /// Delivers everything queued (with no device lock held: the application polls).
-    fn idle(&self) -> bool {
+    fn receive(&self, _into: &Inbound<'_>, _by: Receiver) -> usize {
         let queued = std::mem::take(&mut *self.wire.queue.lock().unwrap());
         let drivers = self.wire.drivers.lock().unwrap().clone();
         for (src, dst, p) in &queued {
@@ -77,7 +79,7 @@ impl Link for V6Link {
                 assert!(d.handle_datagram_to(*src, *dst, p));
             }
         }
-        !queued.is_empty()
+        usize::from(!queued.is_empty())
     }
 }
 

@@ -4,8 +4,8 @@
 //!
 //! # How time moves
 //! Time stands still while the program works. When the program finds nothing to do
-//! (an empty `poll_cq`, a wait with nothing queued) the device calls [`Link::idle`],
-//! and the fabric takes one step: it delivers the next packet or fires the next
+//! (an empty `poll_cq`, a wait with nothing queued) the device receives
+//! ([`Link::receive`]), and the fabric takes one step: it delivers the next packet or fires the next
 //! device timer, whichever is due first (packets first on a tie), and jumps the clock
 //! to it. A single-threaded program therefore runs deterministically: same seed, same
 //! program, same packets at the same virtual times.
@@ -33,7 +33,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emu_core::engine::MAX_PACKET;
-use emu_core::nic::{DeviceDriver, EmuConfig, EmuDevice, Link, Route, Transmit, ROCE_PORT};
+use emu_core::nic::{
+    DeviceDriver, EmuConfig, EmuDevice, Inbound, Link, Receiver, Route, Transmit, ROCE_PORT,
+};
 use emu_wire::{write_icrc, AethRepr, Ipv4Endpoints, Opcode, PacketRepr, Syndrome};
 use parking_lot::{Mutex, RecursiveRwLock};
 
@@ -381,8 +383,11 @@ impl Link for FabricLink {
         Ok(())
     }
 
-    fn idle(&self) -> bool {
-        self.shared.step(None)
+    /// Whoever receives (an empty poll, a waiting thread), the fabric moves on: it
+    /// delivers the next packet through its device's `DeviceDriver` or fires the
+    /// next timer.
+    fn receive(&self, _into: &Inbound<'_>, _by: Receiver) -> usize {
+        usize::from(self.shared.step(None))
     }
 
     fn join_multicast_group(&self, group: IpAddr) -> io::Result<()> {

@@ -1,5 +1,6 @@
 //! [`DeviceDriver`]: how a link without sockets (the simulated fabric) feeds an
-//! [`EmuDevice`](super::EmuDevice).
+//! [`EmuDevice`](super::EmuDevice), and the ICRC-checking delivery it shares with a
+//! link's [`Inbound`](super::Inbound) (the shared-memory link's).
 
 use std::net::IpAddr;
 use std::sync::Weak;
@@ -92,7 +93,38 @@ impl DeviceDriver {
         let Some(inner) = self.0.upgrade() else {
             return false;
         };
-        let port = inner.cfg.port;
+        inner.deliver(batch);
+        true
+    }
+
+    /// When the device's next timer is due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.0.upgrade()?.core.lock().engine.poll_timeout()
+    }
+
+    /// Fires the timers that are due at the link's `now`.
+    pub fn handle_timeout(&self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.with_engine(|e, now| e.handle_timeout(now));
+        }
+    }
+
+    /// The device's address, while it exists.
+    pub fn ip(&self) -> Option<IpAddr> {
+        Some(self.0.upgrade()?.cfg.ip)
+    }
+}
+
+impl Inner {
+    /// [`DeviceDriver::handle_datagrams_tos`] on the device itself (also a link's
+    /// [`Inbound::deliver`](super::Inbound::deliver)): checks the ICRCs of `batch`,
+    /// then hands the good datagrams to the engine in order under one lock and sends
+    /// the output once.
+    pub(super) fn deliver<'p>(
+        &self,
+        batch: impl Iterator<Item = (IpAddr, IpAddr, u8, &'p [u8])> + Clone,
+    ) {
+        let port = self.cfg.port;
         let good = |&(src, dst, _, packet): &(IpAddr, IpAddr, u8, &[u8])| match (src, dst) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
                 let ep = Ipv4Endpoints {
@@ -119,33 +151,14 @@ impl DeviceDriver {
         let ok: SmallVec<[bool; 16]> = batch.clone().map(|d| good(&d)).collect();
         let bad = ok.iter().filter(|g| !**g).count() as u64;
         if bad > 0 {
-            inner
-                .link_counters
+            self.link_counters
                 .icrc_errors
                 .fetch_add(bad, Ordering::Relaxed);
         }
-        inner.with_engine(|e, now| {
+        self.with_engine(|e, now| {
             for ((src, dst, tos, packet), _) in batch.zip(&ok).filter(|(_, g)| **g) {
                 e.handle_datagram_tos(now, gid_of(src), gid_of(dst), tos, packet);
             }
         });
-        true
-    }
-
-    /// When the device's next timer is due.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.0.upgrade()?.core.lock().engine.poll_timeout()
-    }
-
-    /// Fires the timers that are due at the link's `now`.
-    pub fn handle_timeout(&self) {
-        if let Some(inner) = self.0.upgrade() {
-            inner.with_engine(|e, now| e.handle_timeout(now));
-        }
-    }
-
-    /// The device's address, while it exists.
-    pub fn ip(&self) -> Option<IpAddr> {
-        Some(self.0.upgrade()?.cfg.ip)
     }
 }

@@ -43,24 +43,29 @@
 //! 0 binds its extra addresses on the port its first one got.
 
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use verbs_api::Gid;
 
 use super::interop::LinkOptions;
-use super::share;
-use super::udp::{RxBufs, UdpLink};
+use super::udp::{DeviceLink, RxBufs, UdpLink};
+use super::{share, Inbound, Inner};
 
-/// One more address of a device on both families: its socket, receive buffers and
-/// share of the address.
+/// How long the thread of an extra address sleeps on its socket at most between looks
+/// at whether the device closed.
+const EXTRA_SLEEP: Duration = Duration::from_millis(10);
+
+/// One more address of a device on both families, part of its link
+/// (`udp::DeviceLink`): its socket, receive buffers and share of the address.
 #[derive(Debug)]
 pub(super) struct Extra {
     /// The address (IPv6).
     pub(super) ip: IpAddr,
-    pub(super) udp: Arc<UdpLink>,
-    /// Its receive buffers, as `Inner::rx` is the first address's.
-    pub(super) rx: Mutex<Option<RxBufs>>,
+    pub(super) udp: UdpLink,
+    /// Its receive buffers, as the link has the first address's.
+    pub(super) rx: Mutex<RxBufs>,
     /// Its slot of the address (the device's slot on its first address), whose
     /// heartbeat the device thread writes.
     pub(super) member: Mutex<Option<share::Member>>,
@@ -116,8 +121,8 @@ pub(super) fn open(addrs: &[Ipv6Addr], port: u16, opts: &LinkOptions, slot: u8) 
         match share::bind(ip, port, opts, Some(slot)) {
             Ok((udp, member)) => out.push(Extra {
                 ip,
-                rx: Mutex::new(Some(udp.rx_bufs())),
-                udp: Arc::new(udp),
+                rx: Mutex::new(udp.rx_bufs()),
+                udp,
                 member: Mutex::new(member),
             }),
             Err(_) if i == 0 => return Vec::new(),
@@ -125,6 +130,18 @@ pub(super) fn open(addrs: &[Ipv6Addr], port: u16, opts: &LinkOptions, slot: u8) 
         }
     }
     out
+}
+
+/// The thread of extra address `i` of `dev`, whose link is `link`: sleeps on that
+/// address's socket and hands every datagram to the engine, as the device thread does
+/// when it holds its socket. It does not nap for a polling application (whose
+/// `poll_cq` receives inline from the device's first address only), keeps no time (the
+/// device thread fires the timers) and writes no heartbeat (the device thread writes
+/// the extra addresses' too, `Link::beat`).
+pub(super) fn run(link: &DeviceLink, i: usize, dev: &Inner) {
+    while !dev.stop.load(Ordering::Relaxed) {
+        link.serve_extra(i, &Inbound(dev), EXTRA_SLEEP);
+    }
 }
 
 /// The GID table of a device on `ip` with the extra addresses `extra` (link-local

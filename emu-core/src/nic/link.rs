@@ -1,18 +1,50 @@
 //! Links: what carries an emulated device's packets and tells its time. [`Link`] is
-//! the interface (a simulated fabric implements it too); `udp::UdpLink` is the real one: one
-//! socket per device, RoCEv2 datagrams with their ICRC computed on send and checked on
-//! receive.
+//! the interface (a simulated fabric implements it too); `udp::DeviceLink` is the real
+//! one: one socket per device address, RoCEv2 datagrams with their ICRC computed on send
+//! and checked on receive; `shm::ShmLink` the same-host one. Sending and receiving both
+//! go through [`Link`], whichever link it is: [`Link::send`] and [`Link::receive`], with
+//! a [`Receiver`] saying who receives.
 
 use std::io;
 use std::net::IpAddr;
-use std::time::Instant;
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use super::receive::Inbound;
+
+/// Who receives, which decides how ([`Link::receive`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Receiver {
+    /// The device thread, a thread waiting for its completion event on the link
+    /// ([`Link::wait_readable`]), or the hand-over of what an inline receive left
+    /// ([`Link::pending`]): waits for the link's receive lock, hands the device every
+    /// datagram taken.
+    Thread,
+    /// The application's `poll_cq` with nothing to poll: receives only if no other
+    /// thread is; a link that takes batches (UDP) leaves the positive ACKs at the end
+    /// of one for the next call (see `nic/receive.rs`, `before_trailing_acks`) and,
+    /// with `defer`, has the device leave its last partial run of packets for the next
+    /// flush. A link with virtual time moves the network on.
+    Poll {
+        /// Leave the last partial run for the next flush (see `Inner::may_defer`).
+        defer: bool,
+    },
+    /// A thread that waits for an event with nothing queued and cannot wait on the
+    /// link (an async event, a channel the link cannot watch): a link with virtual time
+    /// moves the network on, a link with a thread that receives leaves it to that
+    /// thread (UDP) or takes what is there if no one else is (shared memory).
+    Idle,
+}
 
 /// What carries an emulated device's packets and tells its time: the UDP socket of a
 /// real deployment, or a simulated fabric with virtual time (crate `emu-sims`).
 ///
 /// A device drives its engine with [`Link::now`] and hands every packet the engine
-/// emits to [`Link::send`], in runs ([`Transmit`]). Packets arrive through the device's thread (UDP) or through
-/// its [`super::DeviceDriver`] (a fabric delivers them itself).
+/// emits to [`Link::send`], in runs ([`Transmit`]). Packets arrive through
+/// [`Link::receive`], which the device's thread (UDP, shared memory), an empty
+/// `poll_cq` and a waiting thread call: the link hands what it takes to the device's
+/// [`Inbound`], or, a fabric, delivers it through the device's
+/// [`super::DeviceDriver`] as it moves time on.
 pub trait Link: Send + Sync + std::fmt::Debug {
     /// The time now: `Instant::now()` for a real link, the fabric's virtual clock for a
     /// simulated one.
@@ -45,13 +77,63 @@ pub trait Link: Send + Sync + std::fmt::Debug {
         self.send(std::slice::from_mut(&mut t))
     }
 
-    /// Called when the application found nothing to do: an empty `poll_cq`, or a wait
-    /// for a completion event or an async event with nothing queued. A link with
-    /// virtual time moves the network on (delivers the next packet, fires the next
-    /// timer) and returns true if anything happened; a real link returns false and
-    /// the caller waits in real time.
-    fn idle(&self) -> bool {
+    /// Receives for the device `into`, as `by` says ([`Receiver`]): takes what waits
+    /// for it, hands it over (the engine runs it under one lock, fires its timers and
+    /// sends its answers) and returns how many datagrams it handed over; 0 when there
+    /// was nothing, or another thread receives. A link with virtual time moves the
+    /// network on instead (delivers the next packet through the device's
+    /// [`super::DeviceDriver`], fires the next timer) and returns 1 if anything
+    /// happened. The default receives nothing: the caller waits in real time.
+    fn receive(&self, into: &Inbound<'_>, by: Receiver) -> usize {
+        let _ = (into, by);
+        0
+    }
+
+    /// Whether an earlier [`Link::receive`] took datagrams it did not hand over yet
+    /// (the positive ACKs a [`Receiver::Poll`] leaves at the end of a batch): a
+    /// [`Receiver::Thread`] receive hands them over without reading the link.
+    fn pending(&self) -> bool {
         false
+    }
+
+    /// Waits up to `timeout` (forever for `None`) for something to receive, or for
+    /// `also` (a completion channel's descriptor) to become readable; true if either
+    /// is. `Interrupted` when a signal handler ran meanwhile (a wait on behalf of
+    /// `ibv_get_cq_event` owes the program that). A link that cannot wait so (the
+    /// default) says `Unsupported`, and [`Link::waitable`] is false.
+    fn wait_readable(
+        &self,
+        also: Option<BorrowedFd<'_>>,
+        timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        let _ = (also, timeout);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Whether [`Link::wait_readable`] works: a thread that waits for its completion
+    /// event then receives for itself (see `EmuDevice::wait_receiving`).
+    fn waitable(&self) -> bool {
+        false
+    }
+
+    /// Called by the device thread on every turn of its loop, at `now`: a link that
+    /// tells other devices of this host that it runs (the UDP link's heartbeat in its
+    /// share of the address, `nic/share.rs`) does it here.
+    fn beat(&self, now: Instant) {
+        let _ = now;
+    }
+
+    /// How many datagrams the host dropped for this link on arrival since the last
+    /// call (a UDP socket's full receive buffer), if it tells (see `nic/drops.rs`).
+    fn kernel_drops(&self) -> Option<u64> {
+        None
+    }
+
+    /// The addresses the link also sends from, beside the device's own (the extra
+    /// IPv6 addresses of a device on both families, `nic/dual.rs`): a packet whose
+    /// source GID names one of them leaves from it.
+    fn extra_addresses(&self) -> &[IpAddr] {
+        &[]
     }
 
     /// Whether the device wants each received datagram's TOS byte: while it has UD QPs,

@@ -1,10 +1,10 @@
 //! `EmuDevice`: the [`Device`](verbs_api::Device) trait over the engine, on a UDP link.
 //!
-//! One device is one engine behind a lock, one UDP socket, and one thread (and one
+//! One device is one engine behind a lock, one [`Link`] (on UDP: one socket, and one
 //! more socket and thread for each IPv6 address of a device on both families, see
-//! `dual`). The thread
-//! receives datagrams (ICRC checked first: a bad one is dropped and counted), feeds them
-//! to the engine, and runs the engine's timers. Verbs called from any thread take the
+//! `dual`), and one thread. The thread receives through the link
+//! ([`Link::receive`]: datagrams, ICRC checked first, a bad one dropped and counted,
+//! fed to the engine), and runs the engine's timers. Verbs called from any thread take the
 //! lock, call the engine, and send whatever it wants sent at once. Completion channel
 //! wake-ups and asynchronous events are queued for blocking waiters and signalled
 //! through pipes for poll/epoll.
@@ -12,9 +12,9 @@
 //! A device can also sit on another [`Link`], e.g. the simulated fabric of crate `emu-sims`:
 //! [`EmuDevice::with_link`] opens it without a thread, the link tells the time, and the
 //! fabric delivers packets and fires timers through the device's [`DeviceDriver`]. An
-//! empty `poll_cq` or a wait with nothing queued calls [`Link::idle`], which lets a
-//! fabric with virtual time move the network on: a single-threaded program then runs
-//! deterministically.
+//! empty `poll_cq` or a wait with nothing queued receives ([`Link::receive`]), which
+//! lets a fabric with virtual time move the network on: a single-threaded program then
+//! runs deterministically.
 //!
 //! Batching: packets the engine emits back to back to one peer with one size go to
 //! the link as one run ([`Link::send`]; UDP sends it with GSO), and the device
@@ -45,6 +45,7 @@ mod link;
 mod liveness;
 mod management;
 mod netdev;
+mod open;
 mod receive;
 mod share;
 mod shm;
@@ -61,15 +62,16 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use verbs_api::{AsyncEvent, CqId, Error, Gid, Result};
+use verbs_api::{AsyncEvent, CqId, Gid, Result};
 
 use crate::engine::{self, Engine, Limits};
 use crate::notify::Notifier;
 pub use driver::DeviceDriver;
-pub use link::{Link, Route, Transmit};
+pub use link::{Link, Receiver, Route, Transmit};
 pub use management::Management;
+pub use receive::Inbound;
 use transmit::TxBatch;
-use udp::{RxBufs, UdpLink, GSO_MAX_BYTES};
+use udp::GSO_MAX_BYTES;
 
 /// The UDP port of RoCEv2 (IBTA Annex A17).
 pub const ROCE_PORT: u16 = 4791;
@@ -209,42 +211,11 @@ pub trait NoteSink: Send + Sync {
     fn note(&self, note: engine::Note);
 }
 
-/// The one link a device sits on.
-enum Wire {
-    /// A UDP socket, which the device receives from itself (its thread, or an
-    /// application thread that polls or waits).
-    Udp(Arc<UdpLink>),
-    /// Any other link (the simulated fabric), which delivers packets and fires timers
-    /// through the device's [`DeviceDriver`].
-    Other(Arc<dyn Link>),
-}
-
-impl Wire {
-    /// The UDP link, if the device sits on one.
-    fn udp(&self) -> Option<&UdpLink> {
-        match self {
-            Wire::Udp(u) => Some(u),
-            Wire::Other(_) => None,
-        }
-    }
-}
-
-/// Every link call (time, sends, groups) goes through [`Link`], whichever link it is.
-impl std::ops::Deref for Wire {
-    type Target = dyn Link + 'static;
-
-    fn deref(&self) -> &(dyn Link + 'static) {
-        match self {
-            Wire::Udp(u) => &**u,
-            Wire::Other(l) => &**l,
-        }
-    }
-}
-
 struct Inner {
     cfg: EmuConfig,
     gid: Gid,
-    link: Wire,
+    /// The link the device sits on: everything it sends and receives goes through it.
+    link: Arc<dyn Link>,
     core: Mutex<Core>,
     channels: Mutex<HashMap<u32, Arc<Notifier<CqId>>>>,
     next_channel: AtomicU64,
@@ -254,9 +225,6 @@ struct Inner {
     mcast: Mutex<()>,
     stop: AtomicBool,
     link_counters: LinkCounters,
-    /// The receive buffers; whoever holds them receives, so datagrams are handed to
-    /// the engine in the order they arrived.
-    rx: Mutex<Option<RxBufs>>,
     /// `poll_cq` calls so far: the device thread compares it between its wake-ups to
     /// tell whether the application is polling (a counter costs less than a clock
     /// read per poll).
@@ -274,15 +242,9 @@ struct Inner {
     /// Set by the device thread while the application waits for events receiving
     /// (`waits` moved within its last nap): arming a CQ then leaves it napping.
     waiter_mode: AtomicBool,
-    /// The device's addresses of the other family (IPv6), on a device whose IPv4
-    /// address's interface has an IPv6 link-local address (`dual`): empty otherwise.
-    extra: Vec<dual::Extra>,
     /// The network interface under the port (UDP devices), which the device thread
     /// follows (`netdev`): MTU, state, width and speed.
     netdev: Option<Mutex<netdev::Follower>>,
-    /// The kernel's drop counts of the UDP sockets, read with the interface (see
-    /// `drops`).
-    kernel_drops: Mutex<drops::KernelDrops>,
     /// When the device thread next looks at the interface and the kernel's drop count,
     /// in milliseconds since `born`: one atomic load per loop turn in between.
     next_watch: AtomicU64,
@@ -307,101 +269,6 @@ impl std::fmt::Debug for EmuDevice {
 }
 
 impl EmuDevice {
-    /// Opens a device on UDP: binds its socket and starts its thread. Devices that open
-    /// one address share it, as processes share one kernel rxe device, unless
-    /// [`interop::LinkOptions::exclusive`] keeps it to one. An address held by a
-    /// socket that does not share it is [`Error::AddressInUse`], naming its holder when
-    /// the host tells; other failures come back as [`Error::Os`].
-    ///
-    /// With [`EmuConfig::same_host`] [`SameHost::Shm`] the device sits on the
-    /// shared-memory link instead: see [`SameHost::Shm`].
-    pub fn open(cfg: EmuConfig) -> Result<EmuDevice> {
-        if cfg.same_host == SameHost::Shm {
-            return EmuDevice::open_shm(cfg);
-        }
-        let (udp, member) = share::bind(cfg.ip, cfg.port, &cfg.link, None)
-            .map_err(|(context, e)| open_error(&cfg, e, context, share::holder))?;
-        let udp = Arc::new(udp);
-        let mut cfg = cfg;
-        cfg.port = udp.port();
-        let ip = cfg.ip;
-        let slot = member.as_ref().map_or(0, share::Member::slot);
-        // An IPv4 address on an interface with IPv6 ones: the device carries them too,
-        // and lists them as rxe does (`dual`).
-        let extra = dual::open(&dual::candidates(ip), cfg.port, &cfg.link, slot);
-        let table = dual::gid_table(ip, &extra.iter().map(|x| x.ip).collect::<Vec<_>>());
-        let mut inner = Inner::new(cfg, Wire::Udp(udp.clone()))?;
-        if let Some(i) = Arc::get_mut(&mut inner) {
-            i.netdev = Some(Mutex::new(netdev::Follower::new(ip)));
-            i.extra = extra;
-        }
-        // The port reflects its interface from the start.
-        inner.watch(Instant::now());
-        // Peers on this host tell whether they ran (their heartbeats), and this device
-        // tells them (see `liveness`). Its QPNs are in its slot's block, starting
-        // elsewhere in each process (see `crate::seed`).
-        let port = inner.cfg.port;
-        inner.with_engine(|e, _| {
-            e.set_gid_table(&table);
-            e.set_qpn_block(slot, crate::seed::instance_seed());
-            e.set_peer_liveness(Some(Arc::new(liveness::HostPeers::new(port))));
-        });
-        let worker = inner.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("{}-nic", inner.cfg.name))
-            .spawn(move || worker.run(&udp, member))
-            .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
-        let mut dev = EmuDevice {
-            inner,
-            thread: Some(thread),
-            extra_threads: Vec::new(),
-        };
-        for i in 0..dev.inner.extra.len() {
-            let worker = dev.inner.clone();
-            let t = std::thread::Builder::new()
-                .name(format!("{}-nic{}", dev.inner.cfg.name, i + 2))
-                .spawn(move || worker.run_extra(i))
-                .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
-            dev.extra_threads.push(t);
-        }
-        Ok(dev)
-    }
-
-    /// Opens a device on the same-host shared-memory link (see `nic/shm.rs`): it
-    /// offers a ring at its address and port in the host's shared folder, and talks to
-    /// one peer at a time, a device of this host opened the same way with the same
-    /// port, through rings both processes map. No UDP socket: the CM's MADs go through
-    /// the rings too. A peer that dies is a dead link (its QPs' retries run out).
-    fn open_shm(cfg: EmuConfig) -> Result<EmuDevice> {
-        let link = shm::ShmLink::new(cfg.ip, cfg.port)
-            .map_err(|e| open_error(&cfg, e, "open the shared-memory link", shm::holder))?;
-        let link = Arc::new(link);
-        let busy_poll = cfg.busy_poll;
-        let inner = Inner::new(cfg, Wire::Other(link.clone()))?;
-        let _ = link.driver.set(DeviceDriver(Arc::downgrade(&inner)));
-        let weak = Arc::downgrade(&inner);
-        let thread = std::thread::Builder::new()
-            .name(format!("{}-shm", inner.cfg.name))
-            .spawn(move || shm::run(link, weak, busy_poll))
-            .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
-        Ok(EmuDevice {
-            inner,
-            thread: Some(thread),
-            extra_threads: Vec::new(),
-        })
-    }
-
-    /// Opens a device on any [`Link`], without a thread of its own: whoever owns the
-    /// link delivers packets and fires timers through [`EmuDevice::driver`] (this is
-    /// how the simulated fabric of crate `emu-sims` attaches devices).
-    pub fn with_link(cfg: EmuConfig, link: Arc<dyn Link>) -> Result<EmuDevice> {
-        Ok(EmuDevice {
-            inner: Inner::new(cfg, Wire::Other(link))?,
-            thread: None,
-            extra_threads: Vec::new(),
-        })
-    }
-
     /// The network interface that carries the device's address (a UDP device's port
     /// follows its MTU and state), once found; None on other links.
     pub fn netdev(&self) -> Option<String> {
@@ -459,8 +326,7 @@ impl EmuDevice {
 }
 
 impl Inner {
-    pub(super) fn new(mut cfg: EmuConfig, link: Wire) -> Result<Arc<Inner>> {
-        let rx = link.udp().map(UdpLink::rx_bufs);
+    pub(super) fn new(mut cfg: EmuConfig, link: Arc<dyn Link>) -> Result<Arc<Inner>> {
         // The device promises no more groups than its link can deliver (manual 3.3.1:
         // max_mcast_grp is what the device supports).
         if let Some(g) = link.max_multicast_groups() {
@@ -495,15 +361,12 @@ impl Inner {
             mcast: Mutex::new(()),
             stop: AtomicBool::new(false),
             link_counters: LinkCounters::default(),
-            rx: Mutex::new(rx),
             polls: AtomicU64::new(0),
             napping: AtomicBool::new(false),
             waiters: AtomicUsize::new(0),
             waits: AtomicU64::new(0),
             waiter_mode: AtomicBool::new(false),
             netdev: None,
-            extra: Vec::new(),
-            kernel_drops: Mutex::new(drops::KernelDrops::default()),
             next_watch: AtomicU64::new(0),
             born: Instant::now(),
         }))
@@ -518,11 +381,12 @@ impl Inner {
     /// retries run out, as on a network without that route).
     #[inline]
     pub(super) fn link_addresses(&self, t: &engine::Transmit) -> Option<(IpAddr, IpAddr)> {
-        let src = if self.extra.is_empty() {
+        let extra = self.link.extra_addresses();
+        let src = if extra.is_empty() {
             self.cfg.ip
         } else {
             let s = ip_of(&t.src);
-            if self.extra.iter().any(|x| x.ip == s) {
+            if extra.contains(&s) {
                 s
             } else {
                 self.cfg.ip
@@ -533,15 +397,6 @@ impl Inner {
             None => src.is_ipv6().then(|| IpAddr::V6(t.dest.to_ipv6()))?,
         };
         Some((src, dst))
-    }
-
-    /// The link that sends from `src`: the socket of that extra address, else the
-    /// device's own link.
-    pub(super) fn link_from(&self, src: IpAddr) -> &dyn Link {
-        match self.extra.iter().find(|x| x.ip == src) {
-            Some(x) => &*x.udp,
-            None => &*self.link,
-        }
     }
 
     /// Counts `count` datagrams of up to `size` bytes the link could not send. The first
@@ -578,12 +433,10 @@ impl Inner {
         }
         self.next_watch.store(ms + 1000, Ordering::Relaxed);
         self.follow_interface(now);
-        if let Some(udp) = self.link.udp() {
-            if let Some(n) = udp.kernel_drops(&mut self.kernel_drops.lock()) {
-                self.link_counters
-                    .rx_overflow
-                    .fetch_add(n, Ordering::Relaxed);
-            }
+        if let Some(n) = self.link.kernel_drops() {
+            self.link_counters
+                .rx_overflow
+                .fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -650,26 +503,5 @@ pub fn ip_of(gid: &Gid) -> IpAddr {
     match gid.to_ipv4() {
         Some(v4) => IpAddr::V4(v4),
         None => IpAddr::V6(gid.to_ipv6()),
-    }
-}
-
-/// The error of a device that could not take `cfg`'s address: `AddressInUse` naming
-/// the process that `holder` finds holding it, or the system's error with `context`.
-fn open_error(
-    cfg: &EmuConfig,
-    e: std::io::Error,
-    context: &'static str,
-    holder: fn(IpAddr, u16) -> Option<String>,
-) -> Error {
-    if e.kind() == std::io::ErrorKind::AddrInUse {
-        Error::AddressInUse(Box::new(verbs_api::TakenAddress {
-            address: SocketAddr::new(cfg.ip, cfg.port),
-            holder: holder(cfg.ip, cfg.port),
-        }))
-    } else {
-        Error::Os {
-            errno: e.raw_os_error().unwrap_or(nix::errno::Errno::EIO as i32),
-            context,
-        }
     }
 }

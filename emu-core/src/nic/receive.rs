@@ -1,36 +1,81 @@
-//! The receive path: datagrams off the UDP socket, each ICRC checked outside the
-//! engine's lock, into the engine; by the device thread, by an application's
-//! `poll_cq` (inline, run to completion) or by a thread waiting for its event.
+//! The device's side of receiving: what a link takes it hands to the device's
+//! [`Inbound`] (into the engine under one lock, timers, the answers sent); who calls
+//! [`Link::receive`](super::Link::receive) and when: an application's `poll_cq`
+//! (inline, run to completion), a thread waiting for its event, the device thread
+//! (`thread.rs`).
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use verbs_api::{errno, CqId, Error, Result, WorkCompletion};
 
-use super::udp::{RxBufs, UdpLink};
-use super::{EmuDevice, Inner};
+use super::link::Receiver;
+use super::{EmuDevice, Inner, LinkCounters};
 use crate::engine::{connected_dest_qpn, PacketKind};
 use crate::notify::Notifier;
 
-/// Who receives, which decides how ([`Inner::receive`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Receiver {
-    /// The device thread, a thread waiting for its event, or the hand-over of what an
-    /// inline receive left: waits for the receive lock, hands the engine every
-    /// datagram taken and sends all it answers.
-    Thread,
-    /// The application's `poll_cq`: receives only if no other thread is, leaves the
-    /// positive ACKs at the end of a batch for the next call (see
-    /// [`before_trailing_acks`]) and, with `defer`, leaves its last partial run of
-    /// packets for the next flush.
-    Poll {
-        /// Leave the last partial run for the next flush (see `Inner::may_defer`).
+/// The device a link hands what it receives to, for one [`Link::receive`](super::Link::receive).
+pub struct Inbound<'a>(pub(super) &'a Inner);
+
+impl Inbound<'_> {
+    /// Delivers datagrams `(src, dst, tos, packet)` that the link did not check, as
+    /// [`DeviceDriver::handle_datagrams_tos`](super::DeviceDriver::handle_datagrams_tos)
+    /// does: each ICRC checked with IP ID 0 and the device port both ways (a wrong one
+    /// dropped and counted), the good ones to the engine in order under one lock, the
+    /// output sent once.
+    pub fn deliver(&self, batch: &[(IpAddr, IpAddr, u8, &[u8])]) {
+        self.0.deliver(batch.iter().copied());
+    }
+
+    /// Hands the engine datagrams whose ICRC the link checked, `(from, to, tos,
+    /// packet)`, in order under one lock (with `strict_source_port`, one for a
+    /// connected QP from its peer's address but another port is dropped and counted),
+    /// fires due timers and sends the output, leaving the last partial run for the
+    /// next flush with `defer`.
+    pub(crate) fn checked<'p>(
+        &self,
+        datagrams: impl Iterator<Item = (SocketAddr, IpAddr, u8, &'p [u8])>,
         defer: bool,
-    },
+    ) {
+        let inner = self.0;
+        let mut core = inner.core.lock();
+        let now = Instant::now();
+        let strict = inner.cfg.link.strict_source_port;
+        for (from, dst, tos, bytes) in datagrams {
+            let pinned = strict.then(|| connected_dest_qpn(bytes)).flatten();
+            if let Some(peer) = pinned.and_then(|q| core.peers.get(&q)) {
+                if peer.ip() == from.ip() && peer.port() != from.port() {
+                    inner
+                        .link_counters
+                        .wrong_source_port
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            }
+            let taken = core.engine.handle_datagram_tos(
+                now,
+                super::gid_of(from.ip()),
+                super::gid_of(dst),
+                tos,
+                bytes,
+            );
+            if let (Some(qpn), true) = (pinned, taken) {
+                core.peers.entry(qpn).or_insert(from);
+            }
+        }
+        core.engine.handle_timeout(now);
+        inner.flush(&mut core, now, defer);
+    }
+
+    /// The device's link counters (ICRC errors, datagrams passed on).
+    pub(crate) fn counters(&self) -> &LinkCounters {
+        &self.0.link_counters
+    }
 }
 
 /// Whether a received `packet` is a positive ACK (see [`PacketKind`]).
-fn is_positive_ack(packet: &[u8]) -> bool {
+pub(super) fn is_positive_ack(packet: &[u8]) -> bool {
     PacketKind::of(packet) == Some(PacketKind::PositiveAck)
 }
 
@@ -58,7 +103,6 @@ impl EmuDevice {
     /// libibverbs' `ibv_get_cq_event` (unless an event is there by then).
     pub(super) fn wait_receiving(
         &self,
-        udp: &UdpLink,
         ch: &Notifier<CqId>,
         timeout: Option<Duration>,
     ) -> Result<CqId> {
@@ -75,8 +119,9 @@ impl EmuDevice {
             if let Ok(item) = ch.pop(Some(Duration::ZERO)) {
                 break Ok(item);
             }
-            let left_over = || inner.rx.lock().as_ref().is_some_and(RxBufs::has_left);
-            if (readable || left_over()) && inner.receive(udp, Receiver::Thread) > 0 {
+            if (readable || inner.link.pending())
+                && inner.link.receive(&Inbound(inner), Receiver::Thread) > 0
+            {
                 readable = false;
                 continue;
             }
@@ -84,7 +129,7 @@ impl EmuDevice {
             if left == Some(Duration::ZERO) {
                 break ch.pop(Some(Duration::ZERO));
             }
-            match udp.wait_readable_or(Some(ch.watch_fd()), left) {
+            match inner.link.wait_readable(Some(ch.watch_fd()), left) {
                 Ok(r) => readable = r,
                 Err(_) => {
                     break ch.pop(Some(Duration::ZERO)).map_err(|_| Error::Os {
@@ -107,7 +152,12 @@ impl EmuDevice {
             if let Ok(item) = n.pop(Some(Duration::ZERO)) {
                 return Ok(item);
             }
-            if !self.inner.link.idle() {
+            if self
+                .inner
+                .link
+                .receive(&Inbound(&self.inner), Receiver::Idle)
+                == 0
+            {
                 return n.pop(timeout);
             }
         }
@@ -116,11 +166,11 @@ impl EmuDevice {
 
 impl Inner {
     /// `poll_cq`, run to completion: sends what a deferred post left waiting (see
-    /// `Inner::may_defer`), polls, and on an empty CQ takes what waits on the socket
-    /// in this thread (unless the device thread is at it) rather than wait for the
-    /// device thread to be scheduled, which naps meanwhile (`run`); on a link without
-    /// sockets it lets the link move time on ([`Link::idle`](super::Link::idle)).
-    /// Then it polls once more.
+    /// `Inner::may_defer`), polls, and on an empty CQ receives in this thread
+    /// ([`Receiver::Poll`]: what waits on the socket or the ring, unless another
+    /// thread is at it, rather than wait for the device thread to be scheduled, which
+    /// naps meanwhile, `run`; on a link with virtual time the network moves on). Then
+    /// it polls once more.
     pub(super) fn poll_cq(
         &self,
         c: CqId,
@@ -136,135 +186,18 @@ impl Inner {
         if n > 0 {
             return Ok(n);
         }
-        let progressed = match self.link.udp() {
-            Some(udp) => {
-                let defer = self.may_defer();
-                self.receive(udp, Receiver::Poll { defer }) > 0
-            }
-            None => self.link.idle(),
-        };
-        if progressed {
+        let defer = self.may_defer();
+        if self.link.receive(&Inbound(self), Receiver::Poll { defer }) > 0 {
             self.core.lock().engine.poll_cq(c, max, out)
         } else {
             Ok(0)
         }
     }
 
-    /// Takes what waits on the socket (a [`Receiver::Poll`] only if no other thread is
-    /// receiving), checks each ICRC outside the engine lock, then feeds the good ones
-    /// to the engine under one lock, fires due timers and sends the output. Returns
-    /// how many datagrams it handed the engine.
-    ///
-    /// Datagrams a previous call left go first, and alone (no socket read). A
-    /// [`Receiver::Poll`] leaves positive ACKs at the end of a batch for the next call
-    /// when something precedes them: the completion of that something is then visible
-    /// without waiting for the ACKs (a ping-pong's answer arrives with the ACK of the
-    /// question behind it; see `flush`), and the next poll or the device thread hands
-    /// them over.
-    pub(super) fn receive(&self, udp: &UdpLink, by: Receiver) -> usize {
-        self.receive_on(udp, &self.rx, by)
-    }
-
-    /// [`Inner::receive`] from `udp` into the buffers `bufs`: the device's address's, or
-    /// an extra address's of a device on both families (`dual`), each with its own.
-    pub(super) fn receive_on(
-        &self,
-        udp: &UdpLink,
-        bufs: &parking_lot::Mutex<Option<RxBufs>>,
-        by: Receiver,
-    ) -> usize {
-        let (poll, defer) = match by {
-            Receiver::Thread => (false, false),
-            Receiver::Poll { defer } => (true, defer),
-        };
-        let Some(mut guard) = (if poll {
-            bufs.try_lock()
-        } else {
-            Some(bufs.lock())
-        }) else {
-            return 0;
-        };
-        let Some(rx) = guard.as_mut() else {
-            return 0;
-        };
-        let (start, end) = if rx.has_left() {
-            (rx.next, rx.got.len())
-        } else {
-            let n = udp.recv_batch(rx);
-            if n == 0 {
-                return 0;
-            }
-            if poll {
-                (
-                    0,
-                    before_trailing_acks(n, |i| is_positive_ack(rx.bytes(&rx.got[i]))),
-                )
-            } else {
-                (0, n)
-            }
-        };
-        let mut bad = 0;
-        for i in start..end {
-            let d = rx.got[i];
-            match udp.icrc_ip_id(&d, rx.bytes(&d), rx.guess_ip_id(d.from)) {
-                Some(id) => rx.saw_ip_id(d.from, id),
-                None => {
-                    rx.got[i].from = super::udp::NOWHERE;
-                    bad += 1;
-                }
-            }
-        }
-        if bad > 0 {
-            self.link_counters
-                .icrc_errors
-                .fetch_add(bad, Ordering::Relaxed);
-        }
-        let passed = udp.pass_on(rx, start..end);
-        if passed > 0 {
-            self.link_counters
-                .passed_on
-                .fetch_add(passed, Ordering::Relaxed);
-        }
-        let mut core = self.core.lock();
-        let now = Instant::now();
-        let strict = self.cfg.link.strict_source_port;
-        for d in &rx.got[start..end] {
-            if d.from.port() == 0 && d.from.ip().is_unspecified() {
-                continue;
-            }
-            let bytes = rx.bytes(d);
-            let pinned = strict.then(|| connected_dest_qpn(bytes)).flatten();
-            if let Some(peer) = pinned.and_then(|q| core.peers.get(&q)) {
-                if peer.ip() == d.from.ip() && peer.port() != d.from.port() {
-                    self.link_counters
-                        .wrong_source_port
-                        .fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-            }
-            let taken = core.engine.handle_datagram_tos(
-                now,
-                super::gid_of(d.from.ip()),
-                super::gid_of(d.dst),
-                d.tos,
-                bytes,
-            );
-            if let (Some(qpn), true) = (pinned, taken) {
-                core.peers.entry(qpn).or_insert(d.from);
-            }
-        }
-        rx.next = end;
-        core.engine.handle_timeout(now);
-        self.flush(&mut core, now, defer);
-        end - start
-    }
-
-    /// Hands the engine the datagrams an inline receive left (see `receive`).
+    /// Hands the engine the datagrams an inline receive left ([`Link::pending`](super::Link::pending)).
     pub(super) fn receive_left(&self) {
-        if let Some(udp) = self.link.udp() {
-            if self.rx.lock().as_ref().is_some_and(RxBufs::has_left) {
-                self.receive(udp, Receiver::Thread);
-            }
+        if self.link.pending() {
+            self.link.receive(&Inbound(self), Receiver::Thread);
         }
     }
 }

@@ -12,11 +12,13 @@
 //! inbound ring, so one peer at a time: a second sender finds it taken (`Busy`) and
 //! its packets are lost, as on a link that does not reach.
 //!
-//! Receiving: the device's own thread (`run`) takes what the ring holds, hands it to
-//! the engine, fires its timers, and sleeps on the ring's futex until the next timer
-//! (after spinning 50 us with [`EmuConfig::busy_poll`](super::EmuConfig)); an empty
-//! `poll_cq` takes the ring itself (`Link::idle`), so a polling application sees its
-//! completion with no thread in between and no system call. While the application
+//! Receiving ([`Link::receive`]): the device's own thread (`run`, a
+//! [`Receiver::Thread`]) takes what the ring holds, hands it to the engine, fires its
+//! timers, and sleeps on the ring's futex until the next timer (after spinning 50 us
+//! with [`EmuConfig::busy_poll`](super::EmuConfig)); an empty `poll_cq`
+//! ([`Receiver::Poll`]) takes the ring itself, so a polling application sees its
+//! completion with no thread in between and no system call; so does a thread that
+//! waits for an event ([`Receiver::Idle`]). While the application
 //! polls, the thread naps (200 us, or until the next timer) instead of sleeping on
 //! the futex, so the peer has no sleeper to wake either.
 //!
@@ -33,7 +35,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emu_wire::{write_icrc, write_icrc_v6, Ipv4Endpoints, Ipv6Endpoints};
@@ -41,8 +43,8 @@ use parking_lot::Mutex;
 use shm_ring::{Consumer, Producer, Region};
 use smallvec::SmallVec;
 
-use super::link::{Link, Transmit};
-use super::{DeviceDriver, Inner};
+use super::link::{Link, Receiver, Transmit};
+use super::{Inbound, Inner};
 use crate::engine::MAX_PACKET;
 
 /// What precedes a packet in a record: the sender's address (16 bytes, an IPv4 one
@@ -92,7 +94,8 @@ pub(crate) fn holder(ip: IpAddr, port: u16) -> Option<String> {
     crate::host::pid_alive(pid).then(|| format!("process {pid} (shared-memory link)"))
 }
 
-/// A packet taken from the ring: from, to, TOS, bytes (as `DeviceDriver` takes them).
+/// A packet taken from the ring: from, to, TOS, bytes (as [`Inbound::deliver`] takes
+/// them).
 type Arrival<'a> = (IpAddr, IpAddr, u8, &'a [u8]);
 
 /// A sending end: the producer of a peer's ring, or when it was last looked for.
@@ -115,8 +118,6 @@ pub(crate) struct ShmLink {
     /// The inbound ring's producer left or broke it (see [`ShmLink::wait`]).
     inbound_dead: AtomicBool,
     peers: Mutex<HashMap<IpAddr, Peer>>,
-    /// The device this link feeds, set once it is open.
-    pub(crate) driver: OnceLock<DeviceDriver>,
 }
 
 impl std::fmt::Debug for ShmLink {
@@ -167,7 +168,6 @@ impl ShmLink {
             _region: region,
             inbound_dead: AtomicBool::new(false),
             peers: Mutex::new(HashMap::new()),
-            driver: OnceLock::new(),
         })
     }
 
@@ -267,11 +267,10 @@ impl ShmLink {
         }
     }
 
-    /// Hands the engine up to [`BATCH`] packets from the inbound ring, under one lock
-    /// of the engine; how many. `block`:
-    /// wait for the ring's lock (the device thread), else give up if another thread
-    /// holds it (an application's poll).
-    pub(crate) fn receive(&self, driver: &DeviceDriver, block: bool) -> usize {
+    /// Hands `into` up to [`BATCH`] packets from the inbound ring, under one lock of
+    /// the engine; how many. `block`: wait for the ring's lock (the device thread),
+    /// else give up if another thread holds it (an application's poll or wait).
+    fn take(&self, into: &Inbound<'_>, block: bool) -> usize {
         let mut rx = if block {
             self.inbound.lock()
         } else {
@@ -315,7 +314,7 @@ impl ShmLink {
                 (src, self.ip, rec[16], &rec[PREFIX..])
             })
             .collect();
-        driver.handle_datagrams_tos(&batch);
+        into.deliver(&batch);
         n
     }
 
@@ -358,12 +357,10 @@ impl Link for ShmLink {
         first
     }
 
-    /// An application that polls takes the ring itself.
-    fn idle(&self) -> bool {
-        match self.driver.get() {
-            Some(d) => self.receive(d, false) > 0,
-            None => false,
-        }
+    /// The device thread waits for the ring; an application that polls, or waits
+    /// for an event, takes the ring itself unless another thread has it.
+    fn receive(&self, into: &Inbound<'_>, by: Receiver) -> usize {
+        self.take(into, by == Receiver::Thread)
     }
 }
 
@@ -377,31 +374,24 @@ impl Drop for ShmLink {
     }
 }
 
-/// The device thread of a shared-memory device: receives, fires timers, sleeps on the
-/// ring until the next timer; ends when the device closes.
-pub(crate) fn run(link: Arc<ShmLink>, inner: Weak<Inner>, busy_poll: bool) {
-    let driver = DeviceDriver(inner.clone());
+/// The device thread of a shared-memory device: receives ([`Link::receive`]), fires
+/// timers, sleeps on the ring until the next timer; ends when the device closes.
+pub(crate) fn run(link: &ShmLink, dev: &Inner) {
+    let busy_poll = dev.cfg.busy_poll;
     let mut idle_since = Instant::now();
     let mut last_polls = 0;
-    loop {
-        let Some(dev) = inner.upgrade() else {
-            return;
-        };
-        if dev.stop.load(Ordering::Relaxed) {
-            return;
-        }
-        // While the application polls, it takes the ring itself (`Link::idle`): the
+    while !dev.stop.load(Ordering::Relaxed) {
+        // While the application polls, it takes the ring itself (`Receiver::Poll`): the
         // thread naps instead of sleeping on the futex, so that the peer's pushes
         // find no sleeper to wake (no system call on either side).
         let polls = dev.polls.load(Ordering::Relaxed);
         let app_polls = polls != last_polls;
         last_polls = polls;
-        drop(dev);
-        let got = link.receive(&driver, true);
+        let got = link.receive(&Inbound(dev), Receiver::Thread);
         let now = Instant::now();
-        let next = driver.poll_timeout();
+        let next = dev.core.lock().engine.poll_timeout();
         if next.is_some_and(|t| t <= now) {
-            driver.handle_timeout();
+            dev.with_engine(|e, now| e.handle_timeout(now));
         }
         if got > 0 {
             idle_since = now;

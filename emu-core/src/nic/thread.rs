@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
-use super::receive::Receiver;
-use super::udp::{RxBufs, UdpLink};
-use super::{share, Core, Inner};
+use super::link::Receiver;
+use super::{Core, Inbound, Inner};
 
 /// The longest the device thread sleeps before looking at the engine's timers again.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
@@ -36,10 +35,6 @@ const STALL: Duration = Duration::from_micros(50);
 /// before it tries napping again.
 const HOLD: Duration = Duration::from_millis(20);
 
-/// How long the thread of an extra address (`dual`) sleeps on its socket at most
-/// between looks at whether the device closed.
-const EXTRA_SLEEP: Duration = Duration::from_millis(10);
-
 impl Inner {
     /// The device thread: waits for datagrams or the next timer, then receives a batch.
     /// Receive buffers are allocated once: no heap allocation per packet.
@@ -55,7 +50,12 @@ impl Inner {
     /// looks again for [`SPIN`] ([`SPIN_BUSY`] in busy-poll mode) after each datagram
     /// before it sleeps. An application that polls but waits for something no poll
     /// brings (see [`Inner::left_on_socket`]) gets the socket taken back for [`HOLD`].
-    pub(super) fn run(&self, udp: &UdpLink, mut member: Option<share::Member>) {
+    ///
+    /// Everything it does on the link is a [`Link`](super::Link) call: heartbeats
+    /// (`beat`), waits (`wait_readable`, `pending`) and receives (`receive`, a
+    /// [`Receiver::Thread`]).
+    pub(super) fn run(&self) {
+        let link = &*self.link;
         let idle_limit = if self.cfg.busy_poll {
             IDLE_NAPS_BUSY
         } else {
@@ -73,14 +73,7 @@ impl Inner {
         while !self.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             self.watch(now);
-            if member.as_mut().is_some_and(|m| m.beat(now)) {
-                udp.member_joined();
-            }
-            for x in &self.extra {
-                if x.member.lock().as_mut().is_some_and(|m| m.beat(now)) {
-                    x.udp.member_joined();
-                }
-            }
+            link.beat(now);
             let (sleep, armed) = {
                 let core = self.core.lock();
                 let now = Instant::now();
@@ -125,7 +118,7 @@ impl Inner {
                 if let Some(core) = core {
                     self.keep_time_locked(core);
                 }
-                if !waiting && self.left_on_socket(udp) {
+                if !waiting && self.left_on_socket() {
                     hold_until = Some(Instant::now() + HOLD);
                     self.link_counters
                         .socket_holds
@@ -153,12 +146,12 @@ impl Inner {
                     // sender does not pay this thread's wake-up (yielding to any
                     // thread that waits for this core).
                     std::thread::yield_now();
-                } else if !self.rx.lock().as_ref().is_some_and(RxBufs::has_left) {
-                    udp.wait_readable(sleep);
+                } else if !link.pending() {
+                    let _ = link.wait_readable(None, Some(sleep));
                 }
             }
             let junk_before = self.link_counters.icrc_errors.load(Ordering::Relaxed);
-            let got = self.receive(udp, Receiver::Thread);
+            let got = link.receive(&Inbound(self), Receiver::Thread);
             let junk = self.link_counters.icrc_errors.load(Ordering::Relaxed) - junk_before;
             flooded = got > 0 && 2 * junk >= got as u64;
             if got > 0 {
@@ -173,33 +166,19 @@ impl Inner {
         }
     }
 
-    /// The thread of extra address `i` of a device on both families (`dual`): sleeps
-    /// on that address's socket and hands every datagram to the engine, as the device
-    /// thread does when it holds its socket. It does not nap for a polling application
-    /// (whose `poll_cq` receives inline from the device's first address only), keeps
-    /// no time (the device thread fires the timers) and writes no heartbeat (the device
-    /// thread writes the extra addresses' too).
-    pub(super) fn run_extra(&self, i: usize) {
-        let Some(x) = self.extra.get(i) else {
-            return;
-        };
-        while !self.stop.load(Ordering::Relaxed) {
-            if !x.rx.lock().as_ref().is_some_and(RxBufs::has_left) {
-                x.udp.wait_readable(EXTRA_SLEEP);
-            }
-            self.receive_on(&x.udp, &x.rx, Receiver::Thread);
-        }
-    }
-
     /// Whether the application, though it polls, leaves datagrams on the socket: one
     /// waits after a nap and no poll comes for [`STALL`]. So does a program that polls
     /// its CQ for its own completions and then spins on memory for the peer's RDMA
     /// WRITE, which makes no completion at the responder (perftest's `ib_write_lat`):
     /// only this thread can receive that WRITE, and a nap per message made each half
     /// round trip a nap long.
-    fn left_on_socket(&self, udp: &UdpLink) -> bool {
-        let left = self.rx.lock().as_ref().is_some_and(RxBufs::has_left);
-        if !left && !udp.wait_readable(Duration::ZERO) {
+    fn left_on_socket(&self) -> bool {
+        if !self.link.pending()
+            && !self
+                .link
+                .wait_readable(None, Some(Duration::ZERO))
+                .unwrap_or(false)
+        {
             return false;
         }
         let polls = self.polls.load(Ordering::Relaxed);

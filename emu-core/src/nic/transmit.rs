@@ -128,13 +128,13 @@ impl Inner {
     /// Posts to many QPs between two polls then leave in one GSO send instead of one
     /// syscall each.
     pub(super) fn may_defer(&self) -> bool {
-        // Not on a fabric (no thread would send it), nor where every packet is its
-        // own send anyway (interop mode, a hook).
+        // Only while the device thread naps (the UDP device's: not on a fabric or the
+        // shared-memory link, whose threads never nap so), and not where every packet
+        // is its own send anyway (interop mode, a hook).
         // Nor while a thread waits for an event receiving (`wait_receiving`): it does
         // not poll, so nothing would send the rest before the device thread's nap ends.
-        self.link.udp().is_some()
+        self.napping.load(Ordering::Acquire)
             && self.link.max_segments() > 1
-            && self.napping.load(Ordering::Acquire)
             && self.waiters.load(Ordering::Acquire) == 0
     }
 
@@ -318,7 +318,7 @@ impl Inner {
     /// in one [`Link::send`] (one `sendmmsg` on UDP), and empties both.
     pub(super) fn send_pair(&self, first: &mut TxBatch, then: &mut TxBatch) {
         let (a, b) = (first.route(), then.route());
-        let r = self.link_from(a.src).send(&mut [
+        let r = self.link.send(&mut [
             Transmit::one(a, &mut first.buf[..first.fill]),
             Transmit::one(b, &mut then.buf[..then.fill]),
         ]);
@@ -333,7 +333,7 @@ impl Inner {
     pub(super) fn send_run(&self, tx: &mut TxBatch) {
         let segment_size = if tx.count == 1 { tx.fill } else { tx.segment };
         let route = tx.route();
-        let r = self.link_from(route.src).send(&mut [Transmit {
+        let r = self.link.send(&mut [Transmit {
             route,
             contents: &mut tx.buf[..tx.fill],
             segment_size,

@@ -231,12 +231,7 @@ impl Device for EmuDevice {
             .ok_or(Error::InvalidArgument("no such channel"))?;
         // A call that does not wait (a program that learns of events from the fd, with
         // O_NONBLOCK) only takes what is there.
-        let udp = self
-            .inner
-            .link
-            .udp()
-            .filter(|_| timeout != Some(Duration::ZERO));
-        if let Some(udp) = udp {
+        if self.inner.link.waitable() && timeout != Some(Duration::ZERO) {
             // The CM agent waits on QP1's channel all the time: it leaves the socket
             // to the device thread and the application (see `Engine::cq_armed`).
             let gsi = {
@@ -246,7 +241,7 @@ impl Device for EmuDevice {
                     .any(|(&c, &chan)| chan == channel.0 && core.engine.cq_is_gsi(CqId(c)))
             };
             if !gsi {
-                return self.wait_receiving(udp, &ch, timeout);
+                return self.wait_receiving(&ch, timeout);
             }
         }
         self.wait(&ch, timeout)

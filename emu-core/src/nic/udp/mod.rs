@@ -1,6 +1,9 @@
-//! `UdpLink`, the [`Link`] of a real deployment: one socket per device, RoCEv2
-//! datagrams with their ICRC computed on send and checked on receive. Receiving is in
-//! `recv`, sending in `send`, and what devices sharing an address pass on to each
+//! The link of a real deployment: RoCEv2 datagrams over UDP, with their ICRC computed
+//! on send and checked on receive. `UdpLink` is one bound socket of a device address
+//! (a [`Link`] that sends); `DeviceLink` (`device`) is the device's link built on it,
+//! with the receive buffers, the share of the address and the extra addresses of a
+//! device on both families, and what `Link::receive` does. Receiving off the socket is
+//! in `recv`, sending in `send`, and what devices sharing an address pass on to each
 //! other in `inbox`.
 //!
 //! The UDP link batches: a run of equal-sized packets to one peer leaves in one
@@ -42,6 +45,7 @@
 //! the bound socket. Interop mode and a fault hook send every datagram from the bound
 //! socket.
 
+mod device;
 mod inbox;
 mod recv;
 mod send;
@@ -62,6 +66,7 @@ use crate::nic::interop::{LinkOptions, PacketHook};
 use crate::nic::share;
 
 use super::link::{Link, Transmit};
+pub(crate) use device::DeviceLink;
 pub(crate) use recv::RxBufs;
 use send::PeerSocket;
 
