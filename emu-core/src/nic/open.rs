@@ -79,12 +79,11 @@ impl EmuDevice {
     fn open_shm(cfg: EmuConfig) -> Result<EmuDevice> {
         let link = shm::ShmLink::new(cfg.ip, cfg.port)
             .map_err(|e| open_error(&cfg, e, "open the shared-memory link", shm::holder))?;
-        let link = Arc::new(link);
-        let inner = Inner::new(cfg, link.clone())?;
+        let inner = Inner::new(cfg, Arc::new(link))?;
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{}-shm", inner.cfg.name))
-            .spawn(move || shm::run(&link, &worker))
+            .spawn(move || worker.run())
             .map_err(|_| Error::NoMemory("cannot start the device thread"))?;
         Ok(EmuDevice {
             inner,

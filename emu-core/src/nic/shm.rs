@@ -12,15 +12,14 @@
 //! inbound ring, so one peer at a time: a second sender finds it taken (`Busy`) and
 //! its packets are lost, as on a link that does not reach.
 //!
-//! Receiving ([`Link::receive`]): the device's own thread (`run`, a
-//! [`Receiver::Thread`]) takes what the ring holds, hands it to the engine, fires its
-//! timers, and sleeps on the ring's futex until the next timer (after spinning 50 us
-//! with [`EmuConfig::busy_poll`](super::EmuConfig)); an empty `poll_cq`
-//! ([`Receiver::Poll`]) takes the ring itself, so a polling application sees its
-//! completion with no thread in between and no system call; so does a thread that
-//! waits for an event ([`Receiver::Idle`]). While the application
-//! polls, the thread naps (200 us, or until the next timer) instead of sleeping on
-//! the futex, so the peer has no sleeper to wake either.
+//! Receiving ([`Link::receive`]): the device thread (the UDP device's, `Inner::run`,
+//! a [`Receiver::Thread`]) takes what the ring holds, hands it to the engine, fires
+//! its timers, and sleeps on the ring's futex ([`Link::wait_readable`]) until the next
+//! timer; an empty `poll_cq` ([`Receiver::Poll`]) takes the ring itself, so a polling
+//! application sees its completion with no thread in between and no system call; so
+//! does a thread that waits for an event ([`Receiver::Idle`]). While the application
+//! polls, the thread naps instead of sleeping on the futex, so the peer has no
+//! sleeper to wake either.
 //!
 //! A peer that dies leaves its ring with us: what we send it is lost (once the ring
 //! is full its offer is read again, which names a dead process: nothing is sent until
@@ -33,6 +32,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -44,7 +44,7 @@ use shm_ring::{Consumer, Producer, Region};
 use smallvec::SmallVec;
 
 use super::link::{Link, Receiver, Transmit};
-use super::{Inbound, Inner};
+use super::Inbound;
 use crate::engine::MAX_PACKET;
 
 /// What precedes a packet in a record: the sender's address (16 bytes, an IPv4 one
@@ -64,17 +64,6 @@ const RING_BYTES: usize = 4 << 20;
 
 /// How long a sender waits for room in a full ring before it drops the packet.
 const FULL_WAIT: Duration = Duration::from_micros(500);
-
-/// How long the device thread spins on an empty ring before it sleeps, in busy-poll
-/// mode.
-const SPIN: Duration = Duration::from_micros(50);
-
-/// The longest the device thread sleeps (then it looks at its timers again).
-const MAX_SLEEP: Duration = Duration::from_millis(10);
-
-/// How long the device thread naps while the application polls (then it looks at its
-/// timers and the ring again).
-const NAP: Duration = Duration::from_micros(200);
 
 /// How often a peer whose offer could not be opened is looked for again.
 const RETRY_OFFER: Duration = Duration::from_millis(20);
@@ -324,7 +313,7 @@ impl ShmLink {
     /// A ring whose producer left or broke it never has a packet again, and its futex
     /// wait would return at once: the thread then sleeps the whole `timeout` instead of
     /// spinning.
-    pub(crate) fn wait(&self, timeout: Duration) {
+    fn wait(&self, timeout: Duration) {
         if !self.inbound_dead.load(Ordering::Relaxed) {
             let sleeper = self.inbound.lock().0.sleeper();
             if sleeper.wait(Some(timeout)).is_ok() && !sleeper.closed() {
@@ -333,6 +322,16 @@ impl ShmLink {
             self.inbound_dead.store(true, Ordering::Relaxed);
         }
         std::thread::sleep(timeout);
+    }
+
+    /// Whether a packet waits in the inbound ring (false while another thread takes
+    /// packets from it).
+    fn ready(&self) -> bool {
+        !self.inbound_dead.load(Ordering::Relaxed)
+            && self
+                .inbound
+                .try_lock()
+                .is_some_and(|mut g| g.0.ready().unwrap_or(false))
     }
 }
 
@@ -362,6 +361,25 @@ impl Link for ShmLink {
     fn receive(&self, into: &Inbound<'_>, by: Receiver) -> usize {
         self.take(into, by == Receiver::Thread)
     }
+
+    /// The device thread sleeps on the ring's futex (no second descriptor to wait
+    /// for: not [`Link::waitable`]).
+    fn wait_readable(
+        &self,
+        also: Option<BorrowedFd<'_>>,
+        timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        if also.is_some() {
+            return Err(io::ErrorKind::Unsupported.into());
+        }
+        match timeout {
+            Some(t) if t.is_zero() => Ok(self.ready()),
+            t => {
+                self.wait(t.unwrap_or(Duration::from_secs(1)));
+                Ok(self.ready())
+            }
+        }
+    }
 }
 
 impl Drop for ShmLink {
@@ -370,42 +388,6 @@ impl Drop for ShmLink {
         // have replaced it).
         if std::fs::read_to_string(&self.offer).is_ok_and(|t| t == self.offer_text) {
             let _ = std::fs::remove_file(&self.offer);
-        }
-    }
-}
-
-/// The device thread of a shared-memory device: receives ([`Link::receive`]), fires
-/// timers, sleeps on the ring until the next timer; ends when the device closes.
-pub(crate) fn run(link: &ShmLink, dev: &Inner) {
-    let busy_poll = dev.cfg.busy_poll;
-    let mut idle_since = Instant::now();
-    let mut last_polls = 0;
-    while !dev.stop.load(Ordering::Relaxed) {
-        // While the application polls, it takes the ring itself (`Receiver::Poll`): the
-        // thread naps instead of sleeping on the futex, so that the peer's pushes
-        // find no sleeper to wake (no system call on either side).
-        let polls = dev.polls.load(Ordering::Relaxed);
-        let app_polls = polls != last_polls;
-        last_polls = polls;
-        let got = link.receive(&Inbound(dev), Receiver::Thread);
-        let now = Instant::now();
-        let next = dev.core.lock().engine.poll_timeout();
-        if next.is_some_and(|t| t <= now) {
-            dev.with_engine(|e, now| e.handle_timeout(now));
-        }
-        if got > 0 {
-            idle_since = now;
-            continue;
-        }
-        if busy_poll && now.duration_since(idle_since) < SPIN {
-            std::hint::spin_loop();
-            continue;
-        }
-        let until_timer = next.map_or(MAX_SLEEP, |t| t.saturating_duration_since(now));
-        if app_polls {
-            std::thread::sleep(until_timer.min(NAP));
-        } else if !until_timer.is_zero() {
-            link.wait(until_timer.min(MAX_SLEEP));
         }
     }
 }
