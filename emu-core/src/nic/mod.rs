@@ -229,6 +229,10 @@ struct Inner {
     /// tell whether the application is polling (a counter costs less than a clock
     /// read per poll).
     polls: AtomicU64,
+    /// Posts (`post_send`, `post_recv`, ...) so far: a device thread that finds a
+    /// datagram left on the socket while the polls stop compares it, since an
+    /// application that posts will poll again (see `Inner::left_on_socket`).
+    posts: AtomicU64,
     /// The device thread naps ([`NAP`] at most) and leaves the socket to the polling
     /// application; false while it blocks on the socket. Posts defer only while it
     /// naps (see `Inner::may_defer`).
@@ -362,6 +366,7 @@ impl Inner {
             stop: AtomicBool::new(false),
             link_counters: LinkCounters::default(),
             polls: AtomicU64::new(0),
+            posts: AtomicU64::new(0),
             napping: AtomicBool::new(false),
             waiters: AtomicUsize::new(0),
             waits: AtomicU64::new(0),

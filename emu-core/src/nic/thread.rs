@@ -167,7 +167,7 @@ impl Inner {
     }
 
     /// Whether the application, though it polls, leaves datagrams on the socket: one
-    /// waits after a nap and no poll comes for [`STALL`]. So does a program that polls
+    /// waits after a nap and no poll nor post comes for [`STALL`]. So does a program that polls
     /// its CQ for its own completions and then spins on memory for the peer's RDMA
     /// WRITE, which makes no completion at the responder (perftest's `ib_write_lat`):
     /// only this thread can receive that WRITE, and a nap per message made each half
@@ -182,14 +182,21 @@ impl Inner {
             return false;
         }
         let polls = self.polls.load(Ordering::Relaxed);
+        let posts = self.posts.load(Ordering::Relaxed);
+        // A poll, or a post (a sender with many QPs posts for longer than STALL
+        // between its polls), says the application is at its verbs and will poll.
+        let busy = || {
+            self.polls.load(Ordering::Relaxed) != polls
+                || self.posts.load(Ordering::Relaxed) != posts
+        };
         let t = Instant::now();
         while t.elapsed() < STALL {
-            if self.polls.load(Ordering::Relaxed) != polls {
+            if busy() {
                 return false;
             }
             std::thread::yield_now();
         }
-        self.polls.load(Ordering::Relaxed) == polls
+        !busy()
     }
 
     /// Fires the engine's due timers and sends what they (or a deferred post) left.

@@ -51,6 +51,7 @@ impl EmuDevice {
         f: impl FnOnce(&mut Engine, Instant) -> std::result::Result<(), PostError>,
     ) -> std::result::Result<(), PostError> {
         let inner = &self.inner;
+        inner.posts.fetch_add(1, Ordering::Relaxed);
         let mut core = inner.core.lock();
         let now = inner.link.now();
         let r = core
