@@ -129,7 +129,7 @@ pub enum SameHost {
     /// same port (see `nic/shm.rs`): the device offers a ring at its address in the
     /// host's shared folder; no socket, no system call on the data path while both
     /// sides poll. One peer at a time, no multicast (`Unsupported`), and not a device
-    /// of an address another live process offers already ([`Error::AddressInUse`]).
+    /// of an address another live process offers already ([`verbs_api::Error::AddressInUse`]).
     Shm,
 }
 

@@ -14,7 +14,7 @@ use super::{EmuConfig, EmuDevice, Inner, Link, SameHost};
 impl EmuDevice {
     /// Opens a device on UDP: binds its socket and starts its thread. Devices that open
     /// one address share it, as processes share one kernel rxe device, unless
-    /// [`interop::LinkOptions::exclusive`] keeps it to one. An address held by a
+    /// [`super::interop::LinkOptions::exclusive`] keeps it to one. An address held by a
     /// socket that does not share it is [`Error::AddressInUse`], naming its holder when
     /// the host tells; other failures come back as [`Error::Os`].
     ///
