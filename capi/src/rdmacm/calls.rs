@@ -904,6 +904,37 @@ unsafe fn conn_param_of(p: *const r::rdma_conn_param) -> ConnParam {
     })
 }
 
+/// The parameters of `rdma_connect` or `rdma_accept` on id `o`: the caller's
+/// `conn_param` (null: librdmacm's defaults), checked as [`valid_param`] checks them
+/// (EINVAL), with the depths left to librdmacm (`RDMA_MAX_*`, or no parameters) taken
+/// from `depths` (initiator depth, responder resources).
+///
+/// # Safety
+/// `conn_param` is null or the caller's `rdma_conn_param`, whose private data pointer
+/// has `private_data_len` readable bytes.
+unsafe fn checked_param(
+    o: &IdObj,
+    conn_param: *const r::rdma_conn_param,
+    depths: (u8, u8),
+) -> Result<ConnParam, c_int> {
+    // SAFETY: the caller's struct or null.
+    let given = unsafe { conn_param.as_ref() };
+    if !valid_param(o, given) {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's parameters.
+    let mut p = unsafe { conn_param_of(conn_param) };
+    p.initiator_depth = match given {
+        Some(g) if g.initiator_depth != MAX_RES => g.initiator_depth,
+        _ => depths.0,
+    };
+    p.responder_resources = match given {
+        Some(g) if g.responder_resources != MAX_RES => g.responder_resources,
+        _ => depths.1,
+    };
+    Ok(p)
+}
+
 /// librdmacm cma.c `ucma_valid_param`: on `RDMA_PS_TCP`, parameters are needed when
 /// the id has no QP, and depths above the device's maxima (other than `MAX_RES`) are
 /// EINVAL.
@@ -931,21 +962,10 @@ pub unsafe extern "C" fn rdma_connect(
 ) -> c_int {
     let cm = cm_or!(-1);
     let o = id_or!(cm, id, -1);
-    // SAFETY: the caller's struct or null.
-    let given = unsafe { conn_param.as_ref() };
-    if !valid_param(o, given) {
-        return err(libc::EINVAL);
-    }
-    // SAFETY: the caller's parameters.
-    let mut p = unsafe { conn_param_of(conn_param) };
-    let (max_init, max_resp) = device_max(o);
-    p.initiator_depth = match given {
-        Some(g) if g.initiator_depth != MAX_RES => g.initiator_depth,
-        _ => max_init,
-    };
-    p.responder_resources = match given {
-        Some(g) if g.responder_resources != MAX_RES => g.responder_resources,
-        _ => max_resp,
+    // SAFETY: the caller's parameters or null.
+    let mut p = match unsafe { checked_param(o, conn_param, device_max(o)) } {
+        Ok(p) => p,
+        Err(e) => return err(e),
     };
     if !o.raw.qp.is_null() {
         // SAFETY: the id's QP (ours or the program's).
@@ -980,21 +1000,12 @@ pub unsafe extern "C" fn rdma_accept(
 ) -> c_int {
     let cm = cm_or!(-1);
     let o = id_or!(cm, id, -1);
-    // SAFETY: the caller's struct or null.
-    let given = unsafe { conn_param.as_ref() };
-    if !valid_param(o, given) {
-        return err(libc::EINVAL);
-    }
-    // SAFETY: the caller's parameters.
-    let mut p = unsafe { conn_param_of(conn_param) };
     let (max_init, max_resp) = device_max(o);
-    p.initiator_depth = match given {
-        Some(g) if g.initiator_depth != MAX_RES => g.initiator_depth,
-        _ => o.depth.0.min(max_init),
-    };
-    p.responder_resources = match given {
-        Some(g) if g.responder_resources != MAX_RES => g.responder_resources,
-        _ => o.depth.1.min(max_resp),
+    let depths = (o.depth.0.min(max_init), o.depth.1.min(max_resp));
+    // SAFETY: the caller's parameters or null.
+    let mut p = match unsafe { checked_param(o, conn_param, depths) } {
+        Ok(p) => p,
+        Err(e) => return err(e),
     };
     let ud = o.raw.qp_type == sys::IBV_QPT_UD;
     let own = program_qp(cm, o);
