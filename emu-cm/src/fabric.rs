@@ -9,10 +9,11 @@
 //! single-threaded program is deterministic.
 //!
 //! Taking MADs polls QP1's CQ, and an empty poll on a fabric device lets the fabric
-//! take a step (`emu_core::nic::Link::idle`). The fabric may then ask this CM again
-//! while it is in the middle of its own work: a CM that is busy (its lock held) says
-//! it is due now and does nothing when fired, so such a step delivers what is due at
-//! this instant or fires another timer, and never moves time on.
+//! take a step (`emu_core::nic::Link::receive`, which on the fabric moves it on). The
+//! fabric may then ask this CM again while it is in the middle of its own work: a CM
+//! that is busy (its lock held) says it is due now and does nothing when fired, so
+//! such a step delivers what is due at this instant or fires another timer, and never
+//! moves time on.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};

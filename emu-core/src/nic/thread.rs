@@ -167,11 +167,11 @@ impl Inner {
     }
 
     /// Whether the application, though it polls, leaves datagrams on the socket: one
-    /// waits after a nap and no poll nor post comes for [`STALL`]. So does a program that polls
-    /// its CQ for its own completions and then spins on memory for the peer's RDMA
-    /// WRITE, which makes no completion at the responder (perftest's `ib_write_lat`):
-    /// only this thread can receive that WRITE, and a nap per message made each half
-    /// round trip a nap long.
+    /// waits after a nap and no poll nor post comes for [`STALL`]. So does a program
+    /// that polls its CQ for its own completions and then spins on memory for the
+    /// peer's RDMA WRITE, which makes no completion at the responder (perftest's
+    /// `ib_write_lat`): only this thread can receive that WRITE, and a nap per message
+    /// made each half round trip a nap long.
     fn left_on_socket(&self) -> bool {
         if !self.link.pending()
             && !self
