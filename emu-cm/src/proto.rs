@@ -29,9 +29,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use verbs_api::{
-    AccessFlags, CmEvent, CmEventParam, CmEventType, CmId, CmIdInfo, ConnParam, Endpoint, Error,
-    Gid, Mtu, PortSpace, PortState, QpAttr, QpAttrMask, QpInitAttr, QpParams, QpState, QpType,
-    Result, UdParam, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
+    check_private_data, AccessFlags, CmEvent, CmEventParam, CmEventType, CmId, CmIdInfo, ConnParam,
+    Endpoint, Error, Gid, Mtu, PortSpace, PortState, PrivateDataUse, QpAttr, QpAttrMask,
+    QpInitAttr, QpParams, QpState, QpType, Result, UdParam,
 };
 
 mod mcast;
@@ -815,14 +815,7 @@ impl State {
         if st != St::RouteResolved {
             return Err(einval("connect needs a resolved route"));
         }
-        let max = if ps == PortSpace::Udp {
-            mad::pdata::SIDR_REQ - mad::CMA_HDR_LEN
-        } else {
-            MAX_CONNECT_PRIVATE_DATA
-        };
-        if param.private_data.len() > max {
-            return Err(einval("private data too long"));
-        }
+        check_private_data(ps, PrivateDataUse::Connect, param.private_data.len())?;
         let qpn = match (qpn, param.qp_num) {
             (Some(q), _) => q,
             (None, 0) if ps == PortSpace::Tcp => {
@@ -922,10 +915,8 @@ impl State {
             return Err(einval("accept needs a CONNECT_REQUEST"));
         }
         let qpn = qpn.unwrap_or(param.qp_num);
+        check_private_data(ps, PrivateDataUse::Accept, param.private_data.len())?;
         if ps == PortSpace::Udp {
-            if param.private_data.len() > mad::pdata::SIDR_REP {
-                return Err(einval("private data too long"));
-            }
             let i = self.id(id)?;
             i.st = St::Established;
             let msg = CmMsg::SidrRep(SidrRep {
@@ -942,9 +933,6 @@ impl State {
         }
         if qpn == 0 {
             return Err(einval("accept needs a QP or conn_param.qp_num"));
-        }
-        if param.private_data.len() > MAX_ACCEPT_PRIVATE_DATA {
-            return Err(einval("private data too long"));
         }
         {
             let i = self.id(id)?;
@@ -993,9 +981,7 @@ impl State {
         if st != St::ReqRcvd {
             return Err(einval("reject needs a CONNECT_REQUEST"));
         }
-        if private_data.len() > MAX_REJECT_PRIVATE_DATA {
-            return Err(einval("private data too long"));
-        }
+        check_private_data(ps, PrivateDataUse::Reject, private_data.len())?;
         let i = &self.ids[&id.0];
         let msg = if ps == PortSpace::Udp {
             CmMsg::SidrRep(SidrRep {

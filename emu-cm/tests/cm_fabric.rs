@@ -276,9 +276,36 @@ fn ud_reject_is_unreachable_with_the_sidr_status() {
     c.cm.create_qp(cid, &qp_init(&*c.dev, QpType::Ud)).unwrap();
     c.cm.connect(cid, &ConnParam::default()).unwrap();
     let req = s.cm.get_request(l, None).unwrap();
-    s.cm.reject(req.id, b"no").unwrap();
+    // The SIDR REP carries 136 bytes (IBTA 12.11.2), not a REJ's 148: one more is
+    // EINVAL and sends nothing; the id can still reject with all 136.
+    let long: Vec<u8> = (0..=136u8).collect();
+    let e = s.cm.reject(req.id, &long).unwrap_err();
+    assert_eq!(e.errno(), errno::EINVAL);
+    s.cm.reject(req.id, &long[..136]).unwrap();
     let e = ev(&c, CmEventType::Unreachable);
     assert_eq!(e.status, 2); // IB_SIDR_REJECT
+    assert_eq!(e.param.private_data(), &long[..136]);
+}
+
+/// verbs-api's private-data limits are the MAD sizes emu-wire lays out, less the
+/// rdma_cm header on the two REQs.
+#[test]
+fn private_data_limits_are_the_mads() {
+    use emu_wire::mad::{pdata, CMA_HDR_LEN};
+    assert_eq!(CMA_HDR_LEN, verbs_api::CMA_HDR_LEN);
+    for ps in PortSpace::ALL.iter().copied() {
+        let (req, rep, rej) = if ps.is_ud() {
+            (pdata::SIDR_REQ, pdata::SIDR_REP, pdata::SIDR_REP)
+        } else {
+            (pdata::REQ, pdata::REP, pdata::REJ)
+        };
+        assert_eq!(
+            ps.max_private_data(PrivateDataUse::Connect),
+            req - CMA_HDR_LEN
+        );
+        assert_eq!(ps.max_private_data(PrivateDataUse::Accept), rep);
+        assert_eq!(ps.max_private_data(PrivateDataUse::Reject), rej);
+    }
 }
 
 #[test]

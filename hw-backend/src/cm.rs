@@ -46,11 +46,11 @@ use parking_lot::Mutex;
 use rdma_sys as ffi;
 use verbs_api::{
     CmChannelId, CmEvent, CmEventParam, CmEventType, CmId, CmIdInfo, ConnParam, ConnectionManager,
-    Device, Endpoint, Error, Gid, PortSpace, QpAttr, QpAttrMask, QpInitAttr, QpParams, QpState,
-    QpType, Result,
+    Device, Endpoint, Error, Gid, PortSpace, PrivateDataUse, QpAttr, QpAttrMask, QpInitAttr,
+    QpParams, QpState, QpType, Result,
 };
 
-use verbs_ffi::cm::{self, PrivateDataUse};
+use verbs_ffi::cm;
 use verbs_ffi::{convert, sys as c};
 
 use crate::layout::{from_sys, sys_mut};
@@ -171,7 +171,7 @@ impl HwCm {
         what: PrivateDataUse,
         qpn: u32,
     ) -> Result<c::rdma::rdma_conn_param> {
-        cm::check_private_data(ps, what, p.private_data.len())?;
+        verbs_api::check_private_data(ps, what, p.private_data.len())?;
         Ok(c::rdma::rdma_conn_param {
             qp_num: qpn,
             ..cm::conn_param_to_c(p)?
@@ -627,7 +627,7 @@ impl ConnectionManager for HwCm {
     fn reject(&self, id: CmId, private_data: &[u8]) -> Result<()> {
         let t = self.t.lock();
         let r = t.ids.get(&id.0).ok_or(NO_ID)?;
-        cm::check_private_data(r.ps, PrivateDataUse::Reject, private_data.len())?;
+        verbs_api::check_private_data(r.ps, PrivateDataUse::Reject, private_data.len())?;
         // At most 148 bytes (checked above): the length fits its u8.
         let len = private_data.len() as u8;
         // SAFETY: a live id; the slice outlives the call.

@@ -146,13 +146,91 @@ impl std::fmt::Display for CmEventType {
 /// "Consumer Reject"): the `status` of the peer's `REJECTED` event.
 pub const REJECT_CONSUMER: i32 = 28;
 
-/// The largest private data of `rdma_connect` on `RDMA_PS_TCP` (manual 4.2.9: 56 bytes;
-/// the REQ's 92 bytes less rdma_cm's 36-byte address header).
-pub const MAX_CONNECT_PRIVATE_DATA: usize = 56;
-/// The largest private data of `rdma_accept` (the REP's 196 bytes).
+/// The length of rdma_cm's header at the front of the private data of a REQ or SIDR
+/// REQ toward an IP address (`struct cma_hdr`: version, IP version, port, two 16-byte
+/// addresses; IBTA Annex A11 "RDMA IP CM Service"). The REP, REJ and SIDR REP carry
+/// none.
+pub const CMA_HDR_LEN: usize = 36;
+
+/// The largest private data of `rdma_connect` on a connected port space (manual 4.2.9:
+/// 56 bytes; the REQ's 92 bytes, IBTA 12.6.5, less rdma_cm's [`CMA_HDR_LEN`]).
+pub const MAX_CONNECT_PRIVATE_DATA: usize = 92 - CMA_HDR_LEN;
+/// The largest private data of `rdma_accept` on a connected port space (the REP's 196
+/// bytes, IBTA 12.6.8).
 pub const MAX_ACCEPT_PRIVATE_DATA: usize = 196;
-/// The largest private data of `rdma_reject` (the REJ's 148 bytes).
+/// The largest private data of `rdma_reject` on a connected port space (the REJ's 148
+/// bytes, IBTA 12.6.7).
 pub const MAX_REJECT_PRIVATE_DATA: usize = 148;
+/// The largest private data of `rdma_connect` on a UD port space (`RDMA_PS_UDP`,
+/// `RDMA_PS_IPOIB`): the SIDR REQ's 216 bytes (IBTA 12.11.1) less rdma_cm's
+/// [`CMA_HDR_LEN`].
+pub const MAX_UD_CONNECT_PRIVATE_DATA: usize = 216 - CMA_HDR_LEN;
+/// The largest private data of `rdma_accept` and of `rdma_reject` on a UD port space:
+/// both answer with a SIDR REP (status 0, or 2 "rejected"), whose private data is 136
+/// bytes (IBTA 12.11.2).
+pub const MAX_UD_REPLY_PRIVATE_DATA: usize = 136;
+
+/// The rdma_cm call private data goes with: it picks, with the port space, the IB CM
+/// message that carries the data and so how much fits ([`PortSpace::max_private_data`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PrivateDataUse {
+    /// `rdma_connect`: a REQ, or on a UD port space a SIDR REQ.
+    Connect,
+    /// `rdma_accept`: a REP, or on a UD port space a SIDR REP.
+    Accept,
+    /// `rdma_reject`: a REJ, or on a UD port space a SIDR REP with status 2.
+    Reject,
+}
+
+impl PrivateDataUse {
+    /// The three calls.
+    pub const ALL: [PrivateDataUse; 3] = [
+        PrivateDataUse::Connect,
+        PrivateDataUse::Accept,
+        PrivateDataUse::Reject,
+    ];
+}
+
+impl PortSpace {
+    /// Whether rdma_cm connects ids of this port space with SIDR (IBTA 12.11) rather
+    /// than REQ/REP: `RDMA_PS_UDP` and `RDMA_PS_IPOIB`, the two UD port spaces (the
+    /// kernel's `cma_is_ud_ps`). `RDMA_PS_IB` connects with a REQ whatever its QP type.
+    pub fn is_ud(self) -> bool {
+        matches!(self, PortSpace::Udp | PortSpace::Ipoib)
+    }
+
+    /// The most private data `what` may carry on an id of this port space toward an IP
+    /// address (manual 4.2.9, 4.2.12, 4.2.13): the private data of the IB CM message
+    /// the call sends, less rdma_cm's header on a REQ or SIDR REQ.
+    ///
+    /// | call    | connected (TCP, IB)            | UD (UDP, IPOIB)                     |
+    /// |---------|--------------------------------|-------------------------------------|
+    /// | connect | REQ 92 - 36 = 56               | SIDR REQ 216 - 36 = 180             |
+    /// | accept  | REP 196                        | SIDR REP 136                        |
+    /// | reject  | REJ 148                        | SIDR REP 136                        |
+    ///
+    /// The kernel's rdma_cm refuses more with EINVAL (librdmacm passes the data on
+    /// unchecked), as [`check_private_data`] does.
+    pub fn max_private_data(self, what: PrivateDataUse) -> usize {
+        match (what, self.is_ud()) {
+            (PrivateDataUse::Connect, false) => MAX_CONNECT_PRIVATE_DATA,
+            (PrivateDataUse::Connect, true) => MAX_UD_CONNECT_PRIVATE_DATA,
+            (PrivateDataUse::Accept, false) => MAX_ACCEPT_PRIVATE_DATA,
+            (PrivateDataUse::Reject, false) => MAX_REJECT_PRIVATE_DATA,
+            (PrivateDataUse::Accept | PrivateDataUse::Reject, true) => MAX_UD_REPLY_PRIVATE_DATA,
+        }
+    }
+}
+
+/// EINVAL when `len` bytes of private data are more than `what` may carry on an id of
+/// port space `ps` ([`PortSpace::max_private_data`]), as the kernel's rdma_cm answers
+/// `rdma_connect`, `rdma_accept` and `rdma_reject`.
+pub fn check_private_data(ps: PortSpace, what: PrivateDataUse, len: usize) -> Result<()> {
+    if len > ps.max_private_data(what) {
+        return Err(Error::InvalidArgument("private data too long"));
+    }
+    Ok(())
+}
 
 /// `struct rdma_conn_param` (manual 4.2.9 rdma_connect, 4.2.12 rdma_accept).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -608,5 +686,47 @@ mod tests {
         assert_eq!(PortSpace::Udp.service_id(1), 0x0000_0000_0111_0001);
         assert_eq!(PortSpace::Tcp.qp_type(), Some(QpType::Rc));
         assert_eq!(PortSpace::Udp.qp_type(), Some(QpType::Ud));
+    }
+
+    /// The table of [`PortSpace::max_private_data`], written out from the MAD sizes
+    /// (IBTA 12.6.5 REQ 92, 12.6.8 REP 196, 12.6.7 REJ 148, 12.11.1 SIDR REQ 216,
+    /// 12.11.2 SIDR REP 136) and the 36-byte rdma_cm header on the two REQs.
+    #[test]
+    fn private_data_limits_per_port_space_and_call() {
+        use PrivateDataUse::*;
+        let table = [
+            (PortSpace::Tcp, [56, 196, 148]),
+            (PortSpace::Ib, [56, 196, 148]),
+            (PortSpace::Udp, [180, 136, 136]),
+            (PortSpace::Ipoib, [180, 136, 136]),
+        ];
+        assert_eq!(table.len(), PortSpace::ALL.len());
+        for (ps, max) in table {
+            for (what, max) in [Connect, Accept, Reject].into_iter().zip(max) {
+                assert_eq!(ps.max_private_data(what), max, "{ps:?} {what:?}");
+            }
+        }
+        assert_eq!(PrivateDataUse::ALL, [Connect, Accept, Reject]);
+        // The UD port spaces are exactly those whose ids get UD QPs.
+        for ps in PortSpace::ALL {
+            assert_eq!(ps.is_ud(), ps.qp_type() == Some(QpType::Ud), "{ps:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any length up to the limit passes, any above it is EINVAL.
+        #[test]
+        fn check_private_data_is_the_limit(
+            ps in proptest::sample::select(PortSpace::ALL.to_vec()),
+            what in proptest::sample::select(PrivateDataUse::ALL.to_vec()),
+            len in 0usize..=300,
+        ) {
+            let r = check_private_data(ps, what, len);
+            if len <= ps.max_private_data(what) {
+                proptest::prop_assert!(r.is_ok());
+            } else {
+                proptest::prop_assert_eq!(r.map_err(|e| e.errno()), Err(crate::errno::EINVAL));
+            }
+        }
     }
 }

@@ -46,7 +46,6 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use verbs_api::{
     CmEvent, CmEventParam, CmEventType, ConnParam, Error, PortSpace, QpType, Result, UdParam,
-    MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
 
 use crate::convert::{ah_attr_from_c, ah_attr_to_c};
@@ -61,22 +60,6 @@ pub const AF_INET6: i32 = 10;
 pub const AF_IB: i32 = 27;
 /// `EAFNOSUPPORT`: the address family is not supported.
 pub const EAFNOSUPPORT: i32 = 97;
-
-/// The length of rdma_cm's header in the private data of an IB CM REQ or SIDR REQ
-/// on IP addresses (`struct cma_hdr`: version, IP version, port, two 16-byte
-/// addresses): what the consumer may send is the MAD's private data less this.
-const CMA_HDR_LEN: usize = 36;
-/// The private data of a SIDR REQ (IBTA 12.11.1, table 111: 216 bytes).
-const SIDR_REQ_PRIVATE_DATA: usize = 216;
-/// The private data of a SIDR REP (IBTA 12.11.2, table 112: 136 bytes).
-const SIDR_REP_PRIVATE_DATA: usize = 136;
-
-/// The largest private data of `rdma_connect` on a UD port space (`RDMA_PS_UDP`,
-/// `RDMA_PS_IPOIB`): a SIDR REQ's, less rdma_cm's header.
-pub const MAX_UD_CONNECT_PRIVATE_DATA: usize = SIDR_REQ_PRIVATE_DATA - CMA_HDR_LEN;
-/// The largest private data of `rdma_accept` or `rdma_reject` on a UD port space: a
-/// SIDR REP's.
-pub const MAX_UD_REPLY_PRIVATE_DATA: usize = SIDR_REP_PRIVATE_DATA;
 
 // ---- socket addresses ----
 
@@ -287,39 +270,6 @@ pub fn cm_event_type_to_c(t: CmEventType) -> r::rdma_cm_event_type {
 
 // ---- private data and connection parameters ----
 
-/// The call private data goes with, for [`check_private_data`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PrivateDataUse {
-    /// `rdma_connect` (a REQ, or on UD a SIDR REQ).
-    Connect,
-    /// `rdma_accept` (a REP, or a SIDR REP).
-    Accept,
-    /// `rdma_reject` (a REJ, or a SIDR REP with a reject status).
-    Reject,
-}
-
-/// The most private data `what` may carry on an id of port space `ps` (the port
-/// space's QP type picks the IB CM message: manual 4.2.9, 4.2.12, 4.2.13).
-pub fn max_private_data(ps: PortSpace, what: PrivateDataUse) -> usize {
-    let ud = ps.qp_type() == Some(QpType::Ud);
-    match (what, ud) {
-        (PrivateDataUse::Connect, false) => MAX_CONNECT_PRIVATE_DATA,
-        (PrivateDataUse::Connect, true) => MAX_UD_CONNECT_PRIVATE_DATA,
-        (PrivateDataUse::Accept, false) => MAX_ACCEPT_PRIVATE_DATA,
-        (PrivateDataUse::Reject, false) => MAX_REJECT_PRIVATE_DATA,
-        (PrivateDataUse::Accept | PrivateDataUse::Reject, true) => MAX_UD_REPLY_PRIVATE_DATA,
-    }
-}
-
-/// EINVAL when `len` bytes of private data are more than `what` may carry on port
-/// space `ps` ([`max_private_data`]), as the kernel's rdma_cm answers.
-pub fn check_private_data(ps: PortSpace, what: PrivateDataUse, len: usize) -> Result<()> {
-    if len > max_private_data(ps, what) {
-        return Err(Error::InvalidArgument("private data too long"));
-    }
-    Ok(())
-}
-
 /// The private data pointer and `u8` length of `data` for a C struct (null when
 /// empty); EINVAL when the length does not fit.
 fn private_data_to_c(data: &[u8]) -> Result<(*const c_void, u8)> {
@@ -452,7 +402,9 @@ pub fn cm_event_to_c(
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use verbs_api::{AhAttr, CmId, Gid, GlobalRoute};
+    use verbs_api::{
+        AhAttr, CmId, Gid, GlobalRoute, MAX_ACCEPT_PRIVATE_DATA, MAX_UD_CONNECT_PRIVATE_DATA,
+    };
 
     fn v4(s: &str) -> SocketAddr {
         s.parse().unwrap()
@@ -603,25 +555,9 @@ mod tests {
     }
 
     #[test]
-    fn private_data_limits_per_port_space() {
-        use PrivateDataUse::*;
-        let limits = [
-            (PortSpace::Tcp, Connect, 56),
-            (PortSpace::Tcp, Accept, 196),
-            (PortSpace::Tcp, Reject, 148),
-            (PortSpace::Ib, Connect, 56),
-            (PortSpace::Udp, Connect, 180),
-            (PortSpace::Udp, Accept, 136),
-            (PortSpace::Udp, Reject, 136),
-            (PortSpace::Ipoib, Connect, 180),
-        ];
-        for (ps, what, max) in limits {
-            assert_eq!(max_private_data(ps, what), max, "{ps:?} {what:?}");
-            assert!(check_private_data(ps, what, max).is_ok());
-            let e = check_private_data(ps, what, max + 1).unwrap_err();
-            assert_eq!(e.errno(), libc::EINVAL);
-        }
-        // The C struct's length is a u8.
+    fn private_data_length_is_a_u8() {
+        // The per-call limits are verbs_api's (PortSpace::max_private_data); the C
+        // structs' length is a u8.
         let mut p = ConnParam {
             private_data: vec![1; 255],
             ..ConnParam::default()
