@@ -915,7 +915,14 @@ impl State {
             return Err(einval("accept needs a CONNECT_REQUEST"));
         }
         let qpn = qpn.unwrap_or(param.qp_num);
-        check_private_data(ps, PrivateDataUse::Accept, param.private_data.len())?;
+        if let Err(e) = check_private_data(ps, PrivateDataUse::Accept, param.private_data.len()) {
+            // As the kernel's rdma_accept answers a REP or SIDR REP it cannot send: the
+            // id's QP to ERROR and the request rejected (no private data), then the
+            // error.
+            self.qp_to_error(id.0);
+            self.reject(id, &[], reason::CONSUMER, now)?;
+            return Err(e);
+        }
         if ps == PortSpace::Udp {
             let i = self.id(id)?;
             i.st = St::Established;

@@ -46,8 +46,8 @@ use parking_lot::Mutex;
 use rdma_sys as ffi;
 use verbs_api::{
     CmChannelId, CmEvent, CmEventParam, CmEventType, CmId, CmIdInfo, ConnParam, ConnectionManager,
-    Device, Endpoint, Error, Gid, PortSpace, PrivateDataUse, QpAttr, QpAttrMask, QpInitAttr,
-    QpParams, QpState, QpType, Result,
+    Device, Endpoint, Error, Gid, PortSpace, QpAttr, QpAttrMask, QpInitAttr, QpParams, QpState,
+    QpType, Result,
 };
 
 use verbs_ffi::cm;
@@ -163,15 +163,12 @@ impl HwCm {
         let _ = self.dev.modify_qp(qpn, &attr, QpAttrMask::STATE);
     }
 
-    /// `p` for `rdma_connect` / `rdma_accept` (`what`) on an id of port space `ps`,
-    /// naming QP `qpn`: EINVAL for more private data than the call may carry.
-    fn conn_param_c(
-        p: &ConnParam,
-        ps: PortSpace,
-        what: PrivateDataUse,
-        qpn: u32,
-    ) -> Result<c::rdma::rdma_conn_param> {
-        verbs_api::check_private_data(ps, what, p.private_data.len())?;
+    /// `p` for `rdma_connect` / `rdma_accept`, naming QP `qpn`. How much private data
+    /// the call takes is the kernel's to answer (EINVAL above
+    /// `verbs_api::PortSpace::max_private_data`; a failed accept also rejects the
+    /// request), so that the conformance cases check that table against it; here only
+    /// the C struct's `u8` length is EINVAL when exceeded.
+    fn conn_param_c(p: &ConnParam, qpn: u32) -> Result<c::rdma::rdma_conn_param> {
         Ok(c::rdma::rdma_conn_param {
             qp_num: qpn,
             ..cm::conn_param_to_c(p)?
@@ -243,8 +240,9 @@ impl HwCm {
             CmEventParam::Ud(ud)
         } else if !with_data {
             CmEventParam::None
-        } else if ps == Some(PortSpace::Udp) {
-            // SAFETY: the `ud` member is the one librdmacm fills for RDMA_PS_UDP.
+        } else if ps.is_some_and(PortSpace::is_ud) {
+            // SAFETY: the `ud` member is the one librdmacm fills for the UD port spaces
+            // (RDMA_PS_UDP, RDMA_PS_IPOIB: their ids' QPs are UD).
             let u = unsafe { e.param.ud };
             // SAFETY: librdmacm's private data, live until the event is acknowledged.
             let data = unsafe { cm::private_data(u.private_data, u.private_data_len) };
@@ -591,7 +589,7 @@ impl ConnectionManager for HwCm {
             ));
         }
         let qpn = r.qp.map_or(param.qp_num, |q| q.0);
-        let mut c = Self::conn_param_c(param, r.ps, PrivateDataUse::Connect, qpn)?;
+        let mut c = Self::conn_param_c(param, qpn)?;
         // SAFETY: a live id; `c` and the private data it points to outlive the call.
         check(
             unsafe { ffi::rdma_connect(r.ptr, sys_mut(&mut c)) },
@@ -616,20 +614,27 @@ impl ConnectionManager for HwCm {
             self.modify_to(r.ptr, qpn, QpState::Rts)?;
         }
         let qpn = r.qp.map_or(param.qp_num, |q| q.0);
-        let mut c = Self::conn_param_c(param, r.ps, PrivateDataUse::Accept, qpn)?;
+        let mut c = Self::conn_param_c(param, qpn)?;
         // SAFETY: as in connect.
-        check(
+        let done = check(
             unsafe { ffi::rdma_accept(r.ptr, sys_mut(&mut c)) },
             "rdma_accept",
-        )
+        );
+        if let (Err(_), Some((qpn, _))) = (&done, r.qp) {
+            // librdmacm's rdma_accept moves the id's QP to ERROR when the kernel refuses
+            // the accept (which rejects the request); this QP is ours, not `id->qp`.
+            self.to_error(qpn);
+        }
+        done
     }
 
     fn reject(&self, id: CmId, private_data: &[u8]) -> Result<()> {
         let t = self.t.lock();
         let r = t.ids.get(&id.0).ok_or(NO_ID)?;
-        verbs_api::check_private_data(r.ps, PrivateDataUse::Reject, private_data.len())?;
-        // At most 148 bytes (checked above): the length fits its u8.
-        let len = private_data.len() as u8;
+        // The kernel refuses more than the REJ or SIDR REP carries (EINVAL); the length
+        // is a u8.
+        let len = u8::try_from(private_data.len())
+            .map_err(|_| Error::InvalidArgument("private data too long"))?;
         // SAFETY: a live id; the slice outlives the call.
         check(
             unsafe { ffi::rdma_reject(r.ptr, private_data.as_ptr().cast(), len) },

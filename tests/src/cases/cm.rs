@@ -38,6 +38,9 @@ pub(super) fn register(v: &mut Vec<Case>) {
     v.push(Case::new("cm::removed_address_is_addr_change", "librdmacm man page rdma_get_cm_event(3), RDMA_CM_EVENT_ADDR_CHANGE: the address an id is bound to leaves the device's GID table: ADDR_CHANGE on each id bound to it, and the id lives on", addr_change).faulty());
     v.push(Case::new("cm::dead_device_is_device_removal", "librdmacm man page rdma_get_cm_event(3), RDMA_CM_EVENT_DEVICE_REMOVAL, manual 6.1.9: after a fatal device error (its verbs return EIO) every id on the device gets DEVICE_REMOVAL and can be destroyed", device_removal).faulty());
     v.push(Case::new("cm::down_port_is_route_error", "librdmacm man page rdma_get_cm_event(3), RDMA_CM_EVENT_ROUTE_ERROR: route resolution on a port that is DOWN fails; with the port ACTIVE again it succeeds", route_error).faulty());
+    v.push(Case::new("cm::udp_private_data_limits", "IBTA 12.11.1-12.11.2, manual 4.2.9, 4.2.12: on RDMA_PS_UDP, rdma_connect sends a SIDR_REQ: 181 bytes of private data are EINVAL (its 216 less rdma_cm's 36-byte header), 180 reach the listener's CONNECT_REQUEST; rdma_accept sends a SIDR_REP, whose 136 bytes reach the active id's ESTABLISHED", udp_private_data_limits));
+    v.push(Case::new("cm::udp_reject_carries_a_sidr_reps_private_data", "IBTA 12.11.2 (SIDR_REP: 136 bytes of private data, status 2 'rejected'), manual 4.2.13: rdma_reject on an RDMA_PS_UDP id answers with a SIDR_REP, not a REJ (148): 137 bytes are EINVAL and send nothing, 136 go, and the active id gets UNREACHABLE with status 2 and those bytes", udp_reject_private_data));
+    v.push(Case::new("cm::accept_with_too_much_private_data_rejects", "kernel rdma_cm (rdma_accept: a REP or SIDR_REP it cannot send moves the id's QP to ERROR and rejects), IBTA 12.6.8 (REP: 196 bytes), 12.11.2 (SIDR_REP: 136): rdma_accept with 197 bytes on RDMA_PS_TCP is EINVAL, its QP goes to ERROR and the active id gets REJECTED 'consumer defined' (28); with 137 on RDMA_PS_UDP it is EINVAL and the active id gets UNREACHABLE with SIDR status 2", accept_too_long));
     v.push(Case::new("cm::wrong_calls_fail", "manual 4.2.5, 4.2.9 (librdmacm errnos): connect before route resolution EINVAL, a bound port bound again EADDRINUSE, a channel with ids EBUSY, private data over 56 bytes EINVAL", wrong_calls));
 }
 
@@ -264,6 +267,95 @@ fn udp(env: &Env) -> Outcome {
     };
     assert_eq!((e.id, ud.qp_num, ud.qkey), (a, pq, RDMA_UDP_QKEY));
     assert_eq!(env.dev.query_qp(pq).unwrap().0.qkey, RDMA_UDP_QKEY);
+    Outcome::Pass
+}
+
+/// `n` bytes of private data that differ from their neighbours' (and from zero
+/// padding).
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(1))
+        .collect()
+}
+
+fn udp_private_data_limits(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let (_, a) = ends(env, &cm, ch, PortSpace::Udp);
+    cm.create_qp(a, &init(env, QpType::Ud)).unwrap();
+    let data = pattern(181);
+    let too_long = ConnParam {
+        private_data: data.clone(),
+        ..ConnParam::default()
+    };
+    assert_errno(cm.connect(a, &too_long), EINVAL);
+    // The failed connect left the id as it was: it connects with 180 bytes.
+    let most = ConnParam {
+        private_data: data[..180].to_vec(),
+        ..ConnParam::default()
+    };
+    cm.connect(a, &most).unwrap();
+    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    assert_eq!(req.param.private_data(), &data[..180]);
+    cm.create_qp(req.id, &init(env, QpType::Ud)).unwrap();
+    let reply = pattern(136);
+    let accept = ConnParam {
+        private_data: reply.clone(),
+        ..ConnParam::default()
+    };
+    cm.accept(req.id, &accept).unwrap();
+    let e = ev(&cm, ch, CmEventType::Established);
+    assert_eq!(e.id, a);
+    assert_eq!(e.param.private_data(), &reply[..]);
+    Outcome::Pass
+}
+
+fn udp_reject_private_data(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let (_, a) = ends(env, &cm, ch, PortSpace::Udp);
+    cm.create_qp(a, &init(env, QpType::Ud)).unwrap();
+    cm.connect(a, &ConnParam::default()).unwrap();
+    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    let data = pattern(137);
+    // A REJ's 148 bytes would fit; a SIDR_REP's 136 do not.
+    assert_errno(cm.reject(req.id, &data), EINVAL);
+    cm.reject(req.id, &data[..136]).unwrap();
+    let e = ev(&cm, ch, CmEventType::Unreachable);
+    // IBTA 12.11.2 table 117: SIDR_REP status 2, "rejected".
+    assert_eq!((e.id, e.status), (a, 2));
+    assert_eq!(e.param.private_data(), &data[..136]);
+    Outcome::Pass
+}
+
+fn accept_too_long(env: &Env) -> Outcome {
+    let cm = cm_or_skip!(env);
+    let ch = cm.create_event_channel().unwrap();
+    let (_, a) = ends(env, &cm, ch, PortSpace::Tcp);
+    cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
+    cm.connect(a, &ConnParam::default()).unwrap();
+    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    let pq = cm.create_qp(req.id, &init(env, QpType::Rc)).unwrap();
+    let long = ConnParam {
+        private_data: pattern(197),
+        ..ConnParam::default()
+    };
+    assert_errno(cm.accept(req.id, &long), EINVAL);
+    let e = ev(&cm, ch, CmEventType::Rejected);
+    assert_eq!((e.id, e.status), (a, REJECT_CONSUMER));
+    assert_eq!(env.dev.query_qp(pq).unwrap().0.qp_state, QpState::Err);
+    let (_, u) = ends(env, &cm, ch, PortSpace::Udp);
+    cm.create_qp(u, &init(env, QpType::Ud)).unwrap();
+    cm.connect(u, &ConnParam::default()).unwrap();
+    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    cm.create_qp(req.id, &init(env, QpType::Ud)).unwrap();
+    let long = ConnParam {
+        private_data: pattern(137),
+        ..ConnParam::default()
+    };
+    assert_errno(cm.accept(req.id, &long), EINVAL);
+    let e = ev(&cm, ch, CmEventType::Unreachable);
+    assert_eq!((e.id, e.status), (u, 2));
     Outcome::Pass
 }
 
