@@ -235,8 +235,8 @@ pub fn check_private_data(ps: PortSpace, what: PrivateDataUse, len: usize) -> Re
 /// `struct rdma_conn_param` (manual 4.2.9 rdma_connect, 4.2.12 rdma_accept).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnParam {
-    /// Private data handed to the peer (at most [`MAX_CONNECT_PRIVATE_DATA`] on
-    /// connect, [`MAX_ACCEPT_PRIVATE_DATA`] on accept).
+    /// Private data handed to the peer (at most [`PortSpace::max_private_data`] of
+    /// the id's port space and the call: 56 bytes on a connect of `RDMA_PS_TCP`).
     pub private_data: Vec<u8>,
     /// RDMA READs and atomics the local side accepts as responder (the QP's
     /// `max_dest_rd_atomic`).
@@ -416,15 +416,19 @@ pub trait ConnectionManager: Send + Sync {
     fn destroy_qp(&self, id: CmId) -> Result<()>;
 
     /// `rdma_connect` (manual 4.2.9): sends the connection request (UD: the service
-    /// ID resolution request).
+    /// ID resolution request). More private data than
+    /// [`PortSpace::max_private_data`] is EINVAL and leaves the id as it was.
     fn connect(&self, id: CmId, param: &ConnParam) -> Result<()>;
     /// `rdma_establish` (manual 4.2.10): completes a connect after `CONNECT_RESPONSE`
     /// (ids without a QP).
     fn establish(&self, id: CmId) -> Result<()>;
     /// `rdma_accept` (manual 4.2.12): accepts a `CONNECT_REQUEST`; the id's QP goes to
-    /// RTR and RTS.
+    /// RTR and RTS. More private data than [`PortSpace::max_private_data`] is EINVAL,
+    /// and (as the kernel's rdma_cm) the QP goes to ERROR and the request is rejected.
     fn accept(&self, id: CmId, param: &ConnParam) -> Result<()>;
-    /// `rdma_reject` (manual 4.2.13): rejects a `CONNECT_REQUEST` with private data.
+    /// `rdma_reject` (manual 4.2.13): rejects a `CONNECT_REQUEST` with private data
+    /// (more than [`PortSpace::max_private_data`]: EINVAL, nothing sent). A UD id's
+    /// peer gets `UNREACHABLE` with SIDR status 2, a connected id's `REJECTED`.
     fn reject(&self, id: CmId, private_data: &[u8]) -> Result<()>;
     /// `rdma_disconnect` (manual 4.2.15): the QP goes to the error state (its WRs are
     /// flushed) and the peer is told; `DISCONNECTED` follows on both sides.
