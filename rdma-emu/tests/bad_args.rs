@@ -149,6 +149,9 @@ fn bench_refuses_bad_arguments() {
         args("bench send_lat --qps 2"),
         args("bench send_lat --fabric"),
         args("bench write_lat --events"),
+        args("bench read_lat --wait-send"),
+        args("bench write_bw --wait-send"),
+        args("bench flood --wait-send"),
         args("bench send_lat --busy-poll --events"),
         args(&format!(
             "bench write_bw --tx-depth 4000000000 -n 1 --no-baseline --port {}",

@@ -172,6 +172,21 @@ fn latency_rounds_measure_the_baseline_each() {
     assert!((lat / base / values[1] - 1.0).abs() < 0.01, "{json}");
 }
 
+/// `--wait-send` (perftest's latency loop: each side waits for its send's own
+/// completion before the answer) runs both latency tests to the end on UDP loopback:
+/// the ACK of each side's last message, which our peer sends after its answer, comes.
+#[test]
+fn latency_tests_can_wait_for_each_sends_completion() {
+    for test in ["send_lat", "write_lat"] {
+        let json = bench_json_with(
+            &[test, "-n", "300", "--wait-send", "--busy-poll"],
+            &["--no-baseline", "--json"],
+        );
+        assert!(json.contains("\"wait_send\":true"), "{json}");
+        assert!(field(&json, "lat_typical_us") > 0.0, "{json}");
+    }
+}
+
 /// `--rounds 0` is refused, as `--qps 0` is.
 #[test]
 fn zero_rounds_is_an_error() {

@@ -193,6 +193,7 @@ pub(crate) fn check(o: &BenchOpts) -> Result<(), String> {
         (o.fabric, "--fabric"),
         (o.link != bench::LinkKind::Udp, "--link"),
         (o.events, "--events"),
+        (o.wait_send, "--wait-send"),
         (o.no_baseline, "--no-baseline"),
         (o.json, "--json"),
     ] {

@@ -232,56 +232,85 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                 wr.send_flags = SendFlags::SIGNALED;
                 (recv, wr)
             };
-            // The echoing side: answers each message in kind.
-            let echo = |h: &Host,
-                        i: u64,
+            // Polls `h`'s CQs once: how many completions, and how many of them were
+            // receives (reposted at once) and sends.
+            let reap = |h: &Host,
                         wcs: &mut Vec<WorkCompletion>,
-                        recv_wrs: &[RecvWr],
-                        send_wr: &mut SendWr,
-                        spin: bool|
-             -> Result<bool, String> {
-                // Waits for message i (a receive completion, or the last byte of the
-                // buffer turning to i's mark), then sends the answer.
-                let mark = (i % 127 + 1) as u8;
+                        recv_wrs: &[RecvWr]|
+             -> Result<(usize, usize, usize), String> {
+                let n = h.poll(wcs)?;
+                let recvs = wcs.iter().filter(|w| w.opcode.is_recv()).count();
+                if recvs > 0 {
+                    h.repost(&recv_wrs[..recvs])?;
+                }
+                Ok((n, recvs, n - recvs))
+            };
+            // With `--wait-send`, after a post: the send's own completion, as
+            // perftest's latency tests wait for it (their send queue is one deep). A
+            // receive found meanwhile (the peer's next message can come first) is
+            // counted in `early` for the next wait.
+            let await_send = |h: &Host,
+                              wcs: &mut Vec<WorkCompletion>,
+                              recv_wrs: &[RecvWr],
+                              early: &mut usize|
+             -> Result<(), String> {
                 let mut armed = false;
                 loop {
-                    let n = h.poll(wcs)?;
-                    let got = if send {
-                        let r = wcs.iter().filter(|w| w.opcode.is_recv()).count();
-                        if r > 0 {
-                            h.repost(&recv_wrs[..r])?;
-                        }
-                        r > 0
-                    } else {
-                        h.buf.with(|b| b[size as usize - 1] == mark)
-                    };
-                    if got {
-                        break;
-                    }
-                    if !spin {
-                        return Ok(false);
+                    let (n, recvs, sends) = reap(h, wcs, recv_wrs)?;
+                    *early += recvs;
+                    if sends > 0 {
+                        return Ok(());
                     }
                     if n == 0 {
                         h.idle(o, &mut armed)?;
                     }
                 }
-                // The answer carries the mark with the top bit set.
-                h.buf.with_mut(|b| b[size as usize - 1] = mark | 0x80);
-                send_wr.wr_id = i;
-                h.dev
-                    .post_send(h.qpns[0], std::slice::from_ref(send_wr))
-                    .map_err(|e| format!("post_send: {e}"))?;
-                Ok(true)
+            };
+            // Waits for message `i`: a receive completion (one found early counts),
+            // or the last byte of the buffer turning to `mark`.
+            let await_message = |h: &Host,
+                                 mark: u8,
+                                 wcs: &mut Vec<WorkCompletion>,
+                                 recv_wrs: &[RecvWr],
+                                 early: &mut usize|
+             -> Result<(), String> {
+                let mut armed = false;
+                loop {
+                    if send && *early > 0 {
+                        *early -= 1;
+                        return Ok(());
+                    }
+                    let (n, recvs, _) = reap(h, wcs, recv_wrs)?;
+                    *early += recvs;
+                    if !send && h.buf.with(|b| b[size as usize - 1] == mark) {
+                        return Ok(());
+                    }
+                    if n == 0 && !(send && *early > 0) {
+                        h.idle(o, &mut armed)?;
+                    }
+                }
             };
             if fabric {
                 return Err("latency tests run on UDP only (the fabric's time is virtual)".into());
             }
             let result = std::thread::scope(|scope| -> Result<(), String> {
                 let server = scope.spawn(|| -> Result<(), String> {
+                    // The echoing side: answers each message in kind, the answer
+                    // carrying the mark with the top bit set.
                     let mut wcs = Vec::with_capacity(64);
-                    let (recv, mut send) = wrs_of(s, c);
+                    let (recv, mut answer) = wrs_of(s, c);
+                    let mut early = 0;
                     for i in 0..iters {
-                        echo(s, i, &mut wcs, &recv, &mut send, true)?;
+                        let mark = (i % 127 + 1) as u8;
+                        await_message(s, mark, &mut wcs, &recv, &mut early)?;
+                        s.buf.with_mut(|b| b[size as usize - 1] = mark | 0x80);
+                        answer.wr_id = i;
+                        s.dev
+                            .post_send(s.qpns[0], std::slice::from_ref(&answer))
+                            .map_err(|e| format!("post_send: {e}"))?;
+                        if o.wait_send {
+                            await_send(s, &mut wcs, &recv, &mut early)?;
+                        }
                     }
                     // Let the last answer be acknowledged.
                     let t = Instant::now();
@@ -293,6 +322,7 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                 });
                 let mut wcs = Vec::with_capacity(64);
                 let (recv_wrs, mut wr) = wrs_of(c, s);
+                let mut early = 0;
                 for i in 0..iters {
                     let mark = (i % 127 + 1) as u8;
                     c.buf.with_mut(|b| b[size as usize - 1] = mark);
@@ -301,26 +331,11 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                     c.dev
                         .post_send(c.qpns[0], std::slice::from_ref(&wr))
                         .map_err(|e| format!("post_send: {e}"))?;
-                    // The answer: a receive, or our last byte set to the mark.
-                    let mut armed = false;
-                    loop {
-                        let n = c.poll(&mut wcs)?;
-                        let got = if send {
-                            let r = wcs.iter().filter(|w| w.opcode.is_recv()).count();
-                            if r > 0 {
-                                c.repost(&recv_wrs[..r])?;
-                            }
-                            r > 0
-                        } else {
-                            c.buf.with(|b| b[size as usize - 1] == mark | 0x80)
-                        };
-                        if got {
-                            break;
-                        }
-                        if n == 0 {
-                            c.idle(o, &mut armed)?;
-                        }
+                    if o.wait_send {
+                        await_send(c, &mut wcs, &recv_wrs, &mut early)?;
                     }
+                    // The answer: a receive, or our last byte set to the mark.
+                    await_message(c, mark | 0x80, &mut wcs, &recv_wrs, &mut early)?;
                     out.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
                     progress.set(i + 1);
                 }

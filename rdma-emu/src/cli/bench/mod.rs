@@ -157,6 +157,12 @@ pub(crate) struct BenchOpts {
     /// ping-pong.
     #[arg(long, conflicts_with = "busy_poll")]
     pub(crate) events: bool,
+    /// send_lat and write_lat: after each post, wait for the send's own completion
+    /// (its ACK) before waiting for the answer, on both sides, as perftest's latency
+    /// tests do (their send queue is one deep, every send signaled). Without it a
+    /// side waits for the answer only and reaps send completions on the way.
+    #[arg(long)]
+    pub(crate) wait_send: bool,
     /// The link between the two devices: UDP loopback, or the same-host
     /// shared-memory link (rings in memory; bandwidth baseline: memcpy, latency
     /// baseline: the raw UDP ping-pong, as on UDP).
@@ -735,6 +741,11 @@ pub(crate) fn check(o: &BenchOpts) -> Result<(), String> {
     if lat && o.qps != 1 {
         return Err("latency tests use one QP".into());
     }
+    if o.wait_send && !matches!(o.test, Test::SendLat | Test::WriteLat) {
+        return Err(
+            "--wait-send is for send_lat and write_lat (a READ's completion is its answer)".into(),
+        );
+    }
     if o.events && o.test != Test::SendLat {
         // An RDMA WRITE or READ completes nothing at the side that waits for it.
         return Err("--events is for send_lat (the answer is a receive completion)".into());
@@ -805,10 +816,11 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
     if lat {
         println!(
             " Completions     : {}",
-            if o.events {
-                "events (req_notify_cq, get_cq_event)"
-            } else {
-                "polled"
+            match (o.events, o.wait_send) {
+                (true, false) => "events (req_notify_cq, get_cq_event)",
+                (true, true) => "events (req_notify_cq, get_cq_event), each send's awaited",
+                (false, false) => "polled",
+                (false, true) => "polled, each send's awaited before the answer",
             }
         );
     } else {
@@ -828,7 +840,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         verify_fill(&o, &st);
     }
     let mut json = format!(
-        "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{},\"events\":{},\"debug_build\":{}",
+        "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{},\"events\":{},\"wait_send\":{},\"debug_build\":{}",
         o.test.name(),
         if o.fabric {
             "fabric"
@@ -843,6 +855,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         o.mtu,
         o.busy_poll,
         o.events,
+        o.wait_send,
         cfg!(debug_assertions)
     );
     if lat {
