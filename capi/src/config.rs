@@ -23,7 +23,7 @@
 //!   as kernel rxe.
 //! * `RDMA_EMU_LINK=shm`: every device sits on the same-host shared-memory link
 //!   instead of UDP (emu-core's `SameHost::Shm`): both processes of a program set it,
-//!   each device talks to one peer on this host through rings in memory both map, with
+//!   each device talks to its peers on this host through rings in memory both map, with
 //!   no system call on the data path while both poll. `udp` or unset: UDP.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

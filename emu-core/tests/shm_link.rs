@@ -244,3 +244,303 @@ fn a_killed_peer_process_is_a_dead_link() {
     drop(da);
     let _b_again = open("shmkb2", ib, port, false);
 }
+
+/// RC parameters of the several-process tests: 4.096 us * 2^12 = 16 ms a try, seven
+/// retries (a peer that restarts is found again within them).
+fn patient() -> QpParams {
+    QpParams {
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        timeout: 12,
+        retry_cnt: 7,
+        ..QpParams::default()
+    }
+}
+
+/// The child side of the several-process tests: a device at its own address that
+/// connects an RC QP to one of the parent's and then does what the parent's lines on
+/// its standard input say:
+/// - `write OFFSET FILL`: an RDMA WRITE of 256 bytes of FILL into the parent's buffer
+///   at OFFSET; answers `done STATUS`;
+/// - `garbage`: from now on writes an impossible head into the ring this process
+///   sends to the parent through, again and again (through the memfd, as a broken or
+///   hostile peer would: the device's own pushes write the true head back); answers
+///   `done`.
+#[test]
+fn peer_child() {
+    use std::io::{BufRead, Write};
+    let Ok(args) = std::env::var("SHM_LINK_TEST_PEER") else {
+        return;
+    };
+    let mut it = args.split(',');
+    let ia: IpAddr = it.next().unwrap().parse().unwrap();
+    let ib: IpAddr = it.next().unwrap().parse().unwrap();
+    let port: u16 = it.next().unwrap().parse().unwrap();
+    let db = open("shmpeer", ib, port, false);
+    let b = side(&db);
+    println!("B {} {} {}", b.qpn, b.mr.addr, b.mr.rkey);
+    std::io::stdout().flush().unwrap();
+    let mut lines = std::io::stdin().lock().lines();
+    let f: Vec<u64> = lines
+        .next()
+        .unwrap()
+        .unwrap()
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let (a_qpn, a_addr, a_rkey) = (f[0] as u32, f[1], f[2] as u32);
+    let to_a = Endpoint {
+        qpn: a_qpn,
+        psn: 100,
+        gid: emu_core::nic::gid_of(ia),
+        ..Endpoint::default()
+    };
+    connect_qp(&db, b.qpn, QpType::Rc, &patient(), 200, &to_a).unwrap();
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut id = 0;
+    for line in lines {
+        let line = line.unwrap();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words[..] {
+            ["write", offset, fill] => {
+                let (offset, fill): (u64, u8) = (offset.parse().unwrap(), fill.parse().unwrap());
+                b.buf.write(0, &[fill; 256]).unwrap();
+                id += 1;
+                let wr = SendWr::rdma_write(
+                    id,
+                    vec![Sge::new(b.mr.addr, 256, b.mr.lkey)],
+                    a_addr + offset,
+                    a_rkey,
+                );
+                db.post_send(b.qpn, &[wr]).unwrap();
+                println!("done {:?}", wait_one(&db, b.cq).status);
+            }
+            ["garbage"] => {
+                let ring = ring_file(ib, ia);
+                std::thread::spawn(move || loop {
+                    use std::os::unix::fs::FileExt;
+                    ring.write_at(&0xdead_beef_dead_beef_u64.to_le_bytes(), 128)
+                        .unwrap();
+                    std::thread::sleep(Duration::from_micros(20));
+                });
+                println!("done");
+            }
+            _ => panic!("unknown command {line}"),
+        }
+        std::io::stdout().flush().unwrap();
+    }
+}
+
+/// This process's ring from `src` to `dst`, opened for writing: the memfd named
+/// `rdma-emu-SRC-DST` among this process's descriptors (writes through it reach the
+/// shared pages; the head is the header's second 128-byte line).
+fn ring_file(src: IpAddr, dst: IpAddr) -> std::fs::File {
+    let name = format!("/memfd:rdma-emu-{src}-{dst} (deleted)");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        let target = target.to_string_lossy().into_owned();
+        if target == name {
+            found.push(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(entry.path())
+                    .unwrap(),
+            );
+        }
+    }
+    assert_eq!(found.len(), 1, "this process's ring to {dst}");
+    found.pop().unwrap()
+}
+
+/// A device in a child process (`peer_child`), connected to `a` of device `da`.
+struct Child {
+    proc: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    qpn: u32,
+    addr: u64,
+    rkey: u32,
+}
+
+impl Child {
+    fn spawn(da: &EmuDevice, a: &Side, ia: IpAddr, ib: IpAddr, port: u16) -> Child {
+        use std::io::{BufRead, BufReader};
+        use std::process::{Command, Stdio};
+        let mut proc = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "peer_child", "--nocapture", "-q"])
+            .env("SHM_LINK_TEST_PEER", format!("{ia},{ib},{port}"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(proc.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.starts_with("B ") {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "the child ended");
+        }
+        let f: Vec<u64> = line[2..]
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let mut c = Child {
+            proc,
+            out,
+            qpn: f[0] as u32,
+            addr: f[1],
+            rkey: f[2] as u32,
+        };
+        let to_b = Endpoint {
+            qpn: c.qpn,
+            psn: 200,
+            gid: emu_core::nic::gid_of(ib),
+            ..Endpoint::default()
+        };
+        connect_qp(da, a.qpn, QpType::Rc, &patient(), 100, &to_b).unwrap();
+        c.send(&format!("{} {} {}", a.qpn, a.mr.addr, a.mr.rkey));
+        assert_eq!(c.line(), "ready");
+        c
+    }
+
+    fn send(&mut self, line: &str) {
+        use std::io::Write;
+        writeln!(self.proc.stdin.as_mut().unwrap(), "{line}").unwrap();
+    }
+
+    fn line(&mut self) -> String {
+        use std::io::BufRead;
+        let mut line = String::new();
+        assert!(
+            self.out.read_line(&mut line).unwrap() > 0,
+            "the child ended"
+        );
+        line.trim().to_string()
+    }
+
+    /// A WRITE from `a` into the child's buffer; its status.
+    fn written_by(&self, da: &EmuDevice, a: &Side, id: u64) -> WcStatus {
+        write_status(da, a, self.addr, self.rkey, id)
+    }
+
+    fn kill(mut self) {
+        self.proc.kill().unwrap();
+        self.proc.wait().unwrap();
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.proc.kill();
+        let _ = self.proc.wait();
+    }
+}
+
+fn three_addrs(n: u8) -> (IpAddr, IpAddr, IpAddr, u16) {
+    let (a, b, port) = addrs(n);
+    (a, b, Ipv4Addr::new(127, 77, n, 3).into(), port)
+}
+
+/// Two peers in two other processes send to one device at once, each through its own
+/// ring, and it answers both.
+#[test]
+fn three_processes_two_peers_of_one_device() {
+    let (ia, ib, ic, port) = three_addrs(6);
+    let da = open("shm3a", ia, port, false);
+    let (a1, a2) = (side(&da), side(&da));
+    let mut b = Child::spawn(&da, &a1, ia, ib, port);
+    let mut c = Child::spawn(&da, &a2, ia, ic, port);
+    for round in 0..20u8 {
+        // Both at once: each child's WRITE is in flight while the other's is.
+        b.send(&format!("write 0 {}", round + 1));
+        c.send(&format!("write 0 {}", round + 101));
+        assert_eq!(b.line(), "done Success");
+        assert_eq!(c.line(), "done Success");
+        let mut got = [0u8; 256];
+        a1.buf.read(0, &mut got).unwrap();
+        assert_eq!(got, [round + 1; 256]);
+        a2.buf.read(0, &mut got).unwrap();
+        assert_eq!(got, [round + 101; 256]);
+    }
+    assert_eq!(b.written_by(&da, &a1, 1), WcStatus::Success);
+    assert_eq!(c.written_by(&da, &a2, 2), WcStatus::Success);
+}
+
+/// A peer process is killed (its ring to us stays, attached), and a new one comes
+/// up on its address: it makes a new ring, which the survivor takes, and the survivor
+/// sends to it through a new ring of its own.
+#[test]
+fn a_new_peer_on_a_killed_peers_address() {
+    let (ia, ib, port) = addrs(7);
+    let da = open("shmra", ia, port, false);
+    let (a1, a2) = (side(&da), side(&da));
+    let mut b = Child::spawn(&da, &a1, ia, ib, port);
+    b.send("write 0 7");
+    assert_eq!(b.line(), "done Success");
+    assert_eq!(b.written_by(&da, &a1, 1), WcStatus::Success);
+    let (addr, rkey) = (b.addr, b.rkey);
+    b.kill();
+    assert_eq!(write_status(&da, &a1, addr, rkey, 2), WcStatus::RetryExcErr);
+    let mut b2 = Child::spawn(&da, &a2, ia, ib, port);
+    b2.send("write 0 9");
+    assert_eq!(b2.line(), "done Success");
+    let mut got = [0u8; 256];
+    a2.buf.read(0, &mut got).unwrap();
+    assert_eq!(got, [9; 256]);
+    assert_eq!(b2.written_by(&da, &a2, 3), WcStatus::Success);
+}
+
+/// An RDMA WRITE of 64 bytes from `a` of `da` to `addr`, `rkey`; its status.
+fn write_status(da: &EmuDevice, a: &Side, addr: u64, rkey: u32, id: u64) -> WcStatus {
+    let wr = SendWr::rdma_write(id, vec![Sge::new(a.mr.addr, 64, a.mr.lkey)], addr, rkey);
+    da.post_send(a.qpn, &[wr]).unwrap();
+    wait_one(da, a.cq).status
+}
+
+/// A peer process writes garbage into its ring to us: that ring is dropped (its
+/// packets no longer arrive, so the QP with it fails as on a dead link), and a peer on
+/// another ring is not disturbed.
+#[test]
+fn a_garbage_writing_peer_loses_only_its_own_ring() {
+    let (ia, ib, ic, port) = three_addrs(8);
+    let (da, db) = (
+        open("shmga", ia, port, false),
+        open("shmgb", ib, port, false),
+    );
+    let (a, b) = (side(&da), side(&db));
+    connect(&da, &a, &db, &b);
+    let ag = side(&da);
+    let mut g = Child::spawn(&da, &ag, ia, ic, port);
+    g.send("write 0 5");
+    assert_eq!(g.line(), "done Success");
+    g.send("garbage");
+    assert_eq!(g.line(), "done");
+    // The survivor reads the impossible head when it next looks at the ring (the
+    // child's pushes write the true one back in between: a WRITE may still go
+    // through before), and drops the ring: the child's packets are lost from then on.
+    let mut fill = 5;
+    loop {
+        fill += 1;
+        g.send(&format!("write 0 {fill}"));
+        match g.line().as_str() {
+            "done Success" => assert!(fill < 60, "the broken ring is still read"),
+            "done RetryExcErr" => break,
+            other => panic!("{other}"),
+        }
+    }
+    let mut got = [0u8; 256];
+    ag.buf.read(0, &mut got).unwrap();
+    assert_eq!(got, [fill - 1; 256]);
+    // The survivor's QP with it fails as on a dead link.
+    assert_eq!(g.written_by(&da, &ag, 1), WcStatus::RetryExcErr);
+    // The in-process peer still works both ways.
+    assert_eq!(
+        write_status(&da, &a, b.mr.addr, b.mr.rkey, 2),
+        WcStatus::Success
+    );
+    assert_eq!(
+        write_status(&db, &b, a.mr.addr, a.mr.rkey, 3),
+        WcStatus::Success
+    );
+}

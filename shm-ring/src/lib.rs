@@ -8,6 +8,9 @@
 //! - [`Producer::push`] appends a packet, [`Consumer::pop`] takes the next one; both
 //!   are wait-free and make no system call, except the producer's wake-up of a consumer
 //!   that sleeps in [`Consumer::wait`] (a futex on a word of the shared memory).
+//! - [`Bell`]: a consumer of several rings (one per producer) sleeps on one futex
+//!   word, its doorbell, whatever the number of rings, and learns of a new ring by
+//!   one load of the bell's generation.
 //!
 //! The peer is not trusted: every index and length read from the shared memory is
 //! checked before use, and an impossible one is [`Error::Corrupt`], never undefined
@@ -27,6 +30,7 @@
 
 #![deny(unsafe_code)]
 
+mod bell;
 mod region;
 mod ring;
 mod sync;
@@ -36,6 +40,7 @@ mod loom_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+pub use bell::Bell;
 pub use region::{Region, HEADER_BYTES};
 pub use ring::{pair, Consumer, Producer, Sleeper};
 

@@ -1,7 +1,9 @@
 //! The ring's protocol under loom, which runs every interleaving (within its bounds) of
 //! a producer and a consumer thread: no packet is lost, duplicated or reordered, a
 //! consumer that sleeps is always woken (a lost wake-up would leave it asleep for ever:
-//! loom reports the deadlock), and the producer's leaving is always seen.
+//! loom reports the deadlock), and the producer's leaving is always seen; and the same
+//! of two producers on two rings and one consumer that sleeps on their doorbell, one
+//! ring announced while the consumer runs.
 //!
 //! `RUSTFLAGS="--cfg loom" cargo test -p shm-ring --release --lib loom`
 
@@ -76,5 +78,67 @@ fn loom_wake_up_without_close() {
         tx.push(&[9; 5]).unwrap();
         assert_eq!(c.join().unwrap(), (5, 9));
         drop(tx);
+    });
+}
+
+#[test]
+fn loom_two_producers_one_bell() {
+    // Two producers, each on its own ring, wake one consumer through its bell: the
+    // first ring is there from the start, the second is made and announced by its
+    // producer meanwhile.
+    use crate::{Bell, Consumer, Producer, Region};
+    use loom::sync::{Arc, Mutex};
+    model(|| {
+        let bell = Bell::heap().unwrap();
+        let r1 = std::sync::Arc::new(Region::heap(32, 8).unwrap());
+        let mut tx1 = Producer::attach_with_bell(r1.clone(), &bell).unwrap();
+        let mut rings = vec![Consumer::attach(r1).unwrap()];
+        let mailbox = Arc::new(Mutex::new(Vec::new()));
+        let p1 = thread::spawn(move || {
+            tx1.push(&[1; 8]).unwrap();
+        });
+        let (b2, m2) = (bell.clone(), mailbox.clone());
+        let p2 = thread::spawn(move || {
+            let r2 = std::sync::Arc::new(Region::heap(32, 8).unwrap());
+            let mut tx2 = Producer::attach_with_bell(r2.clone(), &b2).unwrap();
+            m2.lock().unwrap().push(Consumer::attach(r2).unwrap());
+            b2.announce();
+            tx2.push(&[2; 8]).unwrap();
+        });
+        // Take packets until both rings are closed (each producer leaves after its
+        // packet), sleeping on the bell whenever nothing came.
+        let (mut got, mut seen, mut closed) = (Vec::new(), 0, 0);
+        let mut buf = [0u8; 8];
+        while closed < 2 {
+            let g = bell.generation();
+            if g != seen {
+                rings.append(&mut mailbox.lock().unwrap());
+                seen = g;
+            }
+            let mut any = false;
+            rings.retain_mut(|rx| loop {
+                match rx.pop(&mut buf) {
+                    Ok(Some(n)) => {
+                        assert_eq!(n, 8);
+                        got.push(buf[0]);
+                        any = true;
+                    }
+                    Ok(None) => return true,
+                    Err(Error::Closed) => {
+                        closed += 1;
+                        return false;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            });
+            if !any && closed < 2 {
+                let sleepers: Vec<_> = rings.iter().map(Consumer::sleeper).collect();
+                bell.wait(&sleepers, seen, None);
+            }
+        }
+        got.sort_unstable();
+        assert_eq!(got, vec![1, 2]);
+        p1.join().unwrap();
+        p2.join().unwrap();
     });
 }

@@ -62,6 +62,10 @@ pub const HEADER_BYTES: usize = 4096;
 /// "shmring1", little-endian: the first word of a ring's memory.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"shmring1");
 
+/// "shmbell1", little-endian: the first word of a doorbell's memory (a header and no
+/// data words, see `crate::bell`).
+pub(crate) const BELL_MAGIC: u64 = u64::from_le_bytes(*b"shmbell1");
+
 /// One cache line pair to itself (adjacent-line prefetch pulls 128 bytes), so the
 /// producer's and the consumer's words never share a line.
 #[repr(C, align(128))]
@@ -101,6 +105,9 @@ pub(crate) struct Header {
     pub(crate) sleeping: Line<AtomicU32>,
     /// Who attached and who left (`ring::P_ATTACHED` ...).
     pub(crate) state: Line<AtomicU32>,
+    /// A doorbell's generation: bumped by a producer that announces a new ring for
+    /// the bell's consumer (unused in a ring).
+    pub(crate) generation: Line<AtomicU64>,
 }
 
 #[cfg(not(loom))]
@@ -192,6 +199,16 @@ impl Region {
         })
     }
 
+    /// A doorbell's memory on this process's heap: a header and no data words.
+    pub(crate) fn heap_bell() -> Result<Region, Error> {
+        let r = Region::heap_words(0)?;
+        r.header()
+            .ident
+            .magic
+            .store(BELL_MAGIC, std::sync::atomic::Ordering::Release);
+        Ok(r)
+    }
+
     /// Writes the identity of a fresh region (zeroes everywhere else).
     fn init(&self, words: usize, max_len: usize) {
         use std::sync::atomic::Ordering::Release;
@@ -245,9 +262,28 @@ impl Region {
     /// size, and mapped here. The peer opens it with [`Region::open_shared`] at
     /// [`Region::path`] while this region lives.
     pub fn create_shared(name: &str, capacity: usize, max_len: usize) -> Result<Region, Error> {
+        let words = geometry(capacity, max_len)?;
+        let r = Region::create_sealed(name, words)?;
+        r.init(words, max_len);
+        Ok(r)
+    }
+
+    /// A doorbell's memory that another process can map (see [`Region::create_shared`]):
+    /// a header and no data words.
+    pub(crate) fn create_shared_bell(name: &str) -> Result<Region, Error> {
+        let r = Region::create_sealed(name, 0)?;
+        r.header()
+            .ident
+            .magic
+            .store(BELL_MAGIC, std::sync::atomic::Ordering::Release);
+        Ok(r)
+    }
+
+    /// A memfd of a header and `words` data words, sealed against any change of size
+    /// before anyone else can open it, and mapped here.
+    fn create_sealed(name: &str, words: usize) -> Result<Region, Error> {
         use nix::fcntl::{fcntl, FcntlArg, SealFlag};
         use nix::sys::memfd::{memfd_create, MFdFlags};
-        let words = geometry(capacity, max_len)?;
         let len = HEADER_BYTES + 8 * words;
         let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
             .map_err(io::Error::from)?;
@@ -255,15 +291,33 @@ impl Region {
         nix::unistd::ftruncate(&fd, len as i64).map_err(io::Error::from)?;
         let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
         fcntl(&fd, FcntlArg::F_ADD_SEALS(seals)).map_err(io::Error::from)?;
-        let r = Region::map(fd, len, words)?;
-        r.init(words, max_len);
-        Ok(r)
+        Region::map(fd, len, words)
     }
 
     /// Maps the ring memory another process made with [`Region::create_shared`] and
     /// published as `path` (`/proc/PID/fd/N`). Refuses (`Corrupt`) a file without the
     /// size seals, or one whose header does not describe a ring that fits it.
     pub fn open_shared(path: &Path) -> Result<Region, Error> {
+        let (fd, len) = Region::open_sealed(path)?;
+        if !(HEADER_BYTES + 8 * 2..=HEADER_BYTES + 8 * crate::MAX_WORDS).contains(&len) {
+            return Err(Error::Corrupt("the ring's file has the wrong size"));
+        }
+        let words = (len - HEADER_BYTES) / 8;
+        Region::map(fd, len, words)
+    }
+
+    /// Maps the doorbell memory another process made with
+    /// [`Region::create_shared_bell`]: a sealed file of exactly a header.
+    pub(crate) fn open_shared_bell(path: &Path) -> Result<Region, Error> {
+        let (fd, len) = Region::open_sealed(path)?;
+        if len != HEADER_BYTES {
+            return Err(Error::Corrupt("the doorbell's file has the wrong size"));
+        }
+        Region::map(fd, len, 0)
+    }
+
+    /// Opens `path` and checks that it is sealed against resizing; its size.
+    fn open_sealed(path: &Path) -> Result<(OwnedFd, usize), Error> {
         use nix::fcntl::{fcntl, FcntlArg, SealFlag};
         let file = File::options().read(true).write(true).open(path)?;
         let fd = OwnedFd::from(file);
@@ -277,11 +331,7 @@ impl Region {
         }
         let size = nix::sys::stat::fstat(&fd).map_err(io::Error::from)?.st_size;
         let len = usize::try_from(size).map_err(|_| Error::Corrupt("file size"))?;
-        if !(HEADER_BYTES + 8 * 2..=HEADER_BYTES + 8 * crate::MAX_WORDS).contains(&len) {
-            return Err(Error::Corrupt("the ring's file has the wrong size"));
-        }
-        let words = (len - HEADER_BYTES) / 8;
-        Region::map(fd, len, words)
+        Ok((fd, len))
     }
 
     fn map(fd: OwnedFd, len: usize, words: usize) -> Result<Region, Error> {

@@ -26,12 +26,15 @@
 //! clears the flag after waiting with a swap as well, so that every write of the word
 //! is a read-modify-write and this holds on every round. No wake-up is
 //! lost (the loom model checks it: `loom_tests`). A producer that never has a sleeping
-//! peer pays one uncontended swap per packet and no system call.
+//! peer pays one uncontended swap per packet and no system call. A consumer of several
+//! rings sleeps on its [`Bell`] instead, whose flag the producers attached with
+//! [`Producer::attach_with_bell`] swap (the same protocol, see `bell`).
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::bell::Bell;
 use crate::region::{Region, MAGIC};
 use crate::sync::{self, AtomicU64};
 use crate::Error;
@@ -136,6 +139,9 @@ pub struct Producer {
     /// The consumer's tail as last read (checked).
     tail: u64,
     poisoned: bool,
+    /// The consumer's doorbell, if it has one: the futex word woken instead of the
+    /// ring's own (see [`Bell`]).
+    bell: Option<Arc<Region>>,
 }
 
 /// The reading end of a ring: one per ring (a second attach is [`Error::Busy`]).
@@ -167,7 +173,17 @@ impl Producer {
             head,
             tail,
             poisoned: false,
+            bell: None,
         })
+    }
+
+    /// Becomes the ring's producer, as [`Producer::attach`], for a consumer that sleeps
+    /// on `bell` ([`Bell::wait`]) rather than on the ring: every wake-up goes to the
+    /// bell's futex word.
+    pub fn attach_with_bell(region: Arc<Region>, bell: &Bell) -> Result<Producer, Error> {
+        let mut p = Producer::attach(region)?;
+        p.bell = Some(bell.region.clone());
+        Ok(p)
     }
 
     /// The longest packet the ring takes.
@@ -246,9 +262,10 @@ impl Producer {
         Ok(())
     }
 
-    /// Wakes the consumer if it sleeps (see the module's protocol).
+    /// Wakes the consumer if it sleeps (see the module's protocol), on its bell if it
+    /// has one.
     fn wake(&self) {
-        let h = self.region.header();
+        let h = self.bell.as_deref().unwrap_or(&self.region).header();
         if h.sleeping.swap(0, AcqRel) != 0 {
             sync::wake(&h.sleeping);
         }
@@ -394,6 +411,14 @@ impl Sleeper {
             return Err(Error::Corrupt("head further ahead than the ring"));
         }
         Ok(avail)
+    }
+
+    /// Whether a wait would return at once: a packet waits past the consumer's position
+    /// when this sleeper was made, the head is impossible (the consumer's next pop
+    /// says `Corrupt`), or the producer left.
+    #[must_use]
+    pub fn ready(&self) -> bool {
+        !matches!(self.available(), Ok(0)) || self.region.header().state.load(Acquire) & P_GONE != 0
     }
 
     /// Whether the producer left and everything it published was taken (as of when

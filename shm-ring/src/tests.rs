@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use crate::{pair, Consumer, Error, Producer, Region};
+use crate::{pair, Bell, Consumer, Error, Producer, Region};
 
 fn packet(seed: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (seed * 31 + i * 7) as u8).collect()
@@ -439,4 +439,122 @@ fn a_sleeper_tells_a_closed_ring() {
     let s = rx.sleeper();
     assert!(s.closed());
     s.wait(None).unwrap();
+}
+
+/// The consumer of several rings that sleeps on their bell, as emu-core's link does:
+/// takes what every ring holds, picks up the rings announced in `mailbox` when the
+/// generation moves, sleeps on the bell when nothing came; returns each producer's
+/// packets (their first word) once `producers` rings were closed.
+fn consume_with_bell(
+    bell: &Bell,
+    mailbox: &std::sync::Mutex<Vec<Consumer>>,
+    producers: usize,
+) -> Vec<Vec<u64>> {
+    let mut got = vec![Vec::new(); producers];
+    let mut rings: Vec<Consumer> = Vec::new();
+    let (mut seen, mut closed) = (0, 0);
+    let mut buf = [0u8; 64];
+    while closed < producers {
+        let g = bell.generation();
+        if g != seen {
+            rings.append(&mut mailbox.lock().unwrap());
+            seen = g;
+        }
+        let mut any = false;
+        rings.retain_mut(|rx| loop {
+            match rx.pop(&mut buf) {
+                Ok(Some(n)) => {
+                    assert_eq!(n, 16);
+                    let k = u64::from_le_bytes(buf[..8].try_into().unwrap());
+                    got[k as usize].push(u64::from_le_bytes(buf[8..16].try_into().unwrap()));
+                    any = true;
+                }
+                Ok(None) => return true,
+                Err(Error::Closed) => {
+                    closed += 1;
+                    return false;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        });
+        if !any && closed < producers {
+            let sleepers: Vec<_> = rings.iter().map(Consumer::sleeper).collect();
+            bell.wait(&sleepers, seen, None);
+        }
+    }
+    got
+}
+
+#[test]
+fn several_producers_wake_one_bell() {
+    let bell = Bell::heap().unwrap();
+    let mailbox = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let n: u64 = if cfg!(miri) { 30 } else { 5000 };
+    let threads: Vec<_> = (0..3u64)
+        .map(|k| {
+            let (bell, mailbox) = (bell.clone(), mailbox.clone());
+            std::thread::spawn(move || {
+                let r = Arc::new(Region::heap(1024, 64).unwrap());
+                let mut tx = Producer::attach_with_bell(r.clone(), &bell).unwrap();
+                mailbox.lock().unwrap().push(Consumer::attach(r).unwrap());
+                bell.announce();
+                for i in 0..n {
+                    let mut p = [0u8; 16];
+                    p[..8].copy_from_slice(&k.to_le_bytes());
+                    p[8..].copy_from_slice(&i.to_le_bytes());
+                    loop {
+                        match tx.push(&p) {
+                            Ok(()) => break,
+                            Err(Error::Full) => std::thread::yield_now(),
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    if i % 89 == k {
+                        // Let the consumer fall asleep now and then.
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+            })
+        })
+        .collect();
+    let got = consume_with_bell(&bell, &mailbox, 3);
+    for t in threads {
+        t.join().unwrap();
+    }
+    for g in got {
+        assert_eq!(g, (0..n).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn a_bell_wait_times_out_and_sees_the_generation() {
+    let bell = Bell::heap().unwrap();
+    let (mut tx, rx) = pair(1024, 64).unwrap();
+    let s = [rx.sleeper()];
+    bell.wait(&s, 0, Some(Duration::from_millis(1)));
+    // A generation not seen, or a packet, returns at once.
+    bell.announce();
+    assert_eq!(bell.generation(), 1);
+    bell.wait(&s, 0, None);
+    tx.push(b"x").unwrap();
+    assert!(s[0].ready());
+    bell.wait(&s, 1, None);
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "Miri has no memfd or mmap")]
+fn bells_and_rings_are_not_mistaken_for_each_other() {
+    let bell = Bell::create_shared("test-bell").unwrap();
+    let ring = Region::create_shared("test-ring", 4096, 64).unwrap();
+    let shared = Bell::open_shared(&bell.path().unwrap()).unwrap();
+    shared.announce();
+    assert_eq!(bell.generation(), 1);
+    assert!(matches!(
+        Bell::open_shared(&ring.path().unwrap()),
+        Err(Error::Corrupt(_))
+    ));
+    assert!(matches!(
+        Region::open_shared(&bell.path().unwrap()),
+        Err(Error::Corrupt(_))
+    ));
 }

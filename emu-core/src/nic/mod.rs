@@ -125,11 +125,12 @@ pub enum SameHost {
     /// A UDP socket on the device's address, for peers anywhere.
     #[default]
     Udp,
-    /// Shared-memory rings to one peer on this host, itself opened with `Shm` and the
-    /// same port (see `nic/shm.rs`): the device offers a ring at its address in the
-    /// host's shared folder; no socket, no system call on the data path while both
-    /// sides poll. One peer at a time, no multicast (`Unsupported`), and not a device
-    /// of an address another live process offers already ([`verbs_api::Error::AddressInUse`]).
+    /// Shared-memory rings to peers on this host, themselves opened with `Shm` and the
+    /// same port (see `nic/shm.rs`): the device offers a doorbell at its address in
+    /// the host's shared folder, and each peer that sends to it makes a ring of its
+    /// own; no socket, no system call on the data path while both sides poll. No
+    /// multicast (`Unsupported`), and not a device of an address another live process
+    /// offers already ([`verbs_api::Error::AddressInUse`]).
     Shm,
 }
 

@@ -72,9 +72,9 @@ impl EmuDevice {
     }
 
     /// Opens a device on the same-host shared-memory link (see `nic/shm.rs`): it
-    /// offers a ring at its address and port in the host's shared folder, and talks to
-    /// one peer at a time, a device of this host opened the same way with the same
-    /// port, through rings both processes map. No UDP socket: the CM's MADs go through
+    /// offers a doorbell at its address and port in the host's shared folder, and talks
+    /// to any number of devices of this host opened the same way with the same port,
+    /// through one ring per sender and receiver that both processes map. No UDP socket: the CM's MADs go through
     /// the rings too. A peer that dies is a dead link (its QPs' retries run out).
     fn open_shm(cfg: EmuConfig) -> Result<EmuDevice> {
         let link = shm::ShmLink::new(cfg.ip, cfg.port)

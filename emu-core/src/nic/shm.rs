@@ -2,45 +2,50 @@
 //! different processes of one host exchange their RoCEv2 packets, the same bytes with
 //! the same ICRC, through `shm_ring` rings instead of UDP sockets.
 //!
-//! Each device makes one inbound ring (it is the consumer) and offers it in the host's
-//! shared folder: the file `shm/IP-PORT` holds its process id and the ring's
-//! `/proc/PID/fd/N` path (an address whose offer belongs to a live process is taken;
-//! a dead process's offer is replaced). The first packet for a peer address opens that peer's offer
-//! and attaches as its producer; each record is the sender's address and TOS
-//! ([`PREFIX`] bytes) and then the packet, its ICRC sealed as on a UDP link with IP ID 0
-//! and the RoCEv2 port both ways (what [`DeviceDriver`] checks). A device has one
-//! inbound ring, so one peer at a time: a second sender finds it taken (`Busy`) and
-//! its packets are lost, as on a link that does not reach.
+//! **Rings.** There is one ring per (sender, receiver) pair, made by the sender (it
+//! seals the memfd before anyone else can open it) and taken by the receiver as its
+//! consumer. Each device makes a doorbell ([`shm_ring::Bell`]: the futex word it sleeps
+//! on, and a generation counter) and offers it in the host's shared folder: the file
+//! `shm/IP-PORT` holds its process id and the bell's `/proc/PID/fd/N` path (an
+//! address whose offer belongs to a live process is taken; a dead process's offer is
+//! replaced). The first packet for a peer address opens that peer's offer and bell,
+//! makes a ring, lists it as `shm/IP-PORT.rings/SRC` (the sender's process id and the
+//! ring's path) and announces it on the bell. Each record is the sender's address and
+//! TOS ([`PREFIX`] bytes) and then the packet, its ICRC sealed as on a UDP link with IP
+//! ID 0 and the RoCEv2 port both ways (what [`DeviceDriver`] checks).
 //!
-//! Receiving ([`Link::receive`]): the device thread (the UDP device's, `Inner::run`,
-//! a [`Receiver::Thread`]) takes what the ring holds, hands it to the engine, fires
-//! its timers, and sleeps on the ring's futex ([`Link::wait_readable`]) until the next
-//! timer; an empty `poll_cq` ([`Receiver::Poll`]) takes the ring itself, so a polling
+//! **Receiving** ([`Link::receive`]): one load of the bell's generation tells whether a
+//! ring was announced since the last look (then the folder is read again); packets are
+//! taken from every ring in turn, up to [`BATCH`] under one lock of the engine. The
+//! device thread (the UDP device's, `Inner::run`, a [`Receiver::Thread`]) takes what
+//! the rings hold, hands it to the engine, fires its timers, and sleeps on the bell's
+//! futex ([`Link::wait_readable`]) until the next timer, whatever the number of rings;
+//! an empty `poll_cq` ([`Receiver::Poll`]) takes the rings itself, so a polling
 //! application sees its completion with no thread in between and no system call; so
 //! does a thread that waits for an event ([`Receiver::Idle`]). While the application
 //! polls, the thread naps instead of sleeping on the futex, so the peer has no
 //! sleeper to wake either.
 //!
-//! A peer that dies leaves its ring with us: what we send it is lost (once the ring
-//! is full its offer is read again, which names a dead process: nothing is sent until
-//! a live device offers that address again) and nothing comes from it, so its QPs'
-//! retries run out as on a dead link. A peer that writes garbage into a ring makes
-//! that ring `Corrupt`: the sender forgets it, the receiver takes nothing more from it.
-//! Our own ring stays attached to a producer that died, so a device that comes back on
-//! the dead peer's address cannot send to us until we reopen (it is `Busy`).
+//! **Peers that go.** A peer that dies leaves its rings: what we send it is lost (the
+//! sender reads the peer's offer again every [`CHECK_OFFER`] and when its ring is full,
+//! finds a dead process or a new device's offer, and makes a ring for the new one) and
+//! nothing comes from it, so its QPs' retries run out as on a dead link. A receiver
+//! drops a ring whose producer closed it, broke it (`Corrupt`: a peer writing garbage
+//! loses its own ring and nothing else), was replaced by a newer ring from the same
+//! address, or whose process is gone (looked at every [`SWEEP`]): a device that comes
+//! back on a dead peer's address makes a new ring, which the receiver takes.
 
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::BorrowedFd;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emu_wire::{write_icrc, write_icrc_v6, Ipv4Endpoints, Ipv6Endpoints};
 use parking_lot::Mutex;
-use shm_ring::{Consumer, Producer, Region};
+use shm_ring::{Bell, Consumer, Producer, Region, Sleeper};
 use smallvec::SmallVec;
 
 use super::link::{Link, Receiver, Transmit};
@@ -58,8 +63,8 @@ const RECORD: usize = PREFIX + MAX_PACKET;
 /// How many packets the receiver hands the engine at once.
 const BATCH: usize = 16;
 
-/// The inbound ring's data bytes: 4 MiB, some 1000 full-size packets (the memfd's
-/// pages are allocated as they are first written).
+/// A ring's data bytes: 4 MiB, some 1000 full-size packets (the memfd's pages are
+/// allocated as they are first written).
 const RING_BYTES: usize = 4 << 20;
 
 /// How long a sender waits for room in a full ring before it drops the packet.
@@ -68,10 +73,50 @@ const FULL_WAIT: Duration = Duration::from_micros(500);
 /// How often a peer whose offer could not be opened is looked for again.
 const RETRY_OFFER: Duration = Duration::from_millis(20);
 
+/// How often a sender reads the offer of a peer it sends to again, to find a peer
+/// that died or was replaced by a new device on its address.
+const CHECK_OFFER: Duration = Duration::from_millis(50);
+
+/// How often the device thread, while it waits, looks whether the processes that
+/// made its rings still run.
+const SWEEP: Duration = Duration::from_secs(1);
+
 fn offer_path(ip: IpAddr, port: u16) -> PathBuf {
     crate::host::folder()
         .join("shm")
         .join(format!("{ip}-{port}"))
+}
+
+/// The folder where the rings of the device at `ip:port` are listed, one file per
+/// sender address.
+fn rings_path(ip: IpAddr, port: u16) -> PathBuf {
+    crate::host::folder()
+        .join("shm")
+        .join(format!("{ip}-{port}.rings"))
+}
+
+/// Writes `text` to `path` aside and renames it there: a reader sees the old file or
+/// the whole new one.
+fn write_file(path: &Path, text: &str) -> io::Result<()> {
+    let dir = path.parent().expect("a file in a folder");
+    let name = path.file_name().expect("a file name").to_string_lossy();
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Removes `path` if it still holds `text` (a newer writer may have replaced it).
+fn remove_own(path: &Path, text: &str) {
+    if std::fs::read_to_string(path).is_ok_and(|t| t == text) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// A "PID PATH" line (an offer, a ring's listing): the process, if alive, and the path.
+fn parse_live(text: &str) -> Option<(u32, &Path)> {
+    let (pid, path) = text.trim().split_once(' ')?;
+    let pid = pid.parse().ok()?;
+    crate::host::pid_alive(pid).then_some((pid, path.as_ref()))
 }
 
 /// The process that offers a live ring at `ip:port` (its pid, as the
@@ -83,14 +128,59 @@ pub(crate) fn holder(ip: IpAddr, port: u16) -> Option<String> {
     crate::host::pid_alive(pid).then(|| format!("process {pid} (shared-memory link)"))
 }
 
-/// A packet taken from the ring: from, to, TOS, bytes (as [`Inbound::deliver`] takes
+/// A packet taken from a ring: from, to, TOS, bytes (as [`Inbound::deliver`] takes
 /// them).
 type Arrival<'a> = (IpAddr, IpAddr, u8, &'a [u8]);
 
-/// A sending end: the producer of a peer's ring, or when it was last looked for.
+/// The ring this device sends to a peer through, as its producer.
+struct Outbound {
+    tx: Producer,
+    /// The peer's offer as read when the ring was made: another text later means
+    /// another device (or none) at that address.
+    offer: String,
+    /// Where the ring is listed for the peer, and what this device wrote there.
+    listing: PathBuf,
+    listing_text: String,
+    /// When the offer was last read again.
+    checked: Instant,
+}
+
+impl Drop for Outbound {
+    fn drop(&mut self) {
+        remove_own(&self.listing, &self.listing_text);
+    }
+}
+
+/// A sending end: a ring to a peer, or when its offer was last looked for.
 enum Peer {
-    Attached(Producer),
+    Attached(Outbound),
     Missing(Instant),
+}
+
+/// A ring a peer sends to this device through.
+struct InRing {
+    /// Its listing's file name (the sender's address) and text.
+    name: String,
+    text: String,
+    /// The process that made it.
+    pid: u32,
+    rx: Consumer,
+}
+
+/// What the receiving side holds: the rings, what the bell said when they were listed,
+/// and [`BATCH`] record buffers to take packets into.
+struct Rings {
+    rings: Vec<InRing>,
+    /// The bell's generation when the folder was last read.
+    seen: u64,
+    /// Listings that could not be taken (not a ring, or one with a consumer already:
+    /// made for an earlier device on this address), not tried again while unchanged.
+    refused: HashMap<String, String>,
+    /// The ring taken from first next time (each gets its turn at a full batch).
+    next: usize,
+    /// When the rings' processes were last looked at.
+    swept: Instant,
+    bufs: Vec<u8>,
 }
 
 /// The shared-memory link of one device (see the module's documentation).
@@ -100,12 +190,10 @@ pub(crate) struct ShmLink {
     /// The offer file this link wrote (removed when it closes, if still its own).
     offer: PathBuf,
     offer_text: String,
-    /// The inbound ring and [`BATCH`] record buffers to take packets into.
-    inbound: Mutex<(Consumer, Vec<u8>)>,
-    /// The inbound ring's region, kept so its /proc path stays valid.
-    _region: Arc<Region>,
-    /// The inbound ring's producer left or broke it (see [`ShmLink::wait`]).
-    inbound_dead: AtomicBool,
+    /// The folder where senders list their rings for this device.
+    listings: PathBuf,
+    bell: Bell,
+    inbound: Mutex<Rings>,
     peers: Mutex<HashMap<IpAddr, Peer>>,
 }
 
@@ -126,52 +214,72 @@ fn ring_error(e: shm_ring::Error) -> io::Error {
 }
 
 impl ShmLink {
-    /// Makes the device's inbound ring and offers it at `shm/IP-PORT` in the host's
-    /// shared folder (replacing an older offer for the address).
+    /// Makes the device's doorbell and offers it at `shm/IP-PORT` in the host's shared
+    /// folder (replacing an older offer for the address).
     pub(crate) fn new(ip: IpAddr, port: u16) -> io::Result<ShmLink> {
-        let region = Arc::new(
-            Region::create_shared(&format!("rdma-emu-{ip}"), RING_BYTES, RECORD)
-                .map_err(ring_error)?,
-        );
-        let inbound = Consumer::attach(region.clone()).map_err(ring_error)?;
-        let path = region
+        let bell = Bell::create_shared(&format!("rdma-emu-bell-{ip}")).map_err(ring_error)?;
+        let path = bell
             .path()
-            .ok_or_else(|| io::Error::other("ring not shared"))?;
+            .ok_or_else(|| io::Error::other("bell not shared"))?;
         let offer = offer_path(ip, port);
-        let dir = offer.parent().expect("the offer has a folder");
-        std::fs::create_dir_all(dir)?;
+        let listings = rings_path(ip, port);
+        std::fs::create_dir_all(&listings)?;
         if holder(ip, port).is_some() {
             return Err(io::ErrorKind::AddrInUse.into());
         }
         let offer_text = format!("{} {}\n", std::process::id(), path.display());
-        // Written aside and renamed: a reader sees the old offer or the whole new one.
-        let tmp = dir.join(format!(".{ip}-{port}.{}", std::process::id()));
-        std::fs::write(&tmp, &offer_text)?;
-        std::fs::rename(&tmp, &offer)?;
-        Ok(ShmLink {
+        write_file(&offer, &offer_text)?;
+        let seen = bell.generation();
+        let link = ShmLink {
             ip,
             port,
             offer,
             offer_text,
-            inbound: Mutex::new((inbound, vec![0; BATCH * RECORD])),
-            _region: region,
-            inbound_dead: AtomicBool::new(false),
+            listings,
+            bell,
+            inbound: Mutex::new(Rings {
+                rings: Vec::new(),
+                seen,
+                refused: HashMap::new(),
+                next: 0,
+                swept: Instant::now(),
+                bufs: vec![0; BATCH * RECORD],
+            }),
             peers: Mutex::new(HashMap::new()),
+        };
+        // Rings listed before this device offered the address (for an earlier one)
+        // are refused unless no consumer took them.
+        link.rescan(&mut link.inbound.lock());
+        Ok(link)
+    }
+
+    /// Reads `dst`'s offer, opens its bell, makes a ring for it, lists the ring in its
+    /// folder and announces it.
+    fn attach(&self, dst: IpAddr) -> Option<Outbound> {
+        let offer = std::fs::read_to_string(offer_path(dst, self.port)).ok()?;
+        let (_, bell_path) = parse_live(&offer)?;
+        let bell = Bell::open_shared(bell_path).ok()?;
+        let region =
+            Region::create_shared(&format!("rdma-emu-{}-{dst}", self.ip), RING_BYTES, RECORD)
+                .ok()?;
+        let ring_path = region.path()?;
+        let tx = Producer::attach_with_bell(Arc::new(region), &bell).ok()?;
+        let listing = rings_path(dst, self.port).join(self.ip.to_string());
+        let listing_text = format!("{} {}\n", std::process::id(), ring_path.display());
+        std::fs::create_dir_all(listing.parent()?).ok()?;
+        write_file(&listing, &listing_text).ok()?;
+        bell.announce();
+        Some(Outbound {
+            tx,
+            offer,
+            listing,
+            listing_text,
+            checked: Instant::now(),
         })
     }
 
-    /// Opens `dst`'s offer and attaches to its ring as the producer.
-    fn attach(&self, dst: IpAddr) -> Option<Producer> {
-        let text = std::fs::read_to_string(offer_path(dst, self.port)).ok()?;
-        let (pid, path) = text.trim().split_once(' ')?;
-        if !crate::host::pid_alive(pid.parse().ok()?) {
-            return None;
-        }
-        let region = Region::open_shared(path.as_ref()).ok()?;
-        Producer::attach(Arc::new(region)).ok()
-    }
-
-    /// Seals `packet`'s ICRC for `dst` and pushes it with its prefix to `dst`'s ring.
+    /// Seals `packet`'s ICRC for `dst` and pushes it with its prefix to the ring for
+    /// `dst`.
     fn push(
         &self,
         peers: &mut HashMap<IpAddr, Peer>,
@@ -203,16 +311,27 @@ impl ShmLink {
         }
         let now = Instant::now();
         let peer = peers.entry(dst).or_insert(Peer::Missing(now - RETRY_OFFER));
+        // The peer's offer, read again now and then: a dead peer's names a dead
+        // process, a new device's another bell (it gets a new ring).
+        if let Peer::Attached(out) = peer {
+            if now.duration_since(out.checked) >= CHECK_OFFER {
+                out.checked = now;
+                let offer = std::fs::read_to_string(offer_path(dst, self.port));
+                if !offer.is_ok_and(|o| o == out.offer && parse_live(&o).is_some()) {
+                    *peer = Peer::Missing(now - RETRY_OFFER);
+                }
+            }
+        }
         if let Peer::Missing(at) = peer {
             if now.duration_since(*at) < RETRY_OFFER {
                 return Err(io::ErrorKind::NotConnected.into());
             }
             *peer = match self.attach(dst) {
-                Some(p) => Peer::Attached(p),
+                Some(out) => Peer::Attached(out),
                 None => Peer::Missing(now),
             };
         }
-        let Peer::Attached(tx) = peer else {
+        let Peer::Attached(out) = peer else {
             return Err(io::ErrorKind::NotConnected.into());
         };
         let from = match self.ip {
@@ -224,7 +343,7 @@ impl ShmLink {
         prefix[16] = tos;
         let mut full_since = None;
         let r = loop {
-            match tx.push_parts(&[&prefix, packet]) {
+            match out.tx.push_parts(&[&prefix, packet]) {
                 // The peer's thread drains the ring; give it a moment before the
                 // packet is dropped (a peer that stopped taking packets, or both rings
                 // full while each side's receiver waits for its own engine, must not
@@ -241,14 +360,13 @@ impl ShmLink {
             Ok(()) => Ok(()),
             // Lost, as a datagram a full socket buffer drops; RC sends it again. A ring
             // that stayed full that long may be a dead peer's: its offer is read again
-            // (a live peer's ring is found again, a dead one's is not, and a peer
-            // that came back offers a new one) before the next packet, not before
-            // RETRY_OFFER, so a dead peer costs no more waits.
+            // before the next packet, not before RETRY_OFFER, so a dead peer costs no
+            // more waits.
             Err(shm_ring::Error::Full) => {
                 *peer = Peer::Missing(now);
                 Err(io::ErrorKind::WouldBlock.into())
             }
-            // The peer left or broke its ring: look for a new offer later.
+            // The peer left or broke the ring: look for a new offer later.
             Err(e) => {
                 *peer = Peer::Missing(now);
                 Err(ring_error(e))
@@ -256,11 +374,54 @@ impl ShmLink {
         }
     }
 
-    /// Hands `into` up to [`BATCH`] packets from the inbound ring, under one lock of
-    /// the engine; how many. `block`: wait for the ring's lock (the device thread),
-    /// else give up if another thread holds it (an application's poll or wait).
+    /// Reads the folder of ring listings again: takes the new rings of live processes
+    /// (a newer ring from an address replaces the older), drops those whose listing
+    /// went or whose process is gone.
+    fn rescan(&self, st: &mut Rings) {
+        let mut listed: HashMap<String, String> = HashMap::new();
+        if let Ok(dir) = std::fs::read_dir(&self.listings) {
+            for entry in dir.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') {
+                    continue;
+                }
+                if let Ok(text) = std::fs::read_to_string(entry.path()) {
+                    listed.insert(name, text);
+                }
+            }
+        }
+        st.rings
+            .retain(|r| listed.get(&r.name) == Some(&r.text) && crate::host::pid_alive(r.pid));
+        st.refused
+            .retain(|name, text| listed.get(name) == Some(text));
+        for (name, text) in listed {
+            if st.rings.iter().any(|r| r.name == name) || st.refused.contains_key(&name) {
+                continue;
+            }
+            let taken = parse_live(&text).and_then(|(pid, path)| {
+                let region = Region::open_shared(path).ok()?;
+                let rx = Consumer::attach(Arc::new(region)).ok()?;
+                Some((pid, rx))
+            });
+            match taken {
+                Some((pid, rx)) => st.rings.push(InRing {
+                    name,
+                    text,
+                    pid,
+                    rx,
+                }),
+                None => {
+                    st.refused.insert(name, text);
+                }
+            }
+        }
+    }
+
+    /// Hands `into` up to [`BATCH`] packets from the rings, under one lock of the
+    /// engine; how many. `block`: wait for the rings' lock (the device thread), else
+    /// give up if another thread holds it (an application's poll or wait).
     fn take(&self, into: &Inbound<'_>, block: bool) -> usize {
-        let mut rx = if block {
+        let mut st = if block {
             self.inbound.lock()
         } else {
             match self.inbound.try_lock() {
@@ -268,70 +429,91 @@ impl ShmLink {
                 None => return 0,
             }
         };
-        let (rx, bufs) = &mut *rx;
+        let generation = self.bell.generation();
+        if generation != st.seen {
+            st.seen = generation;
+            self.rescan(&mut st);
+        }
+        let Rings {
+            rings, next, bufs, ..
+        } = &mut *st;
         let mut lens = [0usize; BATCH];
         let mut n = 0;
-        while n < BATCH {
-            let slot = &mut bufs[n * RECORD..(n + 1) * RECORD];
-            match rx.pop(slot) {
-                Ok(Some(len)) if len > PREFIX => {
-                    lens[n] = len;
-                    n += 1;
-                }
-                // A record too short to be a packet: dropped.
-                Ok(Some(_)) => {}
-                Ok(None) => break,
-                // The peer left or broke the ring: nothing more from it.
-                Err(_) => {
-                    self.inbound_dead.store(true, Ordering::Relaxed);
-                    break;
+        let mut gone: SmallVec<[usize; 4]> = SmallVec::new();
+        let count = rings.len();
+        for k in 0..count {
+            let i = (*next + k) % count;
+            while n < BATCH {
+                let slot = &mut bufs[n * RECORD..(n + 1) * RECORD];
+                match rings[i].rx.pop(slot) {
+                    Ok(Some(len)) if len > PREFIX => {
+                        lens[n] = len;
+                        n += 1;
+                    }
+                    // A record too short to be a packet: dropped.
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    // The peer left or broke its ring: nothing more from it.
+                    Err(_) => {
+                        gone.push(i);
+                        break;
+                    }
                 }
             }
         }
-        if n == 0 {
-            return 0;
+        if count > 0 {
+            *next = (*next + 1) % count;
         }
-        let batch: SmallVec<[Arrival<'_>; BATCH]> = (0..n)
-            .map(|i| {
-                let rec = &bufs[i * RECORD..i * RECORD + lens[i]];
-                let from = Ipv6Addr::from(<[u8; 16]>::try_from(&rec[..16]).expect("16 bytes"));
-                let src = match (self.ip, from.to_ipv4_mapped()) {
-                    (IpAddr::V4(_), Some(v4)) => IpAddr::V4(v4),
-                    (IpAddr::V4(_), None) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-                    (IpAddr::V6(_), _) => IpAddr::V6(from),
-                };
-                (src, self.ip, rec[16], &rec[PREFIX..])
-            })
-            .collect();
-        into.deliver(&batch);
+        if n > 0 {
+            let batch: SmallVec<[Arrival<'_>; BATCH]> = (0..n)
+                .map(|i| {
+                    let rec = &bufs[i * RECORD..i * RECORD + lens[i]];
+                    let from = Ipv6Addr::from(<[u8; 16]>::try_from(&rec[..16]).expect("16 bytes"));
+                    let src = match (self.ip, from.to_ipv4_mapped()) {
+                        (IpAddr::V4(_), Some(v4)) => IpAddr::V4(v4),
+                        (IpAddr::V4(_), None) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                        (IpAddr::V6(_), _) => IpAddr::V6(from),
+                    };
+                    (src, self.ip, rec[16], &rec[PREFIX..])
+                })
+                .collect();
+            into.deliver(&batch);
+        }
+        // Dropped after the packets taken before the end were delivered. A dropped
+        // ring's listing stays refused until its sender lists another one.
+        gone.sort_unstable();
+        for i in gone.into_iter().rev() {
+            let r = st.rings.swap_remove(i);
+            st.refused.insert(r.name, r.text);
+        }
         n
     }
 
-    /// Sleeps until the inbound ring has a packet or `timeout` passed, without holding
-    /// the ring: an application's poll may take it meanwhile.
-    ///
-    /// A ring whose producer left or broke it never has a packet again, and its futex
-    /// wait would return at once: the thread then sleeps the whole `timeout` instead of
-    /// spinning.
+    /// Sleeps on the bell until a ring has a packet, a ring was announced, or
+    /// `timeout` passed, without holding the rings: an application's poll may take
+    /// them meanwhile. Every [`SWEEP`] it first drops the rings of processes that are
+    /// gone.
     fn wait(&self, timeout: Duration) {
-        if !self.inbound_dead.load(Ordering::Relaxed) {
-            let sleeper = self.inbound.lock().0.sleeper();
-            if sleeper.wait(Some(timeout)).is_ok() && !sleeper.closed() {
-                return;
+        let (sleepers, seen) = {
+            let mut st = self.inbound.lock();
+            if st.swept.elapsed() >= SWEEP {
+                st.swept = Instant::now();
+                st.rings.retain(|r| crate::host::pid_alive(r.pid));
             }
-            self.inbound_dead.store(true, Ordering::Relaxed);
-        }
-        std::thread::sleep(timeout);
+            let sleepers: SmallVec<[Sleeper; 8]> =
+                st.rings.iter().map(|r| r.rx.sleeper()).collect();
+            (sleepers, st.seen)
+        };
+        self.bell.wait(&sleepers, seen, Some(timeout));
     }
 
-    /// Whether a packet waits in the inbound ring (false while another thread takes
-    /// packets from it).
+    /// Whether a ring has a packet or one was announced (false while another thread
+    /// takes packets).
     fn ready(&self) -> bool {
-        !self.inbound_dead.load(Ordering::Relaxed)
-            && self
-                .inbound
-                .try_lock()
-                .is_some_and(|mut g| g.0.ready().unwrap_or(false))
+        self.inbound.try_lock().is_some_and(|mut st| {
+            self.bell.generation() != st.seen
+                || st.rings.iter_mut().any(|r| r.rx.ready().unwrap_or(true))
+        })
     }
 }
 
@@ -356,13 +538,13 @@ impl Link for ShmLink {
         first
     }
 
-    /// The device thread waits for the ring; an application that polls, or waits
-    /// for an event, takes the ring itself unless another thread has it.
+    /// The device thread waits for the rings; an application that polls, or waits
+    /// for an event, takes the rings itself unless another thread has them.
     fn receive(&self, into: &Inbound<'_>, by: Receiver) -> usize {
         self.take(into, by == Receiver::Thread)
     }
 
-    /// The device thread sleeps on the ring's futex (no second descriptor to wait
+    /// The device thread sleeps on the bell's futex (no second descriptor to wait
     /// for: not [`Link::waitable`]).
     fn wait_readable(
         &self,
@@ -385,9 +567,7 @@ impl Link for ShmLink {
 impl Drop for ShmLink {
     fn drop(&mut self) {
         // The offer goes if it is still this link's (a newer device of the address may
-        // have replaced it).
-        if std::fs::read_to_string(&self.offer).is_ok_and(|t| t == self.offer_text) {
-            let _ = std::fs::remove_file(&self.offer);
-        }
+        // have replaced it); the rings' listings go with the peers.
+        remove_own(&self.offer, &self.offer_text);
     }
 }
