@@ -97,6 +97,11 @@ pair ib_send_lat 18527 "ib_send_lat -p 18527" "ib_send_lat -p 18527 $SRV_IP" "^ 
 pair ib_send_lat_shm 18550 "env RDMA_EMU_LINK=shm ib_send_lat -p 18550" "env RDMA_EMU_LINK=shm ib_send_lat -p 18550 $SRV_IP" "^ *2 "
 pair ib_write_bw_shm 18551 "env RDMA_EMU_LINK=shm ib_write_bw -p 18551" "env RDMA_EMU_LINK=shm ib_write_bw -p 18551 $SRV_IP" "^ *65536"
 pair ib_write_bw_shm_cm 18552 "env RDMA_EMU_LINK=shm ib_write_bw -R -p 18552" "env RDMA_EMU_LINK=shm ib_write_bw -R -p 18552 $SRV_IP" "^ *65536"
+# The automatic choice (RDMA_EMU_LINK=auto): both sides auto take the rings (the CM's
+# MADs included, -R); an auto side with a plain UDP one talks over UDP.
+pair ib_send_lat_auto 18553 "env RDMA_EMU_LINK=auto ib_send_lat -p 18553" "env RDMA_EMU_LINK=auto ib_send_lat -p 18553 $SRV_IP" "^ *2 "
+pair ib_write_bw_auto_cm 18554 "env RDMA_EMU_LINK=auto ib_write_bw -R -p 18554" "env RDMA_EMU_LINK=auto ib_write_bw -R -p 18554 $SRV_IP" "^ *65536"
+pair ib_send_lat_auto_udp 18555 "env RDMA_EMU_LINK=auto ib_send_lat -p 18555" "ib_send_lat -p 18555 $SRV_IP" "^ *2 "
 
 # IPv6: server and client both on ::1 (they share the address and its port, as two
 # processes share one kernel rxe device); the device's GID is ::1 at every index the

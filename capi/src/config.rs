@@ -24,7 +24,10 @@
 //! * `RDMA_EMU_LINK=shm`: every device sits on the same-host shared-memory link
 //!   instead of UDP (emu-core's `SameHost::Shm`): both processes of a program set it,
 //!   each device talks to its peers on this host through rings in memory both map, with
-//!   no system call on the data path while both poll. `udp` or unset: UDP.
+//!   no system call on the data path while both poll. `auto`: every device is a UDP
+//!   device that also offers that link and uses it to a peer on this host that offers
+//!   it (emu-core's `SameHost::Auto`): a program's processes may set it or not, each
+//!   pair of devices finds the link it can. `udp` or unset: UDP.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -135,7 +138,8 @@ pub fn link_from_env(get: impl Fn(&str) -> Option<String>) -> Result<SameHost, S
     match get("RDMA_EMU_LINK").as_deref().map(str::trim) {
         None | Some("" | "udp") => Ok(SameHost::Udp),
         Some("shm") => Ok(SameHost::Shm),
-        Some(v) => Err(format!("RDMA_EMU_LINK={v:?}: expected udp or shm")),
+        Some("auto") => Ok(SameHost::Auto),
+        Some(v) => Err(format!("RDMA_EMU_LINK={v:?}: expected udp, shm or auto")),
     }
 }
 
@@ -265,7 +269,11 @@ mod tests {
             link_from_env(env(&[("RDMA_EMU_LINK", "shm")])),
             Ok(SameHost::Shm)
         );
-        assert!(link_from_env(env(&[("RDMA_EMU_LINK", "auto")])).is_err());
+        assert_eq!(
+            link_from_env(env(&[("RDMA_EMU_LINK", "auto")])),
+            Ok(SameHost::Auto)
+        );
+        assert!(link_from_env(env(&[("RDMA_EMU_LINK", "fast")])).is_err());
     }
 
     #[test]

@@ -22,15 +22,24 @@ fn addrs(n: u8) -> (IpAddr, IpAddr, u16) {
 }
 
 fn open(name: &str, ip: IpAddr, port: u16, busy_poll: bool) -> EmuDevice {
+    open_on(name, ip, port, busy_poll, SameHost::Shm)
+}
+
+fn open_on(name: &str, ip: IpAddr, port: u16, busy_poll: bool, link: SameHost) -> EmuDevice {
     EmuDevice::open(EmuConfig {
         name: name.into(),
         ip,
         port,
         busy_poll,
-        same_host: SameHost::Shm,
+        same_host: link,
         ..EmuConfig::default()
     })
-    .expect("open a device on the shared-memory link")
+    .expect("open a device")
+}
+
+/// Packets a device received through the rings.
+fn shm_packets(d: &EmuDevice) -> u64 {
+    d.link_counters().shm_packets.load(Ordering::Relaxed)
 }
 
 /// An RC QP with an 8 KiB buffer open to remote reads and writes.
@@ -261,6 +270,7 @@ fn patient() -> QpParams {
 /// its standard input say:
 /// - `write OFFSET FILL`: an RDMA WRITE of 256 bytes of FILL into the parent's buffer
 ///   at OFFSET; answers `done STATUS`;
+/// - `count`: answers `done N`, the packets its device received through the rings;
 /// - `garbage`: from now on writes an impossible head into the ring this process
 ///   sends to the parent through, again and again (through the memfd, as a broken or
 ///   hostile peer would: the device's own pushes write the true head back); answers
@@ -275,7 +285,11 @@ fn peer_child() {
     let ia: IpAddr = it.next().unwrap().parse().unwrap();
     let ib: IpAddr = it.next().unwrap().parse().unwrap();
     let port: u16 = it.next().unwrap().parse().unwrap();
-    let db = open("shmpeer", ib, port, false);
+    let link = match it.next() {
+        Some("auto") => SameHost::Auto,
+        _ => SameHost::Shm,
+    };
+    let db = open_on("shmpeer", ib, port, false, link);
     let b = side(&db);
     println!("B {} {} {}", b.qpn, b.mr.addr, b.mr.rkey);
     std::io::stdout().flush().unwrap();
@@ -315,6 +329,7 @@ fn peer_child() {
                 db.post_send(b.qpn, &[wr]).unwrap();
                 println!("done {:?}", wait_one(&db, b.cq).status);
             }
+            ["count"] => println!("done {}", shm_packets(&db)),
             ["garbage"] => {
                 let ring = ring_file(ib, ia);
                 std::thread::spawn(move || loop {
@@ -366,11 +381,16 @@ struct Child {
 
 impl Child {
     fn spawn(da: &EmuDevice, a: &Side, ia: IpAddr, ib: IpAddr, port: u16) -> Child {
+        Child::spawn_on(da, a, ia, ib, port, "shm")
+    }
+
+    /// A child on `link`: `shm` or `auto`.
+    fn spawn_on(da: &EmuDevice, a: &Side, ia: IpAddr, ib: IpAddr, port: u16, link: &str) -> Child {
         use std::io::{BufRead, BufReader};
         use std::process::{Command, Stdio};
         let mut proc = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "peer_child", "--nocapture", "-q"])
-            .env("SHM_LINK_TEST_PEER", format!("{ia},{ib},{port}"))
+            .env("SHM_LINK_TEST_PEER", format!("{ia},{ib},{port},{link}"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -543,4 +563,75 @@ fn a_garbage_writing_peer_loses_only_its_own_ring() {
         write_status(&db, &b, a.mr.addr, a.mr.rkey, 3),
         WcStatus::Success
     );
+}
+
+/// Two auto devices in two processes: their packets go through the rings, both ways
+/// (each counts what it received so).
+#[test]
+fn auto_devices_in_two_processes_use_the_rings() {
+    let (ia, ib, port) = addrs(9);
+    let da = open_on("autoa", ia, port, false, SameHost::Auto);
+    let a = side(&da);
+    let mut b = Child::spawn_on(&da, &a, ia, ib, port, "auto");
+    for round in 1..=10u8 {
+        b.send(&format!("write 0 {round}"));
+        assert_eq!(b.line(), "done Success");
+        let mut got = [0u8; 256];
+        a.buf.read(0, &mut got).unwrap();
+        assert_eq!(got, [round; 256]);
+        assert_eq!(b.written_by(&da, &a, u64::from(round)), WcStatus::Success);
+    }
+    assert!(shm_packets(&da) >= 20, "{}", shm_packets(&da));
+    b.send("count");
+    let n: u64 = b.line()["done ".len()..].parse().unwrap();
+    assert!(n >= 20, "{n}");
+    assert_eq!(da.link_counters().icrc_errors.load(Ordering::Relaxed), 0);
+}
+
+/// An auto device and a UDP device of this host: the UDP one offers no rings, so
+/// they talk over UDP (nothing arrives through the rings).
+#[test]
+fn an_auto_device_and_a_udp_device_talk_over_udp() {
+    let (ia, ib, port) = addrs(10);
+    let da = open_on("autou", ia, port, false, SameHost::Auto);
+    let db = open_on("udpu", ib, port, false, SameHost::Udp);
+    let (a, b) = (side(&da), side(&db));
+    connect(&da, &a, &db, &b);
+    for id in 1..=5 {
+        assert_eq!(
+            write_status(&da, &a, b.mr.addr, b.mr.rkey, id),
+            WcStatus::Success
+        );
+        assert_eq!(
+            write_status(&db, &b, a.mr.addr, a.mr.rkey, id),
+            WcStatus::Success
+        );
+    }
+    assert_eq!(shm_packets(&da), 0);
+    assert_eq!(shm_packets(&db), 0);
+}
+
+/// RC between auto devices when the peer's process dies: the survivor's QP fails as
+/// on a dead link, and a new auto device on the dead one's address is reached (over
+/// UDP from the survivor, which found the dead offer; through the rings towards it).
+#[test]
+fn auto_rc_when_the_peer_dies() {
+    let (ia, ib, port) = addrs(11);
+    let da = open_on("autok", ia, port, false, SameHost::Auto);
+    let (a1, a2) = (side(&da), side(&da));
+    let mut b = Child::spawn_on(&da, &a1, ia, ib, port, "auto");
+    b.send("write 0 4");
+    assert_eq!(b.line(), "done Success");
+    let (addr, rkey) = (b.addr, b.rkey);
+    b.kill();
+    assert_eq!(write_status(&da, &a1, addr, rkey, 2), WcStatus::RetryExcErr);
+    let before = shm_packets(&da);
+    let mut b2 = Child::spawn_on(&da, &a2, ia, ib, port, "auto");
+    b2.send("write 0 8");
+    assert_eq!(b2.line(), "done Success");
+    let mut got = [0u8; 256];
+    a2.buf.read(0, &mut got).unwrap();
+    assert_eq!(got, [8; 256]);
+    assert_eq!(b2.written_by(&da, &a2, 3), WcStatus::Success);
+    assert!(shm_packets(&da) > before);
 }

@@ -256,3 +256,27 @@ fn the_shared_memory_link_carries_the_tests() {
     );
     assert!(json.contains("\"transport\":\"shm\""), "{json}");
 }
+
+/// With `--link auto` the two devices are UDP devices that find each other's offer of
+/// the shared-memory link and use it: the bench says how many packets each received
+/// through the rings. No timing is checked.
+#[test]
+fn the_automatic_link_chooses_the_rings() {
+    let port = (20000 + std::process::id() % 20000 + 11).to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+        .args(["bench", "send_lat", "--link", "auto", "-n", "200"])
+        .args(["--port", &port, "--no-baseline", "--json"])
+        .output()
+        .expect("run rdma-emu");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("\"transport\":\"auto\""), "{text}");
+    for side in ["client", "server"] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{side}:")) && l.contains("rings"))
+            .unwrap_or_else(|| panic!("no {side} line in {text}"));
+        let n: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(n >= 200, "{line}");
+    }
+}

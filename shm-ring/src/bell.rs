@@ -91,32 +91,50 @@ impl Bell {
     /// Tells the consumer a new ring waits to be found: bumps the generation and
     /// wakes it if it sleeps.
     pub fn announce(&self) {
-        self.region.header().generation.fetch_add(1, AcqRel);
-        self.wake();
-    }
-
-    /// Wakes the consumer if it sleeps.
-    fn wake(&self) {
-        let h = self.region.header();
-        if h.sleeping.swap(0, AcqRel) != 0 {
-            sync::wake(&h.sleeping);
+        if self.announce_owed() {
+            sync::wake(&self.region.header().sleeping);
         }
     }
 
-    /// Sleeps until one of `rings` is ready ([`Sleeper::ready`]), the generation is no
-    /// longer `seen`, or `timeout` passed (`None`: no limit); may return early (the
-    /// caller looks again). No system call if something is ready already.
+    /// Bumps the generation as [`Bell::announce`] does, but leaves the wake-up to the
+    /// caller: whether the consumer slept (see [`Producer::caller_wakes`]).
+    ///
+    /// [`Producer::caller_wakes`]: crate::Producer::caller_wakes
+    pub fn announce_owed(&self) -> bool {
+        let h = self.region.header();
+        h.generation.fetch_add(1, AcqRel);
+        h.sleeping.swap(0, AcqRel) != 0
+    }
+
+    /// Sleeps on the futex until one of `rings` is ready ([`Sleeper::ready`]), the
+    /// generation is no longer `seen`, or `timeout` passed (`None`: no limit); may
+    /// return early (the caller looks again). No system call if something is ready
+    /// already.
     pub fn wait(&self, rings: &[Sleeper], seen: u64, timeout: Option<Duration>) {
+        let h = self.region.header();
+        self.sleep(rings, seen, || sync::wait(&h.sleeping, 1, timeout));
+    }
+
+    /// The protocol of [`Bell::wait`] with another way to block: `block` runs, after
+    /// the flag is set and nothing was ready, and must return once the producers' way
+    /// to wake this consumer fired (a datagram to a socket it polls, for producers
+    /// that were told [`Producer::caller_wakes`]), or earlier. Returns whether `block`
+    /// ran.
+    ///
+    /// [`Producer::caller_wakes`]: crate::Producer::caller_wakes
+    pub fn sleep(&self, rings: &[Sleeper], seen: u64, block: impl FnOnce()) -> bool {
         let ready = || self.generation() != seen || rings.iter().any(Sleeper::ready);
         if ready() {
-            return;
+            return false;
         }
         let h = self.region.header();
         h.sleeping.swap(1, AcqRel);
-        if !ready() {
-            sync::wait(&h.sleeping, 1, timeout);
+        let slept = !ready();
+        if slept {
+            block();
         }
         // A swap, not a store: see the module's documentation.
         h.sleeping.swap(0, AcqRel);
+        slept
     }
 }

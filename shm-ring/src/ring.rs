@@ -142,6 +142,10 @@ pub struct Producer {
     /// The consumer's doorbell, if it has one: the futex word woken instead of the
     /// ring's own (see [`Bell`]).
     bell: Option<Arc<Region>>,
+    /// The caller wakes the consumer, not the futex ([`Producer::caller_wakes`]).
+    caller_wakes: bool,
+    /// A wake-up the caller owes ([`Producer::wake_owed`]).
+    owed: bool,
 }
 
 /// The reading end of a ring: one per ring (a second attach is [`Error::Busy`]).
@@ -174,7 +178,24 @@ impl Producer {
             tail,
             poisoned: false,
             bell: None,
+            caller_wakes: false,
+            owed: false,
         })
+    }
+
+    /// From now on the producer does not wake a sleeping consumer through the futex:
+    /// it records that the consumer slept, and the caller, after each push, asks
+    /// [`Producer::wake_owed`] and wakes it its own way (a consumer that sleeps in
+    /// `poll(2)` on sockets, [`Bell::sleep`], is woken by a datagram). The sleeping
+    /// flag's protocol is the same; only the wake-up changes.
+    pub fn caller_wakes(&mut self) {
+        self.caller_wakes = true;
+    }
+
+    /// Whether a push since the last call found the consumer asleep (or about to
+    /// sleep) and it is the caller's to wake ([`Producer::caller_wakes`]).
+    pub fn wake_owed(&mut self) -> bool {
+        std::mem::take(&mut self.owed)
     }
 
     /// Becomes the ring's producer, as [`Producer::attach`], for a consumer that sleeps
@@ -263,11 +284,15 @@ impl Producer {
     }
 
     /// Wakes the consumer if it sleeps (see the module's protocol), on its bell if it
-    /// has one.
-    fn wake(&self) {
+    /// has one; or leaves the wake-up to the caller ([`Producer::caller_wakes`]).
+    fn wake(&mut self) {
         let h = self.bell.as_deref().unwrap_or(&self.region).header();
         if h.sleeping.swap(0, AcqRel) != 0 {
-            sync::wake(&h.sleeping);
+            if self.caller_wakes {
+                self.owed = true;
+            } else {
+                sync::wake(&h.sleeping);
+            }
         }
     }
 }

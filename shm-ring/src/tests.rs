@@ -558,3 +558,48 @@ fn bells_and_rings_are_not_mistaken_for_each_other() {
         Err(Error::Corrupt(_))
     ));
 }
+
+#[test]
+fn producers_that_leave_the_wake_up_to_the_caller() {
+    // The consumer sleeps in its own blocking call (a channel standing in for the
+    // socket it polls); the producer's caller sends on it when a push says so.
+    let bell = Bell::heap().unwrap();
+    let r = Arc::new(Region::heap(1024, 64).unwrap());
+    let mut tx2 = Producer::attach_with_bell(r.clone(), &bell).unwrap();
+    let mut rx2 = Consumer::attach(r).unwrap();
+    tx2.caller_wakes();
+    let (wake, woken) = std::sync::mpsc::channel::<()>();
+    let n: u64 = if cfg!(miri) { 20 } else { 2000 };
+    let c = {
+        let bell = bell.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut next = 0u64;
+            while next < n {
+                match rx2.pop(&mut buf).unwrap() {
+                    Some(8) => {
+                        assert_eq!(u64::from_le_bytes(buf[..8].try_into().unwrap()), next);
+                        next += 1;
+                    }
+                    Some(len) => panic!("{len}"),
+                    None => {
+                        let s = [rx2.sleeper()];
+                        bell.sleep(&s, 0, || woken.recv().unwrap());
+                    }
+                }
+            }
+        })
+    };
+    for i in 0..n {
+        while let Err(Error::Full) = tx2.push(&i.to_le_bytes()) {
+            std::thread::yield_now();
+        }
+        if tx2.wake_owed() {
+            wake.send(()).unwrap();
+        }
+        if i % 97 == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    c.join().unwrap();
+}

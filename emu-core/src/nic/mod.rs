@@ -35,6 +35,7 @@
 //! Several devices on one host: give each its own address in 127.0.0.0/8 (Linux answers
 //! on all of it) and the same port, e.g. `emu0` on 127.0.0.1 and `emu1` on 127.0.0.2.
 
+mod auto;
 mod driver;
 mod drops;
 mod dual;
@@ -113,13 +114,14 @@ pub struct EmuConfig {
     /// How the UDP link works: the default loopback mode, or the interop mode for a
     /// real RoCE peer, with an optional fault hook ([`interop`]).
     pub link: interop::LinkOptions,
-    /// Which link [`EmuDevice::open`] puts the device on: UDP (the default), or the
-    /// same-host shared-memory link ([`SameHost::Shm`]).
+    /// Which link [`EmuDevice::open`] puts the device on: UDP (the default), the
+    /// same-host shared-memory link ([`SameHost::Shm`]), or UDP with the shared-memory
+    /// link to peers on this host that offer it ([`SameHost::Auto`]).
     pub same_host: SameHost,
 }
 
-/// The link a device opened with [`EmuDevice::open`] sits on. There is no automatic
-/// choice yet: both ends of a shared-memory link are opened with [`SameHost::Shm`].
+/// The link a device opened with [`EmuDevice::open`] sits on: UDP, the same-host
+/// shared-memory link alone, or the automatic choice between them for each peer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SameHost {
     /// A UDP socket on the device's address, for peers anywhere.
@@ -132,6 +134,12 @@ pub enum SameHost {
     /// multicast (`Unsupported`), and not a device of an address another live process
     /// offers already ([`verbs_api::Error::AddressInUse`]).
     Shm,
+    /// A UDP device (socket, shared address, interop: all of [`SameHost::Udp`]) that
+    /// also offers the shared-memory link, and sends to a destination through it when
+    /// that address has a live offer on this host (decided at its first packet and
+    /// kept), else over UDP; it receives from both (see `nic/auto.rs`). Multicast goes
+    /// over UDP. A device whose address another device shares does not offer it.
+    Auto,
 }
 
 impl Default for EmuConfig {
@@ -183,6 +191,9 @@ pub struct LinkCounters {
     /// passed on to it (devices that open one address share it, as processes share
     /// one kernel rxe device; see [`interop::LinkOptions::exclusive`]).
     pub passed_on: AtomicU64,
+    /// Packets received through the same-host shared-memory link ([`SameHost::Shm`],
+    /// or [`SameHost::Auto`] from a peer on this host that offers it).
+    pub shm_packets: AtomicU64,
 }
 
 struct Core {

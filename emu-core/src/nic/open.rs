@@ -1,5 +1,6 @@
-//! Opening an [`EmuDevice`]: on UDP (its link, extra addresses, share and thread), on
-//! the shared-memory link, or on any [`Link`] without a thread (the fabric).
+//! Opening an [`EmuDevice`]: on UDP (its link, extra addresses, share and thread; with
+//! the same-host link beside it for `SameHost::Auto`), on the shared-memory link, or
+//! on any [`Link`] without a thread (the fabric).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use verbs_api::{Error, Result};
 
-use super::{dual, liveness, netdev, share, shm, udp};
+use super::{auto, dual, liveness, netdev, share, shm, udp};
 use super::{EmuConfig, EmuDevice, Inner, Link, SameHost};
 
 impl EmuDevice {
@@ -19,7 +20,8 @@ impl EmuDevice {
     /// the host tells; other failures come back as [`Error::Os`].
     ///
     /// With [`EmuConfig::same_host`] [`SameHost::Shm`] the device sits on the
-    /// shared-memory link instead: see [`SameHost::Shm`].
+    /// shared-memory link instead: see [`SameHost::Shm`]; with [`SameHost::Auto`] on
+    /// both (see there).
     pub fn open(cfg: EmuConfig) -> Result<EmuDevice> {
         if cfg.same_host == SameHost::Shm {
             return EmuDevice::open_shm(cfg);
@@ -35,7 +37,13 @@ impl EmuDevice {
         let extra = dual::open(&dual::candidates(ip), cfg.port, &cfg.link, slot);
         let table = dual::gid_table(ip, &extra.iter().map(|x| x.ip).collect::<Vec<_>>());
         let link = Arc::new(udp::DeviceLink::new(udp, member, extra));
-        let mut inner = Inner::new(cfg, link.clone())?;
+        // An auto device's link is the UDP one with the same-host link beside it.
+        let dev_link: Arc<dyn Link> = if cfg.same_host == SameHost::Auto {
+            Arc::new(auto::AutoLink::new(link.clone(), ip, cfg.port))
+        } else {
+            link.clone()
+        };
+        let mut inner = Inner::new(cfg, dev_link)?;
         if let Some(i) = Arc::get_mut(&mut inner) {
             i.netdev = Some(Mutex::new(netdev::Follower::new(ip)));
         }
@@ -77,7 +85,7 @@ impl EmuDevice {
     /// through one ring per sender and receiver that both processes map. No UDP socket: the CM's MADs go through
     /// the rings too. A peer that dies is a dead link (its QPs' retries run out).
     fn open_shm(cfg: EmuConfig) -> Result<EmuDevice> {
-        let link = shm::ShmLink::new(cfg.ip, cfg.port)
+        let link = shm::ShmLink::new(cfg.ip, cfg.port, false)
             .map_err(|e| open_error(&cfg, e, "open the shared-memory link", shm::holder))?;
         let inner = Inner::new(cfg, Arc::new(link))?;
         let worker = inner.clone();

@@ -38,8 +38,11 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -112,11 +115,19 @@ fn remove_own(path: &Path, text: &str) {
     }
 }
 
-/// A "PID PATH" line (an offer, a ring's listing): the process, if alive, and the path.
+/// A "PID PATH" line (a ring's listing; an offer, which may name a wake-up socket
+/// after the path): the process, if alive, and the path.
 fn parse_live(text: &str) -> Option<(u32, &Path)> {
-    let (pid, path) = text.trim().split_once(' ')?;
-    let pid = pid.parse().ok()?;
+    let mut words = text.split_whitespace();
+    let pid = words.next()?.parse().ok()?;
+    let path = words.next()?;
     crate::host::pid_alive(pid).then_some((pid, path.as_ref()))
+}
+
+/// The wake-up socket an offer names (its third word): the receiver sleeps in
+/// `poll(2)` on its sockets (`SameHost::Auto`), and a datagram there wakes it.
+fn wake_name(offer: &str) -> Option<&str> {
+    offer.split_whitespace().nth(2)
 }
 
 /// The process that offers a live ring at `ip:port` (its pid, as the
@@ -143,6 +154,9 @@ struct Outbound {
     listing_text: String,
     /// When the offer was last read again.
     checked: Instant,
+    /// The receiver's wake-up socket, if it sleeps in `poll(2)` rather than on the
+    /// bell's futex.
+    wake: Option<UnixAddr>,
 }
 
 impl Drop for Outbound {
@@ -153,7 +167,7 @@ impl Drop for Outbound {
 
 /// A sending end: a ring to a peer, or when its offer was last looked for.
 enum Peer {
-    Attached(Outbound),
+    Attached(Box<Outbound>),
     Missing(Instant),
 }
 
@@ -195,6 +209,14 @@ pub(crate) struct ShmLink {
     bell: Bell,
     inbound: Mutex<Rings>,
     peers: Mutex<HashMap<IpAddr, Peer>>,
+    /// An auto device's wake-up socket (abstract, named in its offer): producers send
+    /// a byte there instead of waking the bell's futex, as its thread sleeps in
+    /// `poll(2)` on its UDP socket and this one.
+    wake_rx: Option<UnixDatagram>,
+    /// Where this link sends wake-ups from (unbound), made on the first one.
+    wake_tx: Mutex<Option<UnixDatagram>>,
+    /// How many rings the receiving side holds (as of its last change).
+    ring_count: AtomicUsize,
 }
 
 impl std::fmt::Debug for ShmLink {
@@ -215,8 +237,10 @@ fn ring_error(e: shm_ring::Error) -> io::Error {
 
 impl ShmLink {
     /// Makes the device's doorbell and offers it at `shm/IP-PORT` in the host's shared
-    /// folder (replacing an older offer for the address).
-    pub(crate) fn new(ip: IpAddr, port: u16) -> io::Result<ShmLink> {
+    /// folder (replacing an older offer for the address). `wake_by_socket` (an auto
+    /// device): its offer also names a wake-up socket of its own, which senders write a
+    /// byte to when it sleeps ([`ShmLink::sleep_polling`]).
+    pub(crate) fn new(ip: IpAddr, port: u16, wake_by_socket: bool) -> io::Result<ShmLink> {
         let bell = Bell::create_shared(&format!("rdma-emu-bell-{ip}")).map_err(ring_error)?;
         let path = bell
             .path()
@@ -227,7 +251,15 @@ impl ShmLink {
         if holder(ip, port).is_some() {
             return Err(io::ErrorKind::AddrInUse.into());
         }
-        let offer_text = format!("{} {}\n", std::process::id(), path.display());
+        let (wake_rx, wake) = if wake_by_socket {
+            let name = format!("rdma-emu-wake-{}-{}-{port}", std::process::id(), ip);
+            let sock = UnixDatagram::bind_addr(&UnixAddr::from_abstract_name(&name)?)?;
+            sock.set_nonblocking(true)?;
+            (Some(sock), format!(" {name}"))
+        } else {
+            (None, String::new())
+        };
+        let offer_text = format!("{} {}{wake}\n", std::process::id(), path.display());
         write_file(&offer, &offer_text)?;
         let seen = bell.generation();
         let link = ShmLink {
@@ -246,6 +278,9 @@ impl ShmLink {
                 bufs: vec![0; BATCH * RECORD],
             }),
             peers: Mutex::new(HashMap::new()),
+            wake_rx,
+            wake_tx: Mutex::new(None),
+            ring_count: AtomicUsize::new(0),
         };
         // Rings listed before this device offered the address (for an earlier one)
         // are refused unless no consumer took them.
@@ -259,23 +294,54 @@ impl ShmLink {
         let offer = std::fs::read_to_string(offer_path(dst, self.port)).ok()?;
         let (_, bell_path) = parse_live(&offer)?;
         let bell = Bell::open_shared(bell_path).ok()?;
+        let wake = match wake_name(&offer) {
+            Some(name) => Some(UnixAddr::from_abstract_name(name).ok()?),
+            None => None,
+        };
         let region =
             Region::create_shared(&format!("rdma-emu-{}-{dst}", self.ip), RING_BYTES, RECORD)
                 .ok()?;
         let ring_path = region.path()?;
-        let tx = Producer::attach_with_bell(Arc::new(region), &bell).ok()?;
+        let mut tx = Producer::attach_with_bell(Arc::new(region), &bell).ok()?;
+        if wake.is_some() {
+            tx.caller_wakes();
+        }
         let listing = rings_path(dst, self.port).join(self.ip.to_string());
         let listing_text = format!("{} {}\n", std::process::id(), ring_path.display());
         std::fs::create_dir_all(listing.parent()?).ok()?;
         write_file(&listing, &listing_text).ok()?;
-        bell.announce();
+        match &wake {
+            Some(to) => {
+                if bell.announce_owed() {
+                    self.wake(to);
+                }
+            }
+            None => bell.announce(),
+        }
         Some(Outbound {
             tx,
             offer,
             listing,
             listing_text,
             checked: Instant::now(),
+            wake,
         })
+    }
+
+    /// Wakes a receiver that sleeps in `poll(2)`: a byte to its wake-up socket. A
+    /// failure is ignored: a full socket already holds a wake-up, and a receiver that
+    /// is gone needs none.
+    fn wake(&self, to: &UnixAddr) {
+        let mut tx = self.wake_tx.lock();
+        if tx.is_none() {
+            *tx = UnixDatagram::unbound().ok();
+            if let Some(s) = tx.as_ref() {
+                let _ = s.set_nonblocking(true);
+            }
+        }
+        if let Some(s) = tx.as_ref() {
+            let _ = s.send_to_addr(&[1], to);
+        }
     }
 
     /// Seals `packet`'s ICRC for `dst` and pushes it with its prefix to the ring for
@@ -327,7 +393,7 @@ impl ShmLink {
                 return Err(io::ErrorKind::NotConnected.into());
             }
             *peer = match self.attach(dst) {
-                Some(out) => Peer::Attached(out),
+                Some(out) => Peer::Attached(Box::new(out)),
                 None => Peer::Missing(now),
             };
         }
@@ -357,7 +423,14 @@ impl ShmLink {
             }
         };
         match r {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if out.tx.wake_owed() {
+                    if let Some(to) = &out.wake {
+                        self.wake(to);
+                    }
+                }
+                Ok(())
+            }
             // Lost, as a datagram a full socket buffer drops; RC sends it again. A ring
             // that stayed full that long may be a dead peer's: its offer is read again
             // before the next packet, not before RETRY_OFFER, so a dead peer costs no
@@ -465,6 +538,9 @@ impl ShmLink {
             *next = (*next + 1) % count;
         }
         if n > 0 {
+            into.counters()
+                .shm_packets
+                .fetch_add(n as u64, Ordering::Relaxed);
             let batch: SmallVec<[Arrival<'_>; BATCH]> = (0..n)
                 .map(|i| {
                     let rec = &bufs[i * RECORD..i * RECORD + lens[i]];
@@ -486,6 +562,7 @@ impl ShmLink {
             let r = st.rings.swap_remove(i);
             st.refused.insert(r.name, r.text);
         }
+        self.ring_count.store(st.rings.len(), Ordering::Relaxed);
         n
     }
 
@@ -494,35 +571,39 @@ impl ShmLink {
     /// them meanwhile. Every [`SWEEP`] it first drops the rings of processes that are
     /// gone.
     fn wait(&self, timeout: Duration) {
-        let (sleepers, seen) = {
-            let mut st = self.inbound.lock();
-            if st.swept.elapsed() >= SWEEP {
-                st.swept = Instant::now();
-                st.rings.retain(|r| crate::host::pid_alive(r.pid));
-            }
-            let sleepers: SmallVec<[Sleeper; 8]> =
-                st.rings.iter().map(|r| r.rx.sleeper()).collect();
-            (sleepers, st.seen)
-        };
+        let (sleepers, seen) = self.sleepers();
         self.bell.wait(&sleepers, seen, Some(timeout));
     }
 
-    /// Whether a ring has a packet or one was announced (false while another thread
-    /// takes packets).
-    fn ready(&self) -> bool {
-        self.inbound.try_lock().is_some_and(|mut st| {
-            self.bell.generation() != st.seen
-                || st.rings.iter_mut().any(|r| r.rx.ready().unwrap_or(true))
-        })
+    /// An auto device's sleep: the bell's protocol, with `block` (a `poll(2)` on the
+    /// device's UDP socket and [`ShmLink::wake_fd`]) in place of the futex wait; what
+    /// `block` returned, or `None` if something was ready and it did not run. The
+    /// wake-up socket is drained first: a byte sent for an earlier sleep may still
+    /// be there (it only makes this sleep return early).
+    pub(crate) fn sleep_polling<T>(&self, block: impl FnOnce() -> T) -> Option<T> {
+        if let Some(s) = &self.wake_rx {
+            let mut sink = [0u8; 16];
+            while s.recv(&mut sink).is_ok() {}
+        }
+        let (sleepers, seen) = self.sleepers();
+        let mut out = None;
+        self.bell.sleep(&sleepers, seen, || out = Some(block()));
+        out
     }
-}
 
-impl Link for ShmLink {
-    fn now(&self) -> Instant {
-        Instant::now()
+    /// The wake-up socket of an auto device, for its `poll(2)`.
+    pub(crate) fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.wake_rx.as_ref().map(AsFd::as_fd)
     }
 
-    fn send(&self, runs: &mut [Transmit<'_>]) -> io::Result<()> {
+    /// Whether `dst` has a live offer of the link on this host (an auto device sends
+    /// to it through the rings).
+    pub(crate) fn offered(&self, dst: IpAddr) -> bool {
+        std::fs::read_to_string(offer_path(dst, self.port)).is_ok_and(|o| parse_live(&o).is_some())
+    }
+
+    /// Sends `runs` through the rings, as [`Link::send`] does.
+    pub(crate) fn send_runs(&self, runs: &mut [Transmit<'_>]) -> io::Result<()> {
         let mut peers = self.peers.lock();
         let mut first = Ok(());
         for run in runs {
@@ -536,6 +617,54 @@ impl Link for ShmLink {
             }
         }
         first
+    }
+
+    /// Hands `into` what the rings hold, as [`Link::receive`] does.
+    pub(crate) fn receive_rings(&self, into: &Inbound<'_>, by: Receiver) -> usize {
+        self.take(into, by == Receiver::Thread)
+    }
+
+    /// Whether any peer sends to this device through a ring (as of the last receive).
+    pub(crate) fn has_rings(&self) -> bool {
+        self.ring_count.load(Ordering::Relaxed) > 0
+    }
+
+    /// Stops offering the link (an auto device whose address another device came
+    /// to share: a peer's rings would bring it that device's packets too). Senders
+    /// find no offer when they next read it, and go over UDP.
+    pub(crate) fn withdraw(&self) {
+        remove_own(&self.offer, &self.offer_text);
+    }
+
+    /// The rings' sleepers and the generation they were listed at.
+    fn sleepers(&self) -> (SmallVec<[Sleeper; 8]>, u64) {
+        let mut st = self.inbound.lock();
+        if st.swept.elapsed() >= SWEEP {
+            st.swept = Instant::now();
+            st.rings.retain(|r| crate::host::pid_alive(r.pid));
+            self.ring_count.store(st.rings.len(), Ordering::Relaxed);
+        }
+        let sleepers = st.rings.iter().map(|r| r.rx.sleeper()).collect();
+        (sleepers, st.seen)
+    }
+
+    /// Whether a ring has a packet or one was announced (false while another thread
+    /// takes packets).
+    pub(crate) fn ready(&self) -> bool {
+        self.inbound.try_lock().is_some_and(|mut st| {
+            self.bell.generation() != st.seen
+                || st.rings.iter_mut().any(|r| r.rx.ready().unwrap_or(true))
+        })
+    }
+}
+
+impl Link for ShmLink {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn send(&self, runs: &mut [Transmit<'_>]) -> io::Result<()> {
+        self.send_runs(runs)
     }
 
     /// The device thread waits for the rings; an application that polls, or waits

@@ -18,6 +18,7 @@
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -44,6 +45,9 @@ pub(crate) struct DeviceLink {
     extra: Vec<Extra>,
     /// Their addresses, as [`Link::extra_addresses`] gives them.
     extra_ips: Vec<IpAddr>,
+    /// Another device shares the address (was there when this one joined, or joined
+    /// since).
+    shared: AtomicBool,
 }
 
 impl DeviceLink {
@@ -51,6 +55,7 @@ impl DeviceLink {
     /// addresses of a device on both families.
     pub(crate) fn new(first: UdpLink, member: Option<share::Member>, extra: Vec<Extra>) -> Self {
         DeviceLink {
+            shared: AtomicBool::new(member.as_ref().is_some_and(|m| m.joined_others)),
             rx: Mutex::new(first.rx_bufs()),
             first,
             member: Mutex::new(member),
@@ -58,6 +63,23 @@ impl DeviceLink {
             extra_ips: extra.iter().map(|x| x.ip).collect(),
             extra,
         }
+    }
+
+    /// Whether another device shares the device's address, as far as this one knows
+    /// (it learns of a device joining at its next heartbeat, [`Link::beat`]).
+    pub(crate) fn shared(&self) -> bool {
+        self.shared.load(Ordering::Relaxed)
+    }
+
+    /// [`Link::wait_readable`] that also wakes for `wake` (an auto device's wake-up
+    /// socket).
+    pub(crate) fn wait_readable_with(
+        &self,
+        wake: Option<BorrowedFd<'_>>,
+        also: Option<BorrowedFd<'_>>,
+        timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        self.first.wait_readable_among([wake, also], timeout)
     }
 
     /// How many extra addresses the device has.
@@ -214,6 +236,7 @@ impl Link for DeviceLink {
 
     fn beat(&self, now: Instant) {
         if self.member.lock().as_mut().is_some_and(|m| m.beat(now)) {
+            self.shared.store(true, Ordering::Relaxed);
             self.first.member_joined();
         }
         for x in &self.extra {

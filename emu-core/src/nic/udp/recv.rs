@@ -171,6 +171,16 @@ impl UdpLink {
         other: Option<BorrowedFd<'_>>,
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
+        self.wait_readable_among([other, None], timeout)
+    }
+
+    /// [`UdpLink::wait_readable_or`] with up to two other descriptors (an auto
+    /// device's wake-up socket, beside a completion channel's).
+    pub(crate) fn wait_readable_among(
+        &self,
+        others: [Option<BorrowedFd<'_>>; 2],
+        timeout: Option<Duration>,
+    ) -> io::Result<bool> {
         // `ppoll`, for a timeout of any precision (poll(2) counts milliseconds); one
         // too long for a `timespec` waits forever.
         let ts = timeout.and_then(|t| {
@@ -179,12 +189,20 @@ impl UdpLink {
         });
         // The UDP socket gets a copy of what the raw one shows: it is drained too.
         let socket = PollFd::new(self.socket.as_fd(), PollFlags::POLLIN);
-        let mut fds = [socket.clone(), socket.clone(), socket.clone(), socket];
+        let mut fds = [
+            socket.clone(),
+            socket.clone(),
+            socket.clone(),
+            socket.clone(),
+            socket,
+        ];
         let mut n = 1;
+        let [other, another] = others;
         for fd in [
             self.raw.as_ref().map(AsFd::as_fd),
             self.inbox.as_ref().map(AsFd::as_fd),
             other,
+            another,
         ]
         .into_iter()
         .flatten()

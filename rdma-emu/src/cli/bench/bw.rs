@@ -77,11 +77,11 @@ fn one_qp_run(
 }
 
 /// A round's baselines (none with `--no-baseline`): memcpy on the fabric and the
-/// shared-memory link, raw UDP otherwise.
+/// shared-memory link (alone or chosen by `auto`), raw UDP otherwise.
 fn baselines(o: &BenchOpts, size: u64) -> Result<Option<Baselines>, String> {
     Ok(if o.no_baseline {
         None
-    } else if o.fabric || o.link == LinkKind::Shm {
+    } else if o.fabric || o.link != LinkKind::Udp {
         Some(Baselines::Memcpy(baseline::memcpy(size as usize)?))
     } else {
         let d = datagram(size, o.mtu);

@@ -42,6 +42,9 @@ pub(crate) enum LinkKind {
     Udp,
     /// The same-host shared-memory link (emu-core's `SameHost::Shm`).
     Shm,
+    /// UDP devices that also offer the shared-memory link and use it to each other
+    /// (emu-core's `SameHost::Auto`).
+    Auto,
 }
 
 /// The test to run.
@@ -163,9 +166,10 @@ pub(crate) struct BenchOpts {
     /// side waits for the answer only and reaps send completions on the way.
     #[arg(long)]
     pub(crate) wait_send: bool,
-    /// The link between the two devices: UDP loopback, or the same-host
-    /// shared-memory link (rings in memory; bandwidth baseline: memcpy, latency
-    /// baseline: the raw UDP ping-pong, as on UDP).
+    /// The link between the two devices: UDP loopback, the same-host shared-memory
+    /// link (rings in memory; bandwidth baseline: memcpy, latency baseline: the raw
+    /// UDP ping-pong, as on UDP), or `auto`: UDP devices that choose the rings to a
+    /// peer that offers them (baselines as `shm`).
     #[arg(long, value_enum, default_value_t = LinkKind::Udp, conflicts_with = "fabric")]
     pub(crate) link: LinkKind,
     /// UDP port of both devices (UDP only). Default: one picked from the process id.
@@ -353,6 +357,7 @@ fn setup(o: &BenchOpts, size: u64, qps: u32, send_wr: u32, recv_wr: u32) -> Resu
                 same_host: match o.link {
                     LinkKind::Udp => SameHost::Udp,
                     LinkKind::Shm => SameHost::Shm,
+                    LinkKind::Auto => SameHost::Auto,
                 },
                 ..EmuConfig::default()
             })
@@ -600,10 +605,15 @@ impl BenchOpts {
 /// the kernel dropped at a full socket (the host did not let the device keep up: loss
 /// by overload, which RC repairs by retransmitting, not loss on the path) and datagrams
 /// with a wrong ICRC. The kernel's count is read once a second, so a run shorter than
-/// that may not show it yet.
+/// that may not show it yet. Also how many packets each device received through the
+/// shared-memory rings, if any (`--link shm` or `auto`: which path auto chose).
 fn report_losses(st: &Setup) {
     for (side, h) in [("client", &st.client), ("server", &st.server)] {
         let l = h.dev.link_counters();
+        let shm = l.shm_packets.load(Ordering::Relaxed);
+        if shm > 0 {
+            println!(" {side}: {shm} packets received through the shared-memory rings");
+        }
         let overflow = l.rx_overflow.load(Ordering::Relaxed);
         let icrc = l.icrc_errors.load(Ordering::Relaxed);
         if overflow > 0 || icrc > 0 {
@@ -801,6 +811,8 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         "in-memory fabric (emu_sims::Fabric)"
     } else if o.link == LinkKind::Shm {
         "shared-memory rings (127.0.0.1 <-> 127.0.0.2, one process)"
+    } else if o.link == LinkKind::Auto {
+        "automatic: shared-memory rings to a peer that offers them, else UDP (127.0.0.1 <-> 127.0.0.2, one process)"
     } else {
         "UDP loopback (127.0.0.1 <-> 127.0.0.2)"
     };
@@ -846,6 +858,8 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
             "fabric"
         } else if o.link == LinkKind::Shm {
             "shm"
+        } else if o.link == LinkKind::Auto {
+            "auto"
         } else {
             "udp"
         },

@@ -1,0 +1,241 @@
+//! The automatic choice of link (`SameHost::Auto`): a UDP device, with its socket, its
+//! share of the address and everything a UDP device does, that also offers the
+//! same-host shared-memory link (`nic/shm.rs`) and sends to a destination through it
+//! when that destination's address has a live offer on this host, else over UDP.
+//! Packets are received from both.
+//!
+//! **Choosing.** Each destination is decided once, at its first packet: through the
+//! rings if its address has a live offer then, else over UDP; and kept, so a QP's
+//! packets do not switch paths (and reorder) when a peer's offer comes and goes. A
+//! destination decided for the rings goes over UDP from the first packet that finds
+//! no live offer any more (the peer died; a device that comes back on its address
+//! has UDP too). Multicast, and packets from a device's extra IPv6 addresses
+//! (`dual`), always go over UDP. CM MADs (QP1) go as any packet: both ends receive
+//! from both paths, so they meet whichever way each end chose.
+//!
+//! **Sleeping.** The device thread sleeps in `poll(2)` on its UDP socket and cannot
+//! wait on the bell's futex too, so senders wake it with a byte to a wake-up socket
+//! of its own (an abstract unix datagram socket named in its offer) that the same
+//! `poll(2)` watches; the bell's sleeping-flag protocol is unchanged, only the
+//! wake-up is (`ShmLink::sleep_polling`, `shm_ring::Producer::caller_wakes`). The
+//! wake-up socket is not the UDP socket: no wake-up is taken for a bad packet.
+//!
+//! **A shared address.** Devices of one address share it (`share`), and a peer's
+//! rings would bring one of them the packets of the others' QPs. So a device offers
+//! the link only while its address is its own: not at all if another device was
+//! there when it opened, and it withdraws its offer (and sends over UDP only) when
+//! one joins.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::link::{Link, Receiver, Transmit};
+use super::shm::ShmLink;
+use super::udp::DeviceLink;
+use super::Inbound;
+
+/// The path a destination's packets take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    Udp,
+    Shm,
+}
+
+/// The link of an auto device (see the module's documentation).
+#[derive(Debug)]
+pub(crate) struct AutoLink {
+    udp: Arc<DeviceLink>,
+    /// The same-host side; none when the address was shared at open or the link
+    /// could not be offered (another live process offers the address).
+    shm: Option<ShmLink>,
+    /// The offer was withdrawn: another device came to share the address.
+    withdrawn: AtomicBool,
+    /// The device's address (the rings carry packets from it only).
+    ip: IpAddr,
+    via: Mutex<HashMap<IpAddr, Via>>,
+    /// Polls that received (see [`Link::receive`]).
+    polls: AtomicU32,
+}
+
+/// One poll in this many reads the UDP socket while peers send through the rings.
+const UDP_EVERY: u32 = 8;
+
+impl AutoLink {
+    /// The link of an auto device on the UDP link `udp` at `ip:port`: offers the
+    /// shared-memory link too if the address is the device's alone.
+    pub(crate) fn new(udp: Arc<DeviceLink>, ip: IpAddr, port: u16) -> AutoLink {
+        let shm = if udp.shared() {
+            None
+        } else {
+            ShmLink::new(ip, port, true).ok()
+        };
+        AutoLink {
+            udp,
+            shm,
+            withdrawn: AtomicBool::new(false),
+            ip,
+            via: Mutex::new(HashMap::new()),
+            polls: AtomicU32::new(0),
+        }
+    }
+
+    /// The same-host side, while the device sends through it.
+    fn sending_shm(&self) -> Option<&ShmLink> {
+        self.shm
+            .as_ref()
+            .filter(|_| !self.withdrawn.load(Ordering::Relaxed))
+    }
+
+    /// The path of a run (decided once per destination, see the module's
+    /// documentation).
+    fn via(&self, shm: &ShmLink, via: &mut HashMap<IpAddr, Via>, t: &Transmit<'_>) -> Via {
+        let dst = t.route.dst;
+        if t.route.src != self.ip || dst.is_multicast() {
+            return Via::Udp;
+        }
+        *via.entry(dst)
+            .or_insert_with(|| if shm.offered(dst) { Via::Shm } else { Via::Udp })
+    }
+}
+
+impl Link for AutoLink {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    /// Runs go in order, each group of consecutive runs on one path in one call of
+    /// that path's link.
+    fn send(&self, runs: &mut [Transmit<'_>]) -> io::Result<()> {
+        let Some(shm) = self.sending_shm() else {
+            return self.udp.send(runs);
+        };
+        let mut first = Ok(());
+        let mut i = 0;
+        while i < runs.len() {
+            let mut via = self.via.lock();
+            let path = self.via(shm, &mut via, &runs[i]);
+            let mut j = i + 1;
+            while j < runs.len() && self.via(shm, &mut via, &runs[j]) == path {
+                j += 1;
+            }
+            drop(via);
+            let r = match path {
+                Via::Udp => self.udp.send(&mut runs[i..j]),
+                Via::Shm => {
+                    let r = shm.send_runs(&mut runs[i..j]);
+                    if r.as_ref()
+                        .is_err_and(|e| e.kind() == io::ErrorKind::NotConnected)
+                    {
+                        // A peer whose offer went (it died): UDP from now on.
+                        let mut via = self.via.lock();
+                        for t in &runs[i..j] {
+                            if !shm.offered(t.route.dst) {
+                                via.insert(t.route.dst, Via::Udp);
+                            }
+                        }
+                    }
+                    r
+                }
+            };
+            if first.is_ok() {
+                first = r;
+            }
+            i = j;
+        }
+        first
+    }
+
+    fn max_segments(&self) -> usize {
+        self.udp.max_segments()
+    }
+
+    /// The rings, then the UDP socket; but an empty poll, while peers send through
+    /// the rings, reads the socket only one time in [`UDP_EVERY`]: each read is a
+    /// system call (`recvmmsg`), which doubled a ping-pong's half round trip through
+    /// the rings. A datagram then waits a few polls more; the device thread reads both
+    /// every time.
+    fn receive(&self, into: &Inbound<'_>, by: Receiver) -> usize {
+        let Some(shm) = &self.shm else {
+            return self.udp.receive(into, by);
+        };
+        let n = shm.receive_rings(into, by);
+        if matches!(by, Receiver::Poll { .. })
+            && shm.has_rings()
+            && !self
+                .polls
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(UDP_EVERY)
+        {
+            return n;
+        }
+        n + self.udp.receive(into, by)
+    }
+
+    fn pending(&self) -> bool {
+        self.udp.pending()
+    }
+
+    /// `poll(2)` on the UDP socket(s), `also` and the wake-up socket, under the bell's
+    /// sleeping flag so that senders through the rings wake it.
+    fn wait_readable(
+        &self,
+        also: Option<BorrowedFd<'_>>,
+        timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        let Some(shm) = &self.shm else {
+            return self.udp.wait_readable(also, timeout);
+        };
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Ok(self.udp.wait_readable(also, timeout)? || shm.ready());
+        }
+        match shm.sleep_polling(|| self.udp.wait_readable_with(shm.wake_fd(), also, timeout)) {
+            Some(r) => Ok(r? || shm.ready()),
+            // A ring had a packet, or a new one was announced.
+            None => Ok(true),
+        }
+    }
+
+    fn waitable(&self) -> bool {
+        true
+    }
+
+    fn beat(&self, now: Instant) {
+        self.udp.beat(now);
+        if let Some(shm) = &self.shm {
+            if self.udp.shared() && !self.withdrawn.swap(true, Ordering::Relaxed) {
+                shm.withdraw();
+            }
+        }
+    }
+
+    fn kernel_drops(&self) -> Option<u64> {
+        self.udp.kernel_drops()
+    }
+
+    fn extra_addresses(&self) -> &[IpAddr] {
+        self.udp.extra_addresses()
+    }
+
+    fn receive_traffic_class(&self, on: bool) {
+        self.udp.receive_traffic_class(on);
+    }
+
+    fn max_multicast_groups(&self) -> Option<u32> {
+        self.udp.max_multicast_groups()
+    }
+
+    fn join_multicast_group(&self, group: IpAddr) -> io::Result<()> {
+        self.udp.join_multicast_group(group)
+    }
+
+    fn leave_multicast_group(&self, group: IpAddr) {
+        self.udp.leave_multicast_group(group);
+    }
+}
