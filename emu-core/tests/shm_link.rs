@@ -635,3 +635,33 @@ fn auto_rc_when_the_peer_dies() {
     assert_eq!(b2.written_by(&da, &a2, 3), WcStatus::Success);
     assert!(shm_packets(&da) > before);
 }
+
+/// Two auto devices share an address (as two processes share one rxe device): the
+/// second does not offer the rings, the first withdraws its offer once it learns of
+/// the second, and a peer reaches the QPs of both (over UDP, the shared address's
+/// packets passed on to their owner).
+#[test]
+fn auto_devices_sharing_an_address_stay_on_udp() {
+    let (ia, ib, port) = addrs(12);
+    let da1 = open_on("autos1", ia, port, false, SameHost::Auto);
+    let da2 = open_on("autos2", ia, port, false, SameHost::Auto);
+    let db = open_on("autosb", ib, port, false, SameHost::Auto);
+    let (a1, a2) = (side(&da1), side(&da2));
+    let (b1, b2) = (side(&db), side(&db));
+    for (da, a, b) in [(&da1, &a1, &b1), (&da2, &a2, &b2)] {
+        device_util::connect(da, a, &db, b, QpType::Rc, &patient());
+    }
+    for id in 1..=5 {
+        for (da, a, b) in [(&da1, &a1, &b1), (&da2, &a2, &b2)] {
+            assert_eq!(
+                write_status(da, a, b.mr.addr, b.mr.rkey, id),
+                WcStatus::Success
+            );
+            assert_eq!(
+                write_status(&db, b, a.mr.addr, a.mr.rkey, id),
+                WcStatus::Success
+            );
+        }
+    }
+    assert_eq!(shm_packets(&da2), 0);
+}
