@@ -14,7 +14,8 @@
 //!    `len` bytes that lives exactly as long as the `Region` (freed or unmapped in its
 //!    `Drop`), and the references borrow `&self`. `len >= HEADER_BYTES + 8 * words` is
 //!    checked when the region is made (for a mapping, against the file's size at map
-//!    time).
+//!    time). A doorbell (`crate::bell`) is a region of no data words: its `data` is
+//!    the empty slice at the end of the header, which is valid for no access.
 //! 2. **Stays valid while mapped.** A mapping of a file that shrinks under it faults
 //!    (SIGBUS) when touched past the new end: that is how a hostile peer could crash us
 //!    without writing one wrong byte. So the file is a memfd sealed with

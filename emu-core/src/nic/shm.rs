@@ -26,6 +26,13 @@
 //! polls, the thread naps instead of sleeping on the futex, so the peer has no
 //! sleeper to wake either.
 //!
+//! **An auto device** (`SameHost::Auto`, `nic/auto.rs`) holds a link of this kind
+//! beside its UDP one. Its thread sleeps in `poll(2)` on its sockets, not on the
+//! bell's futex, so its offer names a wake-up socket as a third word (an abstract unix
+//! datagram socket, [`ShmLink::sleep_polling`]); a sender that reads one tells its
+//! producer to leave the wake-up to it (`Producer::caller_wakes`) and sends a byte
+//! there when a push found the receiver asleep.
+//!
 //! **Peers that go.** A peer that dies leaves its rings: what we send it is lost (the
 //! sender reads the peer's offer again every [`CHECK_OFFER`] and when its ring is full,
 //! finds a dead process or a new device's offer, and makes a ring for the new one) and
