@@ -9,16 +9,18 @@
 //! [`Bell::announce`] once the receiver can find the new ring (how it finds it is the
 //! caller's: emu-core lists them in a folder).
 //!
-//! **Sleeping** is the ring's protocol (see `ring`) with the flag moved here: the
-//! consumer swaps `sleeping` to 1, then looks at every ring's head and at the
-//! generation ([`Bell::wait`]), waits on the futex only while the word is still 1, and
-//! clears it with a swap. A producer publishes its head (or the generation), then swaps
-//! the word to 0 and wakes the futex if it was 1. Every write of the word is a
-//! read-modify-write, so with several producers the writes are still one chain: if a
-//! producer's swap comes before the consumer's swap to 1, that swap reads from the
-//! chain the producer's release heads and the consumer's look sees what it published;
-//! if after, the producer (or one between, which then woke it) reads the 1 and wakes
-//! it. The loom model checks it with two producers (`loom_tests`).
+//! **Sleeping** is the ring's protocol (see `ring`) with the word moved here: a
+//! consumer thread adds itself to the sleepers `sleeping` counts, then looks at every
+//! ring's head and at the generation ([`Bell::wait`]), waits on the futex only while
+//! the word is still what its addition made it, and takes itself off. A producer
+//! publishes its head (or the generation), then adds a publication to the word and
+//! wakes the futex if it counted a sleeper. Every write of the word is a
+//! read-modify-write, so with several producers and several sleeping threads the
+//! writes are still one chain: if a producer's addition comes before a sleeper's,
+//! that sleeper's reads from the chain the producer's release heads and its look sees
+//! what it published; if after, the producer counts the sleeper and wakes it. The
+//! loom model checks it with two producers, and with two threads asleep on one bell
+//! (`loom_tests`).
 //!
 //! The bell's words come from the peers' shared memory like the rings': any value is
 //! safe. A generation that moves only makes the consumer look for rings again, and a
@@ -103,7 +105,7 @@ impl Bell {
     pub fn announce_owed(&self) -> bool {
         let h = self.region.header();
         h.generation.fetch_add(1, AcqRel);
-        h.sleeping.swap(0, AcqRel) != 0
+        sync::published(&h.sleeping)
     }
 
     /// Sleeps on the futex until one of `rings` is ready ([`Sleeper::ready`]), the
@@ -112,7 +114,7 @@ impl Bell {
     /// already.
     pub fn wait(&self, rings: &[Sleeper], seen: u64, timeout: Option<Duration>) {
         let h = self.region.header();
-        self.sleep(rings, seen, || sync::wait(&h.sleeping, 1, timeout));
+        self.sleep_on(rings, seen, |value| sync::wait(&h.sleeping, value, timeout));
     }
 
     /// The protocol of [`Bell::wait`] with another way to block: `block` runs, after
@@ -123,18 +125,24 @@ impl Bell {
     ///
     /// [`Producer::caller_wakes`]: crate::Producer::caller_wakes
     pub fn sleep(&self, rings: &[Sleeper], seen: u64, block: impl FnOnce()) -> bool {
+        self.sleep_on(rings, seen, |_| block())
+    }
+
+    /// The protocol of [`Bell::wait`] and [`Bell::sleep`]: `block` gets the word's
+    /// value to wait on.
+    fn sleep_on(&self, rings: &[Sleeper], seen: u64, block: impl FnOnce(u32)) -> bool {
         let ready = || self.generation() != seen || rings.iter().any(Sleeper::ready);
         if ready() {
             return false;
         }
         let h = self.region.header();
-        h.sleeping.swap(1, AcqRel);
+        let value = sync::join(&h.sleeping);
         let slept = !ready();
         if slept {
-            block();
+            block(value);
         }
-        // A swap, not a store: see the module's documentation.
-        h.sleeping.swap(0, AcqRel);
+        // A read-modify-write, not a store: see the module's documentation.
+        sync::leave(&h.sleeping);
         slept
     }
 }

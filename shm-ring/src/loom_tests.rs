@@ -3,7 +3,7 @@
 //! consumer that sleeps is always woken (a lost wake-up would leave it asleep for ever:
 //! loom reports the deadlock), and the producer's leaving is always seen; and the same
 //! of two producers on two rings and one consumer that sleeps on their doorbell, one
-//! ring announced while the consumer runs.
+//! ring announced while the consumer runs; and two threads asleep on one bell at once.
 //!
 //! `RUSTFLAGS="--cfg loom" cargo test -p shm-ring --release --lib loom`
 
@@ -140,5 +140,37 @@ fn loom_two_producers_one_bell() {
         assert_eq!(got, vec![1, 2]);
         p1.join().unwrap();
         p2.join().unwrap();
+    });
+}
+
+#[test]
+fn loom_two_sleepers_one_bell() {
+    // Two threads of one consumer sleep on its bell at once (a device's thread and an
+    // application thread waiting for an event); one of them leaves its sleep for
+    // another reason (its `poll(2)` returned for a socket) while the other still
+    // sleeps: the producer's packet must still wake that one. A flag that the first
+    // to leave cleared lost this wake-up.
+    use crate::{Bell, Consumer, Producer, Region};
+    model(|| {
+        let bell = Bell::heap().unwrap();
+        let r = std::sync::Arc::new(Region::heap(32, 8).unwrap());
+        let mut tx = Producer::attach_with_bell(r.clone(), &bell).unwrap();
+        let rx = Consumer::attach(r).unwrap();
+        let (s1, s2) = (rx.sleeper(), rx.sleeper());
+        let seen = bell.generation();
+        let b1 = bell.clone();
+        let a = thread::spawn(move || {
+            b1.sleep(std::slice::from_ref(&s1), seen, || {});
+        });
+        let b2 = bell.clone();
+        let b = thread::spawn(move || {
+            while !s2.ready() {
+                b2.wait(std::slice::from_ref(&s2), seen, None);
+            }
+        });
+        tx.push(&[7; 8]).unwrap();
+        a.join().unwrap();
+        b.join().unwrap();
+        drop(rx);
     });
 }

@@ -16,19 +16,25 @@
 //! above treats the peer as dead. A peer that writes garbage into packet bytes makes
 //! wrong bytes and nothing else (the link's ICRC check drops them).
 //!
-//! **Sleeping.** The consumer, finding the ring empty, swaps `sleeping` to 1, looks at
-//! `head` again, and waits on the futex only while `sleeping` is still 1. The producer
-//! publishes `head` (release), then swaps `sleeping` to 0 and wakes the futex if it
-//! was 1. Both swaps are read-modify-writes of one word, so one comes first: if the
-//! consumer's, the producer sees 1 and wakes it (a futex wait that starts after the
-//! swap to 0 returns at once); if the producer's, the consumer's swap reads the 0 it
-//! wrote, synchronises with it, and its look at `head` sees the packet. The consumer
-//! clears the flag after waiting with a swap as well, so that every write of the word
-//! is a read-modify-write and this holds on every round. No wake-up is
-//! lost (the loom model checks it: `loom_tests`). A producer that never has a sleeping
-//! peer pays one uncontended swap per packet and no system call. A consumer of several
-//! rings sleeps on its [`Bell`] instead, whose flag the producers attached with
-//! [`Producer::attach_with_bell`] swap (the same protocol, see `bell`).
+//! **Sleeping.** The word `sleeping` counts the consumer threads asleep (its low bits)
+//! and the producer's publications (its high bits). A consumer thread, finding the
+//! ring empty, adds itself to the count, looks at `head` again, and waits on the
+//! futex only while the word is still what its addition made it; then takes itself
+//! off. The producer publishes `head` (release), then adds a publication to the word
+//! and wakes the futex if the count was not zero. Every write of the word is a
+//! read-modify-write, so they are one chain and of a consumer's addition and the
+//! producer's, one comes first: if the consumer's, the producer sees it counted and
+//! wakes it (a futex wait that starts after the producer's addition returns at once,
+//! the word having changed); if the producer's, the consumer's addition reads from
+//! the chain it heads, synchronises with it, and its look at `head` sees the packet.
+//! A count rather than a flag, because two threads of one device may sleep on one
+//! word at once (its thread and one waiting for an event): with a flag, the first to
+//! wake cleared it under the other, which producers then never woke. No wake-up is
+//! lost (the loom model checks it, with two sleepers too: `loom_tests`). A producer
+//! that never has a sleeping peer pays one uncontended read-modify-write per packet
+//! and no system call. A consumer of several rings sleeps on its [`Bell`] instead,
+//! whose word the producers attached with [`Producer::attach_with_bell`] count on (the
+//! same protocol, see `bell`).
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::Arc;
@@ -287,7 +293,7 @@ impl Producer {
     /// has one; or leaves the wake-up to the caller ([`Producer::caller_wakes`]).
     fn wake(&mut self) {
         let h = self.bell.as_deref().unwrap_or(&self.region).header();
-        if h.sleeping.swap(0, AcqRel) != 0 {
+        if sync::published(&h.sleeping) {
             if self.caller_wakes {
                 self.owed = true;
             } else {
@@ -460,17 +466,19 @@ impl Sleeper {
         if self.available()? != 0 {
             return Ok(());
         }
-        self.region.header().sleeping.swap(1, AcqRel);
-        if self.available()? == 0 && self.region.header().state.load(Acquire) & P_GONE == 0 {
-            sync::wait(&self.region.header().sleeping, 1, timeout);
+        let word = &self.region.header().sleeping;
+        let value = sync::join(word);
+        let looked = self.available();
+        if matches!(looked, Ok(0)) && self.region.header().state.load(Acquire) & P_GONE == 0 {
+            sync::wait(word, value, timeout);
         }
         // A read-modify-write, never a plain store: every write of the word is then
-        // in one chain of RMWs, so the next `swap(1)` reads the producer's last
-        // `swap(0)` when that came later and sees what it published. (A plain store
-        // here let the consumer's next swap read its own 0 and miss the producer's
-        // leaving: loom found that deadlock.)
-        self.region.header().sleeping.swap(0, AcqRel);
-        Ok(())
+        // in one chain of RMWs, so the next `join` reads the producer's last
+        // `published` when that came later and sees what it published. (A plain store
+        // clearing the flag let the consumer's next swap read its own 0 and miss the
+        // producer's leaving: loom found that deadlock.)
+        sync::leave(word);
+        looked.map(|_| ())
     }
 }
 

@@ -12,6 +12,39 @@ pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64};
 #[cfg(not(loom))]
 use std::time::Duration;
 
+use std::sync::atomic::Ordering::AcqRel;
+
+/// The low bits of a sleep word (a ring's or a bell's `sleeping`): how many consumer
+/// threads are asleep on it or about to be. More than one can be: a device's thread
+/// and an application thread waiting for an event both sleep on one bell.
+pub(crate) const SLEEPERS: u32 = 0xFFFF;
+
+/// What a producer adds to a sleep word each time it publishes (the high bits count
+/// publications): the word then differs from what any sleeper joined with, so a
+/// sleeper that has not blocked yet does not block ([`wait`] compares).
+const PUBLISHED: u32 = 1 << 16;
+
+/// A consumer thread joins the sleepers of `word` before it looks one last time at
+/// what it waits for: returns the value to [`wait`] on. Every write of the word is a
+/// read-modify-write (this, [`leave`], [`published`]), so the writes form one chain:
+/// if a producer's [`published`] comes first, this reads from the chain its release
+/// heads and the last look sees what it published; if after, [`published`] counts
+/// this sleeper and the producer wakes it (or changed the word before it blocks).
+pub(crate) fn join(word: &AtomicU32) -> u32 {
+    word.fetch_add(1, AcqRel).wrapping_add(1)
+}
+
+/// A consumer thread that joined leaves the sleepers (after its wait, or instead).
+pub(crate) fn leave(word: &AtomicU32) {
+    word.fetch_sub(1, AcqRel);
+}
+
+/// A producer published (a head, a generation): whether a consumer thread sleeps on
+/// `word` and must be woken.
+pub(crate) fn published(word: &AtomicU32) -> bool {
+    word.fetch_add(PUBLISHED, AcqRel) & SLEEPERS != 0
+}
+
 /// Sleeps while `word` holds `expected`, until [`wake`] on the same word, `timeout`, or
 /// a spurious wake-up (the caller re-checks what it waits for). The futex is not
 /// process-private: the word lives in memory other processes map.
