@@ -21,13 +21,14 @@
 //!   the UDP source port their peer first sent from (emu-core's
 //!   `LinkOptions::strict_source_port`). `0` or unset: any port of the peer's address,
 //!   as kernel rxe.
-//! * `RDMA_EMU_LINK=shm`: every device sits on the same-host shared-memory link
-//!   instead of UDP (emu-core's `SameHost::Shm`): both processes of a program set it,
-//!   each device talks to its peers on this host through rings in memory both map, with
-//!   no system call on the data path while both poll. `auto`: every device is a UDP
-//!   device that also offers that link and uses it to a peer on this host that offers
-//!   it (emu-core's `SameHost::Auto`): a program's processes may set it or not, each
-//!   pair of devices finds the link it can. `udp` or unset: UDP.
+//! * `RDMA_EMU_LINK=auto`, the default (unset or empty) outside the interop mode: every
+//!   device is a UDP device that also offers the same-host shared-memory link and uses
+//!   it to a peer on this host that offers it, UDP to any other (emu-core's
+//!   `SameHost::Auto`): each pair of devices finds the link it can. `udp` (the
+//!   interop mode's default): UDP only, every packet on the wire (for a capture). `shm`:
+//!   every device sits on the shared-memory link instead of UDP (emu-core's
+//!   `SameHost::Shm`), talking to its peers on this host through rings in memory both
+//!   map, with no system call on the data path while both poll.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -133,10 +134,16 @@ pub fn interop_from_env(get: impl Fn(&str) -> Option<String>) -> Result<bool, St
     flag_from_env(get, "RDMA_EMU_INTEROP")
 }
 
-/// The link `RDMA_EMU_LINK` asks for (see the module docs).
-pub fn link_from_env(get: impl Fn(&str) -> Option<String>) -> Result<SameHost, String> {
+/// The link `RDMA_EMU_LINK` asks for (see the module docs): unset, the automatic
+/// choice, except in the interop mode (`interop`), whose peers are kernel rxe or a NIC.
+pub fn link_from_env(
+    get: impl Fn(&str) -> Option<String>,
+    interop: bool,
+) -> Result<SameHost, String> {
     match get("RDMA_EMU_LINK").as_deref().map(str::trim) {
-        None | Some("" | "udp") => Ok(SameHost::Udp),
+        None | Some("") if interop => Ok(SameHost::Udp),
+        None | Some("") => Ok(SameHost::Auto),
+        Some("udp") => Ok(SameHost::Udp),
         Some("shm") => Ok(SameHost::Shm),
         Some("auto") => Ok(SameHost::Auto),
         Some(v) => Err(format!("RDMA_EMU_LINK={v:?}: expected udp, shm or auto")),
@@ -260,20 +267,15 @@ mod tests {
 
     #[test]
     fn link_switch() {
-        assert_eq!(link_from_env(env(&[])), Ok(SameHost::Udp));
-        assert_eq!(
-            link_from_env(env(&[("RDMA_EMU_LINK", "udp")])),
-            Ok(SameHost::Udp)
-        );
-        assert_eq!(
-            link_from_env(env(&[("RDMA_EMU_LINK", "shm")])),
-            Ok(SameHost::Shm)
-        );
-        assert_eq!(
-            link_from_env(env(&[("RDMA_EMU_LINK", "auto")])),
-            Ok(SameHost::Auto)
-        );
-        assert!(link_from_env(env(&[("RDMA_EMU_LINK", "fast")])).is_err());
+        assert_eq!(link_from_env(env(&[]), false), Ok(SameHost::Auto));
+        assert_eq!(link_from_env(env(&[]), true), Ok(SameHost::Udp));
+        for interop in [false, true] {
+            let link = |v| link_from_env(env(&[("RDMA_EMU_LINK", v)]), interop);
+            assert_eq!(link("udp"), Ok(SameHost::Udp));
+            assert_eq!(link("shm"), Ok(SameHost::Shm));
+            assert_eq!(link("auto"), Ok(SameHost::Auto));
+            assert!(link("fast").is_err());
+        }
     }
 
     #[test]

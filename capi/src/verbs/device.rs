@@ -109,7 +109,7 @@ fn open_emu(cfg: &DeviceConfig) -> verbs_api::Result<EmuDevice> {
             eprintln!("rdma-emu libibverbs: {e}; any source port");
             false
         });
-    let link = config::link_from_env(|k| std::env::var(k).ok()).unwrap_or_else(|e| {
+    let link = config::link_from_env(|k| std::env::var(k).ok(), interop).unwrap_or_else(|e| {
         eprintln!("rdma-emu libibverbs: {e}; UDP");
         SameHost::Udp
     });
