@@ -14,7 +14,7 @@
 //!   addresses only.
 //! * Rust to C (`*_to_c`): the events capi hands a program, the addresses and
 //!   parameters `HwCm` hands librdmacm. Private data longer than its `u8` length field
-//!   can say is EINVAL; [`check_private_data`] has the tighter limits of each port
+//!   can say is EINVAL; [`verbs_api::cm::check_private_data`] has the tighter limits of each port
 //!   space and call (what the kernel's rdma_cm answers EINVAL to).
 //!
 //! # Pointers
