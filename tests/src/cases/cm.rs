@@ -110,6 +110,17 @@ fn ends(env: &Env, cm: &Cm, ch: CmChannelId, ps: PortSpace) -> (CmId, CmId) {
     (l, resolved(cm, ch, ps, to))
 }
 
+/// A listener and an active id with a QP (UD on a UD port space, else RC) that
+/// connected to it without private data; returns the active id and the listener's
+/// CONNECT_REQUEST.
+fn requested(env: &Env, cm: &Cm, ch: CmChannelId, ps: PortSpace) -> (CmId, CmEvent) {
+    let (_, a) = ends(env, cm, ch, ps);
+    let qp_type = if ps.is_ud() { QpType::Ud } else { QpType::Rc };
+    cm.create_qp(a, &init(env, qp_type)).unwrap();
+    cm.connect(a, &ConnParam::default()).unwrap();
+    (a, ev(cm, ch, CmEventType::ConnectRequest))
+}
+
 /// A new id of `ps` with its address and route resolved toward `to`.
 fn resolved(cm: &Cm, ch: CmChannelId, ps: PortSpace, to: SocketAddr) -> CmId {
     let a = cm.create_id(ch, ps).unwrap();
@@ -165,10 +176,7 @@ fn connect_disconnect(env: &Env) -> Outcome {
 fn reject(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
-    let (_, a) = ends(env, &cm, ch, PortSpace::Tcp);
-    cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
-    cm.connect(a, &ConnParam::default()).unwrap();
-    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    let (a, req) = requested(env, &cm, ch, PortSpace::Tcp);
     cm.reject(req.id, b"not today").unwrap();
     let e = ev(&cm, ch, CmEventType::Rejected);
     assert_eq!((e.id, e.status), (a, REJECT_CONSUMER));
@@ -255,10 +263,7 @@ fn udp_no_listener(env: &Env) -> Outcome {
 fn udp(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
-    let (_, a) = ends(env, &cm, ch, PortSpace::Udp);
-    cm.create_qp(a, &init(env, QpType::Ud)).unwrap();
-    cm.connect(a, &ConnParam::default()).unwrap();
-    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    let (a, req) = requested(env, &cm, ch, PortSpace::Udp);
     let pq = cm.create_qp(req.id, &init(env, QpType::Ud)).unwrap();
     cm.accept(req.id, &ConnParam::default()).unwrap();
     let e = ev(&cm, ch, CmEventType::Established);
@@ -313,10 +318,7 @@ fn udp_private_data_limits(env: &Env) -> Outcome {
 fn udp_reject_private_data(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
-    let (_, a) = ends(env, &cm, ch, PortSpace::Udp);
-    cm.create_qp(a, &init(env, QpType::Ud)).unwrap();
-    cm.connect(a, &ConnParam::default()).unwrap();
-    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    let (a, req) = requested(env, &cm, ch, PortSpace::Udp);
     let data = pattern(137);
     // A REJ's 148 bytes would fit; a SIDR_REP's 136 do not.
     assert_errno(cm.reject(req.id, &data), EINVAL);
@@ -331,10 +333,7 @@ fn udp_reject_private_data(env: &Env) -> Outcome {
 fn accept_too_long(env: &Env) -> Outcome {
     let cm = cm_or_skip!(env);
     let ch = cm.create_event_channel().unwrap();
-    let (_, a) = ends(env, &cm, ch, PortSpace::Tcp);
-    cm.create_qp(a, &init(env, QpType::Rc)).unwrap();
-    cm.connect(a, &ConnParam::default()).unwrap();
-    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    let (a, req) = requested(env, &cm, ch, PortSpace::Tcp);
     let pq = cm.create_qp(req.id, &init(env, QpType::Rc)).unwrap();
     let long = ConnParam {
         private_data: pattern(197),
@@ -344,10 +343,7 @@ fn accept_too_long(env: &Env) -> Outcome {
     let e = ev(&cm, ch, CmEventType::Rejected);
     assert_eq!((e.id, e.status), (a, REJECT_CONSUMER));
     assert_eq!(env.dev.query_qp(pq).unwrap().0.qp_state, QpState::Err);
-    let (_, u) = ends(env, &cm, ch, PortSpace::Udp);
-    cm.create_qp(u, &init(env, QpType::Ud)).unwrap();
-    cm.connect(u, &ConnParam::default()).unwrap();
-    let req = ev(&cm, ch, CmEventType::ConnectRequest);
+    let (u, req) = requested(env, &cm, ch, PortSpace::Udp);
     cm.create_qp(req.id, &init(env, QpType::Ud)).unwrap();
     let long = ConnParam {
         private_data: pattern(137),
