@@ -200,29 +200,15 @@ fn killed_peer_child() {
 /// stay): the survivor's RDMA WRITE fails with RETRY_EXC_ERR, as on a dead link.
 #[test]
 fn a_killed_peer_process_is_a_dead_link() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
     let (ia, ib, port) = addrs(5);
     let da = open("shmka", ia, port, false);
     let a = side(&da);
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "killed_peer_child", "--nocapture", "-q"])
-        .env("SHM_LINK_TEST_CHILD", format!("{ia},{ib},{port}"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.starts_with("B ") {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended");
-    }
-    let f: Vec<u64> = line[2..]
-        .split_whitespace()
-        .map(|v| v.parse().unwrap())
-        .collect();
-    let (b_qpn, b_addr, b_rkey) = (f[0] as u32, f[1], f[2] as u32);
+    let mut child = Child::start(
+        "killed_peer_child",
+        "SHM_LINK_TEST_CHILD",
+        format!("{ia},{ib},{port}"),
+    );
+    let (b_qpn, b_addr, b_rkey) = (child.qpn, child.addr, child.rkey);
     let params = QpParams {
         access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
         timeout: 10,
@@ -236,15 +222,13 @@ fn a_killed_peer_process_is_a_dead_link() {
         ..Endpoint::default()
     };
     connect_qp(&da, a.qpn, QpType::Rc, &params, 100, &to_b).unwrap();
-    writeln!(child.stdin.as_mut().unwrap(), "{}", a.qpn).unwrap();
-    line.clear();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    child.send(&a.qpn.to_string());
+    assert_eq!(child.line(), "ready");
     let wr = SendWr::rdma_write(1, vec![Sge::new(a.mr.addr, 100, a.mr.lkey)], b_addr, b_rkey);
     da.post_send(a.qpn, &[wr]).unwrap();
     assert_eq!(wait_one(&da, a.cq).status, WcStatus::Success);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.proc.kill().unwrap();
+    child.proc.wait().unwrap();
     let wr = SendWr::rdma_write(2, vec![Sge::new(a.mr.addr, 100, a.mr.lkey)], b_addr, b_rkey);
     da.post_send(a.qpn, &[wr]).unwrap();
     let wc = wait_one(&da, a.cq);
@@ -386,11 +370,31 @@ impl Child {
 
     /// A child on `link`: `shm` or `auto`.
     fn spawn_on(da: &EmuDevice, a: &Side, ia: IpAddr, ib: IpAddr, port: u16, link: &str) -> Child {
+        let mut c = Child::start(
+            "peer_child",
+            "SHM_LINK_TEST_PEER",
+            format!("{ia},{ib},{port},{link}"),
+        );
+        let to_b = Endpoint {
+            qpn: c.qpn,
+            psn: 200,
+            gid: emu_core::nic::gid_of(ib),
+            ..Endpoint::default()
+        };
+        connect_qp(da, a.qpn, QpType::Rc, &patient(), 100, &to_b).unwrap();
+        c.send(&format!("{} {} {}", a.qpn, a.mr.addr, a.mr.rkey));
+        assert_eq!(c.line(), "ready");
+        c
+    }
+
+    /// Runs this test binary's test `test` as a child with `var` set to `value`, and
+    /// reads the QP number, buffer address and R_Key it prints on its `B ` line.
+    fn start(test: &str, var: &str, value: String) -> Child {
         use std::io::{BufRead, BufReader};
         use std::process::{Command, Stdio};
         let mut proc = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "peer_child", "--nocapture", "-q"])
-            .env("SHM_LINK_TEST_PEER", format!("{ia},{ib},{port},{link}"))
+            .args(["--exact", test, "--nocapture", "-q"])
+            .env(var, value)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -405,23 +409,13 @@ impl Child {
             .split_whitespace()
             .map(|v| v.parse().unwrap())
             .collect();
-        let mut c = Child {
+        Child {
             proc,
             out,
             qpn: f[0] as u32,
             addr: f[1],
             rkey: f[2] as u32,
-        };
-        let to_b = Endpoint {
-            qpn: c.qpn,
-            psn: 200,
-            gid: emu_core::nic::gid_of(ib),
-            ..Endpoint::default()
-        };
-        connect_qp(da, a.qpn, QpType::Rc, &patient(), 100, &to_b).unwrap();
-        c.send(&format!("{} {} {}", a.qpn, a.mr.addr, a.mr.rkey));
-        assert_eq!(c.line(), "ready");
-        c
+        }
     }
 
     fn send(&mut self, line: &str) {
