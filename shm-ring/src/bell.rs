@@ -24,7 +24,7 @@
 //!
 //! The bell's words come from the peers' shared memory like the rings': any value is
 //! safe. A generation that moves only makes the consumer look for rings again, and a
-//! flag a peer scribbles on makes a wait return early (the caller looks again).
+//! sleep word a peer scribbles on makes a wait return early (the caller looks again).
 //!
 //! [`Producer::attach_with_bell`]: crate::Producer::attach_with_bell
 
@@ -118,10 +118,10 @@ impl Bell {
     }
 
     /// The protocol of [`Bell::wait`] with another way to block: `block` runs, after
-    /// the flag is set and nothing was ready, and must return once the producers' way
-    /// to wake this consumer fired (a datagram to a socket it polls, for producers
-    /// that were told [`Producer::caller_wakes`]), or earlier. Returns whether `block`
-    /// ran.
+    /// the thread is counted among the sleepers and nothing was ready, and must return
+    /// once the producers' way to wake this consumer fired (a datagram to a socket it
+    /// polls, for producers that were told [`Producer::caller_wakes`]), or earlier.
+    /// Returns whether `block` ran.
     ///
     /// [`Producer::caller_wakes`]: crate::Producer::caller_wakes
     pub fn sleep(&self, rings: &[Sleeper], seen: u64, block: impl FnOnce()) -> bool {

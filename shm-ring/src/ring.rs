@@ -193,7 +193,7 @@ impl Producer {
     /// it records that the consumer slept, and the caller, after each push, asks
     /// [`Producer::wake_owed`] and wakes it its own way (a consumer that sleeps in
     /// `poll(2)` on sockets, [`Bell::sleep`], is woken by a datagram). The sleeping
-    /// flag's protocol is the same; only the wake-up changes.
+    /// word's protocol is the same; only the wake-up changes.
     pub fn caller_wakes(&mut self) {
         self.caller_wakes = true;
     }

@@ -65,7 +65,7 @@ pub(crate) use model::{wait, wake};
 /// A futex for the model checker: the kernel checks the word and queues the waiter
 /// under one lock (the futex's hash bucket), and a wake takes that lock, which this
 /// reproduces with a mutex and a condition variable. One futex in the model (a ring's
-/// sleep flag, or the bell's that a consumer of several rings sleeps on), so one global
+/// sleep word, or the bell's that a consumer of several rings sleeps on), so one global
 /// pair serves every word. No timeout: a lost wake-up
 /// then shows up as a deadlock, which loom reports.
 #[cfg(loom)]

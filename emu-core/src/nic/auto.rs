@@ -16,7 +16,7 @@
 //! **Sleeping.** The device thread sleeps in `poll(2)` on its UDP socket and cannot
 //! wait on the bell's futex too, so senders wake it with a byte to a wake-up socket
 //! of its own (an abstract unix datagram socket named in its offer) that the same
-//! `poll(2)` watches; the bell's sleeping-flag protocol is unchanged, only the
+//! `poll(2)` watches; the bell's sleep-word protocol is unchanged, only the
 //! wake-up is (`ShmLink::sleep_polling`, `shm_ring::Producer::caller_wakes`). The
 //! wake-up socket is not the UDP socket: no wake-up is taken for a bad packet.
 //!
@@ -183,7 +183,7 @@ impl Link for AutoLink {
     }
 
     /// `poll(2)` on the UDP socket(s), `also` and the wake-up socket, under the bell's
-    /// sleeping flag so that senders through the rings wake it.
+    /// sleep word so that senders through the rings wake it.
     fn wait_readable(
         &self,
         also: Option<BorrowedFd<'_>>,
