@@ -285,7 +285,7 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                     if !send && h.buf.with(|b| b[size as usize - 1] == mark) {
                         return Ok(());
                     }
-                    if n == 0 && !(send && *early > 0) {
+                    if n == 0 {
                         h.idle(o, &mut armed)?;
                     }
                 }
