@@ -659,3 +659,42 @@ fn auto_devices_sharing_an_address_stay_on_udp() {
     }
     assert_eq!(shm_packets(&da2), 0);
 }
+
+/// An auto device whose application polls all the time, for traffic through the
+/// rings, still receives what a UDP-only peer sends: its polls read the UDP socket
+/// less often while the rings are in use, but they read it (its thread leaves the
+/// socket to an application that polls).
+#[test]
+fn an_auto_device_polling_for_its_rings_still_receives_over_udp() {
+    let (ia, ib, ic, port) = three_addrs(13);
+    let da = open_on("automa", ia, port, true, SameHost::Auto);
+    let db = open_on("automb", ib, port, true, SameHost::Auto);
+    let dc = open_on("automc", ic, port, true, SameHost::Udp);
+    let (a1, a2, b, c) = (side(&da), side(&da), side(&db), side(&dc));
+    connect(&da, &a1, &db, &b);
+    connect(&da, &a2, &dc, &c);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let rings = s.spawn(|| {
+            let mut id = 0;
+            while !stop.load(Ordering::Relaxed) {
+                id += 1;
+                assert_eq!(
+                    write_status(&da, &a1, b.mr.addr, b.mr.rkey, id),
+                    WcStatus::Success
+                );
+            }
+        });
+        for id in 1..=20 {
+            let status = write_status(&dc, &c, a2.mr.addr, a2.mr.rkey, id);
+            if status != WcStatus::Success {
+                stop.store(true, Ordering::Relaxed);
+            }
+            assert_eq!(status, WcStatus::Success);
+        }
+        stop.store(true, Ordering::Relaxed);
+        rings.join().unwrap();
+    });
+    assert!(shm_packets(&da) > 0 && shm_packets(&db) > 0);
+    assert_eq!(shm_packets(&dc), 0);
+}

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,10 +62,21 @@ pub(crate) struct AutoLink {
     via: Mutex<HashMap<IpAddr, Via>>,
     /// Polls that received (see [`Link::receive`]).
     polls: AtomicU32,
+    /// When a poll last read the UDP socket, in nanoseconds since `opened`.
+    udp_read_at: AtomicU64,
+    /// That read found datagrams: the next one comes at [`UDP_EVERY`], not
+    /// [`UDP_QUIET`].
+    udp_busy: AtomicBool,
+    opened: Instant,
 }
 
-/// One poll in this many reads the UDP socket while peers send through the rings.
+/// While peers send through the rings, one poll in this many looks at the clock to
+/// see whether the UDP socket is due.
 const UDP_EVERY: u32 = 8;
+
+/// While peers send through the rings and the UDP socket had nothing at the last
+/// look, a poll reads it again after this long.
+const UDP_QUIET: Duration = Duration::from_micros(20);
 
 impl AutoLink {
     /// The link of an auto device on the UDP link `udp` at `ip:port`: offers the
@@ -83,6 +94,9 @@ impl AutoLink {
             ip,
             via: Mutex::new(HashMap::new()),
             polls: AtomicU32::new(0),
+            udp_read_at: AtomicU64::new(0),
+            udp_busy: AtomicBool::new(false),
+            opened: Instant::now(),
         }
     }
 
@@ -156,26 +170,40 @@ impl Link for AutoLink {
         self.udp.max_segments()
     }
 
-    /// The rings, then the UDP socket; but an empty poll, while peers send through
-    /// the rings, reads the socket only one time in [`UDP_EVERY`]: each read is a
-    /// system call (`recvmmsg`), which doubled a ping-pong's half round trip through
-    /// the rings. A datagram then waits a few polls more; the device thread reads both
-    /// every time.
+    /// The rings, then the UDP socket; but a poll, while peers send through the
+    /// rings, reads the socket only one time in [`UDP_EVERY`], and while the socket is
+    /// quiet only once [`UDP_QUIET`] passed since the last read. Each read is a system
+    /// call (`recvmmsg`, about 1.5 us): once in every poll it doubled a ping-pong's
+    /// half round trip through the rings, and once in eight polls it still kept the
+    /// poller in the kernel most of the time, where a packet in a ring waited for it.
+    /// A datagram then waits up to that long more; the device thread reads both every
+    /// time.
     fn receive(&self, into: &Inbound<'_>, by: Receiver) -> usize {
         let Some(shm) = &self.shm else {
             return self.udp.receive(into, by);
         };
         let n = shm.receive_rings(into, by);
-        if matches!(by, Receiver::Poll { .. })
-            && shm.has_rings()
-            && !self
-                .polls
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(UDP_EVERY)
+        if !matches!(by, Receiver::Poll { .. }) || !shm.has_rings() {
+            return n + self.udp.receive(into, by);
+        }
+        if !self
+            .polls
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(UDP_EVERY)
         {
             return n;
         }
-        n + self.udp.receive(into, by)
+        let now = u64::try_from(self.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let last = self.udp_read_at.load(Ordering::Relaxed);
+        if !self.udp_busy.load(Ordering::Relaxed)
+            && now.saturating_sub(last) < UDP_QUIET.as_nanos() as u64
+        {
+            return n;
+        }
+        self.udp_read_at.store(now, Ordering::Relaxed);
+        let m = self.udp.receive(into, by);
+        self.udp_busy.store(m > 0, Ordering::Relaxed);
+        n + m
     }
 
     fn pending(&self) -> bool {
