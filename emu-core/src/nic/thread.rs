@@ -35,6 +35,13 @@ const STALL: Duration = Duration::from_micros(50);
 /// before it tries napping again.
 const HOLD: Duration = Duration::from_millis(20);
 
+/// Asks the scheduler for the shortest time slice for this device thread, so that it
+/// runs as soon as it is woken even where programs spin on every core (`thread-slice`).
+/// A kernel that refuses leaves the thread as it was: nothing else depends on it.
+pub(super) fn short_slice() {
+    let _ = thread_slice::request(thread_slice::SHORTEST);
+}
+
 impl Inner {
     /// The device thread: waits for datagrams or the next timer, then receives a batch.
     /// Receive buffers are allocated once: no heap allocation per packet.
@@ -55,6 +62,7 @@ impl Inner {
     /// (`beat`), waits (`wait_readable`, `pending`) and receives (`receive`, a
     /// [`Receiver::Thread`]).
     pub(super) fn run(&self) {
+        short_slice();
         let link = &*self.link;
         let idle_limit = if self.cfg.busy_poll {
             IDLE_NAPS_BUSY
