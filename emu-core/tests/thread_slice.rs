@@ -53,11 +53,10 @@ fn the_device_thread_asks_for_the_shortest_slice() {
             .ok()
         })
         .expect("a free port");
-    let tid = thread_named("slice0-nic").expect("the device thread");
-    // The thread asks as it starts: give it the moment.
+    // The thread names itself and asks for its slice as it starts: give it the moment.
     let mut slice = None;
-    for _ in 0..100 {
-        slice = reported_slice(&tid);
+    for _ in 0..500 {
+        slice = thread_named("slice0-nic").and_then(|tid| reported_slice(&tid));
         if slice == Some(thread_slice::SHORTEST.as_nanos() as u64) {
             break;
         }
