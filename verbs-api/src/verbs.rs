@@ -114,6 +114,65 @@ pub struct QpInitAttr {
     pub srq: Option<SrqId>,
 }
 
+impl QpInitAttr {
+    /// The attributes most QPs are created with: `pd`, one CQ `cq` for both send and
+    /// receive completions, `qp_type` and the queue sizes `cap`; no SRQ, and
+    /// `sq_sig_all` off, so that only send WRs posted with [`SendFlags::SIGNALED`]
+    /// complete with a work completion. That is what a C program gets from an
+    /// `ibv_qp_init_attr` it zeroed and then filled in the same four fields of
+    /// (`srq` NULL, `sq_sig_all` 0). The builders [`recv_cq`](Self::recv_cq),
+    /// [`srq`](Self::srq) and [`sq_sig_all`](Self::sq_sig_all) change the rest.
+    ///
+    /// ```
+    /// use verbs_api::{CqId, PdId, QpCap, QpInitAttr, QpType};
+    /// let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, ..QpCap::default() };
+    /// let init = QpInitAttr::new(PdId(1), CqId(2), QpType::Rc, cap).sq_sig_all(true);
+    /// assert_eq!((init.send_cq, init.recv_cq, init.srq), (CqId(2), CqId(2), None));
+    /// assert!(init.sq_sig_all);
+    /// ```
+    pub fn new(pd: PdId, cq: CqId, qp_type: QpType, cap: QpCap) -> Self {
+        QpInitAttr {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type,
+            cap,
+            sq_sig_all: false,
+            srq: None,
+        }
+    }
+
+    /// The same attributes with receive completions going to `cq` (send completions
+    /// stay on the CQ given to [`new`](Self::new)).
+    #[must_use]
+    pub fn recv_cq(self, cq: CqId) -> Self {
+        QpInitAttr {
+            recv_cq: cq,
+            ..self
+        }
+    }
+
+    /// The same attributes with the QP taking its receives from `srq` (an [`SrqId`],
+    /// or an `Option` of one, where `None` means the QP's own receive queue).
+    #[must_use]
+    pub fn srq(self, srq: impl Into<Option<SrqId>>) -> Self {
+        QpInitAttr {
+            srq: srq.into(),
+            ..self
+        }
+    }
+
+    /// The same attributes with `sq_sig_all` set to `all`: `true` makes every send WR
+    /// complete with a work completion, signaled or not.
+    #[must_use]
+    pub fn sq_sig_all(self, all: bool) -> Self {
+        QpInitAttr {
+            sq_sig_all: all,
+            ..self
+        }
+    }
+}
+
 /// One RDMA device, opened (`struct ibv_context`). Every method may be called from any
 /// thread.
 pub trait Device: Send + Sync {
@@ -348,5 +407,67 @@ pub trait Device: Send + Sync {
     /// kernel driver, the simulated fabric).
     fn qpn_block(&self) -> u8 {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cap() -> QpCap {
+        QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 8,
+            max_send_sge: 2,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        }
+    }
+
+    #[test]
+    fn qp_init_attr_new_is_one_cq_unsignaled_without_srq() {
+        let init = QpInitAttr::new(PdId(3), CqId(5), QpType::Uc, cap());
+        assert_eq!(
+            init,
+            QpInitAttr {
+                pd: PdId(3),
+                send_cq: CqId(5),
+                recv_cq: CqId(5),
+                qp_type: QpType::Uc,
+                cap: cap(),
+                sq_sig_all: false,
+                srq: None,
+            }
+        );
+    }
+
+    #[test]
+    fn qp_init_attr_builders_change_only_their_field() {
+        let base = QpInitAttr::new(PdId(3), CqId(5), QpType::Rc, cap());
+        assert_eq!(
+            base.recv_cq(CqId(7)),
+            QpInitAttr {
+                recv_cq: CqId(7),
+                ..base
+            }
+        );
+        assert_eq!(base.recv_cq(CqId(7)).send_cq, CqId(5));
+        assert_eq!(
+            base.srq(SrqId(9)),
+            QpInitAttr {
+                srq: Some(SrqId(9)),
+                ..base
+            }
+        );
+        assert_eq!(base.srq(SrqId(9)).srq(None), base);
+        assert_eq!(base.srq(Some(SrqId(9))).srq, Some(SrqId(9)));
+        assert_eq!(
+            base.sq_sig_all(true),
+            QpInitAttr {
+                sq_sig_all: true,
+                ..base
+            }
+        );
+        assert_eq!(base.sq_sig_all(true).sq_sig_all(false), base);
     }
 }
