@@ -78,21 +78,19 @@ fn setup(cm: &EmuCm, id: CmId) -> Res<(MemBuf, MrInfo)> {
     let cq = dev.create_cq(16, None)?;
     cm.create_qp(
         id,
-        &QpInitAttr {
+        &QpInitAttr::new(
             pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap: QpCap {
+            cq,
+            QpType::Rc,
+            QpCap {
                 max_send_wr: 8,
                 max_recv_wr: 8,
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
-            sq_sig_all: true,
-            srq: None,
-        },
+        )
+        .sq_sig_all(true),
     )?;
     let buf = MemBuf::new(2 * MSG as usize);
     let mr = reg_msgs(cm, id, &buf, 0, buf.len())?;

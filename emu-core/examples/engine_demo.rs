@@ -44,15 +44,7 @@ fn nic(name: &'static str, ip: [u8; 4]) -> Nic {
         max_inline_data: 64,
     };
     let qpn = engine
-        .create_qp(QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap,
-            sq_sig_all: false,
-            srq: None,
-        })
+        .create_qp(QpInitAttr::new(pd, cq, QpType::Rc, cap))
         .or_die("create_qp");
     let buf = MemBuf::new(BUF);
     let access = AccessFlags::LOCAL_WRITE

@@ -9,21 +9,21 @@ use emu_sims::Fabric;
 use verbs_api::*;
 
 fn ud_init(dev: &dyn Device, pd: PdId, cq: CqId, qp_type: QpType) -> u32 {
-    dev.create_qp(&QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type,
-        cap: QpCap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: true,
-        srq: None,
-    })
+    dev.create_qp(
+        &QpInitAttr::new(
+            pd,
+            cq,
+            qp_type,
+            QpCap {
+                max_send_wr: 8,
+                max_recv_wr: 8,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+        )
+        .sq_sig_all(true),
+    )
     .unwrap()
 }
 
@@ -37,15 +37,7 @@ fn qp1_takes_only_the_gsi_qkey() {
     let cq = dev.create_cq(32, None).unwrap();
     let gsi = ud_init(&*dev, pd, cq, QpType::Driver);
     assert_eq!(gsi, GSI_QPN);
-    let again = dev.create_qp(&QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Driver,
-        cap: QpCap::default(),
-        sq_sig_all: false,
-        srq: None,
-    });
+    let again = dev.create_qp(&QpInitAttr::new(pd, cq, QpType::Driver, QpCap::default()));
     assert_eq!(again.unwrap_err().errno(), 16);
     let wrong = QpParams {
         qkey: 0x1234,

@@ -71,21 +71,19 @@ fn interop_mode_checks_icrc_with_the_ip_id_and_the_hook_drops_an_ack() {
     };
     let pd = d.alloc_pd().unwrap();
     let cq = d.create_cq(16, None).unwrap();
-    let init = QpInitAttr {
+    let init = QpInitAttr::new(
         pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Rc,
-        cap: QpCap {
+        cq,
+        QpType::Rc,
+        QpCap {
             max_send_wr: 4,
             max_recv_wr: 4,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 0,
         },
-        sq_sig_all: true,
-        srq: None,
-    };
+    )
+    .sq_sig_all(true);
     let (x, y) = (d.create_qp(&init).unwrap(), d.create_qp(&init).unwrap());
     for (me, peer) in [(x, y), (y, x)] {
         let mut a = QpAttr {

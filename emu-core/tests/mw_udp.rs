@@ -27,15 +27,7 @@ fn rc_pair(d: &EmuDevice, pd: PdId, cq: CqId) -> (u32, u32) {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let init = QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Rc,
-        cap,
-        sq_sig_all: true,
-        srq: None,
-    };
+    let init = QpInitAttr::new(pd, cq, QpType::Rc, cap).sq_sig_all(true);
     let (x, y) = (d.create_qp(&init).unwrap(), d.create_qp(&init).unwrap());
     let params = QpParams {
         access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,

@@ -73,21 +73,18 @@ fn in_namespaces() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16, None).unwrap();
     let qpn = dev
-        .create_qp(&verbs_api::QpInitAttr {
+        .create_qp(&verbs_api::QpInitAttr::new(
             pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap: verbs_api::QpCap {
+            cq,
+            QpType::Rc,
+            verbs_api::QpCap {
                 max_send_wr: 4,
                 max_recv_wr: 4,
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
-            sq_sig_all: false,
-            srq: None,
-        })
+        ))
         .unwrap();
     let init = QpAttr {
         qp_state: verbs_api::QpState::Init,

@@ -27,16 +27,8 @@ const CAP: QpCap = QpCap {
 };
 
 fn create(e: &mut Engine, pd: PdId, cq: CqId) -> u32 {
-    e.create_qp(QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Rc,
-        cap: CAP,
-        sq_sig_all: false,
-        srq: None,
-    })
-    .unwrap()
+    e.create_qp(QpInitAttr::new(pd, cq, QpType::Rc, CAP))
+        .unwrap()
 }
 
 /// Creates `n` RC QPs on `e` and brings each to RTS towards QP `peer_base + i` of

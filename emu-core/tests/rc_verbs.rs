@@ -18,21 +18,18 @@ use verbs_api::{
 fn fresh_qp(e: &mut Engine) -> u32 {
     let pd = e.alloc_pd().unwrap();
     let cq = e.create_cq(16).unwrap();
-    e.create_qp(QpInitAttr {
+    e.create_qp(QpInitAttr::new(
         pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Rc,
-        cap: QpCap {
+        cq,
+        QpType::Rc,
+        QpCap {
             max_send_wr: 2,
             max_recv_wr: 2,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 16,
         },
-        sq_sig_all: false,
-        srq: None,
-    })
+    ))
     .unwrap()
 }
 
@@ -618,15 +615,7 @@ fn destroy_order_is_enforced() {
     let pd = e.alloc_pd().unwrap();
     let cq = e.create_cq(4).unwrap();
     let qpn = e
-        .create_qp(QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap: QpCap::default(),
-            sq_sig_all: false,
-            srq: None,
-        })
+        .create_qp(QpInitAttr::new(pd, cq, QpType::Rc, QpCap::default()))
         .unwrap();
     let buf = MemBuf::new(64);
     let mr = e.reg_mr(pd, &buf, 0, 64, AccessFlags::LOCAL_WRITE).unwrap();
@@ -640,15 +629,7 @@ fn destroy_order_is_enforced() {
     assert_eq!(e.create_cq(0).unwrap_err().errno(), 22);
     let pd = e.alloc_pd().unwrap();
     let cq = e.create_cq(4).unwrap();
-    let raw = QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::RawPacket,
-        cap: QpCap::default(),
-        sq_sig_all: false,
-        srq: None,
-    };
+    let raw = QpInitAttr::new(pd, cq, QpType::RawPacket, QpCap::default());
     assert_eq!(
         e.create_qp(raw).unwrap_err().errno(),
         95,
@@ -689,21 +670,22 @@ fn an_armed_qp1_cq_does_not_count_as_armed() {
     let late = e.create_cq(16).unwrap();
     e.req_notify_cq(early, false).unwrap();
     assert!(e.cq_armed());
-    e.create_qp(QpInitAttr {
-        pd,
-        send_cq: early,
-        recv_cq: late,
-        qp_type: QpType::Driver,
-        cap: QpCap {
-            max_send_wr: 2,
-            max_recv_wr: 2,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: true,
-        srq: None,
-    })
+    e.create_qp(
+        QpInitAttr::new(
+            pd,
+            early,
+            QpType::Driver,
+            QpCap {
+                max_send_wr: 2,
+                max_recv_wr: 2,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+        )
+        .recv_cq(late)
+        .sq_sig_all(true),
+    )
     .unwrap();
     assert!(!e.cq_armed());
     e.req_notify_cq(late, false).unwrap();

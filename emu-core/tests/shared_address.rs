@@ -56,15 +56,7 @@ fn qp(d: &dyn Device, t: QpType, len: usize) -> Qp {
     let pd = d.alloc_pd().unwrap();
     let cq = d.create_cq(128, None).unwrap();
     let qpn = d
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: t,
-            cap: cap(),
-            sq_sig_all: true,
-            srq: None,
-        })
+        .create_qp(&QpInitAttr::new(pd, cq, t, cap()).sq_sig_all(true))
         .unwrap();
     let buf = MemBuf::new(len);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -265,15 +257,7 @@ fn cm_server(dev: Arc<dyn Device>, ip: Ipv4Addr, sport: u16, ready: impl FnOnce(
     let req = cm.get_request(l, WAIT).unwrap();
     let id = req.id;
     let q = qp(&*dev, QpType::Rc, 64);
-    let init = QpInitAttr {
-        pd: dev.alloc_pd().unwrap(),
-        send_cq: q.cq,
-        recv_cq: q.cq,
-        qp_type: QpType::Rc,
-        cap: cap(),
-        sq_sig_all: true,
-        srq: None,
-    };
+    let init = QpInitAttr::new(dev.alloc_pd().unwrap(), q.cq, QpType::Rc, cap()).sq_sig_all(true);
     let qpn = cm.create_qp(id, &init).unwrap();
     let buf = MemBuf::new(64);
     let mr = reg_msgs(&cm, id, &buf, 0, 64).unwrap();
@@ -318,15 +302,7 @@ fn cm_client(dev: Arc<dyn Device>, ip: Ipv4Addr, sport: u16) {
         CmEventType::RouteResolved
     );
     let cq = dev.create_cq(64, None).unwrap();
-    let init = QpInitAttr {
-        pd: dev.alloc_pd().unwrap(),
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Rc,
-        cap: cap(),
-        sq_sig_all: true,
-        srq: None,
-    };
+    let init = QpInitAttr::new(dev.alloc_pd().unwrap(), cq, QpType::Rc, cap()).sq_sig_all(true);
     cm.create_qp(id, &init).unwrap();
     cm.connect(id, &ConnParam::default()).unwrap();
     let e = cm.get_cm_event(ch, WAIT).unwrap();

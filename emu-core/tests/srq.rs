@@ -33,15 +33,7 @@ fn srq_cfg() -> Config {
 fn second_qp(p: &mut Engines, node: &Node, cfg: &Config) -> Node {
     let qpn = p
         .engine(node.side)
-        .create_qp(QpInitAttr {
-            pd: node.pd,
-            send_cq: node.cq,
-            recv_cq: node.cq,
-            qp_type: cfg.qp_type,
-            cap: cfg.cap,
-            sq_sig_all: false,
-            srq: node.srq,
-        })
+        .create_qp(QpInitAttr::new(node.pd, node.cq, cfg.qp_type, cfg.cap).srq(node.srq))
         .unwrap();
     Node {
         qpn,
@@ -430,15 +422,7 @@ fn post_recv_on_a_qp_with_an_srq_is_einval() {
     assert_eq!((attr.cap.max_recv_wr, attr.cap.max_recv_sge), (0, 0));
     assert_eq!(attr.cap.max_send_wr, Config::default().cap.max_send_wr);
 
-    let mut init = QpInitAttr {
-        pd: b.pd,
-        send_cq: b.cq,
-        recv_cq: b.cq,
-        qp_type: QpType::Rc,
-        cap: QpCap::default(),
-        sq_sig_all: false,
-        srq: Some(SrqId(999)),
-    };
+    let mut init = QpInitAttr::new(b.pd, b.cq, QpType::Rc, QpCap::default()).srq(SrqId(999));
     assert_eq!(
         p.b.create_qp(init).unwrap_err().errno(),
         EINVAL,

@@ -44,15 +44,7 @@ fn end(d: &EmuDevice, len: usize, channel: Option<ChannelId>) -> End {
         max_inline_data: 64,
     };
     let qpn = d
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap,
-            sq_sig_all: false,
-            srq: None,
-        })
+        .create_qp(&QpInitAttr::new(pd, cq, QpType::Rc, cap))
         .unwrap();
     let buf = MemBuf::new(len);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;

@@ -240,15 +240,7 @@ fn end(d: &EmuDevice, qp_type: QpType, len: usize) -> End {
         max_inline_data: 0,
     };
     let qpn = d
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type,
-            cap,
-            sq_sig_all: true,
-            srq: None,
-        })
+        .create_qp(&QpInitAttr::new(pd, cq, qp_type, cap).sq_sig_all(true))
         .unwrap();
     let buf = MemBuf::new(len);
     let access = AccessFlags::LOCAL_WRITE
@@ -488,21 +480,19 @@ fn cm() {
     ev(c, CmEventType::RouteResolved);
     let init = |dev: &dyn Device| {
         let cq = dev.create_cq(16, None).unwrap();
-        QpInitAttr {
-            pd: dev.alloc_pd().unwrap(),
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap: QpCap {
+        QpInitAttr::new(
+            dev.alloc_pd().unwrap(),
+            cq,
+            QpType::Rc,
+            QpCap {
                 max_send_wr: 4,
                 max_recv_wr: 4,
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
-            sq_sig_all: true,
-            srq: None,
-        }
+        )
+        .sq_sig_all(true)
     };
     c.1.create_qp(id, &init(&*c.0)).unwrap();
     c.1.connect(id, &ConnParam::default()).unwrap();

@@ -35,19 +35,19 @@ fn setup() -> Setup {
     // A: an XRC send QP (its node's RC QP is unused).
     let a = util::setup(&mut p.a, Side::A, &cfg);
     let xrc_qpn =
-        p.a.create_qp(QpInitAttr {
-            pd: a.pd,
-            send_cq: a.cq,
-            recv_cq: a.cq,
-            qp_type: QpType::XrcSend,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_send_sge: 2,
-                ..QpCap::default()
-            },
-            sq_sig_all: true,
-            srq: None,
-        })
+        p.a.create_qp(
+            QpInitAttr::new(
+                a.pd,
+                a.cq,
+                QpType::XrcSend,
+                QpCap {
+                    max_send_wr: 16,
+                    max_send_sge: 2,
+                    ..QpCap::default()
+                },
+            )
+            .sq_sig_all(true),
+        )
         .unwrap();
     // B: a domain, two XRC SRQs with a CQ each, an XRC receive QP; memory in B's PD.
     let b = util::setup(&mut p.b, Side::B, &cfg);

@@ -862,15 +862,12 @@ impl Engine {
         self.next_qpn = next_qpn(self.qpn_block, qpn);
         // No PD, CQs or SRQ until a request names its XRC SRQ (`responder`); the
         // handles here name nothing (the engine numbers PDs and CQs from 1).
-        let init = QpInitAttr {
-            pd: PdId(0),
-            send_cq: CqId(0),
-            recv_cq: CqId(0),
-            qp_type: QpType::XrcRecv,
-            cap: verbs_api::QpCap::default(),
-            sq_sig_all: false,
-            srq: None,
-        };
+        let init = QpInitAttr::new(
+            PdId(0),
+            CqId(0),
+            QpType::XrcRecv,
+            verbs_api::QpCap::default(),
+        );
         let mut qp = QueuePair::new(qpn, init);
         qp.xrcd = Some(xrcd);
         qp.holders = 1;

@@ -231,21 +231,18 @@ mod tests {
     fn looped_rc_pair(dev: &EmuDevice, pd: PdId, cqs: [CqId; 2]) -> (u32, u32) {
         use verbs_api::{connect_qp, Endpoint, QpCap, QpInitAttr, QpParams, QpType};
         let qp = |cq: CqId| {
-            dev.create_qp(&QpInitAttr {
+            dev.create_qp(&QpInitAttr::new(
                 pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: QpType::Rc,
-                cap: QpCap {
+                cq,
+                QpType::Rc,
+                QpCap {
                     max_send_wr: 4,
                     max_recv_wr: 4,
                     max_send_sge: 1,
                     max_recv_sge: 1,
                     max_inline_data: 0,
                 },
-                sq_sig_all: false,
-                srq: None,
-            })
+            ))
             .unwrap()
         };
         let (a, b) = (qp(cqs[0]), qp(cqs[1]));
@@ -465,21 +462,18 @@ mod tests {
         let pd = dev.alloc_pd().unwrap();
         let (a, b) = looped_rc_pair(&dev, pd, [cq, cq]);
         let gsi = dev
-            .create_qp(&QpInitAttr {
+            .create_qp(&QpInitAttr::new(
                 pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: QpType::Driver,
-                cap: QpCap {
+                cq,
+                QpType::Driver,
+                QpCap {
                     max_send_wr: 64,
                     max_recv_wr: 1,
                     max_send_sge: 1,
                     max_recv_sge: 1,
                     max_inline_data: 0,
                 },
-                sq_sig_all: false,
-                srq: None,
-            })
+            ))
             .unwrap();
         assert_eq!(gsi, GSI_QPN);
         let params = QpParams {

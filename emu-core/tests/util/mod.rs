@@ -359,15 +359,11 @@ pub fn setup(e: &mut Engine, side: Side, cfg: &Config) -> Node {
         .unwrap()
     });
     let qpn = e
-        .create_qp(QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: cfg.qp_type,
-            cap: cfg.cap,
-            sq_sig_all: cfg.sq_sig_all,
-            srq,
-        })
+        .create_qp(
+            QpInitAttr::new(pd, cq, cfg.qp_type, cfg.cap)
+                .srq(srq)
+                .sq_sig_all(cfg.sq_sig_all),
+        )
         .unwrap();
     let buf = MemBuf::new(cfg.buf_len);
     let mr = e
