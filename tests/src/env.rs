@@ -122,20 +122,6 @@ pub fn default_cap() -> QpCap {
     }
 }
 
-/// What `create_qp` takes for a QP of `qp_type` in `pd` with both queues on `cq`, the
-/// sizes `cap` (often [`default_cap`]), no `sq_sig_all` and no SRQ.
-pub fn qp_init_attr(pd: PdId, cq: CqId, qp_type: QpType, cap: QpCap) -> QpInitAttr {
-    QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type,
-        cap,
-        sq_sig_all: false,
-        srq: None,
-    }
-}
-
 /// Every access flag an MR can have without MW_BIND.
 pub fn all_access() -> AccessFlags {
     AccessFlags::LOCAL_WRITE
@@ -262,12 +248,11 @@ impl Env {
         srq: Option<SrqId>,
     ) -> u32 {
         self.dev
-            .create_qp(&QpInitAttr {
-                cap,
-                sq_sig_all,
-                srq,
-                ..qp_init_attr(pd, cq, qp_type, default_cap())
-            })
+            .create_qp(
+                &QpInitAttr::new(pd, cq, qp_type, cap)
+                    .sq_sig_all(sq_sig_all)
+                    .srq(srq),
+            )
             .expect("create_qp")
     }
 
@@ -650,15 +635,7 @@ impl Env {
     /// An RC QP in RESET of `pd` on `cq` that takes its receives from `srq`.
     pub fn srq_qp(&self, pd: PdId, cq: CqId, srq: verbs_api::SrqId) -> u32 {
         self.dev
-            .create_qp(&QpInitAttr {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: QpType::Rc,
-                cap: default_cap(),
-                sq_sig_all: false,
-                srq: Some(srq),
-            })
+            .create_qp(&QpInitAttr::new(pd, cq, QpType::Rc, default_cap()).srq(srq))
             .expect("create_qp on the SRQ")
     }
 

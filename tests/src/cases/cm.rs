@@ -80,7 +80,7 @@ fn ev(cm: &Cm, ch: CmChannelId, want: CmEventType) -> CmEvent {
 }
 
 fn init(env: &Env, qp_type: QpType) -> QpInitAttr {
-    crate::env::qp_init_attr(env.pd(), env.cq(64), qp_type, crate::env::default_cap())
+    QpInitAttr::new(env.pd(), env.cq(64), qp_type, crate::env::default_cap())
 }
 
 /// Binds `id` to the device's address and a port the CM picks (port 0: no port of

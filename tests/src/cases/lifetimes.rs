@@ -120,15 +120,7 @@ fn dereg_under_load(env: &Env, op: u64) -> Outcome {
 
 fn qp_on(env: &Env, pd: PdId, send_cq: verbs_api::CqId, recv_cq: verbs_api::CqId) -> u32 {
     env.dev
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq,
-            recv_cq,
-            qp_type: QpType::Rc,
-            cap: default_cap(),
-            sq_sig_all: false,
-            srq: None,
-        })
+        .create_qp(&QpInitAttr::new(pd, send_cq, QpType::Rc, default_cap()).recv_cq(recv_cq))
         .expect("create_qp")
 }
 

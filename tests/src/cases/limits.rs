@@ -21,7 +21,7 @@ use super::{
     assert_errno,
     errno::{EINVAL, ENOMEM},
 };
-use crate::env::{default_cap, qp_init_attr};
+use crate::env::default_cap;
 use crate::{Case, Env, Outcome};
 
 /// Objects of one kind a case allocates at most on hardware whose advertised maximum is
@@ -139,7 +139,7 @@ fn fill_objects(env: &Env, which: u64) -> Outcome {
         }
         "qp" => {
             let (pd, cq) = (env.pd(), env.cq(1));
-            let init = qp_init_attr(pd, cq, QpType::Ud, tiny_cap());
+            let init = QpInitAttr::new(pd, cq, QpType::Ud, tiny_cap());
             let (n, exact) = target(env, a.max_qp, HW_OBJECTS);
             fill(
                 "QP",
@@ -251,7 +251,7 @@ fn to_err(env: &Env, qpn: u32) {
 }
 
 fn qp_init(env: &Env, cap: QpCap) -> QpInitAttr {
-    qp_init_attr(env.pd(), env.cq(16), QpType::Rc, cap)
+    QpInitAttr::new(env.pd(), env.cq(16), QpType::Rc, cap)
 }
 
 fn qp_wr_at_max(env: &Env, recv: u64) -> Outcome {

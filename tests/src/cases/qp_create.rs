@@ -13,7 +13,8 @@
 use std::collections::HashSet;
 
 use verbs_api::{
-    QpAttr, QpAttrMask as M, QpCap, QpState as S, QpType, RecvWr, SendWr, SrqAttr, WcStatus,
+    QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState as S, QpType, RecvWr, SendWr, SrqAttr,
+    WcStatus,
 };
 
 use super::rq_limits::scatter_check;
@@ -21,7 +22,7 @@ use super::{
     assert_errno,
     errno::{EINVAL, ENOMEM, EOPNOTSUPP},
 };
-use crate::env::{default_cap, qp_init_attr, PairSpec, PSN_A, PSN_B};
+use crate::env::{default_cap, PairSpec, PSN_A, PSN_B};
 use crate::{Case, Env, Outcome};
 
 /// What a QP beyond a device limit asks for too much of.
@@ -59,7 +60,7 @@ fn srq_attr() -> SrqAttr {
 fn missing_object(env: &Env, which: u64) -> Outcome {
     let pd = env.pd();
     let cq = env.cq(16);
-    let mut init = qp_init_attr(pd, cq, QpType::Rc, default_cap());
+    let mut init = QpInitAttr::new(pd, cq, QpType::Rc, default_cap());
     match MISSING[which as usize] {
         "pd" => {
             let gone = env.pd();
@@ -85,7 +86,7 @@ fn missing_object(env: &Env, which: u64) -> Outcome {
     // The refusal left the good objects whole: the same call with them succeeds.
     let qpn = env
         .dev
-        .create_qp(&qp_init_attr(pd, cq, QpType::Rc, default_cap()))
+        .create_qp(&QpInitAttr::new(pd, cq, QpType::Rc, default_cap()))
         .expect("create_qp on the live objects");
     env.dev.destroy_qp(qpn).expect("destroy_qp");
     Outcome::Pass
@@ -96,7 +97,7 @@ fn unimplemented_type(env: &Env) -> Outcome {
     let cq = env.cq(16);
     match env
         .dev
-        .create_qp(&qp_init_attr(pd, cq, QpType::RawPacket, default_cap()))
+        .create_qp(&QpInitAttr::new(pd, cq, QpType::RawPacket, default_cap()))
     {
         Ok(qpn) => panic!("a raw packet QP {qpn:#x} was created"),
         Err(e) => assert!(
@@ -120,7 +121,7 @@ fn zero_send_wr(env: &Env) -> Outcome {
     let p = env.pair_spec(QpType::Rc, &params, default_cap(), 64, &spec);
     // b is replaced by a QP with no send queue.
     env.dev.destroy_qp(p.b.qpn).expect("destroy_qp");
-    let mut init = qp_init_attr(p.pd, p.b.cq, QpType::Rc, default_cap());
+    let mut init = QpInitAttr::new(p.pd, p.b.cq, QpType::Rc, default_cap());
     init.cap.max_send_wr = 0;
     let b = env
         .dev
@@ -154,7 +155,7 @@ fn beyond_device(env: &Env, which: u64) -> Outcome {
     let dev = env.dev.query_device().expect("query_device");
     let pd = env.pd();
     let cq = env.cq(16);
-    let mut init = qp_init_attr(pd, cq, QpType::Rc, default_cap());
+    let mut init = QpInitAttr::new(pd, cq, QpType::Rc, default_cap());
     match BEYOND[which as usize] {
         "max_recv_wr" => init.cap.max_recv_wr = dev.max_qp_wr + 1,
         "max_recv_sge" => init.cap.max_recv_sge = dev.max_sge + 1,
@@ -279,7 +280,7 @@ fn qpn_reuse(env: &Env) -> Outcome {
         ..default_cap()
     };
     for _ in 0..8 {
-        let mut init = qp_init_attr(pd, other_cq, QpType::Uc, default_cap());
+        let mut init = QpInitAttr::new(pd, other_cq, QpType::Uc, default_cap());
         init.cap = cap;
         let qpn = env.dev.create_qp(&init).expect("create_qp");
         assert!(
@@ -311,7 +312,7 @@ fn qpn_reuse(env: &Env) -> Outcome {
 fn query_fresh(env: &Env) -> Outcome {
     let pd = env.pd();
     let (scq, rcq) = (env.cq(16), env.cq(16));
-    let mut init = qp_init_attr(pd, scq, QpType::Rc, default_cap());
+    let mut init = QpInitAttr::new(pd, scq, QpType::Rc, default_cap());
     init.recv_cq = rcq;
     init.sq_sig_all = true;
     init.cap = QpCap {

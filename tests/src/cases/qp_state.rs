@@ -337,15 +337,8 @@ fn beyond_device_limit(env: &Env, which: u64) -> Outcome {
         cap.max_send_sge = attr.max_sge + 1;
     }
     assert_errno(
-        env.dev.create_qp(&verbs_api::QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap,
-            sq_sig_all: false,
-            srq: None,
-        }),
+        env.dev
+            .create_qp(&verbs_api::QpInitAttr::new(pd, cq, QpType::Rc, cap)),
         EINVAL,
     );
     Outcome::Pass

@@ -70,15 +70,7 @@ fn rig(env: &Env, pd: verbs_api::PdId, srq: SrqId, params: &verbs_api::QpParams)
     let sender = env.qp(pd, scq, QpType::Rc, default_cap());
     let receiver = env
         .dev
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: rcq,
-            recv_cq: rcq,
-            qp_type: QpType::Rc,
-            cap: default_cap(),
-            sq_sig_all: false,
-            srq: Some(srq),
-        })
+        .create_qp(&QpInitAttr::new(pd, rcq, QpType::Rc, default_cap()).srq(srq))
         .expect("create_qp on the SRQ");
     let gid = env.gid();
     let es = Endpoint {

@@ -15,11 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use verbs_api::{
-    AccessFlags as A, Device, MemBuf, MwType, QpCap, QpType, RecvWr, SendWr, Sge, SrqAttr,
-    WcStatus as S, WorkCompletion,
+    AccessFlags as A, Device, MemBuf, MwType, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge,
+    SrqAttr, WcStatus as S, WorkCompletion,
 };
 
-use crate::env::{all_access, default_cap, qp_init_attr, Pair, WAIT};
+use crate::env::{all_access, default_cap, Pair, WAIT};
 use crate::{Case, Env, Outcome};
 
 // The device and the environment a case hands its threads must be shareable; the
@@ -347,7 +347,7 @@ fn create_destroy(env: &Env, which: u64) -> Outcome {
         let dev = &*env.dev;
         let buf = MemBuf::new(4096);
         let ah_attr = env.params().ah_attr(env.gid());
-        let init = qp_init_attr(pd, cq, QpType::Rc, default_cap());
+        let init = QpInitAttr::new(pd, cq, QpType::Rc, default_cap());
         let srq_attr = SrqAttr {
             max_wr: 4,
             max_sge: 1,

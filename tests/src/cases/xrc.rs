@@ -17,7 +17,7 @@ use verbs_api::{
 
 use super::errno::{EBUSY, EINVAL, EOPNOTSUPP};
 use super::{assert_errno, assert_untouched, UNTOUCHED};
-use crate::env::{all_access, default_cap, qp_init_attr};
+use crate::env::{all_access, default_cap};
 use crate::{Case, Env, Outcome};
 
 pub(super) fn register(v: &mut Vec<Case>) {
@@ -82,10 +82,9 @@ impl Xrc {
         });
         let ini_cq = env.cq(64);
         let ini = dev
-            .create_qp(&QpInitAttr {
-                sq_sig_all: true,
-                ..qp_init_attr(pd, ini_cq, QpType::XrcSend, default_cap())
-            })
+            .create_qp(
+                &QpInitAttr::new(pd, ini_cq, QpType::XrcSend, default_cap()).sq_sig_all(true),
+            )
             .expect("create_qp XRC_SEND");
         let tgt = dev.create_xrc_recv_qp(xrcd).expect("create XRC_RECV QP");
         let params = env.params();
@@ -387,7 +386,7 @@ fn refusals(env: &Env) -> Outcome {
     let cq = env.cq(4);
     assert_errno(
         env.dev
-            .create_qp(&qp_init_attr(x.pd, cq, QpType::XrcRecv, default_cap())),
+            .create_qp(&QpInitAttr::new(x.pd, cq, QpType::XrcRecv, default_cap())),
         EINVAL,
     );
     Outcome::Pass
