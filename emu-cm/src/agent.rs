@@ -80,21 +80,21 @@ impl Agent {
         let pd = dev.alloc_pd()?;
         let channel = dev.create_comp_channel()?;
         let cq = dev.create_cq(4 * (RECV_SLOTS + SEND_SLOTS) as u32, Some(channel))?;
-        let qpn = dev.create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Driver,
-            cap: QpCap {
-                max_send_wr: 2 * SEND_SLOTS as u32,
-                max_recv_wr: RECV_SLOTS as u32,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-            srq: None,
-        })?;
+        let qpn = dev.create_qp(
+            &QpInitAttr::new(
+                pd,
+                cq,
+                QpType::Driver,
+                QpCap {
+                    max_send_wr: 2 * SEND_SLOTS as u32,
+                    max_recv_wr: RECV_SLOTS as u32,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+            )
+            .sq_sig_all(true),
+        )?;
         if qpn != GSI_QPN {
             let _ = dev.destroy_qp(qpn);
             return Err(Error::Unsupported("the device has no GSI QP"));

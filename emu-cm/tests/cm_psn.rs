@@ -20,21 +20,19 @@ const P: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 7);
 const PORT: u16 = 7174;
 
 fn init(pd: PdId, cq: CqId, qp_type: QpType) -> QpInitAttr {
-    QpInitAttr {
+    QpInitAttr::new(
         pd,
-        send_cq: cq,
-        recv_cq: cq,
+        cq,
         qp_type,
-        cap: QpCap {
+        QpCap {
             max_send_wr: 8,
             max_recv_wr: 8,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 0,
         },
-        sq_sig_all: true,
-        srq: None,
-    }
+    )
+    .sq_sig_all(true)
 }
 
 #[test]

@@ -57,21 +57,19 @@ fn ev(h: &Host, want: CmEventType) -> CmEvent {
 fn qp_init(dev: &dyn Device) -> QpInitAttr {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64, None).unwrap();
-    QpInitAttr {
+    QpInitAttr::new(
         pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Rc,
-        cap: QpCap {
+        cq,
+        QpType::Rc,
+        QpCap {
             max_send_wr: 16,
             max_recv_wr: 16,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 0,
         },
-        sq_sig_all: true,
-        srq: None,
-    }
+    )
+    .sq_sig_all(true)
 }
 
 /// Client resolves and connects; the server listens on `sport`.
