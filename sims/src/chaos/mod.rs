@@ -367,15 +367,8 @@ impl Net {
             for _ in 0..256 {
                 let pd = dev.alloc_pd().map_err(|e| e.to_string())?;
                 let cq = dev.create_cq(1, None).map_err(|e| e.to_string())?;
-                let init = verbs_api::QpInitAttr {
-                    pd,
-                    send_cq: cq,
-                    recv_cq: cq,
-                    qp_type: QpType::Rc,
-                    cap: verbs_api::QpCap::default(),
-                    sq_sig_all: false,
-                    srq: None,
-                };
+                let init =
+                    verbs_api::QpInitAttr::new(pd, cq, QpType::Rc, verbs_api::QpCap::default());
                 let qpn = dev.create_qp(&init).map_err(|e| e.to_string())?;
                 let _ = dev.destroy_qp(qpn);
                 let _ = dev.destroy_cq(cq);

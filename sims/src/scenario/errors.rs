@@ -146,21 +146,22 @@ fn srq_limit(f: &Fabric) -> Check {
         )
         .map_err(e)?;
     let qpn = dev
-        .create_qp(&QpInitAttr {
-            pd: b.pd.id(),
-            send_cq: b.cq.id(),
-            recv_cq: b.cq.id(),
-            qp_type: QpType::Rc,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 0,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-            srq: Some(srq),
-        })
+        .create_qp(
+            &QpInitAttr::new(
+                b.pd.id(),
+                b.cq.id(),
+                QpType::Rc,
+                QpCap {
+                    max_send_wr: 16,
+                    max_recv_wr: 0,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+            )
+            .srq(srq)
+            .sq_sig_all(true),
+        )
         .map_err(e)?;
     let gid = |h: &Host| h.ctx.device().query_gid(1, 0);
     connect_qp(a.ctx.device(), a.qp.qpn(), gid(&b).map_err(e)?, qpn, &cfg);

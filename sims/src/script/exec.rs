@@ -102,21 +102,22 @@ fn setup(s: &Script, f: &Fabric) -> Result<Vec<HostState>, String> {
                     )
                     .map_err(e)?;
                 let qpn = dev
-                    .create_qp(&QpInitAttr {
-                        pd: host.pd.id(),
-                        send_cq: host.cq.id(),
-                        recv_cq: host.cq.id(),
-                        qp_type: QpType::Rc,
-                        cap: QpCap {
-                            max_send_wr: cfg.max_send_wr,
-                            max_recv_wr: 0,
-                            max_send_sge: 1,
-                            max_recv_sge: 1,
-                            max_inline_data: 0,
-                        },
-                        sq_sig_all: cfg.sq_sig_all,
-                        srq: Some(srq),
-                    })
+                    .create_qp(
+                        &QpInitAttr::new(
+                            host.pd.id(),
+                            host.cq.id(),
+                            QpType::Rc,
+                            QpCap {
+                                max_send_wr: cfg.max_send_wr,
+                                max_recv_wr: 0,
+                                max_send_sge: 1,
+                                max_recv_sge: 1,
+                                max_inline_data: 0,
+                            },
+                        )
+                        .srq(srq)
+                        .sq_sig_all(cfg.sq_sig_all),
+                    )
                     .map_err(e)?;
                 (qpn, Some(srq))
             }
