@@ -270,16 +270,8 @@ fn open_host(
     let qpns = (0..qps as usize)
         .map(|i| {
             let cq = cqs[i / qps_per_cq];
-            dev.create_qp(&QpInitAttr {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: QpType::Rc,
-                cap,
-                sq_sig_all: false,
-                srq: None,
-            })
-            .map_err(os("create_qp"))
+            dev.create_qp(&QpInitAttr::new(pd, cq, QpType::Rc, cap))
+                .map_err(os("create_qp"))
         })
         .collect::<Result<Vec<_>, _>>()?;
     check_mr(&*dev, "the bench's buffer", buf_len as u64)?;
