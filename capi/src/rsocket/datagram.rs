@@ -482,21 +482,19 @@ impl DSocket {
                 .reg_mr(pd, &rbuf, 0, rbuf.len(), AccessFlags::LOCAL_WRITE)
                 .map_err(e)?;
             res.lkeys.push(rmr.lkey);
-            let init = QpInitAttr {
+            let init = QpInitAttr::new(
                 pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: QpType::Ud,
-                cap: QpCap {
+                cq,
+                QpType::Ud,
+                QpCap {
                     max_send_wr: s.sq_size,
                     max_recv_wr: s.rq_size,
                     max_send_sge: 1,
                     max_recv_sge: 2,
                     max_inline_data: 0,
                 },
-                sq_sig_all: true,
-                srq: None,
-            };
+            )
+            .sq_sig_all(true);
             let qpn = cm.cm.create_qp(id, &init).map_err(e)?;
             let want = match src.ip() {
                 IpAddr::V4(v) => Gid::from(v),

@@ -174,21 +174,19 @@ pub(crate) fn create_ep(cm: &Cm, id: CmId, z: &Sizes) -> Result<Conn, c_int> {
     let sq = z.sq_size.clamp(QP_MIN, max.max(QP_MIN));
     let rq = z.rq_size.clamp(QP_MIN, max.max(QP_MIN));
     let (mut res, pd, comp, cq) = Resources::open(&dev, sq + rq).map_err(e)?;
-    let init = QpInitAttr {
+    let init = QpInitAttr::new(
         pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Rc,
-        cap: QpCap {
+        cq,
+        QpType::Rc,
+        QpCap {
             max_send_wr: sq,
             max_recv_wr: rq,
             max_send_sge: 2,
             max_recv_sge: 1,
             max_inline_data: 0,
         },
-        sq_sig_all: true,
-        srq: None,
-    };
+    )
+    .sq_sig_all(true);
     let qpn = cm.cm.create_qp(id, &init).map_err(e)?;
     let built = (|| {
         let rbuf_size = z.rbuf_size.max(2 * super::data::SNDLOWAT) & !1;
