@@ -47,21 +47,18 @@ fn ev(cm: &HwCm, ch: CmChannelId, want: CmEventType) -> CmEvent {
 
 fn init(dev: &dyn Device, qp_type: QpType) -> QpInitAttr {
     let cq = dev.create_cq(64, None).unwrap();
-    QpInitAttr {
-        pd: dev.alloc_pd().unwrap(),
-        send_cq: cq,
-        recv_cq: cq,
+    QpInitAttr::new(
+        dev.alloc_pd().unwrap(),
+        cq,
         qp_type,
-        cap: QpCap {
+        QpCap {
             max_send_wr: 16,
             max_recv_wr: 16,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 0,
         },
-        sq_sig_all: false,
-        srq: None,
-    }
+    )
 }
 
 /// A listener on `ip:port` (server channel) and an id resolved toward it (client

@@ -90,21 +90,18 @@ fn lifecycle_and_ebusy_ordering() {
     let ch = dev.create_comp_channel().unwrap();
     let cq = dev.create_cq(16, Some(ch)).unwrap();
     let qpn = dev
-        .create_qp(&QpInitAttr {
+        .create_qp(&QpInitAttr::new(
             pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap: QpCap {
+            cq,
+            QpType::Rc,
+            QpCap {
                 max_send_wr: 4,
                 max_recv_wr: 4,
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
-            sq_sig_all: false,
-            srq: None,
-        })
+        ))
         .unwrap();
     let (attr, init) = dev.query_qp(qpn).unwrap();
     assert_eq!(attr.qp_state, QpState::Reset);
@@ -510,21 +507,21 @@ fn completion_channel_events_via_fd() {
     let cq = dev.create_cq(16, Some(ch)).unwrap();
     // A fresh QP pair whose receiver's CQ is on the channel.
     let qpn = dev
-        .create_qp(&QpInitAttr {
-            pd: p.pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap: QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-            srq: None,
-        })
+        .create_qp(
+            &QpInitAttr::new(
+                p.pd,
+                cq,
+                QpType::Rc,
+                QpCap {
+                    max_send_wr: 4,
+                    max_recv_wr: 4,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+            )
+            .sq_sig_all(true),
+        )
         .unwrap();
     let o = LoopbackOpts::default();
     common::connect_rc(&dev, qpn, p.a.qpn, &o);
@@ -566,21 +563,21 @@ fn ud_send_with_grh() {
     let qkey = 0x1111_1111;
     let mk = || {
         let qpn = dev
-            .create_qp(&QpInitAttr {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: QpType::Ud,
-                cap: QpCap {
-                    max_send_wr: 4,
-                    max_recv_wr: 4,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: true,
-                srq: None,
-            })
+            .create_qp(
+                &QpInitAttr::new(
+                    pd,
+                    cq,
+                    QpType::Ud,
+                    QpCap {
+                        max_send_wr: 4,
+                        max_recv_wr: 4,
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: 0,
+                    },
+                )
+                .sq_sig_all(true),
+            )
             .unwrap();
         let a = QpAttr {
             qp_state: QpState::Init,
@@ -676,21 +673,22 @@ fn srq_receive_query_and_limit_event() {
     let q = dev.query_srq(srq).unwrap();
     assert!(q.max_wr >= 16, "{q:?}");
     let rx = dev
-        .create_qp(&QpInitAttr {
-            pd: p.pd,
-            send_cq: p.b.cq,
-            recv_cq: p.b.cq,
-            qp_type: QpType::Rc,
-            cap: QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 0,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-            srq: Some(srq),
-        })
+        .create_qp(
+            &QpInitAttr::new(
+                p.pd,
+                p.b.cq,
+                QpType::Rc,
+                QpCap {
+                    max_send_wr: 4,
+                    max_recv_wr: 0,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+            )
+            .srq(srq)
+            .sq_sig_all(true),
+        )
         .unwrap();
     assert_eq!(dev.query_qp(rx).unwrap().1.srq, Some(srq));
     let o = LoopbackOpts::default();
@@ -828,21 +826,21 @@ fn multicast_attach_detach() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(4, None).unwrap();
     let qpn = dev
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Ud,
-            cap: QpCap {
-                max_send_wr: 2,
-                max_recv_wr: 2,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-            srq: None,
-        })
+        .create_qp(
+            &QpInitAttr::new(
+                pd,
+                cq,
+                QpType::Ud,
+                QpCap {
+                    max_send_wr: 2,
+                    max_recv_wr: 2,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+            )
+            .sq_sig_all(true),
+        )
         .unwrap();
     let group = verbs_api::Gid::from("ff0e::1:2".parse::<std::net::Ipv6Addr>().unwrap());
     dev.attach_mcast(qpn, &group, 0).expect("attach_mcast");

@@ -192,21 +192,21 @@ fn side(dev: &dyn Device, pd: PdId, o: &LoopbackOpts, qp_type: QpType) -> Side {
         .reg_mr(pd, &buf, 0, o.buf_len, ALL_ACCESS)
         .expect("reg_mr");
     let qpn = dev
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type,
-            cap: QpCap {
-                max_send_wr: o.depth,
-                max_recv_wr: o.depth,
-                max_send_sge: 2,
-                max_recv_sge: 2,
-                max_inline_data: 64,
-            },
-            sq_sig_all: true,
-            srq: None,
-        })
+        .create_qp(
+            &QpInitAttr::new(
+                pd,
+                cq,
+                qp_type,
+                QpCap {
+                    max_send_wr: o.depth,
+                    max_recv_wr: o.depth,
+                    max_send_sge: 2,
+                    max_recv_sge: 2,
+                    max_inline_data: 64,
+                },
+            )
+            .sq_sig_all(true),
+        )
         .expect("create_qp");
     Side { qpn, cq, buf, mr }
 }
