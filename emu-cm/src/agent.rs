@@ -85,13 +85,7 @@ impl Agent {
                 pd,
                 cq,
                 QpType::Driver,
-                QpCap {
-                    max_send_wr: 2 * SEND_SLOTS as u32,
-                    max_recv_wr: RECV_SLOTS as u32,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
+                QpCap::new(2 * SEND_SLOTS as u32, RECV_SLOTS as u32),
             )
             .sq_sig_all(true),
         )?;

@@ -51,19 +51,7 @@ fn ev(h: &Host, want: CmEventType) -> CmEvent {
 fn qp_init(dev: &dyn Device, qp_type: QpType) -> QpInitAttr {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64, None).unwrap();
-    QpInitAttr::new(
-        pd,
-        cq,
-        qp_type,
-        QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-    )
-    .sq_sig_all(true)
+    QpInitAttr::new(pd, cq, qp_type, QpCap::new(16, 16)).sq_sig_all(true)
 }
 
 fn listen(s: &Host, ps: PortSpace, port: u16) -> CmId {

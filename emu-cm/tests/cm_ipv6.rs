@@ -48,19 +48,7 @@ fn ev(h: &Host, want: CmEventType) -> CmEvent {
 fn qp_init(dev: &dyn Device) -> QpInitAttr {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16, None).unwrap();
-    QpInitAttr::new(
-        pd,
-        cq,
-        QpType::Rc,
-        QpCap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-    )
-    .sq_sig_all(true)
+    QpInitAttr::new(pd, cq, QpType::Rc, QpCap::new(8, 8)).sq_sig_all(true)
 }
 
 #[test]

@@ -20,19 +20,7 @@ const P: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 7);
 const PORT: u16 = 7174;
 
 fn init(pd: PdId, cq: CqId, qp_type: QpType) -> QpInitAttr {
-    QpInitAttr::new(
-        pd,
-        cq,
-        qp_type,
-        QpCap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-    )
-    .sq_sig_all(true)
+    QpInitAttr::new(pd, cq, qp_type, QpCap::new(8, 8)).sq_sig_all(true)
 }
 
 #[test]

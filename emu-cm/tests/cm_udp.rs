@@ -57,19 +57,7 @@ fn ev(h: &Host, want: CmEventType) -> CmEvent {
 fn qp_init(dev: &dyn Device) -> QpInitAttr {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64, None).unwrap();
-    QpInitAttr::new(
-        pd,
-        cq,
-        QpType::Rc,
-        QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-    )
-    .sq_sig_all(true)
+    QpInitAttr::new(pd, cq, QpType::Rc, QpCap::new(16, 16)).sq_sig_all(true)
 }
 
 /// Client resolves and connects; the server listens on `sport`.

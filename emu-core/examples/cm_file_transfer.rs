@@ -78,19 +78,7 @@ fn setup(cm: &EmuCm, id: CmId) -> Res<(MemBuf, MrInfo)> {
     let cq = dev.create_cq(16, None)?;
     cm.create_qp(
         id,
-        &QpInitAttr::new(
-            pd,
-            cq,
-            QpType::Rc,
-            QpCap {
-                max_send_wr: 8,
-                max_recv_wr: 8,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-        )
-        .sq_sig_all(true),
+        &QpInitAttr::new(pd, cq, QpType::Rc, QpCap::new(8, 8)).sq_sig_all(true),
     )?;
     let buf = MemBuf::new(2 * MSG as usize);
     let mr = reg_msgs(cm, id, &buf, 0, buf.len())?;

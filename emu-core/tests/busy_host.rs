@@ -63,21 +63,7 @@ fn pair(n: u8, port: u16) -> std::result::Result<(), String> {
         let pd = d.alloc_pd().map_err(|e| e.to_string())?;
         let cq = d.create_cq(64, None).map_err(|e| e.to_string())?;
         let qpn = d
-            .create_qp(
-                &QpInitAttr::new(
-                    pd,
-                    cq,
-                    QpType::Rc,
-                    QpCap {
-                        max_send_wr: 16,
-                        max_recv_wr: 16,
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: 0,
-                    },
-                )
-                .sq_sig_all(true),
-            )
+            .create_qp(&QpInitAttr::new(pd, cq, QpType::Rc, QpCap::new(16, 16)).sq_sig_all(true))
             .map_err(|e| e.to_string())?;
         let buf = MemBuf::new(total);
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;

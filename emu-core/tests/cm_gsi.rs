@@ -9,22 +9,8 @@ use emu_sims::Fabric;
 use verbs_api::*;
 
 fn ud_init(dev: &dyn Device, pd: PdId, cq: CqId, qp_type: QpType) -> u32 {
-    dev.create_qp(
-        &QpInitAttr::new(
-            pd,
-            cq,
-            qp_type,
-            QpCap {
-                max_send_wr: 8,
-                max_recv_wr: 8,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-        )
-        .sq_sig_all(true),
-    )
-    .unwrap()
+    dev.create_qp(&QpInitAttr::new(pd, cq, qp_type, QpCap::new(8, 8)).sq_sig_all(true))
+        .unwrap()
 }
 
 #[test]

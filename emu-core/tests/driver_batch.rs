@@ -112,21 +112,7 @@ fn side(name: &str, ip: Ipv4Addr, epoch: Instant, max_batch: usize) -> Side {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64, None).unwrap();
     let qpn = dev
-        .create_qp(
-            &QpInitAttr::new(
-                pd,
-                cq,
-                QpType::Rc,
-                QpCap {
-                    max_send_wr: 16,
-                    max_recv_wr: 16,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-            )
-            .sq_sig_all(true),
-        )
+        .create_qp(&QpInitAttr::new(pd, cq, QpType::Rc, QpCap::new(16, 16)).sq_sig_all(true))
         .unwrap();
     let buf = MemBuf::new(4096);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;

@@ -19,13 +19,7 @@ fn ctx(host: u8) -> (Arc<EmuDevice>, Context) {
 }
 
 fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 4,
-        max_recv_wr: 4,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
+    QpCap::new(4, 4)
 }
 
 #[test]

@@ -71,19 +71,7 @@ fn interop_mode_checks_icrc_with_the_ip_id_and_the_hook_drops_an_ack() {
     };
     let pd = d.alloc_pd().unwrap();
     let cq = d.create_cq(16, None).unwrap();
-    let init = QpInitAttr::new(
-        pd,
-        cq,
-        QpType::Rc,
-        QpCap {
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-    )
-    .sq_sig_all(true);
+    let init = QpInitAttr::new(pd, cq, QpType::Rc, QpCap::new(4, 4)).sq_sig_all(true);
     let (x, y) = (d.create_qp(&init).unwrap(), d.create_qp(&init).unwrap());
     for (me, peer) in [(x, y), (y, x)] {
         let mut a = QpAttr {

@@ -120,21 +120,7 @@ fn stock_tshark_decodes_an_ipv6_exchange() {
         let pd = d.alloc_pd().unwrap();
         let cq = d.create_cq(16, None).unwrap();
         let qpn = d
-            .create_qp(
-                &QpInitAttr::new(
-                    pd,
-                    cq,
-                    QpType::Rc,
-                    QpCap {
-                        max_send_wr: 8,
-                        max_recv_wr: 8,
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: 0,
-                    },
-                )
-                .sq_sig_all(true),
-            )
+            .create_qp(&QpInitAttr::new(pd, cq, QpType::Rc, QpCap::new(8, 8)).sq_sig_all(true))
             .unwrap();
         let buf = MemBuf::new(4096);
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;

@@ -20,13 +20,7 @@ fn wait(d: &EmuDevice, cq: CqId) -> WorkCompletion {
 
 /// Two RC QPs of one device connected to each other (the device talks to itself).
 fn rc_pair(d: &EmuDevice, pd: PdId, cq: CqId) -> (u32, u32) {
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
+    let cap = QpCap::new(16, 16);
     let init = QpInitAttr::new(pd, cq, QpType::Rc, cap).sq_sig_all(true);
     let (x, y) = (d.create_qp(&init).unwrap(), d.create_qp(&init).unwrap());
     let params = QpParams {

@@ -77,13 +77,7 @@ fn in_namespaces() {
             pd,
             cq,
             QpType::Rc,
-            verbs_api::QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
+            verbs_api::QpCap::new(4, 4),
         ))
         .unwrap();
     let init = QpAttr {

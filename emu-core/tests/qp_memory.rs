@@ -18,13 +18,7 @@ const QPS: u32 = 100_000;
 
 /// The cap the bench's QPs ask for (`rdma-emu bench write_bw --qps 100000 --tx-depth
 /// 800000`: eight WRs a QP, twice that in receives).
-const CAP: QpCap = QpCap {
-    max_send_wr: 8,
-    max_recv_wr: 16,
-    max_send_sge: 1,
-    max_recv_sge: 1,
-    max_inline_data: 0,
-};
+const CAP: QpCap = QpCap::new(8, 16);
 
 fn create(e: &mut Engine, pd: PdId, cq: CqId) -> u32 {
     e.create_qp(QpInitAttr::new(pd, cq, QpType::Rc, CAP))

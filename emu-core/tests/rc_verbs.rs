@@ -671,20 +671,9 @@ fn an_armed_qp1_cq_does_not_count_as_armed() {
     e.req_notify_cq(early, false).unwrap();
     assert!(e.cq_armed());
     e.create_qp(
-        QpInitAttr::new(
-            pd,
-            early,
-            QpType::Driver,
-            QpCap {
-                max_send_wr: 2,
-                max_recv_wr: 2,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-        )
-        .recv_cq(late)
-        .sq_sig_all(true),
+        QpInitAttr::new(pd, early, QpType::Driver, QpCap::new(2, 2))
+            .recv_cq(late)
+            .sq_sig_all(true),
     )
     .unwrap();
     assert!(!e.cq_armed());

@@ -35,13 +35,7 @@ fn shared_ip() -> Ipv4Addr {
 }
 
 fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 32,
-        max_recv_wr: 32,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
+    QpCap::new(32, 32)
 }
 
 struct Qp {

@@ -232,13 +232,7 @@ struct End {
 fn end(d: &EmuDevice, qp_type: QpType, len: usize) -> End {
     let pd = d.alloc_pd().unwrap();
     let cq = d.create_cq(1024, None).unwrap();
-    let cap = QpCap {
-        max_send_wr: 256,
-        max_recv_wr: 256,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
+    let cap = QpCap::new(256, 256);
     let qpn = d
         .create_qp(&QpInitAttr::new(pd, cq, qp_type, cap).sq_sig_all(true))
         .unwrap();
@@ -480,19 +474,7 @@ fn cm() {
     ev(c, CmEventType::RouteResolved);
     let init = |dev: &dyn Device| {
         let cq = dev.create_cq(16, None).unwrap();
-        QpInitAttr::new(
-            dev.alloc_pd().unwrap(),
-            cq,
-            QpType::Rc,
-            QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-        )
-        .sq_sig_all(true)
+        QpInitAttr::new(dev.alloc_pd().unwrap(), cq, QpType::Rc, QpCap::new(4, 4)).sq_sig_all(true)
     };
     c.1.create_qp(id, &init(&*c.0)).unwrap();
     c.1.connect(id, &ConnParam::default()).unwrap();

@@ -47,18 +47,7 @@ fn ev(cm: &HwCm, ch: CmChannelId, want: CmEventType) -> CmEvent {
 
 fn init(dev: &dyn Device, qp_type: QpType) -> QpInitAttr {
     let cq = dev.create_cq(64, None).unwrap();
-    QpInitAttr::new(
-        dev.alloc_pd().unwrap(),
-        cq,
-        qp_type,
-        QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-    )
+    QpInitAttr::new(dev.alloc_pd().unwrap(), cq, qp_type, QpCap::new(16, 16))
 }
 
 /// A listener on `ip:port` (server channel) and an id resolved toward it (client

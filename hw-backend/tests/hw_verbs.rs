@@ -90,18 +90,7 @@ fn lifecycle_and_ebusy_ordering() {
     let ch = dev.create_comp_channel().unwrap();
     let cq = dev.create_cq(16, Some(ch)).unwrap();
     let qpn = dev
-        .create_qp(&QpInitAttr::new(
-            pd,
-            cq,
-            QpType::Rc,
-            QpCap {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-        ))
+        .create_qp(&QpInitAttr::new(pd, cq, QpType::Rc, QpCap::new(4, 4)))
         .unwrap();
     let (attr, init) = dev.query_qp(qpn).unwrap();
     assert_eq!(attr.qp_state, QpState::Reset);
@@ -507,21 +496,7 @@ fn completion_channel_events_via_fd() {
     let cq = dev.create_cq(16, Some(ch)).unwrap();
     // A fresh QP pair whose receiver's CQ is on the channel.
     let qpn = dev
-        .create_qp(
-            &QpInitAttr::new(
-                p.pd,
-                cq,
-                QpType::Rc,
-                QpCap {
-                    max_send_wr: 4,
-                    max_recv_wr: 4,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-            )
-            .sq_sig_all(true),
-        )
+        .create_qp(&QpInitAttr::new(p.pd, cq, QpType::Rc, QpCap::new(4, 4)).sq_sig_all(true))
         .unwrap();
     let o = LoopbackOpts::default();
     common::connect_rc(&dev, qpn, p.a.qpn, &o);
@@ -563,21 +538,7 @@ fn ud_send_with_grh() {
     let qkey = 0x1111_1111;
     let mk = || {
         let qpn = dev
-            .create_qp(
-                &QpInitAttr::new(
-                    pd,
-                    cq,
-                    QpType::Ud,
-                    QpCap {
-                        max_send_wr: 4,
-                        max_recv_wr: 4,
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: 0,
-                    },
-                )
-                .sq_sig_all(true),
-            )
+            .create_qp(&QpInitAttr::new(pd, cq, QpType::Ud, QpCap::new(4, 4)).sq_sig_all(true))
             .unwrap();
         let a = QpAttr {
             qp_state: QpState::Init,
@@ -674,20 +635,9 @@ fn srq_receive_query_and_limit_event() {
     assert!(q.max_wr >= 16, "{q:?}");
     let rx = dev
         .create_qp(
-            &QpInitAttr::new(
-                p.pd,
-                p.b.cq,
-                QpType::Rc,
-                QpCap {
-                    max_send_wr: 4,
-                    max_recv_wr: 0,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-            )
-            .srq(srq)
-            .sq_sig_all(true),
+            &QpInitAttr::new(p.pd, p.b.cq, QpType::Rc, QpCap::new(4, 0))
+                .srq(srq)
+                .sq_sig_all(true),
         )
         .unwrap();
     assert_eq!(dev.query_qp(rx).unwrap().1.srq, Some(srq));
@@ -826,21 +776,7 @@ fn multicast_attach_detach() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(4, None).unwrap();
     let qpn = dev
-        .create_qp(
-            &QpInitAttr::new(
-                pd,
-                cq,
-                QpType::Ud,
-                QpCap {
-                    max_send_wr: 2,
-                    max_recv_wr: 2,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-            )
-            .sq_sig_all(true),
-        )
+        .create_qp(&QpInitAttr::new(pd, cq, QpType::Ud, QpCap::new(2, 2)).sq_sig_all(true))
         .unwrap();
     let group = verbs_api::Gid::from("ff0e::1:2".parse::<std::net::Ipv6Addr>().unwrap());
     dev.attach_mcast(qpn, &group, 0).expect("attach_mcast");

@@ -225,21 +225,7 @@ fn open_end(dev: &dyn Device, gid: Gid, sgid_index: u8) -> End<'_> {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16, None).unwrap();
     let qpn = dev
-        .create_qp(
-            &QpInitAttr::new(
-                pd,
-                cq,
-                QpType::Rc,
-                QpCap {
-                    max_send_wr: 4,
-                    max_recv_wr: 4,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-            )
-            .sq_sig_all(true),
-        )
+        .create_qp(&QpInitAttr::new(pd, cq, QpType::Rc, QpCap::new(4, 4)).sq_sig_all(true))
         .unwrap_or_else(|e| die(&format!("create_qp: {e}")));
     let buf = MemBuf::new(4096);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;

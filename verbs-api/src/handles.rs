@@ -664,13 +664,7 @@ pub struct QpBuilder<'a> {
 
 impl<'a> QpBuilder<'a> {
     /// The queue sizes a QP gets unless told otherwise.
-    pub const DEFAULT_CAP: QpCap = QpCap {
-        max_send_wr: 128,
-        max_recv_wr: 128,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
+    pub const DEFAULT_CAP: QpCap = QpCap::new(128, 128);
 
     /// Receives complete on `cq` instead of the send CQ.
     pub fn recv_cq(mut self, cq: &'a Cq) -> Self {

@@ -353,6 +353,22 @@ pub struct QpCap {
     pub max_inline_data: u32,
 }
 
+impl QpCap {
+    /// Queues of `max_send_wr` send and `max_recv_wr` receive WRs, one SGE per WR
+    /// each way and no inline data: the sizes most QPs are created with. Set the
+    /// other fields (`QpCap { max_send_sge: 4, ..QpCap::new(16, 16) }`) for more.
+    #[must_use]
+    pub const fn new(max_send_wr: u32, max_recv_wr: u32) -> Self {
+        QpCap {
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
+    }
+}
+
 /// `struct ibv_qp_attr`: QP attributes for ibv_modify_qp and ibv_query_qp
 /// (manual 3.5.1 ibv_modify_qp, 3.6.1 ibv_query_qp). Which fields matter is
 /// given by a [`QpAttrMask`].
@@ -455,6 +471,20 @@ impl Default for QpAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qp_cap_new_is_one_sge_each_way_and_no_inline_data() {
+        assert_eq!(
+            QpCap::new(16, 8),
+            QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 8,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            }
+        );
+    }
 
     #[test]
     fn enum_values_match_libibverbs() {

@@ -152,21 +152,7 @@ mod tests {
         let pd = a.alloc_pd().unwrap();
         let cq = a.create_cq(8, None).unwrap();
         let qpn = a
-            .create_qp(
-                &QpInitAttr::new(
-                    pd,
-                    cq,
-                    QpType::Rc,
-                    QpCap {
-                        max_send_wr: 4,
-                        max_recv_wr: 4,
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: 0,
-                    },
-                )
-                .sq_sig_all(true),
-            )
+            .create_qp(&QpInitAttr::new(pd, cq, QpType::Rc, QpCap::new(4, 4)).sq_sig_all(true))
             .unwrap();
         let buf = MemBuf::new(64);
         let mr = a.reg_mr(pd, &buf, 0, 64, AccessFlags::LOCAL_WRITE).unwrap();

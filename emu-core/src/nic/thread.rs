@@ -231,19 +231,8 @@ mod tests {
     fn looped_rc_pair(dev: &EmuDevice, pd: PdId, cqs: [CqId; 2]) -> (u32, u32) {
         use verbs_api::{connect_qp, Endpoint, QpCap, QpInitAttr, QpParams, QpType};
         let qp = |cq: CqId| {
-            dev.create_qp(&QpInitAttr::new(
-                pd,
-                cq,
-                QpType::Rc,
-                QpCap {
-                    max_send_wr: 4,
-                    max_recv_wr: 4,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-            ))
-            .unwrap()
+            dev.create_qp(&QpInitAttr::new(pd, cq, QpType::Rc, QpCap::new(4, 4)))
+                .unwrap()
         };
         let (a, b) = (qp(cqs[0]), qp(cqs[1]));
         let params = QpParams::default();
@@ -462,18 +451,7 @@ mod tests {
         let pd = dev.alloc_pd().unwrap();
         let (a, b) = looped_rc_pair(&dev, pd, [cq, cq]);
         let gsi = dev
-            .create_qp(&QpInitAttr::new(
-                pd,
-                cq,
-                QpType::Driver,
-                QpCap {
-                    max_send_wr: 64,
-                    max_recv_wr: 1,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-            ))
+            .create_qp(&QpInitAttr::new(pd, cq, QpType::Driver, QpCap::new(64, 1)))
             .unwrap();
         assert_eq!(gsi, GSI_QPN);
         let params = QpParams {

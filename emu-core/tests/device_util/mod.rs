@@ -44,21 +44,7 @@ pub fn side(d: &EmuDevice, qp_type: QpType, len: usize, access: AccessFlags) -> 
     let pd = d.alloc_pd().unwrap();
     let cq = d.create_cq(64, None).unwrap();
     let qpn = d
-        .create_qp(
-            &QpInitAttr::new(
-                pd,
-                cq,
-                qp_type,
-                QpCap {
-                    max_send_wr: 16,
-                    max_recv_wr: 16,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-            )
-            .sq_sig_all(true),
-        )
+        .create_qp(&QpInitAttr::new(pd, cq, qp_type, QpCap::new(16, 16)).sq_sig_all(true))
         .unwrap();
     let buf = MemBuf::new(len);
     let mr = d.reg_mr(pd, &buf, 0, len, access).unwrap();

@@ -100,21 +100,8 @@ struct Side {
 fn side(dev: &EmuDevice, qp_type: QpType, len: usize) -> Result<Side> {
     let pd = dev.alloc_pd()?;
     let cq = dev.create_cq(256, None)?;
-    let qpn = dev.create_qp(
-        &QpInitAttr::new(
-            pd,
-            cq,
-            qp_type,
-            QpCap {
-                max_send_wr: 32,
-                max_recv_wr: 32,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-        )
-        .sq_sig_all(true),
-    )?;
+    let qpn =
+        dev.create_qp(&QpInitAttr::new(pd, cq, qp_type, QpCap::new(32, 32)).sq_sig_all(true))?;
     let buf = MemBuf::new(len);
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE

@@ -147,20 +147,9 @@ fn srq_limit(f: &Fabric) -> Check {
         .map_err(e)?;
     let qpn = dev
         .create_qp(
-            &QpInitAttr::new(
-                b.pd.id(),
-                b.cq.id(),
-                QpType::Rc,
-                QpCap {
-                    max_send_wr: 16,
-                    max_recv_wr: 0,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-            )
-            .srq(srq)
-            .sq_sig_all(true),
+            &QpInitAttr::new(b.pd.id(), b.cq.id(), QpType::Rc, QpCap::new(16, 0))
+                .srq(srq)
+                .sq_sig_all(true),
         )
         .map_err(e)?;
     let gid = |h: &Host| h.ctx.device().query_gid(1, 0);

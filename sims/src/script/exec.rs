@@ -107,13 +107,7 @@ fn setup(s: &Script, f: &Fabric) -> Result<Vec<HostState>, String> {
                             host.pd.id(),
                             host.cq.id(),
                             QpType::Rc,
-                            QpCap {
-                                max_send_wr: cfg.max_send_wr,
-                                max_recv_wr: 0,
-                                max_send_sge: 1,
-                                max_recv_sge: 1,
-                                max_inline_data: 0,
-                            },
+                            QpCap::new(cfg.max_send_wr, 0),
                         )
                         .srq(srq)
                         .sq_sig_all(cfg.sq_sig_all),

@@ -109,13 +109,7 @@ fn fill<K: Copy + Eq + Hash + Debug>(
 
 /// A small QP capacity for cases that create many QPs.
 fn tiny_cap() -> QpCap {
-    QpCap {
-        max_send_wr: 1,
-        max_recv_wr: 1,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
+    QpCap::new(1, 1)
 }
 
 fn fill_objects(env: &Env, which: u64) -> Outcome {

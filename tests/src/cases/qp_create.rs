@@ -171,13 +171,7 @@ fn beyond_device(env: &Env, which: u64) -> Outcome {
 fn at_limits(env: &Env, which: u64) -> Outcome {
     let dev = env.dev.query_device().expect("query_device");
     let cap = if which == 0 {
-        QpCap {
-            max_send_wr: dev.max_qp_wr,
-            max_recv_wr: dev.max_qp_wr,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        }
+        QpCap::new(dev.max_qp_wr, dev.max_qp_wr)
     } else {
         QpCap {
             max_send_sge: dev.max_sge,

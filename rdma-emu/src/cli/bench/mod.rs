@@ -260,13 +260,7 @@ fn open_host(
                 .map_err(os("create_cq"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let cap = QpCap {
-        max_send_wr: send_wr,
-        max_recv_wr: recv_wr,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
+    let cap = QpCap::new(send_wr, recv_wr);
     let qpns = (0..qps as usize)
         .map(|i| {
             let cq = cqs[i / qps_per_cq];
