@@ -62,11 +62,10 @@ pub(crate) struct AutoLink {
     via: Mutex<HashMap<IpAddr, Via>>,
     /// Polls that received (see [`Link::receive`]).
     polls: AtomicU32,
-    /// When a poll last read the UDP socket, in nanoseconds since `opened`.
-    udp_read_at: AtomicU64,
-    /// That read found datagrams: the next one comes at [`UDP_EVERY`], not
-    /// [`UDP_QUIET`].
-    udp_busy: AtomicBool,
+    /// When a poll's next read of the UDP socket is due, in nanoseconds since
+    /// `opened`: at once after a read that found datagrams, [`UDP_QUIET`] after one
+    /// that found none.
+    udp_due: AtomicU64,
     opened: Instant,
 }
 
@@ -94,8 +93,7 @@ impl AutoLink {
             ip,
             via: Mutex::new(HashMap::new()),
             polls: AtomicU32::new(0),
-            udp_read_at: AtomicU64::new(0),
-            udp_busy: AtomicBool::new(false),
+            udp_due: AtomicU64::new(0),
             opened: Instant::now(),
         }
     }
@@ -194,15 +192,17 @@ impl Link for AutoLink {
             return n;
         }
         let now = u64::try_from(self.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let last = self.udp_read_at.load(Ordering::Relaxed);
-        if !self.udp_busy.load(Ordering::Relaxed)
-            && now.saturating_sub(last) < UDP_QUIET.as_nanos() as u64
-        {
+        if now < self.udp_due.load(Ordering::Relaxed) {
             return n;
         }
-        self.udp_read_at.store(now, Ordering::Relaxed);
         let m = self.udp.receive(into, by);
-        self.udp_busy.store(m > 0, Ordering::Relaxed);
+        let wait = if m > 0 {
+            0
+        } else {
+            UDP_QUIET.as_nanos() as u64
+        };
+        self.udp_due
+            .store(now.saturating_add(wait), Ordering::Relaxed);
         n + m
     }
 
