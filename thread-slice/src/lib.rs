@@ -116,6 +116,14 @@ mod tests {
         get().unwrap().sched_nice
     }
 
+    /// Sets the calling thread's attributes to what `f` makes of the present ones.
+    fn change(f: impl FnOnce(&mut SchedAttr)) {
+        let mut attr = get().unwrap();
+        attr.size = SIZE;
+        f(&mut attr);
+        set(&attr).unwrap();
+    }
+
     #[test]
     fn the_slice_is_what_was_asked_where_the_kernel_reports_one() {
         std::thread::spawn(|| {
@@ -141,19 +149,13 @@ mod tests {
     fn the_nice_value_and_policy_are_kept() {
         std::thread::spawn(|| {
             // Raising one's own nice value needs no privilege.
-            let mut attr = get().unwrap();
-            attr.size = SIZE;
-            attr.sched_nice = 5;
-            set(&attr).unwrap();
+            change(|a| a.sched_nice = 5);
             assert_eq!(nice(), 5);
             assert!(request(SHORTEST).unwrap());
             assert_eq!(nice(), 5);
             assert_eq!(get().unwrap().sched_policy, SCHED_OTHER);
             // A batch thread stays a batch thread.
-            let mut attr = get().unwrap();
-            attr.size = SIZE;
-            attr.sched_policy = SCHED_BATCH;
-            set(&attr).unwrap();
+            change(|a| a.sched_policy = SCHED_BATCH);
             assert!(request(SHORTEST).unwrap());
             assert_eq!(get().unwrap().sched_policy, SCHED_BATCH);
             assert_eq!(nice(), 5);
@@ -165,11 +167,10 @@ mod tests {
     #[test]
     fn an_idle_policy_thread_is_left_alone() {
         std::thread::spawn(|| {
-            let mut attr = get().unwrap();
-            attr.size = SIZE;
-            attr.sched_policy = 5; // SCHED_IDLE
-            attr.sched_runtime = 0;
-            set(&attr).unwrap();
+            change(|a| {
+                a.sched_policy = 5; // SCHED_IDLE
+                a.sched_runtime = 0;
+            });
             assert!(!request(SHORTEST).unwrap());
             assert_eq!(get().unwrap().sched_policy, 5);
         })
