@@ -57,7 +57,7 @@ mod verbs;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -245,6 +245,11 @@ struct Inner {
     /// datagram left on the socket while the polls stop compares it, since an
     /// application that posts will poll again (see `Inner::left_on_socket`).
     posts: AtomicU64,
+    /// Application threads inside `poll_cq` or a post right now (see
+    /// `Inner::at_verbs`): one such call that outlasts the device thread's look at
+    /// the socket (a poll that runs thousands of ACKs through the engine) still says
+    /// the application is at its verbs.
+    in_verbs: AtomicU32,
     /// The device thread naps ([`NAP`] at most) and leaves the socket to the polling
     /// application; false while it blocks on the socket. Posts defer only while it
     /// naps (see `Inner::may_defer`).
@@ -379,6 +384,7 @@ impl Inner {
             link_counters: LinkCounters::default(),
             polls: AtomicU64::new(0),
             posts: AtomicU64::new(0),
+            in_verbs: AtomicU32::new(0),
             napping: AtomicBool::new(false),
             waiters: AtomicUsize::new(0),
             waits: AtomicU64::new(0),

@@ -177,7 +177,7 @@ impl Inner {
         max: usize,
         out: &mut Vec<WorkCompletion>,
     ) -> Result<usize> {
-        self.polls.fetch_add(1, Ordering::Relaxed);
+        let _at = self.at_verbs(&self.polls);
         let n = {
             let mut core = self.core.lock();
             self.flush_pending_locked(&mut core);

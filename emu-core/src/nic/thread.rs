@@ -2,7 +2,7 @@
 //! when it naps and leaves the socket to an application that polls (run to
 //! completion), and the timers it keeps meanwhile.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
@@ -26,10 +26,10 @@ const IDLE_NAPS_BUSY: u32 = 10;
 const SPIN: Duration = Duration::from_micros(20);
 /// [`SPIN`] in busy-poll mode.
 const SPIN_BUSY: Duration = Duration::from_micros(50);
-/// How long the polls must stop, with a datagram waiting after a nap, before the
-/// device thread concludes the application polls for something else (see
-/// [`Inner::left_on_socket`]); a polling application polls again within microseconds,
-/// unless the host descheduled it.
+/// How long the polls and posts must stop, with a datagram waiting after a nap and
+/// no verb call running, before the device thread concludes the application polls
+/// for something else (see [`Inner::left_on_socket`]); a polling application polls
+/// again within microseconds, unless the host descheduled it.
 const STALL: Duration = Duration::from_micros(50);
 /// How long the device thread then keeps the socket, though the application polls,
 /// before it tries napping again.
@@ -40,6 +40,15 @@ const HOLD: Duration = Duration::from_millis(20);
 /// A kernel that refuses leaves the thread as it was: nothing else depends on it.
 pub(super) fn short_slice() {
     let _ = thread_slice::request(thread_slice::SHORTEST);
+}
+
+/// An application thread inside `poll_cq` or a post ([`Inner::at_verbs`]).
+pub(super) struct AtVerbs<'a>(&'a AtomicU32);
+
+impl Drop for AtVerbs<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Inner {
@@ -91,7 +100,8 @@ impl Inner {
                 (sleep, core.engine.cq_armed())
             };
             let polls = self.polls.load(Ordering::Relaxed);
-            if polls != seen {
+            // A poll that outlasts a nap is polling too.
+            if polls != seen || self.in_verbs.load(Ordering::Relaxed) > 0 {
                 seen = polls;
                 idle_naps = 0;
             } else {
@@ -175,9 +185,10 @@ impl Inner {
     }
 
     /// Whether the application, though it polls, leaves datagrams on the socket: one
-    /// waits after a nap and no poll nor post comes for [`STALL`]. So does a program
-    /// that polls its CQ for its own completions and then spins on memory for the
-    /// peer's RDMA WRITE, which makes no completion at the responder (perftest's
+    /// waits after a nap, no poll nor post comes for [`STALL`] and none is running
+    /// (the thread sleeps meanwhile, leaving the cores to the application). So does a
+    /// program that polls its CQ for its own completions and then spins on memory for
+    /// the peer's RDMA WRITE, which makes no completion at the responder (perftest's
     /// `ib_write_lat`): only this thread can receive that WRITE, and a nap per message
     /// made each half round trip a nap long.
     fn left_on_socket(&self) -> bool {
@@ -192,19 +203,33 @@ impl Inner {
         let polls = self.polls.load(Ordering::Relaxed);
         let posts = self.posts.load(Ordering::Relaxed);
         // A poll, or a post (a sender with many QPs posts for longer than STALL
-        // between its polls), says the application is at its verbs and will poll.
+        // between its polls), or one of them still running (a poll that hands the
+        // engine thousands of ACKs), says the application is at its verbs and will
+        // poll.
         let busy = || {
             self.polls.load(Ordering::Relaxed) != polls
                 || self.posts.load(Ordering::Relaxed) != posts
+                || self.in_verbs.load(Ordering::Relaxed) > 0
         };
+        // Asleep meanwhile: on a host with no more cores than busy threads, this
+        // thread looking (even with yields) took the core the application needed for
+        // the poll it waited for (10,000 QPs lost up to half to holds so begun).
         let t = Instant::now();
-        while t.elapsed() < STALL {
-            if busy() {
-                return false;
-            }
-            std::thread::yield_now();
+        while !busy() {
+            let Some(left) = STALL.checked_sub(t.elapsed()).filter(|d| !d.is_zero()) else {
+                return true;
+            };
+            std::thread::park_timeout(left);
         }
-        !busy()
+        false
+    }
+
+    /// Counts a call of the application's into `count` (`polls` or `posts`) and, until
+    /// the guard is dropped, into `in_verbs` (see [`Inner::left_on_socket`]).
+    pub(super) fn at_verbs<'a>(&'a self, count: &AtomicU64) -> AtVerbs<'a> {
+        count.fetch_add(1, Ordering::Relaxed);
+        self.in_verbs.fetch_add(1, Ordering::Relaxed);
+        AtVerbs(&self.in_verbs)
     }
 
     /// Fires the engine's due timers and sends what they (or a deferred post) left.
@@ -365,6 +390,51 @@ mod tests {
             return;
         }
         eprintln!("skipped: this thread was descheduled for STALL in every round");
+    }
+
+    /// A poll (or post) that runs for longer than the device thread's look at the
+    /// socket still counts as the application at its verbs: with a datagram waiting,
+    /// the thread neither takes it nor holds the socket, however long the call runs
+    /// (a poll that hands the engine the ACKs of 10,000 QPs).
+    #[test]
+    fn a_long_poll_keeps_the_socket_with_the_application() {
+        let (dev, cq) = busy_poll_device();
+        let peer = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let counters = dev.link_counters();
+        let mut out = Vec::new();
+        poll_until_napping(&dev, cq, 1, &mut out);
+        let (holds, taken) = (
+            counters.socket_holds.load(Ordering::Relaxed),
+            counters.thread_datagrams.load(Ordering::Relaxed),
+        );
+        {
+            // Inside a verb call, as a poll is, for three naps and many STALLs
+            // (under the ten naps after which a busy-poll device takes the socket
+            // back from an application that stopped polling).
+            let _in_poll = dev.inner.at_verbs(&dev.inner.polls);
+            peer.send_to(&[0u8; 64], (Ipv4Addr::LOCALHOST, dev.port()))
+                .unwrap();
+            std::thread::sleep(3 * super::NAP);
+        }
+        assert_eq!(
+            counters.socket_holds.load(Ordering::Relaxed),
+            holds,
+            "the device thread held the socket while a poll ran"
+        );
+        assert_eq!(
+            counters.thread_datagrams.load(Ordering::Relaxed),
+            taken,
+            "the device thread took a datagram while a poll ran"
+        );
+        // The next poll takes it (a wrong ICRC: dropped and counted).
+        let t0 = Instant::now();
+        while counters.icrc_errors.load(Ordering::Relaxed) == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the datagram was lost"
+            );
+            dev.poll_cq(cq, 1, &mut out).unwrap();
+        }
     }
 
     /// While the application polls, a post waits for the next poll to leave (posts to

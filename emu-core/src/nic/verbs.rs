@@ -51,7 +51,7 @@ impl EmuDevice {
         f: impl FnOnce(&mut Engine, Instant) -> std::result::Result<(), PostError>,
     ) -> std::result::Result<(), PostError> {
         let inner = &self.inner;
-        inner.posts.fetch_add(1, Ordering::Relaxed);
+        let _at = inner.at_verbs(&inner.posts);
         let mut core = inner.core.lock();
         let now = inner.link.now();
         let r = core
