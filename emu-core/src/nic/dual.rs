@@ -139,9 +139,7 @@ pub(super) fn open(addrs: &[Ipv6Addr], port: u16, opts: &LinkOptions, slot: u8) 
 /// device thread fires the timers) and writes no heartbeat (the device thread writes
 /// the extra addresses' too, `Link::beat`).
 pub(super) fn run(link: &DeviceLink, i: usize, dev: &Inner) {
-    // Polls never receive from these addresses: the application waits on this
-    // thread for everything that comes to them.
-    super::thread::short_slice(true);
+    super::thread::short_slice();
     while !dev.stop.load(Ordering::Relaxed) {
         link.serve_extra(i, &Inbound(dev), EXTRA_SLEEP);
     }

@@ -35,23 +35,11 @@ const STALL: Duration = Duration::from_micros(50);
 /// before it tries napping again.
 const HOLD: Duration = Duration::from_millis(20);
 
-/// Asks the scheduler for the shortest time slice for this thread (`short`), or for
-/// its default again, so that, woken, it runs at once even where programs spin on
-/// every core (`thread-slice`). A kernel that refuses leaves the thread as it was:
-/// nothing else depends on it.
-///
-/// The device thread asks only while it holds the socket for an application that
-/// spins waiting for what only this thread can receive (see
-/// [`Inner::left_on_socket`]; perftest's `ib_write_lat`). Elsewhere a short slice
-/// cost more than it gave: woken by a sender's datagram, the thread is placed on the
-/// sender's core and preempts it there, while the other core idles (the sender of
-/// `write_bw --qps 100000` was so kept off both cores for a sixth of its run).
-pub(super) fn short_slice(short: bool) {
-    let _ = if short {
-        thread_slice::request(thread_slice::SHORTEST)
-    } else {
-        thread_slice::reset()
-    };
+/// Asks the scheduler for the shortest time slice for this device thread, so that it
+/// runs as soon as it is woken even where programs spin on every core (`thread-slice`).
+/// A kernel that refuses leaves the thread as it was: nothing else depends on it.
+pub(super) fn short_slice() {
+    let _ = thread_slice::request(thread_slice::SHORTEST);
 }
 
 /// An application thread inside `poll_cq` or a post ([`Inner::at_verbs`]).
@@ -83,7 +71,7 @@ impl Inner {
     /// (`beat`), waits (`wait_readable`, `pending`) and receives (`receive`, a
     /// [`Receiver::Thread`]).
     pub(super) fn run(&self) {
-        let mut short = false;
+        short_slice();
         let link = &*self.link;
         let idle_limit = if self.cfg.busy_poll {
             IDLE_NAPS_BUSY
@@ -126,10 +114,6 @@ impl Inner {
             seen_waits = waits;
             self.waiter_mode.store(waiting, Ordering::Release);
             let holding = hold_until.is_some_and(|t| now < t);
-            if holding != short {
-                short = holding;
-                short_slice(short);
-            }
             if (idle_naps < idle_limit && !armed && !holding) || waiting {
                 // The application takes the datagrams; only keep time.
                 self.napping.store(true, Ordering::Release);
