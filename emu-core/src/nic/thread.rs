@@ -214,11 +214,12 @@ impl Inner {
         // Asleep meanwhile: on a host with no more cores than busy threads, this
         // thread looking (even with yields) took the core the application needed for
         // the poll it waited for (10,000 QPs lost up to half to holds so begun).
-        let t = Instant::now();
+        let deadline = Instant::now() + STALL;
         while !busy() {
-            let Some(left) = STALL.checked_sub(t.elapsed()).filter(|d| !d.is_zero()) else {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return true;
-            };
+            }
             std::thread::park_timeout(left);
         }
         false
