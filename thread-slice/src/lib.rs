@@ -5,10 +5,11 @@
 //! set (clamped to 0.1-100 ms), no privilege needed. A task with a shorter slice than
 //! the running one preempts it when it wakes (the scheduler's `PREEMPT_SHORT`); with
 //! the default slice, a woken thread waits until the running thread's slice ends.
-//! rdma-emu's device threads ask for the shortest: they sleep until a packet comes and
-//! then work for microseconds, often on a host whose cores a program's threads spin on
-//! (perftest's `ib_write_lat` spins on memory for the peer's RDMA WRITE, which only the
-//! device thread can place there). The thread's policy and nice value are kept: the
+//! rdma-emu's device threads ask for the shortest while a program waits on them: they
+//! sleep until a packet comes and then work for microseconds, often on a host whose
+//! cores a program's threads spin on (perftest's `ib_write_lat` spins on memory for the
+//! peer's RDMA WRITE, which only the device thread can place there); [`reset`] gives a
+//! thread the default again. The thread's policy and nice value are kept: the
 //! request reads the thread's attributes first and changes only the slice, and leaves a
 //! thread of another policy (real time, deadline, idle) alone. Older kernels refuse the
 //! request or ignore it; the thread then runs as before.
@@ -86,6 +87,19 @@ fn set(attr: &SchedAttr) -> io::Result<()> {
 /// one, and it is left alone. An error is the kernel's refusal (a kernel before the
 /// fair scheduler took slices may also accept and ignore it: see [`slice()`]).
 pub fn request(slice: Duration) -> io::Result<bool> {
+    set_runtime(u64::try_from(slice.max(SHORTEST).as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Gives the calling thread the kernel's default slice again (`sched_runtime` 0: the
+/// slice the thread had before any [`request`]), keeping its policy and nice value.
+/// `Ok(false)`: the thread's policy is not a fair one, and it is left alone.
+pub fn reset() -> io::Result<bool> {
+    set_runtime(0)
+}
+
+/// Sets `sched_runtime` (the slice; 0 for the default) of a fair-policy thread,
+/// keeping the rest; `Ok(false)` for a thread of another policy, left alone.
+fn set_runtime(runtime: u64) -> io::Result<bool> {
     let mut attr = get()?;
     if attr.sched_policy != SCHED_OTHER && attr.sched_policy != SCHED_BATCH {
         return Ok(false);
@@ -93,7 +107,7 @@ pub fn request(slice: Duration) -> io::Result<bool> {
     attr.size = SIZE;
     attr.sched_flags = 0;
     attr.sched_priority = 0;
-    attr.sched_runtime = u64::try_from(slice.max(SHORTEST).as_nanos()).unwrap_or(u64::MAX);
+    attr.sched_runtime = runtime;
     attr.sched_deadline = 0;
     attr.sched_period = 0;
     set(&attr)?;
@@ -146,6 +160,27 @@ mod tests {
     }
 
     #[test]
+    fn a_reset_gives_back_the_default_slice() {
+        std::thread::spawn(|| {
+            // A thread that asked for nothing has the default (some kernels report
+            // it, others report none).
+            let before = slice().unwrap();
+            assert!(request(SHORTEST).unwrap());
+            let asked = slice().unwrap();
+            assert!(reset().unwrap());
+            // Where the kernel reports slices, the request showed, and the reset
+            // undid it.
+            assert_eq!(slice().unwrap(), before);
+            if asked.is_some() {
+                assert_eq!(asked, Some(SHORTEST));
+            }
+            assert_eq!(get().unwrap().sched_policy, SCHED_OTHER);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
     fn the_nice_value_and_policy_are_kept() {
         std::thread::spawn(|| {
             // Raising one's own nice value needs no privilege.
@@ -157,6 +192,9 @@ mod tests {
             // A batch thread stays a batch thread.
             change(|a| a.sched_policy = SCHED_BATCH);
             assert!(request(SHORTEST).unwrap());
+            assert_eq!(get().unwrap().sched_policy, SCHED_BATCH);
+            assert_eq!(nice(), 5);
+            assert!(reset().unwrap());
             assert_eq!(get().unwrap().sched_policy, SCHED_BATCH);
             assert_eq!(nice(), 5);
         })
@@ -172,6 +210,7 @@ mod tests {
                 a.sched_runtime = 0;
             });
             assert!(!request(SHORTEST).unwrap());
+            assert!(!reset().unwrap());
             assert_eq!(get().unwrap().sched_policy, 5);
         })
         .join()

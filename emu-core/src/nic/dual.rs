@@ -139,9 +139,12 @@ pub(super) fn open(addrs: &[Ipv6Addr], port: u16, opts: &LinkOptions, slot: u8) 
 /// device thread fires the timers) and writes no heartbeat (the device thread writes
 /// the extra addresses' too, `Link::beat`).
 pub(super) fn run(link: &DeviceLink, i: usize, dev: &Inner) {
-    super::thread::short_slice();
+    let mut slice = super::slice::Slice::start();
     while !dev.stop.load(Ordering::Relaxed) {
-        link.serve_extra(i, &Inbound(dev), EXTRA_SLEEP);
+        let got = link.serve_extra(i, &Inbound(dev), EXTRA_SLEEP);
+        if got > 0 {
+            slice.received(got);
+        }
     }
 }
 

@@ -50,6 +50,7 @@ mod open;
 mod receive;
 mod share;
 mod shm;
+mod slice;
 mod thread;
 mod transmit;
 mod udp;

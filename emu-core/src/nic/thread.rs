@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::MutexGuard;
 
 use super::link::Receiver;
+use super::slice::Slice;
 use super::{Core, Inbound, Inner};
 
 /// The longest the device thread sleeps before looking at the engine's timers again.
@@ -34,13 +35,6 @@ const STALL: Duration = Duration::from_micros(50);
 /// How long the device thread then keeps the socket, though the application polls,
 /// before it tries napping again.
 const HOLD: Duration = Duration::from_millis(20);
-
-/// Asks the scheduler for the shortest time slice for this device thread, so that it
-/// runs as soon as it is woken even where programs spin on every core (`thread-slice`).
-/// A kernel that refuses leaves the thread as it was: nothing else depends on it.
-pub(super) fn short_slice() {
-    let _ = thread_slice::request(thread_slice::SHORTEST);
-}
 
 /// An application thread inside `poll_cq` or a post ([`Inner::at_verbs`]).
 pub(super) struct AtVerbs<'a>(&'a AtomicU32);
@@ -71,7 +65,7 @@ impl Inner {
     /// (`beat`), waits (`wait_readable`, `pending`) and receives (`receive`, a
     /// [`Receiver::Thread`]).
     pub(super) fn run(&self) {
-        short_slice();
+        let mut slice = Slice::start();
         let link = &*self.link;
         let idle_limit = if self.cfg.busy_poll {
             IDLE_NAPS_BUSY
@@ -173,6 +167,7 @@ impl Inner {
             let junk = self.link_counters.icrc_errors.load(Ordering::Relaxed) - junk_before;
             flooded = got > 0 && 2 * junk >= got as u64;
             if got > 0 {
+                slice.received(got);
                 last_rx = Some(Instant::now());
                 self.link_counters
                     .thread_datagrams

@@ -89,16 +89,16 @@ impl DeviceLink {
 
     /// One turn of the thread of extra address `i`: sleeps on its socket (up to
     /// `timeout`) unless an earlier receive left datagrams, then hands `into` what it
-    /// receives.
-    pub(crate) fn serve_extra(&self, i: usize, into: &Inbound<'_>, timeout: Duration) {
+    /// receives; how many datagrams.
+    pub(crate) fn serve_extra(&self, i: usize, into: &Inbound<'_>, timeout: Duration) -> usize {
         let Some(x) = self.extra.get(i) else {
             std::thread::sleep(timeout);
-            return;
+            return 0;
         };
         if !x.rx.lock().has_left() {
             x.udp.wait_readable(timeout);
         }
-        receive_on(&x.udp, &x.rx, into, Receiver::Thread);
+        receive_on(&x.udp, &x.rx, into, Receiver::Thread)
     }
 
     /// The socket a packet from `src` leaves from: that extra address's, else the
