@@ -251,6 +251,9 @@ struct Inner {
     /// the socket (a poll that runs thousands of ACKs through the engine) still says
     /// the application is at its verbs.
     in_verbs: AtomicU32,
+    /// The thread id of the last application thread at its verbs (see
+    /// `Inner::left_on_socket`).
+    poller_tid: AtomicU32,
     /// The device thread naps ([`NAP`] at most) and leaves the socket to the polling
     /// application; false while it blocks on the socket. Posts defer only while it
     /// naps (see `Inner::may_defer`).
@@ -386,6 +389,7 @@ impl Inner {
             polls: AtomicU64::new(0),
             posts: AtomicU64::new(0),
             in_verbs: AtomicU32::new(0),
+            poller_tid: AtomicU32::new(0),
             napping: AtomicBool::new(false),
             waiters: AtomicUsize::new(0),
             waits: AtomicU64::new(0),

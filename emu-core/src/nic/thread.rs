@@ -209,11 +209,13 @@ impl Inner {
         // Asleep meanwhile: on a host with no more cores than busy threads, this
         // thread looking (even with yields) took the core the application needed for
         // the poll it waited for (10,000 QPs lost up to half to holds so begun).
+        let tid = self.poller_tid.load(Ordering::Relaxed);
+        let before = poller_state(tid);
         let deadline = Instant::now() + STALL;
         while !busy() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return true;
+                return !waited_for_a_core(before, poller_state(tid), STALL);
             }
             std::thread::park_timeout(left);
         }
@@ -224,6 +226,7 @@ impl Inner {
     /// the guard is dropped, into `in_verbs` (see [`Inner::left_on_socket`]).
     pub(super) fn at_verbs<'a>(&'a self, count: &AtomicU64) -> AtVerbs<'a> {
         count.fetch_add(1, Ordering::Relaxed);
+        self.poller_tid.store(own_tid(), Ordering::Relaxed);
         self.in_verbs.fetch_add(1, Ordering::Relaxed);
         AtVerbs(&self.in_verbs)
     }
@@ -241,9 +244,85 @@ impl Inner {
     }
 }
 
+/// Whether a poller seen as `before` and then `after` ([`poller_state`]) across a
+/// wait of `wait` was waiting for a core rather than busy elsewhere: runnable at the
+/// end (state `R`) and run for less than half the wait. A program that spins on
+/// memory for a WRITE (`ib_write_lat`) runs all along; one asleep in another call is
+/// not runnable; one that polls but was preempted, or yielded to a busy core, ran
+/// little (`rdma-emu bench flood`: a device thread that took the socket from such a
+/// program made each half round trip wait for its wake-up, 2-3x the quiet latency).
+fn waited_for_a_core(
+    before: Option<(char, u64)>,
+    after: Option<(char, u64)>,
+    wait: Duration,
+) -> bool {
+    match (before, after) {
+        (Some((_, ran0)), Some(('R', ran1))) => {
+            ran1.saturating_sub(ran0) < u64::try_from(wait.as_nanos() / 2).unwrap_or(u64::MAX)
+        }
+        _ => false,
+    }
+}
+
+/// The calling thread's id, read once per thread.
+fn own_tid() -> u32 {
+    thread_local! {
+        static TID: u32 = u32::try_from(nix::unistd::gettid().as_raw()).unwrap_or(0);
+    }
+    TID.with(|t| *t)
+}
+
+/// Thread `tid`'s (of this process) scheduler state letter (`/proc/self/task/TID/stat`
+/// field 3) and the CPU time it has had, in nanoseconds; `None` when unknown. The time
+/// is the thread's CPU clock (`clock_gettime` on its thread CPU-time clock id, as
+/// `pthread_getcpuclockid` makes it), which counts a running thread's current slice
+/// too, where `schedstat` lags up to a tick.
+fn poller_state(tid: u32) -> Option<(char, u64)> {
+    let raw = i32::try_from(tid).ok().filter(|&t| t > 0)?;
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    let state = stat.rsplit_once(") ")?.1.chars().next()?;
+    // Linux's clock id of a thread's CPU time: the complement of its id shifted left
+    // by three, with the per-thread (4) and scheduler-clock (2) bits.
+    let clock = nix::time::ClockId::from_raw((!raw << 3) | 6);
+    let t = nix::time::clock_gettime(clock).ok()?;
+    let ran = u64::try_from(t.tv_sec()).ok()? * 1_000_000_000 + u64::try_from(t.tv_nsec()).ok()?;
+    Some((state, ran))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::*;
+
+    #[test]
+    fn a_poller_that_waited_for_a_core_is_told_from_one_busy_elsewhere() {
+        use super::{own_tid, poller_state, waited_for_a_core};
+        let wait = Duration::from_micros(50);
+        // Runnable and ran 5 us of 50: it waited for a core.
+        assert!(waited_for_a_core(
+            Some(('R', 1_000)),
+            Some(('R', 6_000)),
+            wait
+        ));
+        // Ran 40 us of 50 without a poll: busy elsewhere (spinning on memory).
+        assert!(!waited_for_a_core(
+            Some(('R', 1_000)),
+            Some(('R', 41_000)),
+            wait
+        ));
+        // Asleep in another call, or unknown: not waiting for a core.
+        assert!(!waited_for_a_core(
+            Some(('R', 1_000)),
+            Some(('S', 1_000)),
+            wait
+        ));
+        assert!(!waited_for_a_core(None, Some(('R', 1_000)), wait));
+        assert!(!waited_for_a_core(Some(('R', 1_000)), None, wait));
+        // This thread, as the kernel reports it: running, and it has run.
+        let me = poller_state(own_tid()).expect("this thread's /proc entries");
+        assert_eq!(me.0, 'R');
+        assert!(me.1 > 0, "{me:?} tid {}", own_tid());
+        assert_eq!(poller_state(0), None);
+    }
     use std::time::Duration;
     use verbs_api::{AccessFlags, Device, MemBuf, PdId, WorkCompletion};
 
