@@ -40,7 +40,7 @@ fn kernel_takes_slices() -> bool {
     .unwrap()
 }
 
-/// A device named `name` on 127.0.98.`host`, on a free port (the `k`th try).
+/// A device named `name` on 127.0.98.`host`:`port`, if the port is free there.
 fn open(name: &str, host: u8, port: u16) -> Option<EmuDevice> {
     EmuDevice::open(EmuConfig {
         name: name.into(),
@@ -58,15 +58,7 @@ fn the_device_thread_asks_for_the_shortest_slice() {
         return;
     }
     let dev = (0..64u16)
-        .find_map(|k| {
-            EmuDevice::open(EmuConfig {
-                name: "slice0".into(),
-                ip: Ipv4Addr::new(127, 0, 98, 1).into(),
-                port: 22_000 + k * 89,
-                ..EmuConfig::default()
-            })
-            .ok()
-        })
+        .find_map(|k| open("slice0", 1, 22_000 + k * 89))
         .expect("a free port");
     // The thread names itself and asks for its slice as it starts: give it the moment.
     let mut slice = None;

@@ -185,7 +185,8 @@ impl Inner {
     /// program that polls its CQ for its own completions and then spins on memory for
     /// the peer's RDMA WRITE, which makes no completion at the responder (perftest's
     /// `ib_write_lat`): only this thread can receive that WRITE, and a nap per message
-    /// made each half round trip a nap long.
+    /// made each half round trip a nap long. Not so a poller that was waiting for a
+    /// core meanwhile ([`waited_for_a_core`]): it polls again once it runs.
     fn left_on_socket(&self) -> bool {
         if !self.link.pending()
             && !self
@@ -293,6 +294,9 @@ fn poller_state(tid: u32) -> Option<(char, u64)> {
 mod tests {
     use super::super::*;
 
+    use std::time::Duration;
+    use verbs_api::{AccessFlags, Device, MemBuf, PdId, WorkCompletion};
+
     #[test]
     fn a_poller_that_waited_for_a_core_is_told_from_one_busy_elsewhere() {
         use super::{own_tid, poller_state, waited_for_a_core};
@@ -320,11 +324,9 @@ mod tests {
         // This thread, as the kernel reports it: running, and it has run.
         let me = poller_state(own_tid()).expect("this thread's /proc entries");
         assert_eq!(me.0, 'R');
-        assert!(me.1 > 0, "{me:?} tid {}", own_tid());
+        assert!(me.1 > 0, "{me:?}");
         assert_eq!(poller_state(0), None);
     }
-    use std::time::Duration;
-    use verbs_api::{AccessFlags, Device, MemBuf, PdId, WorkCompletion};
 
     /// Two RC QPs of `dev` connected to each other (a's PSN 1, b's 2), a on `cqs[0]`
     /// and b on `cqs[1]`; four WRs each way.
