@@ -59,20 +59,21 @@ impl Clock for FabricClock {
         cm: &Shared,
         q: &EventQueue,
         want: &dyn Fn(&CmEvent) -> bool,
+        taken: &dyn Fn(&CmEvent),
         _timeout: Option<Duration>,
     ) -> Result<CmEvent> {
         loop {
-            if let Some(ev) = q.try_pop_where(want) {
+            if let Some(ev) = q.try_pop_where_then(want, taken) {
                 return Ok(ev);
             }
             // What the devices reported (`State::watch`) and what arrived since the
             // last step.
             self.pump(&mut cm.state.lock());
-            if let Some(ev) = q.try_pop_where(want) {
+            if let Some(ev) = q.try_pop_where_then(want, taken) {
                 return Ok(ev);
             }
             if !self.fabric.step() {
-                return q.try_pop_where(want).ok_or(Error::TimedOut);
+                return q.try_pop_where_then(want, taken).ok_or(Error::TimedOut);
             }
         }
     }

@@ -101,12 +101,14 @@ trait Clock: Send + Sync {
     fn now(&self) -> Instant;
 
     /// Waits up to `timeout` (forever for `None`) for an event of `q` that `want`
-    /// takes, while the CM `cm` moves on this clock.
+    /// takes, while the CM `cm` moves on this clock; `taken` sees it under the
+    /// queue's lock ([`Notifier::pop_where_then`]).
     fn wait(
         &self,
         cm: &Shared,
         q: &EventQueue,
         want: &dyn Fn(&CmEvent) -> bool,
+        taken: &dyn Fn(&CmEvent),
         timeout: Option<Duration>,
     ) -> Result<CmEvent>;
 }
@@ -125,9 +127,10 @@ impl Clock for RealTime {
         _: &Shared,
         q: &EventQueue,
         want: &dyn Fn(&CmEvent) -> bool,
+        taken: &dyn Fn(&CmEvent),
         timeout: Option<Duration>,
     ) -> Result<CmEvent> {
-        q.pop_where(want, timeout)
+        q.pop_where_then(want, timeout, taken)
     }
 }
 
@@ -276,6 +279,7 @@ impl EmuCm {
         &self,
         ch: u32,
         want: &dyn Fn(&CmEvent) -> bool,
+        taken: &dyn Fn(&CmEvent),
         timeout: Option<Duration>,
     ) -> Result<CmEvent> {
         let q: Arc<EventQueue> = self
@@ -286,7 +290,39 @@ impl EmuCm {
             .get(&ch)
             .cloned()
             .ok_or(Error::InvalidArgument("no such event channel"))?;
-        self.shared.clock.wait(&self.shared, &q, want, timeout)
+        self.shared
+            .clock
+            .wait(&self.shared, &q, want, taken, timeout)
+    }
+
+    /// [`ConnectionManager::get_cm_event`], calling `reported` with the event before a
+    /// [`ConnectionManager::destroy_id`] of its id can find the channel without it: a
+    /// caller that counts the events handed out per id (librdmacm's
+    /// `events_reported`, which `rdma_destroy_id` waits for) misses none.
+    pub fn get_cm_event_reported(
+        &self,
+        ch: CmChannelId,
+        timeout: Option<Duration>,
+        reported: &dyn Fn(&CmEvent),
+    ) -> Result<CmEvent> {
+        self.wait_event(ch.0, &|_| true, reported, timeout)
+    }
+
+    /// [`ConnectionManager::get_request`], calling `reported` as
+    /// [`EmuCm::get_cm_event_reported`] does.
+    pub fn get_request_reported(
+        &self,
+        listen: CmId,
+        timeout: Option<Duration>,
+        reported: &dyn Fn(&CmEvent),
+    ) -> Result<CmEvent> {
+        let ch = self.with(|s, _| s.channel_of(listen))?;
+        self.wait_event(
+            ch,
+            &|e| e.event == CmEventType::ConnectRequest && e.listen_id == Some(listen),
+            reported,
+            timeout,
+        )
     }
 }
 
@@ -319,7 +355,7 @@ impl ConnectionManager for EmuCm {
     }
 
     fn get_cm_event(&self, ch: CmChannelId, timeout: Option<Duration>) -> Result<CmEvent> {
-        self.wait_event(ch.0, &|_| true, timeout)
+        self.get_cm_event_reported(ch, timeout, &|_| {})
     }
 
     fn create_id(&self, ch: CmChannelId, ps: PortSpace) -> Result<CmId> {
@@ -357,12 +393,7 @@ impl ConnectionManager for EmuCm {
     }
 
     fn get_request(&self, listen: CmId, timeout: Option<Duration>) -> Result<CmEvent> {
-        let ch = self.with(|s, _| s.channel_of(listen))?;
-        self.wait_event(
-            ch,
-            &|e| e.event == CmEventType::ConnectRequest && e.listen_id == Some(listen),
-            timeout,
-        )
+        self.get_request_reported(listen, timeout, &|_| {})
     }
 
     fn create_qp(&self, id: CmId, init: &QpInitAttr) -> Result<u32> {

@@ -352,8 +352,21 @@ impl State {
             St::DreqRcvd => self.send_drep(id.0),
             _ => {}
         }
-        self.ids.remove(&id.0);
+        let ch = self.ids.remove(&id.0).map(|i| i.ch);
         self.claims.remove(&id.0);
+        // As the kernel's ucma_destroy_id (`ucma_cleanup_ctx_events`): the id's
+        // events not handed out yet go with it, so no later `rdma_get_cm_event` names
+        // a destroyed id; a connection request among them takes its new id along,
+        // destroyed (its peer rejected) as the kernel destroys it.
+        let dropped = ch
+            .and_then(|ch| self.channels.get(&ch))
+            .map(|q| q.remove_where(&|e| e.id == id || e.listen_id == Some(id)))
+            .unwrap_or_default();
+        for e in dropped {
+            if e.event == CmEventType::ConnectRequest && e.id != id {
+                let _ = self.destroy_id(e.id, now);
+            }
+        }
         Ok(())
     }
 
@@ -1115,9 +1128,7 @@ impl State {
             return Ok(());
         }
         if let Some(old) = self.channels.get(&old_ch) {
-            while let Some(e) =
-                old.try_pop_where(&|e: &CmEvent| e.id == id || e.listen_id == Some(id))
-            {
+            for e in old.remove_where(&|e: &CmEvent| e.id == id || e.listen_id == Some(id)) {
                 new.push(e);
             }
         }

@@ -379,3 +379,24 @@ fn retry_counts_above_7_connect_as_7() {
     let (attr, _) = c.dev.query_qp(qpn).unwrap();
     assert_eq!((attr.retry_cnt, attr.rnr_retry), (7, 7));
 }
+
+/// A listening id destroyed while a connection request waits on its channel, not
+/// handed out yet, takes the request's new id with it, as the kernel's
+/// `ucma_destroy_id` does: the peer is rejected, and the channel hands out no event
+/// naming either id (a C program would get one whose `id` is gone).
+#[test]
+fn a_destroyed_listener_takes_its_requests_not_handed_out_with_it() {
+    let (fabric, s, c) = world();
+    let l = listen(&s, PortSpace::Tcp, 5012);
+    let cid = resolve(&c, PortSpace::Tcp, 5012);
+    c.cm.create_qp(cid, &qp_init(&*c.dev, QpType::Rc)).unwrap();
+    c.cm.connect(cid, &ConnParam::default()).unwrap();
+    fabric.run_for(Duration::from_millis(10));
+    assert_eq!(s.cm.stats().received, 2, "the address probe and the REQ");
+    s.cm.destroy_id(l).unwrap();
+    assert_eq!(s.cm.stats().rej_sent, 1);
+    let e = ev(&c, CmEventType::Rejected);
+    assert_eq!((e.id, e.status), (cid, REJECT_CONSUMER));
+    let left = s.cm.get_cm_event(s.ch, Some(Duration::ZERO));
+    assert!(matches!(left, Err(Error::TimedOut)), "{left:?}");
+}

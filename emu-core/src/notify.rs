@@ -80,23 +80,53 @@ impl<T> Notifier<T> {
 
     /// The oldest item `want` takes, without waiting.
     pub fn try_pop_where(&self, want: &dyn Fn(&T) -> bool) -> Option<T> {
+        self.try_pop_where_then(want, &|_| {})
+    }
+
+    /// [`Notifier::try_pop_where`], calling `taken` with the item before the queue's
+    /// lock is released: a [`Notifier::remove_where`] in another thread either takes
+    /// the item itself or runs after `taken`.
+    pub fn try_pop_where_then(&self, want: &dyn Fn(&T) -> bool, taken: &dyn Fn(&T)) -> Option<T> {
         let mut q = self.queue.lock();
-        self.take(&mut q, want)
+        let item = self.take(&mut q, want)?;
+        taken(&item);
+        Some(item)
+    }
+
+    /// Takes out every item `want` takes, oldest first, without waiting; the pipe
+    /// keeps one byte per item left.
+    pub fn remove_where(&self, want: &dyn Fn(&T) -> bool) -> Vec<T> {
+        let mut q = self.queue.lock();
+        std::iter::from_fn(|| self.take(&mut q, want)).collect()
     }
 
     /// The oldest item `want` takes, waiting up to `timeout` (forever for `None`).
     pub fn pop_where(&self, want: &dyn Fn(&T) -> bool, timeout: Option<Duration>) -> Result<T> {
+        self.pop_where_then(want, timeout, &|_| {})
+    }
+
+    /// [`Notifier::pop_where`], calling `taken` as [`Notifier::try_pop_where_then`]
+    /// does.
+    pub fn pop_where_then(
+        &self,
+        want: &dyn Fn(&T) -> bool,
+        timeout: Option<Duration>,
+        taken: &dyn Fn(&T),
+    ) -> Result<T> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut q = self.queue.lock();
         loop {
             if let Some(item) = self.take(&mut q, want) {
+                taken(&item);
                 return Ok(item);
             }
             match deadline {
                 None => self.cond.wait(&mut q),
                 Some(d) => {
                     if self.cond.wait_until(&mut q, d).timed_out() {
-                        return self.take(&mut q, want).ok_or(Error::TimedOut);
+                        let item = self.take(&mut q, want).ok_or(Error::TimedOut)?;
+                        taken(&item);
+                        return Ok(item);
                     }
                 }
             }
@@ -157,6 +187,19 @@ mod tests {
             n.pop(Some(Duration::from_millis(1))),
             Err(Error::TimedOut)
         ));
+    }
+
+    #[test]
+    fn removed_items_take_their_bytes_out_of_the_pipe() {
+        let n = Notifier::new().unwrap();
+        for i in 0..5 {
+            n.push(i);
+        }
+        assert_eq!(n.remove_where(&|&i| i % 2 == 0), vec![0, 2, 4]);
+        assert!(readable(&n));
+        assert_eq!(n.remove_where(&|_| true), vec![1, 3]);
+        assert!(!readable(&n));
+        assert!(n.remove_where(&|_| true).is_empty());
     }
 
     /// More items than the pipe holds bytes (64 KiB): pushing never blocks, every item

@@ -199,10 +199,41 @@ fn make_event(cm: &Cm, ev: CmEvent) -> *mut r::rdma_cm_event {
             }
         }
     }
+    let counted = counted_id(&ev);
     into_ptr::<r::rdma_cm_event, EventObj>(EventObj {
         raw,
         param: ev.param,
+        counted,
     })
+}
+
+/// The id an event counts against ([`Cm::unacked`]), librdmacm's `evt->id_priv`: a
+/// connection request counts against the listening id (the kernel reports it on the
+/// listener's context), any other event against its id.
+fn counted_id(ev: &CmEvent) -> CmId {
+    match (ev.event, ev.listen_id) {
+        (CmEventType::ConnectRequest, Some(l)) => l,
+        _ => ev.id,
+    }
+}
+
+/// Counts `ev` as handed out ([`Cm::unacked`]): called by the CM while a
+/// `destroy_id` of its id cannot run between taking it and counting it.
+fn reported(cm: &Cm) -> impl Fn(&CmEvent) + '_ {
+    move |ev| cm.handed_out(counted_id(ev))
+}
+
+/// Frees an event handed out (acked by the program, or an id's kept event), counting
+/// its ack ([`Cm::unacked`]).
+///
+/// # Safety
+/// `event` was made by [`make_event`] and is freed once.
+unsafe fn release_event(cm: &Cm, event: *mut r::rdma_cm_event) {
+    // SAFETY: one of our events (caller's contract).
+    let counted = unsafe { (*event.cast::<EventObj>()).counted };
+    // SAFETY: as above; freed once.
+    unsafe { free::<_, EventObj>(event) };
+    cm.acked(counted);
 }
 
 /// For a synchronous id, waits for the event its call produces and keeps it in
@@ -222,11 +253,11 @@ fn complete(cm: &Cm, id: *mut r::rdma_cm_id) -> c_int {
     }
     if !kept.is_null() {
         // SAFETY: the event the id kept; freed once (taken out of the id above).
-        unsafe { free::<_, EventObj>(kept) };
+        unsafe { release_event(cm, kept) };
     }
     // SAFETY: the id's channel is a live channel of ours.
     let ch = unsafe { &*channel.cast::<ChannelObj>() };
-    match cm.cm.get_cm_event(ch.id, None) {
+    match cm.cm.get_cm_event_reported(ch.id, None, &reported(cm)) {
         Err(e) => {
             fail(&e);
             -1
@@ -426,7 +457,10 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     // SAFETY: a live channel of ours.
     let ch = unsafe { &*channel.cast::<ChannelObj>() };
     let nb = nonblocking(ch.raw.fd);
-    match cm.cm.get_cm_event(ch.id, nb.then_some(Duration::ZERO)) {
+    match cm
+        .cm
+        .get_cm_event_reported(ch.id, nb.then_some(Duration::ZERO), &reported(cm))
+    {
         Ok(ev) => {
             // SAFETY: the caller's out pointer.
             unsafe { *event = make_event(cm, ev) };
@@ -443,11 +477,12 @@ pub unsafe extern "C" fn rdma_get_cm_event(
 /// `rdma_ack_cm_event`: frees the event.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut r::rdma_cm_event) -> c_int {
+    let cm = cm_or!(-1);
     if event.is_null() {
         return err(libc::EINVAL);
     }
     // SAFETY: made by rdma_get_cm_event; acked once.
-    unsafe { free::<_, EventObj>(event) };
+    unsafe { release_event(cm, event) };
     0
 }
 
@@ -549,6 +584,12 @@ pub unsafe extern "C" fn rdma_migrate_id(
         return -1;
     }
     let (old, old_own) = (o.raw.channel, o.own_channel);
+    if o.sync && !o.raw.event.is_null() {
+        // librdmacm cma.c `rdma_migrate_id`: a synchronous id's kept event is acked.
+        // SAFETY: the event the id kept; freed once (cleared here).
+        unsafe { release_event(cm, o.raw.event) };
+        o.raw.event = std::ptr::null_mut();
+    }
     o.raw.channel = channel;
     o.sync = sync;
     o.own_channel = sync;
@@ -556,6 +597,9 @@ pub unsafe extern "C" fn rdma_migrate_id(
         // SAFETY: the id's own channel, which nothing reports to any more.
         unsafe { rdma_destroy_event_channel(old) };
     }
+    // As librdmacm: no event of the id is still being handled from the old channel
+    // when the call returns.
+    cm.wait_acked(o.id);
     0
 }
 
@@ -566,16 +610,27 @@ pub unsafe extern "C" fn rdma_migrate_id(
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut r::rdma_cm_id) -> c_int {
     let cm = cm_or!(-1);
     let o = id_or!(cm, id, -1);
-    match cm.cm.destroy_id(o.id) {
-        Ok(()) => {}
-        Err(Error::Busy(_)) if !o.raw.qp.is_null() => {
-            o.destroyed = true;
-            return 0;
-        }
+    let later = match cm.cm.destroy_id(o.id) {
+        Ok(()) => false,
+        Err(Error::Busy(_)) if !o.raw.qp.is_null() => true,
         Err(e) => {
             fail(&e);
             return -1;
         }
+    };
+    // librdmacm cma.c `rdma_destroy_id`: the event the id kept is acked, then the call
+    // waits for the program to ack the others it was handed for the id (another
+    // thread may be handling one). A destroyed id gets no more events (one that
+    // waits for its QP still may).
+    if !o.raw.event.is_null() {
+        // SAFETY: the event the id kept; freed once (cleared below).
+        unsafe { release_event(cm, o.raw.event) };
+        o.raw.event = std::ptr::null_mut();
+    }
+    cm.wait_acked(o.id);
+    if later {
+        o.destroyed = true;
+        return 0;
     }
     // SAFETY: the id is gone from the CM; nothing else frees it.
     unsafe { free_id(cm, id) };
@@ -589,7 +644,7 @@ unsafe fn free_id(cm: &Cm, id: *mut r::rdma_cm_id) {
     cm.ids.lock().remove(o.id);
     if !o.raw.event.is_null() {
         // SAFETY: the event rdma_get_request kept; freed once.
-        unsafe { free::<_, EventObj>(o.raw.event) };
+        unsafe { release_event(cm, o.raw.event) };
     }
     if o.own_channel {
         // SAFETY: the id's own channel, made by rdma_create_id.
@@ -1034,7 +1089,7 @@ pub unsafe extern "C" fn rdma_accept(
         // CONNECT_REQUEST of a synchronous id.
         if o.sync && !o.raw.event.is_null() {
             // SAFETY: the event the id kept; freed once.
-            unsafe { free::<_, EventObj>(o.raw.event) };
+            unsafe { release_event(cm, o.raw.event) };
             o.raw.event = std::ptr::null_mut();
         }
         return 0;
@@ -1091,7 +1146,7 @@ pub unsafe extern "C" fn rdma_get_request(
     if id.is_null() {
         return err(libc::EINVAL);
     }
-    let ev = match cm.cm.get_request(l.id, None) {
+    let ev = match cm.cm.get_request_reported(l.id, None, &reported(cm)) {
         Ok(ev) => ev,
         Err(e) => {
             fail(&e);

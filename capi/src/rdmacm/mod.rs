@@ -40,7 +40,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, OnceLock};
 
 use emu_cm::{CmConfig, EmuCm};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use verbs_api::{CmChannelId, CmEventParam, CmId, ConnectionManager, Device, Error};
 use verbs_ffi::cm;
 
@@ -58,6 +58,13 @@ pub(crate) struct Cm {
     pub(crate) pds: Mutex<HashMap<usize, usize>>,
     /// CM id -> its `IdObj`.
     pub(crate) ids: Mutex<IdTable>,
+    /// Events handed to the program and not acked yet, by the id each counts against
+    /// (librdmacm's `events_completed` against the kernel's `events_reported`: a
+    /// CONNECT_REQUEST counts against the listening id). `rdma_destroy_id` and
+    /// `rdma_migrate_id` wait until the id has none.
+    pub(crate) unacked: Mutex<HashMap<u32, u32>>,
+    /// Signalled at each ack.
+    pub(crate) acked: Condvar,
 }
 
 /// The live ids: by CM id, and the set of their pointers, so a pointer the program
@@ -157,6 +164,8 @@ fn open() -> Result<Cm, c_int> {
         contexts,
         pds: Mutex::default(),
         ids: Mutex::default(),
+        unacked: Mutex::default(),
+        acked: Condvar::new(),
     })
 }
 
@@ -210,6 +219,35 @@ impl Cm {
         }
         pd
     }
+
+    /// Counts an event handed out for `id` (see [`Cm::unacked`]).
+    pub(crate) fn handed_out(&self, id: CmId) {
+        *self.unacked.lock().entry(id.0).or_insert(0) += 1;
+    }
+
+    /// Counts the ack of an event handed out for `id`.
+    pub(crate) fn acked(&self, id: CmId) {
+        let mut unacked = self.unacked.lock();
+        if let Some(n) = unacked.get_mut(&id.0) {
+            *n -= 1;
+            if *n == 0 {
+                unacked.remove(&id.0);
+            }
+        }
+        self.acked.notify_all();
+    }
+
+    /// Waits until every event handed out for `id` is acked, as librdmacm's
+    /// `rdma_destroy_id` and `rdma_migrate_id` wait (`events_completed`): the program
+    /// may still be reading `event->id` in another thread. A program that destroys an
+    /// id holding an event of it unacked waits forever there too (`rdma_destroy_id(3)`:
+    /// "ack all related events" first).
+    pub(crate) fn wait_acked(&self, id: CmId) {
+        let mut unacked = self.unacked.lock();
+        while unacked.contains_key(&id.0) {
+            self.acked.wait(&mut unacked);
+        }
+    }
 }
 
 /// An event channel (`rdma_event_channel`).
@@ -254,6 +292,8 @@ pub(crate) struct IdObj {
 pub(crate) struct EventObj {
     pub(crate) raw: r::rdma_cm_event,
     pub(crate) param: CmEventParam,
+    /// The id whose count of events not acked it is in ([`Cm::unacked`]).
+    pub(crate) counted: CmId,
 }
 
 /// An address list entry (`rdma_addrinfo`) with its addresses.
