@@ -168,6 +168,10 @@ impl Link for AutoLink {
         self.udp.max_segments()
     }
 
+    fn receive_costs_a_system_call(&self) -> bool {
+        true
+    }
+
     /// The rings, then the UDP socket; but a poll, while peers send through the
     /// rings, reads the socket only one time in [`UDP_EVERY`], and while the socket is
     /// quiet only once [`UDP_QUIET`] passed since the last read. Each read is a system

@@ -89,6 +89,14 @@ pub trait Link: Send + Sync + std::fmt::Debug {
         0
     }
 
+    /// Whether a [`Link::receive`] that finds nothing still costs a system call (UDP):
+    /// the polls of a device's other CQs then skip theirs for a while (see
+    /// `nic/empty_polls.rs`). False for links whose empty receive is a read of memory
+    /// (shared memory) or that move virtual time (a fabric).
+    fn receive_costs_a_system_call(&self) -> bool {
+        false
+    }
+
     /// Whether an earlier [`Link::receive`] took datagrams it did not hand over yet
     /// (the positive ACKs a [`Receiver::Poll`] leaves at the end of a batch): a
     /// [`Receiver::Thread`] receive hands them over without reading the link.

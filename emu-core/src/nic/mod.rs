@@ -39,6 +39,7 @@ mod auto;
 mod driver;
 mod drops;
 mod dual;
+mod empty_polls;
 mod gro;
 pub mod interop;
 mod ip_id;
@@ -195,6 +196,9 @@ pub struct LinkCounters {
     /// Packets received through the same-host shared-memory link ([`SameHost::Shm`],
     /// or [`SameHost::Auto`] from a peer on this host that offers it).
     pub shm_packets: AtomicU64,
+    /// `poll_cq` calls that found their CQ empty and did not read the socket, as
+    /// another CQ's poll had just found it empty (see `nic/empty_polls.rs`).
+    pub skipped_receives: AtomicU64,
 }
 
 struct Core {
@@ -254,6 +258,9 @@ struct Inner {
     /// The thread id of the last application thread at its verbs (see
     /// `Inner::left_on_socket`).
     poller_tid: AtomicU32,
+    /// The last empty receive of a `poll_cq`, which the polls of other CQs skip
+    /// theirs after (`nic/empty_polls.rs`).
+    empty_polls: empty_polls::EmptyPolls,
     /// The device thread naps ([`NAP`] at most) and leaves the socket to the polling
     /// application; false while it blocks on the socket. Posts defer only while it
     /// naps (see `Inner::may_defer`).
@@ -390,6 +397,7 @@ impl Inner {
             posts: AtomicU64::new(0),
             in_verbs: AtomicU32::new(0),
             poller_tid: AtomicU32::new(0),
+            empty_polls: empty_polls::EmptyPolls::new(),
             napping: AtomicBool::new(false),
             waiters: AtomicUsize::new(0),
             waits: AtomicU64::new(0),

@@ -166,7 +166,8 @@ impl EmuDevice {
 
 impl Inner {
     /// `poll_cq`, run to completion: sends what a deferred post left waiting (see
-    /// `Inner::may_defer`), polls, and on an empty CQ receives in this thread
+    /// `Inner::may_defer`), polls, and on an empty CQ receives in this thread (unless
+    /// another CQ's poll just found nothing to receive, `nic/empty_polls.rs`)
     /// ([`Receiver::Poll`]: what waits on the socket or the ring, unless another
     /// thread is at it, rather than wait for the device thread to be scheduled, which
     /// naps meanwhile, `run`; on a link with virtual time the network moves on). Then
@@ -186,8 +187,19 @@ impl Inner {
         if n > 0 {
             return Ok(n);
         }
+        let counts = self.link.receive_costs_a_system_call();
+        if counts && self.empty_polls.skip(c) {
+            self.link_counters
+                .skipped_receives
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(0);
+        }
         let defer = self.may_defer();
-        if self.link.receive(&Inbound(self), Receiver::Poll { defer }) > 0 {
+        let got = self.link.receive(&Inbound(self), Receiver::Poll { defer });
+        if counts {
+            self.empty_polls.received(c, got);
+        }
+        if got > 0 {
             self.core.lock().engine.poll_cq(c, max, out)
         } else {
             Ok(0)

@@ -198,6 +198,10 @@ impl Link for DeviceLink {
         self.first.max_segments()
     }
 
+    fn receive_costs_a_system_call(&self) -> bool {
+        true
+    }
+
     fn receive_traffic_class(&self, on: bool) {
         self.first.receive_traffic_class(on);
     }
