@@ -259,8 +259,9 @@ struct Inner {
     /// `Inner::left_on_socket`).
     poller_tid: AtomicU32,
     /// The last empty receive of a `poll_cq`, which the polls of other CQs skip
-    /// theirs after (`nic/empty_polls.rs`).
-    empty_polls: empty_polls::EmptyPolls,
+    /// theirs after (`nic/empty_polls.rs`); none on a link whose empty receive costs
+    /// no system call (`Link::receive_costs_a_system_call`, asked once).
+    empty_polls: Option<empty_polls::EmptyPolls>,
     /// The device thread naps ([`NAP`] at most) and leaves the socket to the polling
     /// application; false while it blocks on the socket. Posts defer only while it
     /// naps (see `Inner::may_defer`).
@@ -368,6 +369,9 @@ impl Inner {
                 .max_total_mcast_qp_attach
                 .min(l.max_mcast_grp.saturating_mul(l.max_mcast_qp_attach));
         }
+        let empty_polls = link
+            .receive_costs_a_system_call()
+            .then(empty_polls::EmptyPolls::new);
         Ok(Arc::new(Inner {
             gid: gid_of(cfg.ip),
             core: Mutex::new(Core {
@@ -397,7 +401,7 @@ impl Inner {
             posts: AtomicU64::new(0),
             in_verbs: AtomicU32::new(0),
             poller_tid: AtomicU32::new(0),
-            empty_polls: empty_polls::EmptyPolls::new(),
+            empty_polls,
             napping: AtomicBool::new(false),
             waiters: AtomicUsize::new(0),
             waits: AtomicU64::new(0),

@@ -187,8 +187,8 @@ impl Inner {
         if n > 0 {
             return Ok(n);
         }
-        let counts = self.link.receive_costs_a_system_call();
-        if counts && self.empty_polls.skip(c) {
+        let empty = self.empty_polls.as_ref();
+        if empty.is_some_and(|e| e.skip(c)) {
             self.link_counters
                 .skipped_receives
                 .fetch_add(1, Ordering::Relaxed);
@@ -196,8 +196,8 @@ impl Inner {
         }
         let defer = self.may_defer();
         let got = self.link.receive(&Inbound(self), Receiver::Poll { defer });
-        if counts {
-            self.empty_polls.received(c, got);
+        if let Some(e) = empty {
+            e.received(c, got);
         }
         if got > 0 {
             self.core.lock().engine.poll_cq(c, max, out)
