@@ -1,6 +1,6 @@
 //! An empty `poll_cq` on UDP receives in the caller's thread, a system call; after
-//! one found nothing, the polls of the device's other CQs skip theirs, up to 256 in a
-//! row (`nic/empty_polls.rs`), and the polls of one CQ in a loop never do. Then a
+//! one found nothing, the polls of the device's other CQs skip theirs for a while
+//! (`nic/empty_polls.rs`), and the polls of one CQ in a loop never do. Then a
 //! completion still comes to whichever CQ is polled.
 
 use std::net::Ipv4Addr;
@@ -46,22 +46,20 @@ fn other_cqs_skip_the_receive_after_an_empty_one() {
     }
     assert_eq!(skipped(&dev), 0);
 
-    // Eight in turn: each turn receives once, at the CQ that received last, and
-    // the seven others skip.
+    // Eight in turn: the turns that run within the span skip seven receives each.
+    // A turn the scheduler stretches past it receives more, so count the turns
+    // that skipped all seven and ask for most of them.
+    let mut whole = 0;
     for _ in 0..200 {
+        let before = skipped(&dev);
         for &cq in &cqs {
             assert_eq!(dev.poll_cq(cq, 16, &mut out).unwrap(), 0);
         }
+        if skipped(&dev) - before == 7 {
+            whole += 1;
+        }
     }
-    assert_eq!(skipped(&dev), 7 * 200);
-
-    // A program that stops polling that CQ and polls another one alone: its polls
-    // skip until 256 skips followed the last receive (the last turn's seven
-    // among them), then receive every time.
-    for _ in 0..1000 {
-        assert_eq!(dev.poll_cq(cqs[1], 16, &mut out).unwrap(), 0);
-    }
-    assert_eq!(skipped(&dev), 7 * 200 + (256 - 7));
+    assert!(whole >= 100, "{whole} of 200 turns skipped seven receives");
 }
 
 /// Polls every CQ of `cqs` in turn until one gives a completion: its index and the

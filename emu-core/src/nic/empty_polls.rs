@@ -9,48 +9,48 @@
 //! million messages, more than one per ACK it received.
 //!
 //! A receive takes what waits for every CQ of the device. So after a poll's receive
-//! found nothing, the polls of the other CQs skip theirs, up to [`MAX_SKIPS`] in a
-//! row: one receive per turn over the CQs, made by the CQ that made the last one. A
-//! poll of that same CQ always receives (a program that polls one CQ in a loop is
-//! unchanged), and so does the poll after [`MAX_SKIPS`] skips (a program that stopped
-//! polling that CQ loses that many polls). A count, not a clock: a clock read on
-//! every empty poll cost a program polling two CQs (UCX) more than the receive it
-//! spared.
+//! found nothing, the polls of the other CQs skip theirs for [`SPAN`]: one receive per
+//! turn over the CQs, made by the CQ that made the last one. A poll of that same CQ
+//! always receives (a program that polls one CQ in a loop is unchanged), and so does
+//! any poll once [`SPAN`] has passed since the last empty receive (a program that
+//! stopped polling that CQ waits at most that long).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use verbs_api::CqId;
 
-/// Skips in a row after which a poll receives whatever CQ made the last empty
-/// receive: more than a turn over the CQs of a device with many (the 100,000-QP
-/// bench polls 74).
-pub(crate) const MAX_SKIPS: u32 = 256;
+/// How long after an empty receive for one CQ the polls of other CQs skip theirs:
+/// longer than a turn over many CQs (74 CQs take some microseconds).
+pub(crate) const SPAN: Duration = Duration::from_micros(50);
 
 /// The last empty receive of a poll (relaxed atomics: a heuristic, any value is safe).
 #[derive(Debug)]
 pub(crate) struct EmptyPolls {
     /// The CQ whose poll made it, plus one; 0 when the last receive found datagrams.
     cq: AtomicU64,
-    /// Polls that skipped their receive since.
-    skips: AtomicU32,
+    /// When, in nanoseconds since `base`.
+    at: AtomicU64,
+    base: Instant,
 }
 
 impl EmptyPolls {
     pub(crate) fn new() -> EmptyPolls {
         EmptyPolls {
             cq: AtomicU64::new(0),
-            skips: AtomicU32::new(0),
+            at: AtomicU64::new(0),
+            base: Instant::now(),
         }
     }
 
     /// Whether a poll that found `cq` empty skips its receive: another CQ's poll
-    /// received last and found nothing, fewer than [`MAX_SKIPS`] polls ago.
+    /// received less than [`SPAN`] ago and found nothing.
     pub(crate) fn skip(&self, cq: CqId) -> bool {
         let last = self.cq.load(Ordering::Relaxed);
         if last == 0 || last == u64::from(cq.0) + 1 {
             return false;
         }
-        self.skips.fetch_add(1, Ordering::Relaxed) < MAX_SKIPS
+        self.nanos().saturating_sub(self.at.load(Ordering::Relaxed)) < SPAN.as_nanos() as u64
     }
 
     /// A poll of `cq` received `got` datagrams.
@@ -58,9 +58,13 @@ impl EmptyPolls {
         if got > 0 {
             self.cq.store(0, Ordering::Relaxed);
         } else {
-            self.skips.store(0, Ordering::Relaxed);
+            self.at.store(self.nanos(), Ordering::Relaxed);
             self.cq.store(u64::from(cq.0) + 1, Ordering::Relaxed);
         }
+    }
+
+    fn nanos(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
@@ -79,11 +83,9 @@ mod tests {
         e.received(a, 3);
         assert!(!e.skip(b), "the last receive found datagrams");
         e.received(b, 0);
-        assert!(!e.skip(b));
-        for i in 0..MAX_SKIPS {
-            assert!(e.skip(if i % 2 == 0 { a } else { c }));
-        }
-        assert!(!e.skip(a), "a poll receives again after MAX_SKIPS skips");
+        assert!(e.skip(a) && !e.skip(b));
+        std::thread::sleep(SPAN * 2);
+        assert!(!e.skip(a), "a poll receives again once the span passed");
         // The largest CQ number is told from "none".
         e.received(CqId(u32::MAX), 0);
         assert!(!e.skip(CqId(u32::MAX)) && e.skip(a));

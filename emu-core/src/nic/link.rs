@@ -90,7 +90,7 @@ pub trait Link: Send + Sync + std::fmt::Debug {
     }
 
     /// Whether a [`Link::receive`] that finds nothing still costs a system call (UDP):
-    /// the polls of a device's other CQs then skip theirs (see
+    /// the polls of a device's other CQs then skip theirs for a while (see
     /// `nic/empty_polls.rs`). False for links whose empty receive is a read of memory
     /// (shared memory) or that move virtual time (a fabric).
     fn receive_costs_a_system_call(&self) -> bool {
