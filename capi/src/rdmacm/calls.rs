@@ -236,6 +236,16 @@ unsafe fn release_event(cm: &Cm, event: *mut r::rdma_cm_event) {
     cm.acked(counted);
 }
 
+/// Acks the event the id `o` keeps in `id->event` (a synchronous id's last, or the
+/// CONNECT_REQUEST `rdma_get_request` kept), if any.
+fn release_kept(cm: &Cm, o: &mut IdObj) {
+    let kept = std::mem::replace(&mut o.raw.event, std::ptr::null_mut());
+    if !kept.is_null() {
+        // SAFETY: an event of ours the id kept, taken out of it above: freed once.
+        unsafe { release_event(cm, kept) };
+    }
+}
+
 /// For a synchronous id, waits for the event its call produces and keeps it in
 /// `id->event` until the next call on the id (acking the one kept before), as
 /// librdmacm's `ucma_complete` (cma.c) does; an event with a status is -1 with
@@ -243,20 +253,13 @@ unsafe fn release_event(cm: &Cm, event: *mut r::rdma_cm_event) {
 /// is a negative errno: ETIMEDOUT for no answer).
 fn complete(cm: &Cm, id: *mut r::rdma_cm_id) -> c_int {
     // SAFETY: a live id of ours (the callers checked it).
-    let (sync, channel, kept) = unsafe {
-        let o = &mut *id.cast::<IdObj>();
-        let kept = std::mem::replace(&mut o.raw.event, std::ptr::null_mut());
-        (o.sync, o.raw.channel, kept)
-    };
-    if !sync {
+    let o = unsafe { &mut *id.cast::<IdObj>() };
+    if !o.sync {
         return 0;
     }
-    if !kept.is_null() {
-        // SAFETY: the event the id kept; freed once (taken out of the id above).
-        unsafe { release_event(cm, kept) };
-    }
+    release_kept(cm, o);
     // SAFETY: the id's channel is a live channel of ours.
-    let ch = unsafe { &*channel.cast::<ChannelObj>() };
+    let ch = unsafe { &*o.raw.channel.cast::<ChannelObj>() };
     match cm.cm.get_cm_event_reported(ch.id, None, &reported(cm)) {
         Err(e) => {
             fail(&e);
@@ -584,11 +587,9 @@ pub unsafe extern "C" fn rdma_migrate_id(
         return -1;
     }
     let (old, old_own) = (o.raw.channel, o.own_channel);
-    if o.sync && !o.raw.event.is_null() {
+    if o.sync {
         // librdmacm cma.c `rdma_migrate_id`: a synchronous id's kept event is acked.
-        // SAFETY: the event the id kept; freed once (cleared here).
-        unsafe { release_event(cm, o.raw.event) };
-        o.raw.event = std::ptr::null_mut();
+        release_kept(cm, o);
     }
     o.raw.channel = channel;
     o.sync = sync;
@@ -622,11 +623,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut r::rdma_cm_id) -> c_int {
     // waits for the program to ack the others it was handed for the id (another
     // thread may be handling one). A destroyed id gets no more events (one that
     // waits for its QP still may).
-    if !o.raw.event.is_null() {
-        // SAFETY: the event the id kept; freed once (cleared below).
-        unsafe { release_event(cm, o.raw.event) };
-        o.raw.event = std::ptr::null_mut();
-    }
+    release_kept(cm, o);
     cm.wait_acked(o.id);
     if later {
         o.destroyed = true;
@@ -642,10 +639,7 @@ unsafe fn free_id(cm: &Cm, id: *mut r::rdma_cm_id) {
     // SAFETY: a live id of ours (caller's contract).
     let o = unsafe { &mut *id.cast::<IdObj>() };
     cm.ids.lock().remove(o.id);
-    if !o.raw.event.is_null() {
-        // SAFETY: the event rdma_get_request kept; freed once.
-        unsafe { release_event(cm, o.raw.event) };
-    }
+    release_kept(cm, o);
     if o.own_channel {
         // SAFETY: the id's own channel, made by rdma_create_id.
         unsafe { rdma_destroy_event_channel(o.raw.channel) };
@@ -1087,10 +1081,8 @@ pub unsafe extern "C" fn rdma_accept(
     if ud {
         // A SIDR reply completes nothing on this side; librdmacm acks the kept
         // CONNECT_REQUEST of a synchronous id.
-        if o.sync && !o.raw.event.is_null() {
-            // SAFETY: the event the id kept; freed once.
-            unsafe { release_event(cm, o.raw.event) };
-            o.raw.event = std::ptr::null_mut();
+        if o.sync {
+            release_kept(cm, o);
         }
         return 0;
     }

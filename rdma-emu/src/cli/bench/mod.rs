@@ -290,13 +290,11 @@ fn open_host(
 
 /// The ACK timeout exponent for `depth` WRs in flight: 268 ms a try at least (a
 /// loaded 2-core machine can starve a device thread), and longer than `depth`
-/// messages take at 25 us each, since the last WR posted waits behind all the others.
-/// A timer that expires before the ACK can come sends the WRs again, and the
-/// duplicates slow the devices further: `write_bw --qps 100000 --tx-depth 800000`
-/// queued 0.8 M messages behind a 268 ms timer and never caught up, and `--tx-depth
-/// 64000` with two CPU hogs on the host (200,000 messages a second, 320 ms in flight
-/// on average) took 0.95 million timeouts a run at 4 us a message and ended in
-/// RETRY_EXC_ERR one run in three.
+/// messages take at 25 us each (40,000 a second, a fifth of the 200,000 two devices
+/// managed beside two CPU hogs), since the last WR posted waits behind all the
+/// others. A timer that expires before the ACK can come sends the WRs again, and the
+/// duplicates slow the devices further, until a QP's retries run out
+/// (docs/performance.md).
 fn ack_timeout(depth: u32) -> u8 {
     let wait_ns = (u64::from(depth) * 25_000).max(268_000_000);
     // IBTA 9.7.6.1.3: 4.096 us * 2^timeout.
