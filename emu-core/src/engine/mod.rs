@@ -1376,54 +1376,23 @@ impl Engine {
     /// as on a dead link (counted in `tx_port_down`): RC retries run out as they
     /// would with the cable pulled (manual 6.1.11). A failed device sends nothing.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        self.next_transmit(now, buf, false)
-    }
-
-    /// [`Engine::poll_transmit`] for requests only: a QP with nothing but responses to
-    /// send keeps them for a later `poll_transmit` (a device that sends the answer
-    /// an application posts before the ACK of the question, `nic/transmit.rs`).
-    pub fn poll_transmit_request(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        self.next_transmit(now, buf, true)
-    }
-
-    fn next_transmit(
-        &mut self,
-        now: Instant,
-        buf: &mut [u8],
-        requests_only: bool,
-    ) -> Option<Transmit> {
         if self.fatal {
             self.ready.clear();
             return None;
         }
-        // For requests only, each QP queued now is looked at once: one with responses
-        // only goes back to the end of the queue, untouched.
-        let mut left = if requests_only {
-            self.ready.len()
-        } else {
-            usize::MAX
-        };
-        while left > 0 {
-            left -= 1;
-            let qpn = self.ready.pop_front()?;
+        while let Some(qpn) = self.ready.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
-            if requests_only && !qp.requester_ready(&self.limits) {
-                self.ready.push_back(qpn);
-                continue;
-            }
             qp.in_ready = false;
             let t = self
                 .with_qp(now, qpn, |qp, ctx| {
-                    if !requests_only {
-                        let pkey = ctx.port.pkey_at(qp.attr.pkey_index);
-                        let src = ctx.port.source_gid(qp.attr.ah_attr.grh.sgid_index);
-                        if let Some(t) = qp.next_response(pkey, src, buf) {
-                            return Some(t);
-                        }
+                    let pkey = ctx.port.pkey_at(qp.attr.pkey_index);
+                    let src = ctx.port.source_gid(qp.attr.ah_attr.grh.sgid_index);
+                    match qp.next_response(pkey, src, buf) {
+                        Some(t) => Some(t),
+                        None => qp.next_request(ctx, buf),
                     }
-                    qp.next_request(ctx, buf)
                 })
                 .flatten();
             if let Some(t) = t {
@@ -1436,11 +1405,6 @@ impl Engine {
             }
         }
         None
-    }
-
-    /// Whether a QP may have a packet to send ([`Engine::poll_transmit`] may find none).
-    pub fn has_transmit(&self) -> bool {
-        !self.ready.is_empty()
     }
 
     /// When [`Engine::handle_timeout`] must next be called, if a timer is armed.

@@ -93,7 +93,7 @@ impl DeviceDriver {
         let Some(inner) = self.0.upgrade() else {
             return false;
         };
-        inner.deliver(batch, false);
+        inner.deliver(batch);
         true
     }
 
@@ -119,12 +119,10 @@ impl Inner {
     /// [`DeviceDriver::handle_datagrams_tos`] on the device itself (also a link's
     /// [`Inbound::deliver`](super::Inbound::deliver)): checks the ICRCs of `batch`,
     /// then hands the good datagrams to the engine in order under one lock and sends
-    /// the output once, or with `defer` what `Inner::flush` leaves for the next one
-    /// (see `Inner::may_defer`).
+    /// the output once.
     pub(super) fn deliver<'p>(
         &self,
         batch: impl Iterator<Item = (IpAddr, IpAddr, u8, &'p [u8])> + Clone,
-        defer: bool,
     ) {
         let port = self.cfg.port;
         let good = |&(src, dst, _, packet): &(IpAddr, IpAddr, u8, &[u8])| match (src, dst) {
@@ -157,7 +155,7 @@ impl Inner {
                 .icrc_errors
                 .fetch_add(bad, Ordering::Relaxed);
         }
-        self.with_engine_deferring(defer, |e, now| {
+        self.with_engine(|e, now| {
             for ((src, dst, tos, packet), _) in batch.zip(&ok).filter(|(_, g)| **g) {
                 e.handle_datagram_tos(now, gid_of(src), gid_of(dst), tos, packet);
             }

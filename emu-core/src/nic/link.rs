@@ -61,14 +61,6 @@ pub trait Link: Send + Sync + std::fmt::Debug {
         1
     }
 
-    /// Whether a flush made while the application polls may leave packets for its
-    /// next verb call (`Inner::may_defer`): on a link that sends runs (UDP with GSO),
-    /// the last partial run and the positive ACKs; on a link that sends packet by
-    /// packet, the responses (`Inner::flush`).
-    fn holds_output(&self) -> bool {
-        self.max_segments() > 1
-    }
-
     /// The link's buffer pool, if it keeps the packets it is given (a simulated fabric
     /// queues them): a buffer at least [`MAX_PACKET`](crate::engine::MAX_PACKET) bytes
     /// long for the device to write its next packet into and hand back with

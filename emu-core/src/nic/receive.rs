@@ -23,10 +23,9 @@ impl Inbound<'_> {
     /// [`DeviceDriver::handle_datagrams_tos`](super::DeviceDriver::handle_datagrams_tos)
     /// does: each ICRC checked with IP ID 0 and the device port both ways (a wrong one
     /// dropped and counted), the good ones to the engine in order under one lock, the
-    /// output sent once, or with `defer` what `Inner::flush` leaves for the next one
-    /// (as `Inbound::checked`).
-    pub fn deliver(&self, batch: &[(IpAddr, IpAddr, u8, &[u8])], defer: bool) {
-        self.0.deliver(batch.iter().copied(), defer);
+    /// output sent once.
+    pub fn deliver(&self, batch: &[(IpAddr, IpAddr, u8, &[u8])]) {
+        self.0.deliver(batch.iter().copied());
     }
 
     /// Hands the engine datagrams whose ICRC the link checked, `(from, to, tos,

@@ -21,9 +21,7 @@
 //! the rings hold, hands it to the engine, fires its timers, and sleeps on the bell's
 //! futex ([`Link::wait_readable`]) until the next timer, whatever the number of rings;
 //! an empty `poll_cq` ([`Receiver::Poll`]) takes the rings itself, so a polling
-//! application sees its completion with no thread in between and no system call (the
-//! responses its packets make, such as the ACK of a message, wait for the
-//! application's next call: [`Link::holds_output`]); so
+//! application sees its completion with no thread in between and no system call; so
 //! does a thread that waits for an event ([`Receiver::Idle`]). While the application
 //! polls, the thread naps instead of sleeping on the futex, so the peer has no
 //! sleeper to wake either.
@@ -500,15 +498,9 @@ impl ShmLink {
     }
 
     /// Hands `into` up to [`BATCH`] packets from the rings, under one lock of the
-    /// engine; how many. The device thread waits for the rings' lock; an application's
-    /// poll or wait gives up if another thread holds it, and a poll may leave what the
-    /// packets make for its next call (`defer`).
-    fn take(&self, into: &Inbound<'_>, by: Receiver) -> usize {
-        let (block, defer) = match by {
-            Receiver::Thread => (true, false),
-            Receiver::Poll { defer } => (false, defer),
-            Receiver::Idle => (false, false),
-        };
+    /// engine; how many. `block`: wait for the rings' lock (the device thread), else
+    /// give up if another thread holds it (an application's poll or wait).
+    fn take(&self, into: &Inbound<'_>, block: bool) -> usize {
         let mut st = if block {
             self.inbound.lock()
         } else {
@@ -568,7 +560,7 @@ impl ShmLink {
                     (src, self.ip, rec[16], &rec[PREFIX..])
                 })
                 .collect();
-            into.deliver(&batch, defer);
+            into.deliver(&batch);
         }
         // Dropped after the packets taken before the end were delivered. A dropped
         // ring's listing stays refused until its sender lists another one.
@@ -636,7 +628,7 @@ impl ShmLink {
 
     /// Hands `into` what the rings hold, as [`Link::receive`] does.
     pub(crate) fn receive_rings(&self, into: &Inbound<'_>, by: Receiver) -> usize {
-        self.take(into, by)
+        self.take(into, by == Receiver::Thread)
     }
 
     /// Whether any peer sends to this device through a ring (as of the last receive).
@@ -685,14 +677,7 @@ impl Link for ShmLink {
     /// The device thread waits for the rings; an application that polls, or waits
     /// for an event, takes the rings itself unless another thread has them.
     fn receive(&self, into: &Inbound<'_>, by: Receiver) -> usize {
-        self.take(into, by)
-    }
-
-    /// Packets are pushed one by one as they are made (no runs to gather), but the
-    /// responses a poll's packets make (the ACK of a message) wait for the
-    /// application's next call, behind the answer it posts.
-    fn holds_output(&self) -> bool {
-        true
+        self.take(into, by == Receiver::Thread)
     }
 
     /// The device thread sleeps on the bell's futex (no second descriptor to wait

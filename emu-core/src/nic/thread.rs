@@ -291,7 +291,7 @@ fn poller_state(tid: u32) -> Option<(char, u64)> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
     use super::super::*;
 
     use std::time::Duration;
@@ -330,7 +330,7 @@ pub(super) mod tests {
 
     /// Two RC QPs of `dev` connected to each other (a's PSN 1, b's 2), a on `cqs[0]`
     /// and b on `cqs[1]`; four WRs each way.
-    pub(in crate::nic) fn looped_rc_pair(dev: &EmuDevice, pd: PdId, cqs: [CqId; 2]) -> (u32, u32) {
+    fn looped_rc_pair(dev: &EmuDevice, pd: PdId, cqs: [CqId; 2]) -> (u32, u32) {
         use verbs_api::{connect_qp, Endpoint, QpCap, QpInitAttr, QpParams, QpType};
         let qp = |cq: CqId| {
             dev.create_qp(&QpInitAttr::new(pd, cq, QpType::Rc, QpCap::new(4, 4)))
@@ -347,24 +347,6 @@ pub(super) mod tests {
         connect_qp(dev, a, QpType::Rc, &params, 1, &end(b, 2)).unwrap();
         connect_qp(dev, b, QpType::Rc, &params, 2, &end(a, 1)).unwrap();
         (a, b)
-    }
-
-    /// A 64-byte buffer registered for local writes.
-    pub(in crate::nic) fn scratch_mr(dev: &EmuDevice, pd: PdId) -> (MemBuf, verbs_api::MrInfo) {
-        let buf = MemBuf::new(64);
-        let mr = dev
-            .reg_mr(pd, &buf, 0, 64, AccessFlags::LOCAL_WRITE)
-            .unwrap();
-        (buf, mr)
-    }
-
-    /// Eight bytes of `mr` at `at`.
-    pub(in crate::nic) fn sge8(mr: &verbs_api::MrInfo, at: u64) -> verbs_api::Sge {
-        verbs_api::Sge {
-            addr: mr.addr + at,
-            length: 8,
-            lkey: mr.lkey,
-        }
     }
 
     /// A busy-poll device on a free loopback port, with a CQ.
@@ -547,12 +529,19 @@ pub(super) mod tests {
     /// leaves at once, with the ACK (a ping-pong's half round trip).
     #[test]
     fn an_answer_leaves_at_once_with_the_held_ack() {
-        use verbs_api::{RecvWr, SendFlags, SendWr, WrOperation};
+        use verbs_api::{RecvWr, SendFlags, SendWr, Sge, WrOperation};
         let (dev, cq) = busy_poll_device();
         let pd = dev.alloc_pd().unwrap();
         let (a, b) = looped_rc_pair(&dev, pd, [cq, cq]);
-        let (_buf, mr) = scratch_mr(&dev, pd);
-        let sge = |at: u64| sge8(&mr, at);
+        let buf = MemBuf::new(64);
+        let mr = dev
+            .reg_mr(pd, &buf, 0, 64, AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        let sge = |at: u64| Sge {
+            addr: mr.addr + at,
+            length: 8,
+            lkey: mr.lkey,
+        };
         dev.post_recv(a, &[RecvWr::new(1, vec![sge(0)])]).unwrap();
         dev.post_recv(b, &[RecvWr::new(2, vec![sge(8)])]).unwrap();
         let held = || {

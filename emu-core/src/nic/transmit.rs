@@ -113,39 +113,28 @@ impl TxBatch {
 
 impl Inner {
     pub(super) fn with_engine<R>(&self, f: impl FnOnce(&mut Engine, Instant) -> R) -> R {
-        self.with_engine_deferring(false, f)
-    }
-
-    /// [`Inner::with_engine`], leaving what [`Inner::flush`] leaves with `defer` (see
-    /// [`Inner::may_defer`]).
-    pub(super) fn with_engine_deferring<R>(
-        &self,
-        defer: bool,
-        f: impl FnOnce(&mut Engine, Instant) -> R,
-    ) -> R {
         let mut core = self.core.lock();
         let now = self.link.now();
         let r = f(&mut core.engine, now);
-        self.flush(&mut core, now, defer);
+        self.flush(&mut core, now, false);
         drain_notes(&mut core);
         r
     }
 
-    /// Whether a post or an application's poll may leave some of what it makes in the
-    /// device ([`Inner::flush`] with `defer`): on a link that allows it
-    /// ([`Link::holds_output`]), and only while the application polls its CQs (the
-    /// next `poll_cq`, or a wait, sends it first) and the device thread naps (it sends
-    /// what is left when it wakes, within [`NAP`]). Posts to many QPs between two
-    /// polls then leave in one GSO send instead of one syscall each, and a
-    /// ping-pong's answer leaves before the ACK of the question.
+    /// Whether a post may leave its last, partial run of packets in the batch buffer
+    /// (a doorbell batched with the next ones): only on UDP, and only while the
+    /// application polls its CQs (the next `poll_cq`, or a wait, sends it first) and
+    /// the device thread naps (it sends what is left when it wakes, within [`NAP`]).
+    /// Posts to many QPs between two polls then leave in one GSO send instead of one
+    /// syscall each.
     pub(super) fn may_defer(&self) -> bool {
-        // Only while the device thread naps (not on a fabric, whose device has no
-        // thread), and not where every packet is its own send anyway (interop mode, a
-        // hook). Nor while a thread waits for an event receiving (`wait_receiving`):
-        // it does not poll, so nothing would send the rest before the device thread's
-        // nap ends.
+        // Only while the device thread naps (the UDP device's: not on a fabric or the
+        // shared-memory link, whose threads never nap so), and not where every packet
+        // is its own send anyway (interop mode, a hook).
+        // Nor while a thread waits for an event receiving (`wait_receiving`): it does
+        // not poll, so nothing would send the rest before the device thread's nap ends.
         self.napping.load(Ordering::Acquire)
-            && self.link.holds_output()
+            && self.link.max_segments() > 1
             && self.waiters.load(Ordering::Acquire) == 0
     }
 
@@ -156,7 +145,7 @@ impl Inner {
 
     /// [`Inner::flush_pending`] with the engine's lock taken.
     pub(super) fn flush_pending_locked(&self, core: &mut Core) {
-        if core.tx.count > 0 || core.acks.count > 0 || core.engine.has_transmit() {
+        if core.tx.count > 0 || core.acks.count > 0 {
             let now = self.link.now();
             self.flush(core, now, false);
             drain_notes(core);
@@ -177,12 +166,6 @@ impl Inner {
     /// still sends a run that can carry held ACKs to its peer: it answers that peer,
     /// and a one-packet answer leaves ahead of those ACKs as a datagram of its own
     /// (with a single held ACK, both in one [`Link::send`] call).
-    ///
-    /// On a link that sends packet by packet and holds output (the shared-memory
-    /// link), a deferred flush sends only requests, each as it is made, and leaves
-    /// every response in the engine ([`Engine::poll_transmit_request`]) for the next
-    /// flush: the ACK of the message a poll completes is not even made before the
-    /// application has its completion, and leaves behind the answer it posts.
     pub(super) fn flush(&self, core: &mut Core, now: Instant, defer: bool) {
         let Core {
             engine,
@@ -203,18 +186,12 @@ impl Inner {
         }
         let max_batch = self.link.max_segments().max(1);
         let hold_acks = !acks.buf.is_empty() && max_batch > 1;
-        let requests_only = defer && max_batch == 1;
         loop {
             if tx.count > 0 && (tx.fill + MAX_PACKET > tx.buf.len() || tx.count >= max_batch) {
                 self.send_run(tx);
             }
-            let buf = &mut tx.buf[tx.fill..tx.fill + MAX_PACKET];
-            let t = if requests_only {
-                engine.poll_transmit_request(now, buf)
-            } else {
-                engine.poll_transmit(now, buf)
-            };
-            let Some(t) = t else {
+            let Some(t) = engine.poll_transmit(now, &mut tx.buf[tx.fill..tx.fill + MAX_PACKET])
+            else {
                 break;
             };
             let Some(ends) = self.link_addresses(&t) else {
@@ -264,7 +241,7 @@ impl Inner {
         // poll; batching it with later posts would only delay both. The ACKs leave with
         // it, so the rest of a burst of posts finds none and still waits for the poll.
         let answers = tx.count > 0 && acks.count > 0 && acks.dst == tx.dst && acks.src == tx.src;
-        if !defer || answers || requests_only {
+        if !defer || answers {
             if answers && tx.count == 1 && acks.count == 1 && tx.tos == acks.tos {
                 // A ping-pong's answer and the ACK of the question: the order below,
                 // in one system call rather than two (`bench send_lat --busy-poll`).
@@ -380,8 +357,6 @@ pub(super) fn drain_notes(core: &mut Core) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nic::Link;
-    use std::sync::Arc;
 
     #[test]
     fn a_batch_takes_one_destination_and_size_up_to_its_limits() {
@@ -449,104 +424,5 @@ mod tests {
         // No room in the buffer.
         let (mut tx, mut acks) = (run(a, 20, 12), run(a, 20, 1));
         assert!(!tx.absorb(&mut acks, 64));
-    }
-
-    /// A link that sends packet by packet and holds output, as the shared-memory link
-    /// does, and keeps what is sent (ICRC sealed) for the test.
-    #[derive(Debug, Default)]
-    struct OneByOne {
-        sent: std::sync::Mutex<Vec<Vec<u8>>>,
-    }
-
-    impl Link for OneByOne {
-        fn now(&self) -> Instant {
-            Instant::now()
-        }
-        fn send(&self, runs: &mut [Transmit<'_>]) -> std::io::Result<()> {
-            for t in runs {
-                let (IpAddr::V4(src), IpAddr::V4(dst)) = (t.route.src, t.route.dst) else {
-                    panic!("an IPv4 device");
-                };
-                let ep = emu_wire::Ipv4Endpoints {
-                    src,
-                    dst,
-                    ip_id: 0,
-                    src_port: crate::nic::ROCE_PORT,
-                    dst_port: crate::nic::ROCE_PORT,
-                };
-                for p in t.packets() {
-                    emu_wire::write_icrc(&ep, p);
-                    self.sent.lock().unwrap().push(p.to_vec());
-                }
-            }
-            Ok(())
-        }
-        fn holds_output(&self) -> bool {
-            true
-        }
-    }
-
-    /// On a link that sends packet by packet and holds output (the shared-memory
-    /// link), while the device thread naps: a poll's packets leave their ACK in the
-    /// engine; the answer the application then posts leaves alone, and the ACK at its
-    /// next call. Without the nap (no application polling) the ACK leaves at once.
-    #[test]
-    fn the_ack_of_a_polled_message_leaves_behind_the_answer() {
-        use verbs_api::{Device, RecvWr, SendFlags, SendWr, WrOperation};
-        let opcode = |p: &[u8]| emu_wire::PacketRepr::parse(p).unwrap().0.bth.opcode;
-        for napping in [true, false] {
-            let link = Arc::new(OneByOne::default());
-            let cfg = crate::nic::EmuConfig {
-                ip: Ipv4Addr::new(10, 0, 0, 1).into(),
-                ..crate::nic::EmuConfig::default()
-            };
-            let dev = crate::nic::EmuDevice::with_link(cfg, link.clone()).unwrap();
-            let pd = dev.alloc_pd().unwrap();
-            let cqs = [
-                dev.create_cq(8, None).unwrap(),
-                dev.create_cq(8, None).unwrap(),
-            ];
-            let (a, b) = crate::nic::thread::tests::looped_rc_pair(&dev, pd, cqs);
-            let (_buf, mr) = crate::nic::thread::tests::scratch_mr(&dev, pd);
-            let sge = |at: u64| crate::nic::thread::tests::sge8(&mr, at);
-            dev.post_recv(a, &[RecvWr::new(0, vec![sge(32)])]).unwrap();
-            dev.post_recv(b, &[RecvWr::new(0, vec![sge(48)])]).unwrap();
-            let send = |id| {
-                let mut w = SendWr::new(id, vec![sge(0)], WrOperation::Send);
-                w.send_flags = SendFlags::SIGNALED;
-                w
-            };
-            dev.post_send(a, &[send(1)]).unwrap();
-            // What the device sent since the last look.
-            let sent = || -> Vec<Vec<u8>> { link.sent.lock().unwrap().drain(..).collect() };
-            let question = sent();
-            assert_eq!(question.len(), 1);
-            // b's application polls: what it receives goes in as a poll's would.
-            dev.inner.napping.store(napping, Ordering::Release);
-            let defer = dev.inner.may_defer();
-            assert_eq!(defer, napping);
-            let ip = Ipv4Addr::new(10, 0, 0, 1).into();
-            dev.inner
-                .deliver(std::iter::once((ip, ip, 0, &question[0][..])), defer);
-            let mut wcs = Vec::new();
-            let got = dev.inner.core.lock().engine.poll_cq(cqs[1], 4, &mut wcs);
-            assert_eq!(got.unwrap(), 1, "the question arrived");
-            let acked: Vec<_> = sent().iter().map(|p| opcode(p)).collect();
-            if !napping {
-                assert_eq!(acked, [emu_wire::Opcode::RcAcknowledge]);
-                continue;
-            }
-            assert!(
-                acked.is_empty(),
-                "the ACK waits for the next call: {acked:?}"
-            );
-            // The answer leaves alone; the ACK at the next poll.
-            dev.post_send(b, &[send(2)]).unwrap();
-            let answer: Vec<_> = sent().iter().map(|p| opcode(p)).collect();
-            assert_eq!(answer, [emu_wire::Opcode::RcSendOnly]);
-            dev.poll_cq(cqs[1], 4, &mut wcs).unwrap();
-            let after: Vec<_> = sent().iter().map(|p| opcode(p)).collect();
-            assert_eq!(after, [emu_wire::Opcode::RcAcknowledge]);
-        }
     }
 }
