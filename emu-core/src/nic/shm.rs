@@ -159,8 +159,8 @@ struct Outbound {
     /// Where the ring is listed for the peer, and what this device wrote there.
     listing: PathBuf,
     listing_text: String,
-    /// When the offer was last read again.
-    checked: Instant,
+    /// When the offer was last read again ([`coarse_now`]).
+    checked: Duration,
     /// The receiver's wake-up socket, if it sleeps in `poll(2)` rather than on the
     /// bell's futex.
     wake: Option<UnixAddr>,
@@ -172,10 +172,20 @@ impl Drop for Outbound {
     }
 }
 
-/// A sending end: a ring to a peer, or when its offer was last looked for.
+/// A sending end: a ring to a peer, or when its offer was last looked for
+/// ([`coarse_now`]).
 enum Peer {
     Attached(Box<Outbound>),
-    Missing(Instant),
+    Missing(Duration),
+}
+
+/// The coarse monotonic clock (the kernel's last tick, read without the TSC): a
+/// sender looks at it once per packet, to read a peer's offer again every
+/// [`CHECK_OFFER`], where `Instant::now` cost as much as the ring's own push. If it
+/// cannot be read, every offer is due at once (correct, and slow).
+fn coarse_now() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_COARSE)
+        .map_or(Duration::MAX, Duration::from)
 }
 
 /// A ring a peer sends to this device through.
@@ -330,7 +340,7 @@ impl ShmLink {
             offer,
             listing,
             listing_text,
-            checked: Instant::now(),
+            checked: coarse_now(),
             wake,
         })
     }
@@ -382,21 +392,23 @@ impl ShmLink {
             ),
             _ => return Err(io::ErrorKind::AddrNotAvailable.into()),
         }
-        let now = Instant::now();
-        let peer = peers.entry(dst).or_insert(Peer::Missing(now - RETRY_OFFER));
+        let now = coarse_now();
+        let peer = peers
+            .entry(dst)
+            .or_insert(Peer::Missing(now.saturating_sub(RETRY_OFFER)));
         // The peer's offer, read again now and then: a dead peer's names a dead
         // process, a new device's another bell (it gets a new ring).
         if let Peer::Attached(out) = peer {
-            if now.duration_since(out.checked) >= CHECK_OFFER {
+            if now.saturating_sub(out.checked) >= CHECK_OFFER {
                 out.checked = now;
                 let offer = std::fs::read_to_string(offer_path(dst, self.port));
                 if !offer.is_ok_and(|o| o == out.offer && parse_live(&o).is_some()) {
-                    *peer = Peer::Missing(now - RETRY_OFFER);
+                    *peer = Peer::Missing(now.saturating_sub(RETRY_OFFER));
                 }
             }
         }
         if let Peer::Missing(at) = peer {
-            if now.duration_since(*at) < RETRY_OFFER {
+            if now.saturating_sub(*at) < RETRY_OFFER {
                 return Err(io::ErrorKind::NotConnected.into());
             }
             *peer = match self.attach(dst) {
