@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use device_util::{connect, post_recv, side};
-use emu_core::nic::{EmuConfig, EmuDevice};
+use emu_core::nic::{EmuConfig, EmuDevice, SameHost};
 use verbs_api::{
     AccessFlags, CqId, Device, QpParams, QpType, SendWr, Sge, WcStatus, WorkCompletion,
 };
@@ -108,4 +108,49 @@ fn a_completion_comes_to_the_cq_polled_after_the_skipping_ones() {
     let mut got = [0u8; 7];
     b.buf.read(0, &mut got).unwrap();
     assert_eq!(&got, b"skipped");
+}
+
+/// An auto device whose peer sends through the shared-memory rings: an empty receive
+/// is a read of memory then (the UDP socket is read only now and then), so no poll
+/// skips it, whatever CQ it polls.
+#[test]
+fn an_auto_device_with_rings_skips_no_receive() {
+    let open_auto = |name: &str, host: u8, port: u16| {
+        EmuDevice::open(EmuConfig {
+            name: name.into(),
+            ip: Ipv4Addr::new(127, 0, 97, host).into(),
+            port,
+            same_host: SameHost::Auto,
+            ..EmuConfig::default()
+        })
+    };
+    let (da, db) = (0..64u16)
+        .find_map(|i| {
+            let port = 47100 + i;
+            Some((
+                open_auto("emptypolls3", 4, port).ok()?,
+                open_auto("emptypolls4", 5, port).ok()?,
+            ))
+        })
+        .expect("a free port");
+    let (a, b) = (
+        side(&da, QpType::Rc, 64, AccessFlags::LOCAL_WRITE),
+        side(&db, QpType::Rc, 64, AccessFlags::LOCAL_WRITE),
+    );
+    connect(&da, &a, &db, &b, QpType::Rc, &QpParams::default());
+    post_recv(&db, &b, 7, 0, 64);
+    let wr = SendWr::send(1, vec![Sge::new(a.mr.addr, 7, a.mr.lkey)]);
+    da.post_send(a.qpn, &[wr]).unwrap();
+    let (_, wc) = poll_turns(&db, &[b.cq]);
+    assert_eq!(wc.status, WcStatus::Success);
+    let through_rings = db.link_counters().shm_packets.load(Ordering::Relaxed);
+    assert!(through_rings > 0, "the SEND came through the rings");
+    let cqs: Vec<_> = (0..8).map(|_| db.create_cq(16, None).unwrap()).collect();
+    let mut out = Vec::new();
+    for _ in 0..200 {
+        for &cq in &cqs {
+            assert_eq!(db.poll_cq(cq, 16, &mut out).unwrap(), 0);
+        }
+    }
+    assert_eq!(skipped(&db), 0);
 }

@@ -168,8 +168,10 @@ impl Link for AutoLink {
         self.udp.max_segments()
     }
 
+    /// Not while peers send through the rings: a poll then reads the rings, a read
+    /// of memory, and the socket only now and then (see [`AutoLink::receive`]).
     fn receive_costs_a_system_call(&self) -> bool {
-        true
+        !self.shm.as_ref().is_some_and(ShmLink::has_rings)
     }
 
     /// The rings, then the UDP socket; but a poll, while peers send through the

@@ -89,10 +89,12 @@ pub trait Link: Send + Sync + std::fmt::Debug {
         0
     }
 
-    /// Whether a [`Link::receive`] that finds nothing still costs a system call (UDP):
+    /// Whether a [`Link::receive`] that finds nothing costs a system call now (UDP):
     /// the polls of a device's other CQs then skip theirs for a while (see
     /// `nic/empty_polls.rs`). False for links whose empty receive is a read of memory
-    /// (shared memory) or that move virtual time (a fabric).
+    /// (shared memory) or that move virtual time (a fabric). Asked when the device
+    /// opens (a link that says false then is never asked again) and at each empty
+    /// poll.
     fn receive_costs_a_system_call(&self) -> bool {
         false
     }

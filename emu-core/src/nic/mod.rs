@@ -260,7 +260,8 @@ struct Inner {
     poller_tid: AtomicU32,
     /// The last empty receive of a `poll_cq`, which the polls of other CQs skip
     /// theirs after (`nic/empty_polls.rs`); none on a link whose empty receive costs
-    /// no system call (`Link::receive_costs_a_system_call`, asked once).
+    /// no system call (`Link::receive_costs_a_system_call`, asked at open), and not
+    /// used while the link says so (an auto device whose peers use the rings).
     empty_polls: Option<empty_polls::EmptyPolls>,
     /// The device thread naps ([`NAP`] at most) and leaves the socket to the polling
     /// application; false while it blocks on the socket. Posts defer only while it

@@ -187,7 +187,10 @@ impl Inner {
         if n > 0 {
             return Ok(n);
         }
-        let empty = self.empty_polls.as_ref();
+        let empty = self
+            .empty_polls
+            .as_ref()
+            .filter(|_| self.link.receive_costs_a_system_call());
         if empty.is_some_and(|e| e.skip(c)) {
             self.link_counters
                 .skipped_receives

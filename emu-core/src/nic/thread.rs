@@ -578,8 +578,13 @@ mod tests {
             let mut answer = SendWr::new(round, vec![sge(24)], WrOperation::Send);
             answer.send_flags = SendFlags::SIGNALED;
             dev.post_send(b, &[answer]).unwrap();
-            assert_eq!(held(), (0, 0), "the answer and the ACK wait for a poll");
-            checked += 1;
+            // (1, 0): the thread's nap sent the ACK between the look and the post,
+            // which then waited for a poll as any post does; the round proves nothing.
+            let after = held();
+            if after != (1, 0) {
+                assert_eq!(after, (0, 0), "the answer and the ACK wait for a poll");
+                checked += 1;
+            }
             // Drain: a's answer and both send completions.
             let t0 = Instant::now();
             let mut got = 0;
