@@ -73,6 +73,12 @@ fn stale_and_foreign_id_pointers_get_einval() {
         assert_eq!(rdma_create_id(ch, &mut id2, null_mut(), r::RDMA_PS_TCP), 0);
         assert_eq!(rdma_bind_addr(id2, (&raw mut a).cast()), 0);
         assert_eq!(rdma_listen(id2, 1), 0);
+        // A listener with a channel gets its requests as events: rdma_get_request is
+        // for synchronous ids only (EINVAL, as librdmacm; it would wait forever).
+        let mut child = null_mut();
+        assert_eq!(rdma_get_request(id2, &mut child), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        assert!(child.is_null());
         // rdma_destroy_ep on an id with no QP (rdma_server's listener) destroys the
         // id and is no error: errno untouched.
         *libc::__errno_location() = 0;

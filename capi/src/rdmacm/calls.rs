@@ -1128,6 +1128,8 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut r::rdma_cm_id) -> c_int {
 
 /// `rdma_get_request`: the next connection request of a listening id, as a new id
 /// (with its QP when the listener was made by `rdma_create_ep` with QP attributes).
+/// EINVAL for an id with an event channel, as librdmacm (cma.c): its requests come
+/// as events on the channel.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_request(
     listen: *mut r::rdma_cm_id,
@@ -1135,7 +1137,7 @@ pub unsafe extern "C" fn rdma_get_request(
 ) -> c_int {
     let cm = cm_or!(-1);
     let l = id_or!(cm, listen, -1);
-    if id.is_null() {
+    if id.is_null() || !l.sync {
         return err(libc::EINVAL);
     }
     let ev = match cm.cm.get_request_reported(l.id, None, &reported(cm)) {
