@@ -698,3 +698,41 @@ fn an_auto_device_polling_for_its_rings_still_receives_over_udp() {
     assert!(shm_packets(&da) > 0 && shm_packets(&db) > 0);
     assert_eq!(shm_packets(&dc), 0);
 }
+
+/// Auto devices whose peer is on the rings: a post leaves at once, also while the
+/// application polls and the device thread naps (on UDP a post then waits for the
+/// next poll of its device, to leave in one send with the next posts). A program that
+/// posts on one device and polls only the other (one thread driving both) gets the
+/// message at its first poll, not when the sender's nap ends.
+#[test]
+fn an_auto_post_to_a_ring_peer_does_not_wait_for_a_poll() {
+    let (ia, ib, port) = addrs(14);
+    let (da, db) = (
+        open_on("shma", ia, port, true, SameHost::Auto),
+        open_on("shmb", ib, port, true, SameHost::Auto),
+    );
+    let (a, b) = (side(&da), side(&db));
+    connect(&da, &a, &db, &b);
+    let mut out = Vec::new();
+    for round in 0..20u64 {
+        let wr = RecvWr::new(round, vec![Sge::new(b.mr.addr, 64, b.mr.lkey)]);
+        db.post_recv(b.qpn, &[wr]).unwrap();
+        // Both device threads nap while the application polls.
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_millis(3) {
+            da.poll_cq(a.cq, 4, &mut out).unwrap();
+            db.poll_cq(b.cq, 4, &mut out).unwrap();
+        }
+        out.clear();
+        let wr = SendWr::send(round, vec![Sge::new(a.mr.addr, 8, a.mr.lkey)]);
+        da.post_send(a.qpn, &[wr]).unwrap();
+        assert_eq!(
+            db.poll_cq(b.cq, 4, &mut out).unwrap(),
+            1,
+            "round {round}: the SEND was in the ring when the post returned"
+        );
+        assert_eq!(out[0].status, WcStatus::Success);
+        assert_eq!(wait_one(&da, a.cq).status, WcStatus::Success);
+    }
+    assert!(shm_packets(&db) >= 20, "through the rings");
+}

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::link::{Link, Receiver, Transmit};
+use super::link::{Link, Receiver, Route, Transmit};
 use super::shm::ShmLink;
 use super::udp::DeviceLink;
 use super::Inbound;
@@ -107,9 +107,9 @@ impl AutoLink {
 
     /// The path of a run (decided once per destination, see the module's
     /// documentation).
-    fn via(&self, shm: &ShmLink, via: &mut HashMap<IpAddr, Via>, t: &Transmit<'_>) -> Via {
-        let dst = t.route.dst;
-        if t.route.src != self.ip || dst.is_multicast() {
+    fn via(&self, shm: &ShmLink, via: &mut HashMap<IpAddr, Via>, route: Route) -> Via {
+        let dst = route.dst;
+        if route.src != self.ip || dst.is_multicast() {
             return Via::Udp;
         }
         *via.entry(dst)
@@ -132,9 +132,9 @@ impl Link for AutoLink {
         let mut i = 0;
         while i < runs.len() {
             let mut via = self.via.lock();
-            let path = self.via(shm, &mut via, &runs[i]);
+            let path = self.via(shm, &mut via, runs[i].route);
             let mut j = i + 1;
-            while j < runs.len() && self.via(shm, &mut via, &runs[j]) == path {
+            while j < runs.len() && self.via(shm, &mut via, runs[j].route) == path {
                 j += 1;
             }
             drop(via);
@@ -166,6 +166,12 @@ impl Link for AutoLink {
 
     fn max_segments(&self) -> usize {
         self.udp.max_segments()
+    }
+
+    /// Not to a peer on the rings, whose packets are pushed one by one.
+    fn runs_wait_to(&self, route: Route) -> bool {
+        self.sending_shm()
+            .is_none_or(|shm| self.via(shm, &mut self.via.lock(), route) == Via::Udp)
     }
 
     /// Not while peers send through the rings: a poll then reads the rings, a read

@@ -61,6 +61,15 @@ pub trait Link: Send + Sync + std::fmt::Debug {
         1
     }
 
+    /// Whether a partial run on `route` gains by waiting for more packets (one send
+    /// carries a run: UDP with GSO). False where each packet is pushed on its own
+    /// (an auto device's peers on the shared-memory rings): a deferred post's packets
+    /// to them leave at once (`Inner::flush`).
+    fn runs_wait_to(&self, route: Route) -> bool {
+        let _ = route;
+        true
+    }
+
     /// The link's buffer pool, if it keeps the packets it is given (a simulated fabric
     /// queues them): a buffer at least [`MAX_PACKET`](crate::engine::MAX_PACKET) bytes
     /// long for the device to write its next packet into and hand back with

@@ -261,6 +261,10 @@ impl Inner {
             if acks.count > 0 {
                 self.send_run(acks);
             }
+        } else if tx.count > 0 && !self.link.runs_wait_to(tx.route()) {
+            // A run that would not grow into one send (a peer on the rings) leaves
+            // now: waiting for the next poll only delays it.
+            self.send_run(tx);
         }
         self.notify(engine);
     }
