@@ -631,6 +631,47 @@ fn a_post_after_polling_leaves_when_the_application_stops_polling() {
     assert_eq!((wc[0].wr_id, wc[0].status), (1, WcStatus::Success));
 }
 
+/// One thread driving two devices: a post on A that waits for A's next poll (the
+/// application polls, so posts batch) leaves when the thread polls B instead, not when
+/// A's device thread ends its nap: B's first poll after the post has it. So does the
+/// ACK B's poll held: A's first poll then has the send's completion.
+#[test]
+fn a_post_left_for_a_poll_leaves_when_the_thread_polls_another_device() {
+    let (da, db) = (open(3, 5), open(3, 6));
+    let a = end(&da, 4096, None);
+    let b = end(&db, 4096, None);
+    connect(&da, &a, b.qpn, db.gid());
+    connect(&db, &b, a.qpn, da.gid());
+    let mut wcs = Vec::new();
+    for round in 0..20u64 {
+        let wr = RecvWr::new(round, vec![Sge::new(b.mr.addr, 64, b.mr.lkey)]);
+        db.post_recv(b.qpn, &[wr]).unwrap();
+        // Both device threads nap while the application polls.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(3) {
+            da.poll_cq(a.cq, 4, &mut wcs).unwrap();
+            db.poll_cq(b.cq, 4, &mut wcs).unwrap();
+        }
+        wcs.clear();
+        let mut wr = SendWr::send(round, vec![Sge::new(a.mr.addr, 8, a.mr.lkey)]);
+        wr.send_flags = SendFlags::SIGNALED;
+        da.post_send(a.qpn, &[wr]).unwrap();
+        assert_eq!(
+            db.poll_cq(b.cq, 4, &mut wcs).unwrap(),
+            1,
+            "round {round}: B's first poll has the SEND"
+        );
+        assert_eq!(wcs[0].status, WcStatus::Success);
+        wcs.clear();
+        assert_eq!(
+            da.poll_cq(a.cq, 4, &mut wcs).unwrap(),
+            1,
+            "round {round}: A's first poll has the send's completion"
+        );
+        assert_eq!(wcs[0].status, WcStatus::Success);
+    }
+}
+
 /// Posts to many QPs between two polls leave together (one GSO run per size) and
 /// every one lands and completes, whatever the mix of sizes.
 #[test]

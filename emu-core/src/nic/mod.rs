@@ -36,6 +36,7 @@
 //! on all of it) and the same port, e.g. `emu0` on 127.0.0.1 and `emu1` on 127.0.0.2.
 
 mod auto;
+mod deferred;
 mod driver;
 mod drops;
 mod dual;

@@ -6,6 +6,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use verbs_api::{errno, CqId, Error, Result, WorkCompletion};
@@ -108,6 +109,7 @@ impl EmuDevice {
     ) -> Result<CqId> {
         let inner = &self.inner;
         let deadline = timeout.map(|t| Instant::now() + t);
+        super::deferred::send_elsewhere(inner);
         inner.flush_pending();
         inner.waits.fetch_add(1, Ordering::Relaxed);
         inner.waiters.fetch_add(1, Ordering::AcqRel);
@@ -146,6 +148,7 @@ impl EmuDevice {
     /// Takes the next item of `n`; on a link with virtual time, moves the network on
     /// while nothing is queued.
     pub(super) fn wait<T>(&self, n: &Notifier<T>, timeout: Option<Duration>) -> Result<T> {
+        super::deferred::send_elsewhere(&self.inner);
         self.inner.flush_pending();
         self.inner.receive_left();
         loop {
@@ -173,12 +176,13 @@ impl Inner {
     /// naps meanwhile, `run`; on a link with virtual time the network moves on). Then
     /// it polls once more.
     pub(super) fn poll_cq(
-        &self,
+        self: &Arc<Self>,
         c: CqId,
         max: usize,
         out: &mut Vec<WorkCompletion>,
     ) -> Result<usize> {
         let _at = self.at_verbs(&self.polls);
+        super::deferred::send_elsewhere(self);
         let n = {
             let mut core = self.core.lock();
             self.flush_pending_locked(&mut core);
@@ -203,7 +207,11 @@ impl Inner {
             e.received(c, got);
         }
         if got > 0 {
-            self.core.lock().engine.poll_cq(c, max, out)
+            let mut core = self.core.lock();
+            if defer && (core.tx.count > 0 || core.acks.count > 0) {
+                super::deferred::left_in(self);
+            }
+            core.engine.poll_cq(c, max, out)
         } else {
             Ok(0)
         }
