@@ -60,8 +60,9 @@ use crate::Error;
 /// one.
 pub const HEADER_BYTES: usize = 4096;
 
-/// "shmring1", little-endian: the first word of a ring's memory.
-pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"shmring1");
+/// "shmring2", little-endian: the first word of a ring's memory (2: records on cache
+/// lines, published by their header; a ring of the first layout is not taken).
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"shmring2");
 
 /// "shmbell1", little-endian: the first word of a doorbell's memory (a header and no
 /// data words, see `crate::bell`).

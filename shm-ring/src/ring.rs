@@ -1,16 +1,29 @@
 //! The ring's protocol: a [`Producer`] appends records, a [`Consumer`] takes them in
 //! order, and the consumer may sleep on a futex that the producer wakes.
 //!
-//! **Records.** A record is one length word (the packet's length in its low 32 bits,
-//! zero above) and the packet in `ceil(len / 8)` words, little-endian, the last one
-//! padded with zeroes; it may wrap from the last data word to the first. `head` and
-//! `tail` count words since the ring was made (mod 2^64); word `i` is `data[i % words]`.
+//! **Records.** A record is one header word (the packet's length in its low 32 bits,
+//! [`PUBLISHED`] above) and the packet in `ceil(len / 8)` words, little-endian, the
+//! last one padded with zeroes, rounded up to whole cache lines ([`LINE`] words): a
+//! record starts on a line. It may wrap from the last data word to the first. `head`
+//! and `tail` count words since the ring was made (mod 2^64); word `i` is
+//! `data[i % words]`.
+//!
+//! **Publishing in the record's own line.** The producer writes the packet's words,
+//! then the header (release), then `head` (release, for sleepers). The consumer looks
+//! at the header word at its tail (acquire) and not at `head`: a packet that fits the
+//! header's line reaches it in one cache-line transfer, where reading `head` and then
+//! the record took two, one after the other (250 ns each when the two cores are far
+//! apart on the host). This needs every line's first word to be zero until the
+//! producer publishes there: the ring starts zeroed, and the consumer zeroes the first
+//! word of each line of a record it takes before it publishes its tail (release),
+//! which the producer reads (acquire) before it writes there again.
 //!
 //! **What is trusted.** Each side keeps its own index privately (the producer its head,
 //! the consumer its tail) and the ring's geometry as read once when it attached: it
 //! never reads back what only it writes. What it reads that the peer writes is checked
-//! before use: the consumer checks `head` (no more than `words` ahead of its tail) and
-//! each length word (a length within `max_len` whose record the head covers); the
+//! before use: the consumer checks each header word (the published bit alone above a
+//! length within `max_len`) and `head` when it looks at it (no more than `words` ahead
+//! of its tail, nor ahead with no header published at the tail); the
 //! producer checks `tail` (not behind by more than `words`, not ahead of its head, not
 //! moving back). A failed check is [`Error::Corrupt`] and poisons that side: the link
 //! above treats the peer as dead. A peer that writes garbage into packet bytes makes
@@ -54,9 +67,32 @@ const P_GONE: u32 = 4;
 /// `state` bit: the consumer left (packets would not be read).
 const C_GONE: u32 = 8;
 
-/// The words a record of a `len`-byte packet takes: its length word and its bytes.
+/// Words in a cache line: records start on one.
+pub(crate) const LINE: usize = 8;
+
+/// The bit a header word carries above the length: a line's first word is zero until
+/// the producer publishes a record there.
+const PUBLISHED: u64 = 1 << 32;
+
+/// The words a record of a `len`-byte packet takes: its header word and its bytes, in
+/// whole lines.
 pub(crate) fn record_words(len: usize) -> usize {
-    1 + len.div_ceil(8)
+    (1 + len.div_ceil(8)).next_multiple_of(LINE)
+}
+
+/// Words the producer's `head` says are published past `tail`, in a ring of `mask + 1`
+/// words; `None` if that is impossible. The head may also be behind the tail, by less
+/// than a ring: the consumer took a record on its header, which the producer
+/// publishes before the head (nothing is past the tail then).
+pub(crate) fn past(head: u64, tail: u64, mask: u64) -> Option<u64> {
+    let ahead = head.wrapping_sub(tail);
+    if ahead <= mask + 1 {
+        Some(ahead)
+    } else if tail.wrapping_sub(head) <= mask + 1 {
+        Some(0)
+    } else {
+        None
+    }
 }
 
 /// Stores `bytes` into the ring's words from word `at` on (mod the ring), the last
@@ -173,7 +209,7 @@ impl Producer {
         let h = region.header();
         let tail = h.tail.load(Acquire);
         let head = h.head.load(Acquire);
-        if head.wrapping_sub(tail) > mask + 1 {
+        if head.wrapping_sub(tail) > mask + 1 || !head.is_multiple_of(LINE as u64) {
             return Err(Error::Corrupt("head and tail further apart than the ring"));
         }
         Ok(Producer {
@@ -277,12 +313,13 @@ impl Producer {
         }
         let h = self.region.header();
         let ring = &self.region.data()[..=self.mask as usize];
-        ring[(self.head & self.mask) as usize].store(len as u64, Relaxed);
         let mut at = self.head.wrapping_add(1);
         for part in parts {
             store(ring, at, part);
             at = at.wrapping_add(part.len().div_ceil(8) as u64);
         }
+        // The header last: it publishes the words before it.
+        ring[(self.head & self.mask) as usize].store(PUBLISHED | len as u64, Release);
         self.head = self.head.wrapping_add(need);
         h.head.store(self.head, Release);
         self.wake();
@@ -317,6 +354,9 @@ impl Consumer {
     pub fn attach(region: Arc<Region>) -> Result<Consumer, Error> {
         let (mask, max_len) = attach(&region, C_ATTACHED)?;
         let tail = region.header().tail.load(Acquire);
+        if !tail.is_multiple_of(LINE as u64) {
+            return Err(Error::Corrupt("tail not on a line"));
+        }
         Ok(Consumer {
             region,
             mask,
@@ -349,11 +389,8 @@ impl Consumer {
             return Err(Error::Corrupt("poisoned"));
         }
         let head = self.region.header().head.load(Acquire);
-        let avail = head.wrapping_sub(self.tail);
-        if avail > self.mask + 1 {
-            return Err(self.corrupt("head further ahead than the ring"));
-        }
-        Ok(avail)
+        past(head, self.tail, self.mask)
+            .ok_or_else(|| self.corrupt("head further ahead than the ring"))
     }
 
     /// Takes the next packet into `buf` and returns its length; `None` if the ring is
@@ -362,31 +399,45 @@ impl Consumer {
     /// [`Consumer::max_len`] bytes always fits); `Corrupt` if what the producer wrote is
     /// impossible (and from then on).
     pub fn pop(&mut self, buf: &mut [u8]) -> Result<Option<usize>, Error> {
-        let avail = self.available()?;
-        if avail == 0 {
-            // Gone is set after the last head store: look at the head again after it.
-            if self.region.header().state.load(Acquire) & P_GONE != 0 && self.available()? == 0 {
-                return Err(Error::Closed);
-            }
-            return Ok(None);
+        if self.poisoned {
+            return Err(Error::Corrupt("poisoned"));
         }
-        let data = self.region.data();
-        let word = data[(self.tail & self.mask) as usize].load(Relaxed);
-        if word > self.max_len as u64 {
+        let at = (self.tail & self.mask) as usize;
+        let mut word = self.region.data()[at].load(Acquire);
+        if word == 0 {
+            // Nothing published here. The head (published after the header) says the
+            // same unless the producer wrote in between; a head ahead with no header
+            // before it is impossible. Gone is set after the last head store: looked
+            // at after it, the head is final.
+            let gone = self.region.header().state.load(Acquire) & P_GONE != 0;
+            if self.available()? == 0 {
+                return if gone { Err(Error::Closed) } else { Ok(None) };
+            }
+            word = self.region.data()[at].load(Acquire);
+            if word == 0 {
+                return Err(self.corrupt("head ahead of what was published"));
+            }
+        }
+        if word & !u64::from(u32::MAX) != PUBLISHED
+            || word & u64::from(u32::MAX) > self.max_len as u64
+        {
             return Err(self.corrupt("packet length"));
         }
-        let len = word as usize;
+        let len = (word & u64::from(u32::MAX)) as usize;
         let need = record_words(len) as u64;
-        if need > avail {
-            return Err(self.corrupt("packet longer than what was published"));
-        }
+        let ring = &self.region.data()[..=self.mask as usize];
         let Some(out) = buf.get_mut(..len) else {
             return Err(Error::TooBig {
                 len,
                 max: buf.len(),
             });
         };
-        load(&data[..=self.mask as usize], self.tail.wrapping_add(1), out);
+        load(ring, self.tail.wrapping_add(1), out);
+        // Every line of the record back to zero, for the header the producer will
+        // write there next time round: before the tail lets it.
+        for line in (0..need).step_by(LINE) {
+            ring[(self.tail.wrapping_add(line) & self.mask) as usize].store(0, Relaxed);
+        }
         self.tail = self.tail.wrapping_add(need);
         self.region.header().tail.store(self.tail, Release);
         Ok(Some(len))
@@ -432,16 +483,8 @@ pub struct Sleeper {
 impl Sleeper {
     /// Words published past the tail (checked as [`Consumer::pop`] does).
     fn available(&self) -> Result<u64, Error> {
-        let avail = self
-            .region
-            .header()
-            .head
-            .load(Acquire)
-            .wrapping_sub(self.tail);
-        if avail > self.mask + 1 {
-            return Err(Error::Corrupt("head further ahead than the ring"));
-        }
-        Ok(avail)
+        let head = self.region.header().head.load(Acquire);
+        past(head, self.tail, self.mask).ok_or(Error::Corrupt("head further ahead than the ring"))
     }
 
     /// Whether a wait would return at once: a packet waits past the consumer's position

@@ -30,15 +30,16 @@ fn round_trip_in_order_across_the_wrap() {
 #[test]
 fn full_then_room_again() {
     let (mut tx, mut rx) = pair(128, 24).unwrap();
-    // 16 words; a 24-byte packet is 4 words: four fit, the fifth does not.
-    for i in 0..4 {
+    // 16 words; a 24-byte packet's record is one line (8 words): two fit, the third
+    // does not.
+    for i in 0..2 {
         tx.push(&packet(i, 24)).unwrap();
     }
-    assert!(matches!(tx.push(&packet(4, 24)), Err(Error::Full)));
+    assert!(matches!(tx.push(&packet(2, 24)), Err(Error::Full)));
     let mut buf = [0; 24];
     assert_eq!(rx.pop(&mut buf).unwrap(), Some(24));
     assert_eq!(buf.to_vec(), packet(0, 24));
-    tx.push(&packet(4, 24)).unwrap();
+    tx.push(&packet(2, 24)).unwrap();
 }
 
 #[test]
@@ -602,4 +603,27 @@ fn producers_that_leave_the_wake_up_to_the_caller() {
         }
     }
     c.join().unwrap();
+}
+
+/// A record is taken on its header alone, before the producer publishes the head: the
+/// head then lags the consumer's tail, which is no error; a head ahead of the tail with
+/// no header published there is.
+#[test]
+fn the_header_publishes_and_the_head_may_lag() {
+    assert_eq!(crate::ring::past(8, 0, 15), Some(8));
+    assert_eq!(
+        crate::ring::past(0, 8, 15),
+        Some(0),
+        "a head one record behind"
+    );
+    assert_eq!(crate::ring::past(0, 40, 15), None);
+    assert_eq!(crate::ring::past(40, 0, 15), None);
+    let r = Arc::new(Region::heap(1024, 64).unwrap());
+    let mut rx = Consumer::attach(r.clone()).unwrap();
+    let mut buf = [0; 64];
+    assert_eq!(rx.pop(&mut buf).unwrap(), None);
+    // A head that says a record is there, and no header: corrupt, and poisoned.
+    r.header().head.store(8, SeqCst);
+    assert!(matches!(rx.pop(&mut buf), Err(Error::Corrupt(_))));
+    assert!(matches!(rx.pop(&mut buf), Err(Error::Corrupt(_))));
 }
