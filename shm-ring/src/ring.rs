@@ -209,8 +209,11 @@ impl Producer {
         let h = region.header();
         let tail = h.tail.load(Acquire);
         let head = h.head.load(Acquire);
-        if head.wrapping_sub(tail) > mask + 1 || !head.is_multiple_of(LINE as u64) {
+        if head.wrapping_sub(tail) > mask + 1 {
             return Err(Error::Corrupt("head and tail further apart than the ring"));
+        }
+        if !head.is_multiple_of(LINE as u64) {
+            return Err(Error::Corrupt("head not on a line"));
         }
         Ok(Producer {
             region,

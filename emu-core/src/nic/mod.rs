@@ -221,6 +221,13 @@ struct Core {
     note_sink: Option<Arc<dyn NoteSink>>,
 }
 
+impl Core {
+    /// Whether a deferred flush left packets for the next one (`Inner::may_defer`).
+    fn holds_packets(&self) -> bool {
+        self.tx.count > 0 || self.acks.count > 0
+    }
+}
+
 /// Takes what a device's engine did ([`engine::Note`]), at the moment it did it: a
 /// trace on a fabric. Called under the device's lock, before the packets of the same
 /// input are sent, so notes come before the packets they caused.

@@ -208,7 +208,7 @@ impl Inner {
         }
         if got > 0 {
             let mut core = self.core.lock();
-            if defer && (core.tx.count > 0 || core.acks.count > 0) {
+            if core.holds_packets() {
                 super::deferred::left_in(self);
             }
             core.engine.poll_cq(c, max, out)

@@ -145,7 +145,7 @@ impl Inner {
 
     /// [`Inner::flush_pending`] with the engine's lock taken.
     pub(super) fn flush_pending_locked(&self, core: &mut Core) {
-        if core.tx.count > 0 || core.acks.count > 0 {
+        if core.holds_packets() {
             let now = self.link.now();
             self.flush(core, now, false);
             drain_notes(core);

@@ -60,7 +60,7 @@ impl EmuDevice {
             .map_err(|error| PostError { index: 0, error })
             .and_then(|()| f(&mut core.engine, now));
         inner.flush(&mut core, now, may_defer && inner.may_defer());
-        if core.tx.count > 0 || core.acks.count > 0 {
+        if core.holds_packets() {
             super::deferred::left_in(inner);
         }
         super::transmit::drain_notes(&mut core);
