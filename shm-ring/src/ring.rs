@@ -116,9 +116,14 @@ fn store_run(words: &[AtomicU64], bytes: &[u8]) {
     }
     let rest = chunks.remainder();
     if let (false, Some(w)) = (rest.is_empty(), words.next()) {
-        let mut b = [0u8; 8];
-        b[..rest.len()].copy_from_slice(rest);
-        w.store(u64::from_le_bytes(b), Relaxed);
+        // The last word built in a register. Copied into a zeroed stack word, its
+        // bytes came back as one load from two smaller stores, which the store buffer
+        // cannot forward: the load then waited for every store before it to reach the
+        // cache, this record's words in the ring among them, each waiting for the
+        // consumer's copy of its line (a line's trip between cores, in the middle of
+        // the push).
+        let v = rest.iter().rev().fold(0, |v, &b| v << 8 | u64::from(b));
+        w.store(v, Relaxed);
     }
 }
 

@@ -425,7 +425,9 @@ impl ShmLink {
         };
         let mut prefix = [0u8; PREFIX];
         prefix[..16].copy_from_slice(&from.octets());
-        prefix[16] = tos;
+        // The TOS word in one store, as the ring loads it (see `shm-ring`'s `store_run`:
+        // a byte store inside a zeroed word makes the load wait for the push's stores).
+        prefix[16..].copy_from_slice(&u64::from(tos).to_le_bytes());
         let mut full_since = None;
         let r = loop {
             match out.tx.push_parts(&[&prefix, packet]) {
