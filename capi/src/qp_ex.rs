@@ -120,7 +120,8 @@ unsafe extern "C" fn wr_complete(qp: *mut sys::ibv_qp_ex) -> c_int {
     let Some(ctx) = (unsafe { Context::from_ptr_unchecked(q.raw.qp_base.context) }) else {
         return libc::EINVAL;
     };
-    let r = crate::verbs::post_send_staged(ctx, q, batch.wrs);
+    let mut wrs = batch.wrs;
+    let r = crate::verbs::post_send_staged(ctx, q, &mut wrs);
     let posted = r.as_ref().err().map_or(usize::MAX, |e| e.index);
     for &(_, mw, rkey) in batch.binds.iter().filter(|b| b.0 < posted) {
         // SAFETY: the program's window, named in this batch.

@@ -28,8 +28,8 @@ use std::ffi::{c_char, c_uint};
 use verbs_api::{
     AccessFlags, AhAttr, AhId, AsyncEventType, AtomicCap, DeviceAttr, DeviceCapFlags,
     DeviceCapFlagsEx, Error, Gid, GlobalRoute, LinkLayer, MigState, Mtu, MwBindInfo, PortAttr,
-    PortState, QpAttr, QpAttrMask, QpCap, QpState, RecvWr, Result, SendFlags, SendWr, Sge, SrqAttr,
-    UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOperation,
+    PortState, QpAttr, QpAttrMask, QpCap, QpState, RecvWr, Result, SendFlags, SendWr, SgList, Sge,
+    SrqAttr, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOperation,
 };
 
 use crate::sys;
@@ -303,7 +303,7 @@ pub fn bind_info_from_c(b: &sys::ibv_mw_bind_info, mr_lkey: u32) -> MwBindInfo {
 /// remote QPN and Q_Key that the caller has read and resolved.
 pub fn send_wr_from_c(
     wr: &sys::ibv_send_wr,
-    sg_list: Vec<Sge>,
+    sg_list: impl Into<SgList>,
     ud: Option<(AhId, u32, u32)>,
 ) -> Result<SendWr> {
     Ok(SendWr {
@@ -328,7 +328,7 @@ pub fn ud_fields(wr: &sys::ibv_send_wr) -> (*mut sys::ibv_ah, u32, u32) {
 }
 
 /// A [`RecvWr`] from an `ibv_recv_wr`'s id and the SGEs the caller has read.
-pub fn recv_wr(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
+pub fn recv_wr(wr_id: u64, sg_list: impl Into<SgList>) -> RecvWr {
     RecvWr {
         wr_id,
         sg_list: sg_list.into(),

@@ -3,6 +3,12 @@
 
 use super::*;
 
+use smallvec::SmallVec;
+
+/// The work requests of one post, converted, or their C pointers: a post of up to four
+/// (every perftest latency post, most programs' single WRs) allocates nothing.
+type Wrs<T> = SmallVec<[T; 4]>;
+
 fn qp_type_of(t: sys::ibv_qp_type) -> Result<QpType, c_int> {
     match QpType::try_from(t) {
         Ok(q @ (QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend)) => Ok(q),
@@ -292,10 +298,10 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut sys::ibv_qp) -> c_int {
 }
 
 /// Reads the SGE list of a work request.
-unsafe fn sges(list: *const sys::ibv_sge, n: c_int) -> Result<Vec<verbs_api::Sge>, c_int> {
+unsafe fn sges(list: *const sys::ibv_sge, n: c_int) -> Result<verbs_api::SgList, c_int> {
     let n = usize::try_from(n).map_err(|_| EINVAL)?;
     if n == 0 {
-        return Ok(Vec::new());
+        return Ok(verbs_api::SgList::new());
     }
     if list.is_null() {
         return Err(EINVAL);
@@ -343,7 +349,7 @@ unsafe fn send_wr(q: &Qp, w: &sys::ibv_send_wr) -> Result<verbs_api::SendWr, c_i
 pub(crate) fn post_send_staged(
     ctx: &Context,
     q: &Qp,
-    mut wrs: Vec<verbs_api::SendWr>,
+    wrs: &mut [verbs_api::SendWr],
 ) -> Result<(), verbs_api::PostError> {
     if wrs.is_empty() {
         return Ok(());
@@ -382,7 +388,7 @@ pub(crate) fn post_send_staged(
         w.sg_list = verbs_api::Sge::new(buf.addr(), bytes.len() as u32, mr.lkey).into();
         staged.push(mr.lkey);
     }
-    let r = ctx.dev.post_send(q.raw.qp_base.qp_num, &wrs);
+    let r = ctx.dev.post_send(q.raw.qp_base.qp_num, wrs);
     for lkey in staged {
         let _ = ctx.dev.dereg_mr(lkey);
     }
@@ -396,8 +402,8 @@ pub(super) unsafe extern "C" fn op_post_send(
 ) -> c_int {
     let q = obj_or!(Qp, qp, EINVAL);
     let ctx = ctx_fast!(q.raw.qp_base.context, EINVAL);
-    let mut wrs = Vec::new();
-    let mut ptrs = Vec::new();
+    let mut wrs: Wrs<verbs_api::SendWr> = SmallVec::new();
+    let mut ptrs: Wrs<*mut sys::ibv_send_wr> = SmallVec::new();
     let mut bad = None;
     let mut p = wr;
     while !p.is_null() {
@@ -422,7 +428,7 @@ pub(super) unsafe extern "C" fn op_post_send(
         }
         p = w.next;
     }
-    let r = post_send_staged(ctx, q, wrs);
+    let r = post_send_staged(ctx, q, &mut wrs);
     let posted = r
         .as_ref()
         .err()
@@ -455,12 +461,12 @@ unsafe fn recv_wrs(
     wr: *mut sys::ibv_recv_wr,
     cap: u32,
 ) -> (
-    Vec<verbs_api::RecvWr>,
-    Vec<*mut sys::ibv_recv_wr>,
+    Wrs<verbs_api::RecvWr>,
+    Wrs<*mut sys::ibv_recv_wr>,
     Option<(*mut sys::ibv_recv_wr, c_int)>,
 ) {
-    let mut wrs = Vec::new();
-    let mut ptrs = Vec::new();
+    let mut wrs = SmallVec::new();
+    let mut ptrs = SmallVec::new();
     let mut p = wr;
     while !p.is_null() {
         if wrs.len() == cap as usize {
