@@ -111,7 +111,7 @@ unsafe extern "C" fn wr_complete(qp: *mut sys::ibv_qp_ex) -> c_int {
     let Some(q) = (unsafe { from_ptr::<_, Qp>(qp) }) else {
         return libc::EINVAL;
     };
-    let batch = std::mem::take(&mut *q.building.lock());
+    let mut batch = std::mem::take(&mut *q.building.lock());
     if let Some(e) = batch.error {
         return e;
     }
@@ -120,8 +120,7 @@ unsafe extern "C" fn wr_complete(qp: *mut sys::ibv_qp_ex) -> c_int {
     let Some(ctx) = (unsafe { Context::from_ptr_unchecked(q.raw.qp_base.context) }) else {
         return libc::EINVAL;
     };
-    let mut wrs = batch.wrs;
-    let r = crate::verbs::post_send_staged(ctx, q, &mut wrs);
+    let r = crate::verbs::post_send_staged(ctx, q, &mut batch.wrs);
     let posted = r.as_ref().err().map_or(usize::MAX, |e| e.index);
     for &(_, mw, rkey) in batch.binds.iter().filter(|b| b.0 < posted) {
         // SAFETY: the program's window, named in this batch.

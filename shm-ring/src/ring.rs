@@ -426,12 +426,11 @@ impl Consumer {
                 return Err(self.corrupt("head ahead of what was published"));
             }
         }
-        if word & !u64::from(u32::MAX) != PUBLISHED
-            || word & u64::from(u32::MAX) > self.max_len as u64
-        {
+        let len = word & u64::from(u32::MAX);
+        if word - len != PUBLISHED || len > self.max_len as u64 {
             return Err(self.corrupt("packet length"));
         }
-        let len = (word & u64::from(u32::MAX)) as usize;
+        let len = len as usize;
         let need = record_words(len) as u64;
         let ring = &self.region.data()[..=self.mask as usize];
         let Some(out) = buf.get_mut(..len) else {
