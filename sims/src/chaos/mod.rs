@@ -249,9 +249,10 @@ impl fmt::Display for SoakReport {
                 .collect();
             writeln!(
                 f,
-                "  junk to {}: {}; counted: icrc_errors {}, rx_malformed {}, rx_unknown_qp {}, out-of-sequence/duplicate {}, kernel drops {}",
+                "  junk to {}: {} ({} of the random and bad-icrc pass their ICRC by chance); counted: icrc_errors {}, rx_malformed {}, rx_unknown_qp {}, out-of-sequence/duplicate {}, kernel drops {}",
                 j.ip,
                 sent.join(", "),
+                j.sent[5],
                 j.icrc_errors,
                 j.malformed,
                 j.unknown_qp,
