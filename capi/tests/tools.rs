@@ -86,18 +86,42 @@ fn run(dir: &Path, env: &[(&str, &str)], cmd: &str, args: &[&str]) -> std::proce
 }
 
 fn finish(child: std::process::Child, what: &str) -> String {
+    let (ok, text) = outcome(child);
+    assert!(ok, "{what} failed:\n{text}");
+    text
+}
+
+/// Whether `child` succeeded, and its output (stdout then stderr, then its exit
+/// status if it failed).
+fn outcome(child: std::process::Child) -> (bool, String) {
     let out = child.wait_with_output().unwrap();
-    let text = format!(
+    let mut text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{text}",
-        out.status
-    );
-    text
+    if !out.status.success() {
+        text += &format!("({})", out.status);
+    }
+    (out.status.success(), text)
+}
+
+/// Waits until a TCP socket listens on `port` (`/proc/net/tcp`, state 0A), ten
+/// seconds at most: a server started just before may still be loading under a busy
+/// test run, where a fixed pause let its client find nobody.
+fn wait_tcp_listen(port: u16) {
+    let want = format!(":{port:04X} ");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        if table.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && format!("{} ", f[1]).ends_with(&want) && f[3] == "0A"
+        }) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -143,7 +167,7 @@ fn stock_binaries_run_on_the_emulator() {
         "ibv_rc_pingpong",
         &["-g", "0", "-e", "-n", "200", "-p", "18611"],
     );
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    wait_tcp_listen(18611);
     let client = run(
         &tmp,
         &[("RDMA_EMU_IP", "127.0.0.12")],
@@ -239,14 +263,29 @@ fn rping_connects_through_the_cm() {
         &rping,
         &["-s", "-v", "-C", "5", "-a", "127.0.0.15", "-p", "7175"],
     );
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let client = run(
-        &tmp,
-        &[("RDMA_EMU_IP", "127.0.0.16")],
-        &rping,
-        &["-c", "-v", "-C", "5", "-a", "127.0.0.15", "-p", "7175"],
-    );
-    let c = finish(client, "rping client");
+    // A client that comes before the server listens finds nobody, as with the
+    // kernel's CM: REJECTED (REJ "invalid service ID") once the server's device is
+    // open, ADDR_ERROR before. It tries again while the server runs (a busy test run
+    // can take the server's start past any fixed pause).
+    let mut server = server;
+    let mut tries = 0;
+    let c = loop {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let client = run(
+            &tmp,
+            &[("RDMA_EMU_IP", "127.0.0.16")],
+            &rping,
+            &["-c", "-v", "-C", "5", "-a", "127.0.0.15", "-p", "7175"],
+        );
+        let (ok, text) = outcome(client);
+        tries += 1;
+        let nobody = text.contains("RDMA_CM_EVENT_REJECTED, error 8")
+            || text.contains("RDMA_CM_EVENT_ADDR_ERROR");
+        if ok || !nobody || tries == 10 || server.try_wait().unwrap().is_some() {
+            assert!(ok, "rping client failed (try {tries}):\n{text}");
+            break text;
+        }
+    };
     let s = finish(server, "rping server");
     assert!(c.contains("ping data: rdma-ping-4"), "{c}");
     assert!(s.contains("server ping data: rdma-ping-4"), "{s}");
