@@ -46,7 +46,8 @@ fn udp_soak_passes_and_replays_on_the_fabric() {
     );
     assert_eq!(r.junk.len(), 3);
     for j in &r.junk {
-        assert!(j.sent.iter().all(|&n| n > 0), "every kind sent: {r}");
+        // Every kind (the last count is of those whose ICRC passed by chance).
+        assert!(j.sent[..5].iter().all(|&n| n > 0), "every kind sent: {r}");
     }
 
     let replay = replay_args(&r);
