@@ -110,13 +110,13 @@ fn outcome(child: std::process::Child) -> (bool, String) {
 /// seconds at most: a server started just before may still be loading under a busy
 /// test run, where a fixed pause let its client find nobody.
 fn wait_tcp_listen(port: u16) {
-    let want = format!(":{port:04X} ");
+    let want = format!(":{port:04X}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while std::time::Instant::now() < deadline {
         let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
         if table.lines().any(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && format!("{} ", f[1]).ends_with(&want) && f[3] == "0A"
+            f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
         }) {
             return;
         }
@@ -257,7 +257,7 @@ fn rping_connects_through_the_cm() {
     let tmp = std::env::temp_dir().join(format!("capi-rping-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     build_library(&tmp);
-    let server = run(
+    let mut server = run(
         &tmp,
         &[("RDMA_EMU_IP", "127.0.0.15")],
         &rping,
@@ -267,7 +267,6 @@ fn rping_connects_through_the_cm() {
     // kernel's CM: REJECTED (REJ "invalid service ID") once the server's device is
     // open, ADDR_ERROR before. It tries again while the server runs (a busy test run
     // can take the server's start past any fixed pause).
-    let mut server = server;
     let mut tries = 0;
     let c = loop {
         std::thread::sleep(std::time::Duration::from_millis(300));

@@ -41,10 +41,13 @@ pub const KINDS: [&str; 5] = [
     "wrong-psn",
 ];
 
-/// Junk datagrams sent to one device instance, by kind (see [`KINDS`]), then how many
-/// of the random and bad-ICRC ones carry an ICRC that passes by chance (also counted
-/// under their kind).
-pub type JunkCounts = [u64; 6];
+/// Where [`JunkCounts`] keeps, after the kinds, how many of the random and bad-ICRC
+/// datagrams carry an ICRC that passes by chance (also counted under their kind).
+pub const LUCKY: usize = KINDS.len();
+
+/// Junk datagrams sent to one device instance, by kind (see [`KINDS`]), then the
+/// [`LUCKY`] count.
+pub type JunkCounts = [u64; LUCKY + 1];
 
 /// A live RC QP the junk may aim wrong PSNs at.
 #[derive(Clone, Debug)]
@@ -267,7 +270,7 @@ impl Junk {
         let lucky = matches!(kind, 0 | 2) && icrc_ip_id(&ep, &bytes).is_some();
         if sock.send_to(&bytes, to).is_ok() {
             dev.sent[kind] += 1;
-            dev.sent[5] += u64::from(lucky);
+            dev.sent[LUCKY] += u64::from(lucky);
         }
     }
 }

@@ -34,7 +34,7 @@ use verbs_api::{Device, QpType};
 use crate::{Fabric, LinkConfig, RuleHook};
 use faults::{FaultCounts, FaultRates};
 use flows::{Ctx, DgFlow, FlowStats, RcFlow};
-use junk::{Junk, JunkCounts, KINDS};
+use junk::{Junk, JunkCounts, KINDS, LUCKY};
 
 /// The soak's options (also the command line of the `chaos_soak` example).
 #[derive(Clone, Debug, PartialEq, clap::Args)]
@@ -252,7 +252,7 @@ impl fmt::Display for SoakReport {
                 "  junk to {}: {} ({} of the random and bad-icrc pass their ICRC by chance); counted: icrc_errors {}, rx_malformed {}, rx_unknown_qp {}, out-of-sequence/duplicate {}, kernel drops {}",
                 j.ip,
                 sent.join(", "),
-                j.sent[5],
+                j.sent[LUCKY],
                 j.icrc_errors,
                 j.malformed,
                 j.unknown_qp,
