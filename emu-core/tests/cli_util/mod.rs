@@ -100,15 +100,26 @@ impl Running {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let ended = Ended {
+        Ended {
             what: self.what.clone(),
             status,
             stdout: std::fs::read_to_string(&self.out).unwrap_or_default(),
             stderr: std::fs::read_to_string(&self.err).unwrap_or_default(),
-        };
+        }
+    }
+}
+
+/// A program the test let go of (a killed victim, or one a failed assertion left
+/// running) is ended and reaped, and its output files are removed: nothing is left in
+/// the temporary directory or the process table.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
         let _ = std::fs::remove_file(&self.out);
         let _ = std::fs::remove_file(&self.err);
-        ended
     }
 }
 
