@@ -257,6 +257,21 @@ fn the_shared_memory_link_carries_the_tests() {
     assert!(json.contains("\"transport\":\"shm\""), "{json}");
 }
 
+/// A latency test on the rings is also compared with a cache line's trip between two
+/// threads (the host's floor for the rings), which a test over UDP has no use for.
+#[test]
+fn latency_on_the_rings_reports_the_hosts_line_trip() {
+    let port = (20000 + std::process::id() % 20000 + 13).to_string();
+    let json = bench_json_with(
+        &["send_lat", "--link", "shm", "-n", "300"],
+        &["--port", &port, "--json"],
+    );
+    let line = field(&json, "line_pingpong_us");
+    assert!(line > 0.0 && line.is_finite(), "{json}");
+    let json = bench_json_with(&["send_lat", "-n", "300"], &["--json"]);
+    assert!(!json.contains("line_pingpong_us"), "{json}");
+}
+
 /// With `--link auto` the two devices are UDP devices that find each other's offer of
 /// the shared-memory link and use it: the bench says how many packets each received
 /// through the rings. No timing is checked.

@@ -2,7 +2,8 @@
 //! path: raw UDP on loopback one datagram per system call ("plain"), raw UDP with GSO
 //! on send and GRO on receive (the kernel's fastest UDP path), raw UDP ping-pong
 //! (waiting as the latency test waits: spinning, yielding after an empty poll, or
-//! blocking) for latency, and memcpy for the in-memory fabric.
+//! blocking) for latency, memcpy for the in-memory fabric, and for the shared-memory
+//! link's latency the time a cache line takes between two threads.
 
 use std::io::IoSliceMut;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -249,6 +250,63 @@ pub(crate) fn udp_pingpong(datagram: usize, iters: usize, wait: Wait) -> std::io
     Ok(out)
 }
 
+/// Round trips per timed batch of [`line_pingpong`]: a clock read costs about as much
+/// as a line's transfer between two close cores, so one per round trip would be half
+/// the measurement.
+const LINE_BATCH: usize = 100;
+
+/// A word alone on its cache line (and the next, which some CPUs fetch in pairs).
+#[repr(align(128))]
+struct LineWord(AtomicU64);
+
+/// Spins until `word` holds `v`. A spinner that has spun for long yields, so that two
+/// threads on one core still take turns.
+fn spin_until(word: &AtomicU64, v: u64) {
+    let mut spins = 0u32;
+    while word.load(Ordering::Acquire) != v {
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(1 << 18) {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// One cache line each way between two threads, `iters` round trips (at least one
+/// batch of [`LINE_BATCH`]): each thread stores the round's number into its own line
+/// and spins until the other's line shows it. Half round trips in microseconds, one
+/// per batch, after a batch of warming up. This is the floor of the shared-memory
+/// link, whose packets cross between the two cores in the ring's lines: on a VM it
+/// moves with where the host puts the two vCPUs (50 ns or 250 ns here, for minutes
+/// at a time).
+pub(crate) fn line_pingpong(iters: usize) -> Vec<f64> {
+    let batches = iters.div_ceil(LINE_BATCH).max(1);
+    let total = ((batches + 1) * LINE_BATCH) as u64;
+    let ping = LineWord(AtomicU64::new(0));
+    let pong = LineWord(AtomicU64::new(0));
+    let mut out = Vec::with_capacity(batches);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for i in 1..=total {
+                spin_until(&ping.0, i);
+                pong.0.store(i, Ordering::Release);
+            }
+        });
+        let mut i = 0u64;
+        for batch in 0..=batches {
+            let t = Instant::now();
+            for _ in 0..LINE_BATCH {
+                i += 1;
+                ping.0.store(i, Ordering::Release);
+                spin_until(&pong.0, i);
+            }
+            if batch > 0 {
+                out.push(t.elapsed().as_secs_f64() * 1e6 / (2 * LINE_BATCH) as f64);
+            }
+        }
+    });
+    out
+}
+
 /// memcpy of `size`-byte blocks through a working set of at least 64 MiB: memory
 /// bandwidth (6.7 GB/s where the targets were set), not a cache's. The bench's own
 /// buffers hold one message per QP (perftest's layout), which for few QPs stays in
@@ -274,4 +332,18 @@ pub(crate) fn memcpy(size: usize) -> Result<f64, String> {
         }
     }
     Ok(bytes as f64 / t.elapsed().as_secs_f64() / 1e6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line ping-pong of 250 round trips is timed in three batches (the warm-up
+    /// batch left out), each a positive time under a millisecond a half round trip.
+    #[test]
+    fn the_line_ping_pong_times_whole_batches() {
+        let halves = line_pingpong(250);
+        assert_eq!(halves.len(), 3, "{halves:?}");
+        assert!(halves.iter().all(|&h| h > 0.0 && h < 1000.0), "{halves:?}");
+    }
 }

@@ -96,6 +96,14 @@ pub(super) fn rounds(
             json_num(raw),
             json_num(ratio)
         );
+        if let Some(l) = b.line {
+            println!(
+                " host: a cache line between two threads takes {l:.3} usec each way{} (the rings' floor); this test took {:.1} times that",
+                if o.test == Test::ReadLat { ", doubled" } else { "" },
+                s.typical / l
+            );
+            *json += &format!(",\"line_pingpong_us\":{}", json_num(l));
+        }
         if let Some(block) = b.blocking {
             println!(
                     " baseline: raw UDP ping-pong, {d}-byte datagrams, blocking: {block:.2} usec typical; ratio {:.2}x",
@@ -133,6 +141,9 @@ struct LatBaselines {
     wait: baseline::Wait,
     raw: f64,
     blocking: Option<f64>,
+    /// On the shared-memory rings (`--link shm` or `auto`): a cache line's half round
+    /// trip between two threads, the rings' floor.
+    line: Option<f64>,
 }
 
 impl LatRound {
@@ -173,6 +184,8 @@ fn lat_baselines(o: &BenchOpts, size: u64, iters: u64) -> Result<LatBaselines, S
         } else {
             None
         },
+        line: (o.link != LinkKind::Udp && !o.fabric)
+            .then(|| LatStats::of(&mut baseline::line_pingpong(n)).typical * scale),
     })
 }
 
