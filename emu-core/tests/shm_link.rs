@@ -736,3 +736,32 @@ fn an_auto_post_to_a_ring_peer_does_not_wait_for_a_poll() {
     }
     assert!(shm_packets(&db) >= 20, "through the rings");
 }
+
+/// While the application polls, the device thread on the rings naps a millisecond at a
+/// time: no post leaves packets for it to send there, and each wake-up takes a core
+/// from a spinning application on a host with none spare. Polling 200 ms takes about
+/// 200 naps (a host too busy to run the thread takes fewer); with UDP's 200 us naps,
+/// about 1000.
+#[test]
+fn the_device_thread_naps_long_while_the_application_polls() {
+    let (ia, _, port) = addrs(15);
+    let d = open("naps", ia, port, true);
+    let cq = d.create_cq(16, None).unwrap();
+    let naps = || d.link_counters().naps.load(Ordering::Relaxed);
+    let mut out = Vec::new();
+    let t0 = std::time::Instant::now();
+    while naps() == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the thread never napped"
+        );
+        d.poll_cq(cq, 1, &mut out).unwrap();
+    }
+    let before = naps();
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_millis(200) {
+        d.poll_cq(cq, 1, &mut out).unwrap();
+    }
+    let taken = naps() - before;
+    assert!(taken <= 400, "{taken} naps in 200 ms of polling");
+}

@@ -200,6 +200,10 @@ pub struct LinkCounters {
     /// `poll_cq` calls that found their CQ empty and did not read the socket, as
     /// another CQ's poll had just found it empty (see `nic/empty_polls.rs`).
     pub skipped_receives: AtomicU64,
+    /// Naps the device thread took while the application polled, each ending in a
+    /// wake-up that, on a host with no spare core, takes one from the application (see
+    /// the device thread's schedule, `nic/thread.rs`).
+    pub naps: AtomicU64,
 }
 
 struct Core {
@@ -271,10 +275,16 @@ struct Inner {
     /// no system call (`Link::receive_costs_a_system_call`, asked at open), and not
     /// used while the link says so (an auto device whose peers use the rings).
     empty_polls: Option<empty_polls::EmptyPolls>,
-    /// The device thread naps ([`NAP`] at most) and leaves the socket to the polling
+    /// The device thread naps (`thread::NAP` or `LONG_NAP` at most) and leaves the socket to the polling
     /// application; false while it blocks on the socket. Posts defer only while it
     /// naps (see `Inner::may_defer`).
     napping: AtomicBool,
+    /// When the device thread's nap ends, in microseconds since `born` (`u64::MAX`
+    /// while it does not nap): a timer that the application's call arms for earlier
+    /// wakes it ([`Inner::wake_for_timer`]).
+    nap_until: AtomicU64,
+    /// The device thread, as it runs (set when it starts).
+    thread: std::sync::OnceLock<std::thread::Thread>,
     /// Threads in `get_cq_event` that receive while they wait (see
     /// `EmuDevice::wait_receiving`): the device thread naps meanwhile.
     waiters: AtomicUsize,
@@ -412,6 +422,8 @@ impl Inner {
             poller_tid: AtomicU32::new(0),
             empty_polls,
             napping: AtomicBool::new(false),
+            nap_until: AtomicU64::new(u64::MAX),
+            thread: std::sync::OnceLock::new(),
             waiters: AtomicUsize::new(0),
             waits: AtomicU64::new(0),
             waiter_mode: AtomicBool::new(false),

@@ -67,6 +67,9 @@ impl Inbound<'_> {
         }
         core.engine.handle_timeout(now);
         inner.flush(&mut core, now, defer);
+        let next = core.engine.poll_timeout();
+        drop(core);
+        inner.wake_for_timer(next);
     }
 
     /// The device's link counters (ICRC errors, datagrams passed on).

@@ -13,13 +13,21 @@ use super::{Core, Inbound, Inner};
 
 /// The longest the device thread sleeps before looking at the engine's timers again.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
-/// The device thread's nap while the application polls: the longest a deferred post
-/// waits if the application stops polling.
+/// The device thread's nap while the application polls, on a link where a post may
+/// leave packets for a later send (UDP with GSO, see `Inner::may_defer`): the longest
+/// such a post waits if the application stops polling.
 const NAP: Duration = Duration::from_micros(200);
-/// Naps without a poll after which the device thread takes the socket back: one in
-/// the default mode, ten (2 ms) in busy-poll mode.
-const IDLE_NAPS: u32 = 1;
-const IDLE_NAPS_BUSY: u32 = 10;
+/// The nap where no post leaves packets (the shared-memory link): only the timers,
+/// and noticing that the application stopped polling, need the thread. Each wake-up
+/// takes a core from the spinning application on a host with none spare (a context
+/// switch in its round trip), so the fewer the better. Back to [`NAP`] while the
+/// application leaves packets in the link (see [`Inner::left_on_socket`]): the first
+/// of them after each hold waits for the nap's end.
+const LONG_NAP: Duration = Duration::from_millis(1);
+/// How long without a poll before the device thread takes the socket back (counted in
+/// naps, at least one): one [`NAP`] in the default mode, 2 ms in busy-poll mode.
+const IDLE: Duration = NAP;
+const IDLE_BUSY: Duration = Duration::from_millis(2);
 /// How long the device thread, while it holds the socket, keeps looking for datagrams
 /// after the last one before it sleeps (unless a CQ is armed: then the application
 /// waits for an event and needs the core). A streaming peer's sends then do not pay
@@ -52,8 +60,8 @@ impl Inner {
     /// While the application polls (its `poll_cq` receives inline), the thread naps
     /// instead of blocking on the socket, which would wake it for every datagram the
     /// application takes itself (a context switch per packet); it takes the socket
-    /// back after [`IDLE_NAPS`] naps without a poll ([`IDLE_NAPS_BUSY`] in busy-poll
-    /// mode), and at once while a CQ is armed: an application that waits on a
+    /// back after [`IDLE`] without a poll ([`IDLE_BUSY`] in busy-poll mode), and at
+    /// once while a CQ is armed: an application that waits on a
     /// completion channel polls only after its event, so the thread must receive
     /// what makes it (`req_notify_cq` wakes it from a nap); QP1's CQ, which the CM
     /// agent keeps armed, does not count (`Engine::cq_armed`). Holding the socket, it
@@ -66,15 +74,14 @@ impl Inner {
     /// [`Receiver::Thread`]).
     pub(super) fn run(&self) {
         let mut slice = Slice::start();
+        let _ = self.thread.set(std::thread::current());
         let link = &*self.link;
-        let idle_limit = if self.cfg.busy_poll {
-            IDLE_NAPS_BUSY
-        } else {
-            IDLE_NAPS
-        };
+        let idle = if self.cfg.busy_poll { IDLE_BUSY } else { IDLE };
         let mut seen = self.polls.load(Ordering::Relaxed);
         let mut seen_waits = self.waits.load(Ordering::Relaxed);
-        let mut idle_naps = idle_limit;
+        let mut idle_naps = u32::MAX;
+        // The last nap ended with packets the application left in the link.
+        let mut left = false;
         let spin = if self.cfg.busy_poll { SPIN_BUSY } else { SPIN };
         let mut last_rx: Option<Instant> = None;
         // Half or more of the last receive had a wrong ICRC: junk keeps coming.
@@ -108,10 +115,23 @@ impl Inner {
             seen_waits = waits;
             self.waiter_mode.store(waiting, Ordering::Release);
             let holding = hold_until.is_some_and(|t| now < t);
+            let nap = if left || link.max_segments() > 1 {
+                NAP
+            } else {
+                LONG_NAP
+            };
+            let idle_limit = idle.as_micros().div_ceil(nap.as_micros()).max(1) as u32;
             if (idle_naps < idle_limit && !armed && !holding) || waiting {
                 // The application takes the datagrams; only keep time.
                 self.napping.store(true, Ordering::Release);
-                std::thread::park_timeout(sleep.min(NAP));
+                // A timer the application arms meanwhile, due sooner, unparks it
+                // (`wake_for_timer`).
+                let nap = sleep.min(nap);
+                self.nap_until
+                    .store(self.micros_since_born(now + nap), Ordering::SeqCst);
+                std::thread::park_timeout(nap);
+                self.nap_until.store(u64::MAX, Ordering::SeqCst);
+                self.link_counters.naps.fetch_add(1, Ordering::Relaxed);
                 // Fire due timers and send what a deferred post left, but leave the
                 // socket to the application: receiving here would race its inline
                 // receive for the socket and, preempted with the receive lock held,
@@ -130,7 +150,10 @@ impl Inner {
                 if let Some(core) = core {
                     self.keep_time_locked(core);
                 }
-                if !waiting && self.left_on_socket() {
+                if !waiting {
+                    left = self.left_on_socket();
+                }
+                if left && !waiting {
                     hold_until = Some(Instant::now() + HOLD);
                     self.link_counters
                         .socket_holds
@@ -232,6 +255,26 @@ impl Inner {
         AtVerbs(&self.in_verbs)
     }
 
+    /// `at` in microseconds since the device was made (saturating).
+    fn micros_since_born(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.born).as_micros() as u64
+    }
+
+    /// After an application's call that may have armed a timer (a receive, a post),
+    /// with `next` the engine's next timer: a napping device thread whose nap ends
+    /// later is woken, so that the timer fires on time rather than at the nap's end (a
+    /// nap is longer than some timers on the shared-memory link). Best effort: a timer
+    /// armed between the thread's look at the timers and the start of its nap fires
+    /// at the nap's end, as every timer armed during a nap did before.
+    pub(super) fn wake_for_timer(&self, next: Option<Instant>) {
+        let until = self.nap_until.load(Ordering::SeqCst);
+        if wakes_for(until, next.map(|t| self.micros_since_born(t))) {
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
     /// Fires the engine's due timers and sends what they (or a deferred post) left.
     pub(super) fn keep_time(&self) {
         self.keep_time_locked(self.core.lock());
@@ -243,6 +286,13 @@ impl Inner {
         core.engine.handle_timeout(now);
         self.flush(&mut core, now, false);
     }
+}
+
+/// Whether a device thread napping until `until` (microseconds since the device was
+/// made; `u64::MAX`: not napping) must be woken for the engine's next timer, due at
+/// `next` (`None`: no timer armed): when the timer is due before the nap ends.
+fn wakes_for(until: u64, next: Option<u64>) -> bool {
+    until != u64::MAX && next.is_some_and(|t| t < until)
 }
 
 /// Whether a poller seen as `before` and then `after` ([`poller_state`]) across a
@@ -347,6 +397,18 @@ mod tests {
         connect_qp(dev, a, QpType::Rc, &params, 1, &end(b, 2)).unwrap();
         connect_qp(dev, b, QpType::Rc, &params, 2, &end(a, 1)).unwrap();
         (a, b)
+    }
+
+    /// A napping thread is woken for a timer due before its nap ends, not for one due
+    /// later, nor when no timer is armed, nor when it does not nap.
+    #[test]
+    fn a_timer_due_before_the_naps_end_wakes_the_thread() {
+        use super::wakes_for;
+        assert!(wakes_for(1000, Some(999)));
+        assert!(!wakes_for(1000, Some(1000)));
+        assert!(!wakes_for(1000, Some(5000)));
+        assert!(!wakes_for(1000, None));
+        assert!(!wakes_for(u64::MAX, Some(0)));
     }
 
     /// A busy-poll device on a free loopback port, with a CQ.
