@@ -279,7 +279,7 @@ struct Inner {
     /// application; false while it blocks on the socket. Posts defer only while it
     /// naps (see `Inner::may_defer`).
     napping: AtomicBool,
-    /// When the device thread's nap ends, in microseconds since `born` (`u64::MAX`
+    /// When the device thread's nap ends, in nanoseconds since `born` (`u64::MAX`
     /// while it does not nap): a timer that the application's call arms for earlier
     /// wakes it ([`Inner::wake_for_timer`]).
     nap_until: AtomicU64,

@@ -128,7 +128,7 @@ impl Inner {
                 // (`wake_for_timer`).
                 let nap = sleep.min(nap);
                 self.nap_until
-                    .store(self.micros_since_born(now + nap), Ordering::SeqCst);
+                    .store(self.nanos_since_born(now + nap), Ordering::SeqCst);
                 std::thread::park_timeout(nap);
                 self.nap_until.store(u64::MAX, Ordering::SeqCst);
                 self.link_counters.naps.fetch_add(1, Ordering::Relaxed);
@@ -255,9 +255,13 @@ impl Inner {
         AtVerbs(&self.in_verbs)
     }
 
-    /// `at` in microseconds since the device was made (saturating).
-    fn micros_since_born(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.born).as_micros() as u64
+    /// `at` in nanoseconds since the device was made (saturating; without the 128-bit
+    /// arithmetic of `Duration::as_nanos`, as every verbs call asks).
+    fn nanos_since_born(&self, at: Instant) -> u64 {
+        let d = at.saturating_duration_since(self.born);
+        d.as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(d.subsec_nanos()))
     }
 
     /// After an application's call that may have armed a timer (a receive, a post),
@@ -268,7 +272,10 @@ impl Inner {
     /// at the nap's end, as every timer armed during a nap did before.
     pub(super) fn wake_for_timer(&self, next: Option<Instant>) {
         let until = self.nap_until.load(Ordering::SeqCst);
-        if wakes_for(until, next.map(|t| self.micros_since_born(t))) {
+        if until == u64::MAX {
+            return;
+        }
+        if wakes_for(until, next.map(|t| self.nanos_since_born(t))) {
             if let Some(t) = self.thread.get() {
                 t.unpark();
             }
@@ -288,7 +295,7 @@ impl Inner {
     }
 }
 
-/// Whether a device thread napping until `until` (microseconds since the device was
+/// Whether a device thread napping until `until` (nanoseconds since the device was
 /// made; `u64::MAX`: not napping) must be woken for the engine's next timer, due at
 /// `next` (`None`: no timer armed): when the timer is due before the nap ends.
 fn wakes_for(until: u64, next: Option<u64>) -> bool {
