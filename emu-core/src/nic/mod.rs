@@ -275,13 +275,13 @@ struct Inner {
     /// no system call (`Link::receive_costs_a_system_call`, asked at open), and not
     /// used while the link says so (an auto device whose peers use the rings).
     empty_polls: Option<empty_polls::EmptyPolls>,
-    /// The device thread naps (`thread::NAP` or `LONG_NAP` at most) and leaves the socket to the polling
-    /// application; false while it blocks on the socket. Posts defer only while it
+    /// The device thread naps (`thread::NAP` or `LONG_NAP` at most) and leaves the
+    /// socket to the polling application; false while it blocks on the socket. Posts defer only while it
     /// naps (see `Inner::may_defer`).
     napping: AtomicBool,
     /// When the device thread's nap ends, in nanoseconds since `born` (`u64::MAX`
     /// while it does not nap): a timer that the application's call arms for earlier
-    /// wakes it ([`Inner::wake_for_timer`]).
+    /// wakes it ([`Inner::unlock_waking`]).
     nap_until: AtomicU64,
     /// The device thread, as it runs (set when it starts).
     thread: std::sync::OnceLock<std::thread::Thread>,

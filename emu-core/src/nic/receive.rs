@@ -67,9 +67,7 @@ impl Inbound<'_> {
         }
         core.engine.handle_timeout(now);
         inner.flush(&mut core, now, defer);
-        let next = core.engine.poll_timeout();
-        drop(core);
-        inner.wake_for_timer(next);
+        inner.unlock_waking(core);
     }
 
     /// The device's link counters (ICRC errors, datagrams passed on).

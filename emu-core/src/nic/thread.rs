@@ -125,7 +125,7 @@ impl Inner {
                 // The application takes the datagrams; only keep time.
                 self.napping.store(true, Ordering::Release);
                 // A timer the application arms meanwhile, due sooner, unparks it
-                // (`wake_for_timer`).
+                // (`unlock_waking`).
                 let nap = sleep.min(nap);
                 self.nap_until
                     .store(self.nanos_since_born(now + nap), Ordering::SeqCst);
@@ -264,13 +264,16 @@ impl Inner {
             .saturating_add(u64::from(d.subsec_nanos()))
     }
 
-    /// After an application's call that may have armed a timer (a receive, a post),
-    /// with `next` the engine's next timer: a napping device thread whose nap ends
-    /// later is woken, so that the timer fires on time rather than at the nap's end (a
-    /// nap is longer than some timers on the shared-memory link). Best effort: a timer
-    /// armed between the thread's look at the timers and the start of its nap fires
-    /// at the nap's end, as every timer armed during a nap did before.
-    pub(super) fn wake_for_timer(&self, next: Option<Instant>) {
+    /// Ends an application's call that may have armed a timer (a receive, a post):
+    /// releases the engine's lock and wakes a napping device thread whose nap ends
+    /// after the engine's next timer, so that the timer fires on time rather than at
+    /// the nap's end (a nap is longer than some timers on the shared-memory link).
+    /// Best effort: a timer armed between the thread's look at the timers and the
+    /// start of its nap fires at the nap's end, as every timer armed during a nap did
+    /// before.
+    pub(super) fn unlock_waking(&self, core: MutexGuard<'_, Core>) {
+        let next = core.engine.poll_timeout();
+        drop(core);
         let until = self.nap_until.load(Ordering::SeqCst);
         if until == u64::MAX {
             return;

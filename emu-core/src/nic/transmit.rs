@@ -118,9 +118,7 @@ impl Inner {
         let r = f(&mut core.engine, now);
         self.flush(&mut core, now, false);
         drain_notes(&mut core);
-        let next = core.engine.poll_timeout();
-        drop(core);
-        self.wake_for_timer(next);
+        self.unlock_waking(core);
         r
     }
 

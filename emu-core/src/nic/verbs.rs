@@ -64,9 +64,7 @@ impl EmuDevice {
             super::deferred::left_in(inner);
         }
         super::transmit::drain_notes(&mut core);
-        let next = core.engine.poll_timeout();
-        drop(core);
-        inner.wake_for_timer(next);
+        inner.unlock_waking(core);
         r
     }
 

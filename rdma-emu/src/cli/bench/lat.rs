@@ -184,7 +184,7 @@ fn lat_baselines(o: &BenchOpts, size: u64, iters: u64) -> Result<LatBaselines, S
         } else {
             None
         },
-        line: (o.link != LinkKind::Udp && !o.fabric)
+        line: (o.link != LinkKind::Udp)
             .then(|| LatStats::of(&mut baseline::line_pingpong(n)).typical * scale),
     })
 }
