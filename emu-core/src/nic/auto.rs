@@ -84,7 +84,7 @@ impl AutoLink {
         let shm = if udp.shared() {
             None
         } else {
-            ShmLink::new(ip, port, true).ok()
+            ShmLink::new(ip, port).ok()
         };
         AutoLink {
             udp,
@@ -235,7 +235,8 @@ impl Link for AutoLink {
         if timeout.is_some_and(|t| t.is_zero()) {
             return Ok(self.udp.wait_readable(also, timeout)? || shm.ready());
         }
-        match shm.sleep_polling(|| self.udp.wait_readable_with(shm.wake_fd(), also, timeout)) {
+        let wake = Some(shm.wake_fd());
+        match shm.sleep_polling(|| self.udp.wait_readable_with(wake, also, timeout)) {
             Some(r) => Ok(r? || shm.ready()),
             // A ring had a packet, or a new one was announced.
             None => Ok(true),

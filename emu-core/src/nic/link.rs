@@ -10,6 +10,10 @@ use std::net::IpAddr;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags};
+use nix::sys::time::TimeSpec;
+
 use super::receive::Inbound;
 
 /// Who receives, which decides how ([`Link::receive`]).
@@ -230,5 +234,29 @@ impl<'a> Transmit<'a> {
     /// The packets, one slice each.
     pub fn packets(&mut self) -> std::slice::ChunksMut<'_, u8> {
         self.contents.chunks_mut(self.segment_size.max(1))
+    }
+}
+
+/// Waits in `ppoll(2)` up to `timeout` (forever for `None`) for one of `fds` to become
+/// readable; true if one is: [`Link::wait_readable`] for a link whose receiver sleeps
+/// on descriptors. `ppoll`, for a timeout of any precision (poll(2) counts
+/// milliseconds); one too long for a `timespec` waits forever. `Interrupted` when a
+/// signal handler ran meanwhile: poll(2) is never restarted after a handler.
+pub(crate) fn wait_readable_fds<'fd>(
+    fds: impl IntoIterator<Item = BorrowedFd<'fd>>,
+    timeout: Option<Duration>,
+) -> io::Result<bool> {
+    let ts = timeout.and_then(|t| {
+        let secs = i64::try_from(t.as_secs()).ok()?;
+        Some(TimeSpec::new(secs, i64::from(t.subsec_nanos())))
+    });
+    let mut polled: smallvec::SmallVec<[PollFd<'fd>; 5]> = fds
+        .into_iter()
+        .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
+        .collect();
+    match nix::poll::ppoll(&mut polled, ts, None) {
+        Ok(k) => Ok(k > 0),
+        Err(Errno::EINTR) => Err(io::ErrorKind::Interrupted.into()),
+        Err(_) => Ok(false),
     }
 }

@@ -85,7 +85,7 @@ impl EmuDevice {
     /// through one ring per sender and receiver that both processes map. No UDP socket: the CM's MADs go through
     /// the rings too. A peer that dies is a dead link (its QPs' retries run out).
     fn open_shm(cfg: EmuConfig) -> Result<EmuDevice> {
-        let link = shm::ShmLink::new(cfg.ip, cfg.port, false)
+        let link = shm::ShmLink::new(cfg.ip, cfg.port)
             .map_err(|e| open_error(&cfg, e, "open the shared-memory link", shm::holder))?;
         let inner = Inner::new(cfg, Arc::new(link))?;
         let worker = inner.clone();

@@ -18,20 +18,24 @@
 //! ring was announced since the last look (then the folder is read again); packets are
 //! taken from every ring in turn, up to [`BATCH`] under one lock of the engine. The
 //! device thread (the UDP device's, `Inner::run`, a [`Receiver::Thread`]) takes what
-//! the rings hold, hands it to the engine, fires its timers, and sleeps on the bell's
-//! futex ([`Link::wait_readable`]) until the next timer, whatever the number of rings;
-//! an empty `poll_cq` ([`Receiver::Poll`]) takes the rings itself, so a polling
-//! application sees its completion with no thread in between and no system call; so
-//! does a thread that waits for an event ([`Receiver::Idle`]). While the application
-//! polls, the thread naps instead of sleeping on the futex, so the peer has no
-//! sleeper to wake either.
+//! the rings hold, hands it to the engine, fires its timers, and sleeps until the next
+//! timer, whatever the number of rings ([`Link::wait_readable`]): the bell's protocol
+//! with `poll(2)` on the device's wake-up socket in place of the futex wait
+//! ([`ShmLink::sleep_polling`]). The socket is an abstract unix datagram socket named
+//! in the offer as a third word; a sender tells its producer to leave the wake-up to it
+//! (`Producer::caller_wakes`) and sends a byte there when a push found the receiver
+//! asleep. An empty `poll_cq` ([`Receiver::Poll`]) takes the rings itself, so a
+//! polling application sees its completion with no thread in between and no system
+//! call. A thread that waits for a completion event sleeps in the same `poll(2)` with
+//! the channel's descriptor beside the socket and takes the packet that makes its
+//! event itself: one wake-up per message, where the device thread's wake-up and then
+//! the waiter's took two (a futex cannot be waited on together with a descriptor).
+//! While the application polls, the thread naps instead of sleeping, so the peer has
+//! no sleeper to wake either.
 //!
 //! **An auto device** (`SameHost::Auto`, `nic/auto.rs`) holds a link of this kind
-//! beside its UDP one. Its thread sleeps in `poll(2)` on its sockets, not on the
-//! bell's futex, so its offer names a wake-up socket as a third word (an abstract unix
-//! datagram socket, [`ShmLink::sleep_polling`]); a sender that reads one tells its
-//! producer to leave the wake-up to it (`Producer::caller_wakes`) and sends a byte
-//! there when a push found the receiver asleep.
+//! beside its UDP one; its thread sleeps in the same `poll(2)` with its UDP socket
+//! added.
 //!
 //! **Peers that go.** A peer that dies leaves its rings: what we send it is lost (the
 //! sender reads the peer's offer again every [`CHECK_OFFER`] and when its ring is full,
@@ -58,7 +62,7 @@ use parking_lot::Mutex;
 use shm_ring::{Bell, Consumer, Producer, Region, Sleeper};
 use smallvec::SmallVec;
 
-use super::link::{Link, Receiver, Transmit};
+use super::link::{wait_readable_fds, Link, Receiver, Transmit};
 use super::Inbound;
 use crate::engine::MAX_PACKET;
 
@@ -161,9 +165,8 @@ struct Outbound {
     listing_text: String,
     /// When the offer was last read again ([`coarse_now`]).
     checked: Duration,
-    /// The receiver's wake-up socket, if it sleeps in `poll(2)` rather than on the
-    /// bell's futex.
-    wake: Option<UnixAddr>,
+    /// The receiver's wake-up socket (it sleeps in `poll(2)`, not on the bell's futex).
+    wake: UnixAddr,
 }
 
 impl Drop for Outbound {
@@ -226,10 +229,11 @@ pub(crate) struct ShmLink {
     bell: Bell,
     inbound: Mutex<Rings>,
     peers: Mutex<HashMap<IpAddr, Peer>>,
-    /// An auto device's wake-up socket (abstract, named in its offer): producers send
-    /// a byte there instead of waking the bell's futex, as its thread sleeps in
-    /// `poll(2)` on its UDP socket and this one.
-    wake_rx: Option<UnixDatagram>,
+    /// The device's wake-up socket (abstract, named in its offer): producers send a
+    /// byte there instead of waking the bell's futex, as its sleepers wait in
+    /// `poll(2)` on it (and, for an auto device, on its UDP socket; for a thread
+    /// waiting for an event, on the completion channel's descriptor).
+    wake_rx: UnixDatagram,
     /// Where this link sends wake-ups from (unbound), made on the first one.
     wake_tx: Mutex<Option<UnixDatagram>>,
     /// How many rings the receiving side holds (as of its last change).
@@ -254,10 +258,9 @@ fn ring_error(e: shm_ring::Error) -> io::Error {
 
 impl ShmLink {
     /// Makes the device's doorbell and offers it at `shm/IP-PORT` in the host's shared
-    /// folder (replacing an older offer for the address). `wake_by_socket` (an auto
-    /// device): its offer also names a wake-up socket of its own, which senders write a
-    /// byte to when it sleeps ([`ShmLink::sleep_polling`]).
-    pub(crate) fn new(ip: IpAddr, port: u16, wake_by_socket: bool) -> io::Result<ShmLink> {
+    /// folder (replacing an older offer for the address), with a wake-up socket of its
+    /// own, which senders write a byte to when it sleeps ([`ShmLink::sleep_polling`]).
+    pub(crate) fn new(ip: IpAddr, port: u16) -> io::Result<ShmLink> {
         let bell = Bell::create_shared(&format!("rdma-emu-bell-{ip}")).map_err(ring_error)?;
         let path = bell
             .path()
@@ -268,15 +271,10 @@ impl ShmLink {
         if holder(ip, port).is_some() {
             return Err(io::ErrorKind::AddrInUse.into());
         }
-        let (wake_rx, wake) = if wake_by_socket {
-            let name = format!("rdma-emu-wake-{}-{}-{port}", std::process::id(), ip);
-            let sock = UnixDatagram::bind_addr(&UnixAddr::from_abstract_name(&name)?)?;
-            sock.set_nonblocking(true)?;
-            (Some(sock), format!(" {name}"))
-        } else {
-            (None, String::new())
-        };
-        let offer_text = format!("{} {}{wake}\n", std::process::id(), path.display());
+        let wake = format!("rdma-emu-wake-{}-{}-{port}", std::process::id(), ip);
+        let wake_rx = UnixDatagram::bind_addr(&UnixAddr::from_abstract_name(&wake)?)?;
+        wake_rx.set_nonblocking(true)?;
+        let offer_text = format!("{} {} {wake}\n", std::process::id(), path.display());
         write_file(&offer, &offer_text)?;
         let seen = bell.generation();
         let link = ShmLink {
@@ -311,29 +309,19 @@ impl ShmLink {
         let offer = std::fs::read_to_string(offer_path(dst, self.port)).ok()?;
         let (_, bell_path) = parse_live(&offer)?;
         let bell = Bell::open_shared(bell_path).ok()?;
-        let wake = match wake_name(&offer) {
-            Some(name) => Some(UnixAddr::from_abstract_name(name).ok()?),
-            None => None,
-        };
+        let wake = UnixAddr::from_abstract_name(wake_name(&offer)?).ok()?;
         let region =
             Region::create_shared(&format!("rdma-emu-{}-{dst}", self.ip), RING_BYTES, RECORD)
                 .ok()?;
         let ring_path = region.path()?;
         let mut tx = Producer::attach_with_bell(Arc::new(region), &bell).ok()?;
-        if wake.is_some() {
-            tx.caller_wakes();
-        }
+        tx.caller_wakes();
         let listing = rings_path(dst, self.port).join(self.ip.to_string());
         let listing_text = format!("{} {}\n", std::process::id(), ring_path.display());
         std::fs::create_dir_all(listing.parent()?).ok()?;
         write_file(&listing, &listing_text).ok()?;
-        match &wake {
-            Some(to) => {
-                if bell.announce_owed() {
-                    self.wake(to);
-                }
-            }
-            None => bell.announce(),
+        if bell.announce_owed() {
+            self.wake(&wake);
         }
         Some(Outbound {
             tx,
@@ -446,9 +434,7 @@ impl ShmLink {
         match r {
             Ok(()) => {
                 if out.tx.wake_owed() {
-                    if let Some(to) = &out.wake {
-                        self.wake(to);
-                    }
+                    self.wake(&out.wake);
                 }
                 Ok(())
             }
@@ -587,34 +573,26 @@ impl ShmLink {
         n
     }
 
-    /// Sleeps on the bell until a ring has a packet, a ring was announced, or
-    /// `timeout` passed, without holding the rings: an application's poll may take
-    /// them meanwhile. Every [`SWEEP`] it first drops the rings of processes that are
-    /// gone.
-    fn wait(&self, timeout: Duration) {
-        let (sleepers, seen) = self.sleepers();
-        self.bell.wait(&sleepers, seen, Some(timeout));
-    }
-
-    /// An auto device's sleep: the bell's protocol, with `block` (a `poll(2)` on the
-    /// device's UDP socket and [`ShmLink::wake_fd`]) in place of the futex wait; what
-    /// `block` returned, or `None` if something was ready and it did not run. The
-    /// wake-up socket is drained first: a byte sent for an earlier sleep may still
-    /// be there (it only makes this sleep return early).
+    /// Sleeps until a ring has a packet or a ring was announced: the bell's protocol,
+    /// with `block` (a `poll(2)` on [`ShmLink::wake_fd`], and on whatever else the
+    /// sleeper waits for) in place of the futex wait, without holding the rings (an
+    /// application's poll may take them meanwhile); what `block` returned, or `None`
+    /// if something was ready and it did not run. The wake-up socket is drained
+    /// first: a byte sent for an earlier sleep may still be there (it only makes this
+    /// sleep return early). Every [`SWEEP`] it first drops the rings of processes
+    /// that are gone.
     pub(crate) fn sleep_polling<T>(&self, block: impl FnOnce() -> T) -> Option<T> {
-        if let Some(s) = &self.wake_rx {
-            let mut sink = [0u8; 16];
-            while s.recv(&mut sink).is_ok() {}
-        }
+        let mut sink = [0u8; 16];
+        while self.wake_rx.recv(&mut sink).is_ok() {}
         let (sleepers, seen) = self.sleepers();
         let mut out = None;
         self.bell.sleep(&sleepers, seen, || out = Some(block()));
         out
     }
 
-    /// The wake-up socket of an auto device, for its `poll(2)`.
-    pub(crate) fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.wake_rx.as_ref().map(AsFd::as_fd)
+    /// The device's wake-up socket, for its sleepers' `poll(2)`.
+    pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake_rx.as_fd()
     }
 
     /// Whether `dst` has a live offer of the link on this host (an auto device sends
@@ -694,23 +672,28 @@ impl Link for ShmLink {
         self.take(into, by == Receiver::Thread)
     }
 
-    /// The device thread sleeps on the bell's futex (no second descriptor to wait
-    /// for: not [`Link::waitable`]).
+    /// The device thread, and a thread that waits for its completion event (`also`,
+    /// the channel's descriptor), sleep in `poll(2)` on the wake-up socket
+    /// ([`ShmLink::sleep_polling`]): such a thread receives for itself what makes its
+    /// event, with no wake-up of the device thread in between.
     fn wait_readable(
         &self,
         also: Option<BorrowedFd<'_>>,
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
-        if also.is_some() {
-            return Err(io::ErrorKind::Unsupported.into());
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Ok(self.ready());
         }
-        match timeout {
-            Some(t) if t.is_zero() => Ok(self.ready()),
-            t => {
-                self.wait(t.unwrap_or(Duration::from_secs(1)));
-                Ok(self.ready())
-            }
+        let fds = [Some(self.wake_fd()), also];
+        match self.sleep_polling(|| wait_readable_fds(fds.into_iter().flatten(), timeout)) {
+            Some(r) => Ok(r? || self.ready()),
+            // A ring had a packet, or a new one was announced.
+            None => Ok(true),
         }
+    }
+
+    fn waitable(&self) -> bool {
+        true
     }
 }
 

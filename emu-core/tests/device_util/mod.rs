@@ -41,8 +41,19 @@ pub struct Side {
 /// A QP of `qp_type` (16 WRs of one SGE each way, every send signaled) with a buffer of
 /// `len` bytes registered with `access`.
 pub fn side(d: &EmuDevice, qp_type: QpType, len: usize, access: AccessFlags) -> Side {
+    side_on(d, qp_type, len, access, None)
+}
+
+/// [`side`] with its CQ on completion channel `channel`.
+pub fn side_on(
+    d: &EmuDevice,
+    qp_type: QpType,
+    len: usize,
+    access: AccessFlags,
+    channel: Option<ChannelId>,
+) -> Side {
     let pd = d.alloc_pd().unwrap();
-    let cq = d.create_cq(64, None).unwrap();
+    let cq = d.create_cq(64, channel).unwrap();
     let qpn = d
         .create_qp(&QpInitAttr::new(pd, cq, qp_type, QpCap::new(16, 16)).sq_sig_all(true))
         .unwrap();

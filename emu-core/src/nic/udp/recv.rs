@@ -10,16 +10,15 @@ use std::time::Duration;
 
 use emu_wire::{check_icrc, check_icrc_v6, icrc_ip_id, Ipv4Endpoints, Ipv6Endpoints};
 use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags};
 use nix::sys::socket::{
     setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrIn, SockaddrIn6, SockaddrLike,
 };
-use nix::sys::time::TimeSpec;
 use quinn_udp::{RecvMeta, UdpSockRef};
 use socket2::Socket;
 
 use crate::nic::gro::Gro;
 use crate::nic::interop::{parse_raw_udp, Verdict};
+use crate::nic::link::wait_readable_fds;
 use crate::nic::share;
 
 use super::{UdpLink, NOWHERE};
@@ -181,40 +180,16 @@ impl UdpLink {
         others: [Option<BorrowedFd<'_>>; 2],
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
-        // `ppoll`, for a timeout of any precision (poll(2) counts milliseconds); one
-        // too long for a `timespec` waits forever.
-        let ts = timeout.and_then(|t| {
-            let secs = i64::try_from(t.as_secs()).ok()?;
-            Some(TimeSpec::new(secs, i64::from(t.subsec_nanos())))
-        });
         // The UDP socket gets a copy of what the raw one shows: it is drained too.
-        let socket = PollFd::new(self.socket.as_fd(), PollFlags::POLLIN);
-        let mut fds = [
-            socket.clone(),
-            socket.clone(),
-            socket.clone(),
-            socket.clone(),
-            socket,
-        ];
-        let mut n = 1;
         let [other, another] = others;
-        for fd in [
+        let fds = [
+            Some(self.socket.as_fd()),
             self.raw.as_ref().map(AsFd::as_fd),
             self.inbox.as_ref().map(AsFd::as_fd),
             other,
             another,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            fds[n] = PollFd::new(fd, PollFlags::POLLIN);
-            n += 1;
-        }
-        match nix::poll::ppoll(&mut fds[..n], ts, None) {
-            Ok(k) => Ok(k > 0),
-            Err(Errno::EINTR) => Err(io::ErrorKind::Interrupted.into()),
-            Err(_) => Ok(false),
-        }
+        ];
+        wait_readable_fds(fds.into_iter().flatten(), timeout)
     }
 
     /// Interop mode's receive: drains the UDP socket and the group sockets (their
