@@ -38,9 +38,11 @@
 //! added.
 //!
 //! **Peers that go.** A peer that dies leaves its rings: what we send it is lost (the
-//! sender reads the peer's offer again every [`CHECK_OFFER`] and when its ring is full,
-//! finds a dead process or a new device's offer, and makes a ring for the new one) and
-//! nothing comes from it, so its QPs' retries run out as on a dead link. A receiver
+//! sender reads the peer's offer again every [`CHECK_OFFER`] and after its ring stayed
+//! full for [`FULL_WAIT`], finds a dead process or a new device's offer, and makes a
+//! ring for the new one) and nothing comes from it, so its QPs' retries run out as on
+//! a dead link. A live peer's full ring only loses packets, as a full socket buffer
+//! does, until it has room again: its thread may be waiting for a core. A receiver
 //! drops a ring whose producer closed it, broke it (`Corrupt`: a peer writing garbage
 //! loses its own ring and nothing else), was replaced by a newer ring from the same
 //! address, or whose process is gone (looked at every [`SWEEP`]): a device that comes
@@ -165,6 +167,9 @@ struct Outbound {
     listing_text: String,
     /// When the offer was last read again ([`coarse_now`]).
     checked: Duration,
+    /// A push found the ring full for [`FULL_WAIT`] and lost its packet; until a push
+    /// finds room again, one that finds the ring full loses its packet at once.
+    stalled: bool,
     /// The receiver's wake-up socket (it sleeps in `poll(2)`, not on the bell's futex).
     wake: UnixAddr,
 }
@@ -329,6 +334,7 @@ impl ShmLink {
             listing,
             listing_text,
             checked: coarse_now(),
+            stalled: false,
             wake,
         })
     }
@@ -422,9 +428,10 @@ impl ShmLink {
                 // The peer's thread drains the ring; give it a moment before the
                 // packet is dropped (a peer that stopped taking packets, or both rings
                 // full while each side's receiver waits for its own engine, must not
-                // hold this sender for long).
+                // hold this sender for long, nor for each packet while it lasts).
                 Err(shm_ring::Error::Full)
-                    if full_since.get_or_insert_with(Instant::now).elapsed() < FULL_WAIT =>
+                    if !out.stalled
+                        && full_since.get_or_insert_with(Instant::now).elapsed() < FULL_WAIT =>
                 {
                     std::thread::yield_now();
                 }
@@ -433,17 +440,22 @@ impl ShmLink {
         };
         match r {
             Ok(()) => {
+                out.stalled = false;
                 if out.tx.wake_owed() {
                     self.wake(&out.wake);
                 }
                 Ok(())
             }
-            // Lost, as a datagram a full socket buffer drops; RC sends it again. A ring
-            // that stayed full that long may be a dead peer's: its offer is read again
-            // before the next packet, not before RETRY_OFFER, so a dead peer costs no
-            // more waits.
+            // Lost, as a datagram a full socket buffer drops; RC sends it again. The
+            // ring stays: its peer may only be waiting for a core, and every packet
+            // lost to it meanwhile costs a QP a retry (dropping the ring lost all that
+            // came in the next RETRY_OFFER, 20 ms: 10,000 QPs then all recovered by
+            // their ACK timeouts at once, filled the ring again, and some ran out of
+            // retries). A ring that stayed full that long may be a dead peer's: its
+            // offer is read again at the next packet.
             Err(shm_ring::Error::Full) => {
-                *peer = Peer::Missing(now);
+                out.stalled = true;
+                out.checked = Duration::ZERO;
                 Err(io::ErrorKind::WouldBlock.into())
             }
             // The peer left or broke the ring: look for a new offer later.
@@ -702,5 +714,64 @@ impl Drop for ShmLink {
         // The offer goes if it is still this link's (a newer device of the address may
         // have replaced it); the rings' listings go with the peers.
         remove_own(&self.offer, &self.offer_text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring that stays full loses packets and stays: once its consumer takes them,
+    /// the next packet goes through it. (It used to be dropped, and every packet of the
+    /// next 20 ms lost with it.)
+    #[test]
+    fn a_full_ring_loses_packets_and_stays() {
+        let port = 30000 + (std::process::id() % 30000) as u16;
+        let (ia, ib): (IpAddr, IpAddr) = (
+            Ipv4Addr::new(127, 78, 0, 1).into(),
+            Ipv4Addr::new(127, 78, 0, 2).into(),
+        );
+        let (a, b) = (
+            ShmLink::new(ia, port).unwrap(),
+            ShmLink::new(ib, port).unwrap(),
+        );
+        let mut packet = vec![7u8; 4096];
+        let push = |packet: &mut [u8]| a.push(&mut a.peers.lock(), ib, 0, packet);
+        let stalled = || match a.peers.lock().get(&ib) {
+            Some(Peer::Attached(out)) => Some(out.stalled),
+            _ => None,
+        };
+        // Nothing takes from b's ring: it fills (some 1000 packets of 4 KiB).
+        let mut sent = 0;
+        let lost = loop {
+            match push(&mut packet) {
+                Ok(()) => sent += 1,
+                Err(e) => break e,
+            }
+            assert!(sent < 2000, "a 4 MiB ring took {sent} packets of 4 KiB");
+        };
+        assert_eq!(lost.kind(), io::ErrorKind::WouldBlock);
+        assert!(sent > 500, "the ring was full after {sent} packets");
+        assert_eq!(stalled(), Some(true), "the full ring was dropped");
+        // Still full: lost again, the ring still there.
+        assert_eq!(
+            push(&mut packet).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        assert_eq!(stalled(), Some(true));
+        // The consumer takes them all; the next packet goes through the same ring.
+        let mut st = b.inbound.lock();
+        b.rescan(&mut st);
+        assert_eq!(st.rings.len(), 1);
+        let mut buf = vec![0u8; RECORD];
+        let mut taken = 0;
+        while let Some(len) = st.rings[0].rx.pop(&mut buf).unwrap() {
+            assert_eq!(len, PREFIX + 4096);
+            taken += 1;
+        }
+        assert_eq!(taken, sent);
+        push(&mut packet).unwrap();
+        assert_eq!(stalled(), Some(false));
+        assert_eq!(st.rings[0].rx.pop(&mut buf).unwrap(), Some(PREFIX + 4096));
     }
 }
