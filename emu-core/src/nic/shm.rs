@@ -83,8 +83,13 @@ const BATCH: usize = 16;
 /// allocated as they are first written).
 const RING_BYTES: usize = 4 << 20;
 
-/// How long a sender waits for room in a full ring before it drops the packet.
-const FULL_WAIT: Duration = Duration::from_micros(500);
+/// How long a sender waits for room in a full ring before it drops the packet: longer
+/// than the peer's thread may wait for a core on a loaded two-core host (1.4 ms on
+/// average, 4-8 ms at most, beside CPU hogs). `bench write_bw --link shm --qps 10000`
+/// (80,000 packets in flight, more than the ring holds) lost 40 packets in one of five
+/// quiet commands and 44,000-49,000 in two of three beside a CPU hog with 500 us,
+/// none in five and 0-83 with this; each one lost costs its QP an ACK timeout.
+const FULL_WAIT: Duration = Duration::from_millis(5);
 
 /// How often a peer whose offer could not be opened is looked for again.
 const RETRY_OFFER: Duration = Duration::from_millis(20);
