@@ -236,11 +236,7 @@ impl Link for AutoLink {
             return Ok(self.udp.wait_readable(also, timeout)? || shm.ready());
         }
         let wake = Some(shm.wake_fd());
-        match shm.sleep_polling(|| self.udp.wait_readable_with(wake, also, timeout)) {
-            Some(r) => Ok(r? || shm.ready()),
-            // A ring had a packet, or a new one was announced.
-            None => Ok(true),
-        }
+        shm.sleep_polling(|| self.udp.wait_readable_with(wake, also, timeout))
     }
 
     fn waitable(&self) -> bool {

@@ -276,8 +276,8 @@ struct Inner {
     /// used while the link says so (an auto device whose peers use the rings).
     empty_polls: Option<empty_polls::EmptyPolls>,
     /// The device thread naps (`thread::NAP` or `LONG_NAP` at most) and leaves the
-    /// socket to the polling application; false while it blocks on the socket. Posts defer only while it
-    /// naps (see `Inner::may_defer`).
+    /// socket to the polling application; false while it blocks on the socket. Posts
+    /// defer only while it naps (see `Inner::may_defer`).
     napping: AtomicBool,
     /// When the device thread's nap ends, in nanoseconds since `born` (`u64::MAX`
     /// while it does not nap): a timer that the application's call arms for earlier

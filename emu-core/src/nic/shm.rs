@@ -4,11 +4,11 @@
 //!
 //! **Rings.** There is one ring per (sender, receiver) pair, made by the sender (it
 //! seals the memfd before anyone else can open it) and taken by the receiver as its
-//! consumer. Each device makes a doorbell ([`shm_ring::Bell`]: the futex word it sleeps
-//! on, and a generation counter) and offers it in the host's shared folder: the file
-//! `shm/IP-PORT` holds its process id and the bell's `/proc/PID/fd/N` path (an
-//! address whose offer belongs to a live process is taken; a dead process's offer is
-//! replaced). The first packet for a peer address opens that peer's offer and bell,
+//! consumer. Each device makes a doorbell ([`shm_ring::Bell`]: the word that counts its
+//! sleepers, and a generation counter) and offers it in the host's shared folder: the
+//! file `shm/IP-PORT` holds its process id, the bell's `/proc/PID/fd/N` path and the
+//! name of its wake-up socket (see **Receiving**). An address whose offer belongs to a
+//! live process is taken; a dead process's offer is replaced. The first packet for a peer address opens that peer's offer and bell,
 //! makes a ring, lists it as `shm/IP-PORT.rings/SRC` (the sender's process id and the
 //! ring's path) and announces it on the bell. Each record is the sender's address and
 //! TOS ([`PREFIX`] bytes) and then the packet, its ICRC sealed as on a UDP link with IP
@@ -593,18 +593,26 @@ impl ShmLink {
     /// Sleeps until a ring has a packet or a ring was announced: the bell's protocol,
     /// with `block` (a `poll(2)` on [`ShmLink::wake_fd`], and on whatever else the
     /// sleeper waits for) in place of the futex wait, without holding the rings (an
-    /// application's poll may take them meanwhile); what `block` returned, or `None`
-    /// if something was ready and it did not run. The wake-up socket is drained
-    /// first: a byte sent for an earlier sleep may still be there (it only makes this
-    /// sleep return early). Every [`SWEEP`] it first drops the rings of processes
-    /// that are gone.
-    pub(crate) fn sleep_polling<T>(&self, block: impl FnOnce() -> T) -> Option<T> {
+    /// application's poll may take them meanwhile). True if a ring has a packet or
+    /// `block` said something it watches is readable (as [`Link::wait_readable`]);
+    /// true at once if a ring was ready and `block` did not run. The wake-up socket is
+    /// drained first: a byte sent for an earlier sleep may still be there (it only
+    /// makes this sleep return early). Every [`SWEEP`] it first drops the rings of
+    /// processes that are gone.
+    pub(crate) fn sleep_polling(
+        &self,
+        block: impl FnOnce() -> io::Result<bool>,
+    ) -> io::Result<bool> {
         let mut sink = [0u8; 16];
         while self.wake_rx.recv(&mut sink).is_ok() {}
         let (sleepers, seen) = self.sleepers();
         let mut out = None;
         self.bell.sleep(&sleepers, seen, || out = Some(block()));
-        out
+        match out {
+            Some(r) => Ok(r? || self.ready()),
+            // A ring had a packet, or a new one was announced.
+            None => Ok(true),
+        }
     }
 
     /// The device's wake-up socket, for its sleepers' `poll(2)`.
@@ -702,11 +710,7 @@ impl Link for ShmLink {
             return Ok(self.ready());
         }
         let fds = [Some(self.wake_fd()), also];
-        match self.sleep_polling(|| wait_readable_fds(fds.into_iter().flatten(), timeout)) {
-            Some(r) => Ok(r? || self.ready()),
-            // A ring had a packet, or a new one was announced.
-            None => Ok(true),
-        }
+        self.sleep_polling(|| wait_readable_fds(fds.into_iter().flatten(), timeout))
     }
 
     fn waitable(&self) -> bool {
