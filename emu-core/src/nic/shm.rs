@@ -84,11 +84,9 @@ const BATCH: usize = 16;
 const RING_BYTES: usize = 4 << 20;
 
 /// How long a sender waits for room in a full ring before it drops the packet: longer
-/// than the peer's thread may wait for a core on a loaded two-core host (1.4 ms on
-/// average, 4-8 ms at most, beside CPU hogs). `bench write_bw --link shm --qps 10000`
-/// (80,000 packets in flight, more than the ring holds) lost 40 packets in one of five
-/// quiet commands and 44,000-49,000 in two of three beside a CPU hog with 500 us,
-/// none in five and 0-83 with this; each one lost costs its QP an ACK timeout.
+/// than the peer's thread may wait for a core on a loaded two-core host (a few
+/// milliseconds beside CPU hogs), since each packet lost costs its QP a retry, often
+/// an ACK timeout (docs/performance.md, the 10,000-QP rows).
 const FULL_WAIT: Duration = Duration::from_millis(5);
 
 /// How often a peer whose offer could not be opened is looked for again.
@@ -452,12 +450,10 @@ impl ShmLink {
                 Ok(())
             }
             // Lost, as a datagram a full socket buffer drops; RC sends it again. The
-            // ring stays: its peer may only be waiting for a core, and every packet
-            // lost to it meanwhile costs a QP a retry (dropping the ring lost all that
-            // came in the next RETRY_OFFER, 20 ms: 10,000 QPs then all recovered by
-            // their ACK timeouts at once, filled the ring again, and some ran out of
-            // retries). A ring that stayed full that long may be a dead peer's: its
-            // offer is read again at the next packet.
+            // ring stays: its peer may only be waiting for a core, and dropping the
+            // ring would lose every packet until the offer is looked for again
+            // (RETRY_OFFER), each a retry of its QP. A ring that stayed full that long
+            // may be a dead peer's: its offer is read again at the next packet.
             Err(shm_ring::Error::Full) => {
                 out.stalled = true;
                 out.checked = Duration::ZERO;
@@ -731,8 +727,7 @@ mod tests {
     use super::*;
 
     /// A ring that stays full loses packets and stays: once its consumer takes them,
-    /// the next packet goes through it. (It used to be dropped, and every packet of the
-    /// next 20 ms lost with it.)
+    /// the next packet goes through it.
     #[test]
     fn a_full_ring_loses_packets_and_stays() {
         let port = 30000 + (std::process::id() % 30000) as u16;
