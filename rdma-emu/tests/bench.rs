@@ -295,3 +295,67 @@ fn the_automatic_link_chooses_the_rings() {
         assert!(n >= 200, "{line}");
     }
 }
+
+/// With `--two-processes` the server's device runs in a child process: a bandwidth
+/// test runs on each link, the child's packets (its ACKs) are counted with the
+/// client's, and the child reports what it received through the rings. No timing is
+/// checked.
+#[test]
+fn a_server_in_its_own_process_serves_the_bandwidth_tests() {
+    let port = (20000 + std::process::id() % 20000 + 17).to_string();
+    for (test, link) in [("write_bw", "shm"), ("send_bw", "udp"), ("read_bw", "auto")] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+            .args([
+                "bench",
+                test,
+                "--link",
+                link,
+                "--two-processes",
+                "-n",
+                "200",
+            ])
+            .args(["--qps", "2", "--port", &port, "--no-baseline", "--json"])
+            .output()
+            .expect("run rdma-emu");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(out.status.success(), "{test} on {link}: {text}");
+        let json = text.lines().last().expect("a JSON line");
+        assert!(json.contains("\"processes\":2"), "{json}");
+        // 16 packets a 64 KiB message at MTU 4096, the requests or READ responses,
+        // and the other side's ACKs or requests on top.
+        let per_msg = field(json, "packets_per_msg");
+        assert!(
+            per_msg > 16.0,
+            "{test} on {link}: {per_msg} packets per message"
+        );
+        if link != "udp" {
+            let server = text
+                .lines()
+                .find(|l| l.trim_start().starts_with("server:") && l.contains("rings"))
+                .unwrap_or_else(|| panic!("no server line in {text}"));
+            let n: u64 = server.split_whitespace().nth(1).unwrap().parse().unwrap();
+            assert!(n >= 400, "{server}");
+        }
+    }
+}
+
+/// The options `--two-processes` cannot serve are refused before anything runs.
+#[test]
+fn two_processes_are_for_bandwidth_tests_without_verify() {
+    for args in [
+        &["send_lat", "--two-processes"][..],
+        &["write_bw", "--two-processes", "--verify"],
+        &["write_bw", "--two-processes", "--fabric"],
+        &["flood", "--two-processes"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+            .arg("bench")
+            .args(args)
+            .output()
+            .expect("run rdma-emu");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(!out.status.success(), "{args:?} ran");
+        assert!(err.contains("--two-processes"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} printed a banner");
+    }
+}

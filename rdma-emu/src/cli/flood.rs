@@ -192,6 +192,7 @@ pub(crate) fn check(o: &BenchOpts) -> Result<(), String> {
         (o.qps != 1, "--qps"),
         (o.fabric, "--fabric"),
         (o.link != bench::LinkKind::Udp, "--link"),
+        (o.two_processes, "--two-processes"),
         (o.events, "--events"),
         (o.wait_send, "--wait-send"),
         (o.no_baseline, "--no-baseline"),

@@ -159,8 +159,11 @@ fn report(
         println!(" verify: the target matches the source byte for byte");
     }
     if let Some(r1) = one {
+        // Both ends grow this process, or only the client's with the server in its
+        // own.
+        let ends = if o.two_processes { 1.0 } else { 2.0 };
         let per_qp_kib = match (rss_before, rss_setup) {
-            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / f64::from(o.qps) / 2.0),
+            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / f64::from(o.qps) / ends),
             _ => None,
         };
         let mpps1 = r1.mpps();
@@ -186,7 +189,12 @@ fn report(
         }
         if let Some(k) = per_qp_kib {
             println!(
-                " memory per connected RC QP (RSS growth of setup / QPs, both ends): {k:.2} KiB"
+                " memory per connected RC QP (RSS growth of setup / QPs, {}): {k:.2} KiB",
+                if o.two_processes {
+                    "the client's end"
+                } else {
+                    "both ends"
+                }
             );
         }
         *json += &format!(
@@ -244,7 +252,7 @@ pub(in crate::cli) fn measure_bw(o: &BenchOpts, iters: u64) -> Result<f64, Strin
     let depth = o.depth();
     let st = setup(o, size, 1, depth, depth * 2)?;
     if o.verify {
-        verify_fill(o, &st);
+        verify_fill(o, &st)?;
     }
     let r = run_bw(o, &st, size, iters, depth as usize)?;
     if o.verify {
@@ -354,6 +362,27 @@ fn serve(
     Ok(())
 }
 
+/// The server's side of a bandwidth run in a thread of its own until `stop`.
+pub(super) fn spawn_serve(
+    h: Host,
+    test: Test,
+    region: u64,
+    size: u64,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Result<(), String>> {
+    std::thread::spawn(move || {
+        serve(
+            &h,
+            test,
+            region,
+            size,
+            &stop,
+            false,
+            &mut Vec::with_capacity(64),
+        )
+    })
+}
+
 /// One bandwidth run: `iters` messages per QP, at most `post_list` WRs per
 /// `post_send` call (perftest's `--post_list`).
 fn run_bw(
@@ -371,37 +400,30 @@ fn run_bw(
         o.per_qp() as usize
     };
     let total = iters * qps as u64;
-    if o.test == Test::SendBw {
-        for q in 0..qps {
-            s.post_recvs(q, (per_qp * 2) as u32, st.region, size)?;
-        }
-    }
+    let recvs = (per_qp * 2) as u32;
     let stop = Arc::new(AtomicBool::new(false));
-    let server = (st.fabric.is_none()).then(|| {
-        let dev = s.dev.clone();
-        let h = Host {
-            dev,
-            pd: s.pd,
-            channel: None,
-            cqs: s.cqs.clone(),
-            qpns: s.qpns.clone(),
-            buf: s.buf.clone(),
-            mr: s.mr,
-        };
-        let stop = stop.clone();
-        let (test, region) = (o.test, st.region);
-        std::thread::spawn(move || {
-            serve(
-                &h,
-                test,
-                region,
-                size,
-                &stop,
-                false,
-                &mut Vec::with_capacity(64),
-            )
-        })
-    });
+    let mut server = None;
+    // The child's device's packets, counted by the child.
+    let mut child_tx = 0;
+    match s {
+        Server::Here(h) => {
+            if o.test == Test::SendBw {
+                for q in 0..qps {
+                    h.post_recvs(q, recvs, st.region, size)?;
+                }
+            }
+            if st.fabric.is_none() {
+                server = Some(spawn_serve(
+                    h.share(),
+                    o.test,
+                    st.region,
+                    size,
+                    stop.clone(),
+                ));
+            }
+        }
+        Server::Child(c) => child_tx = c.run(st.region, size, recvs)?,
+    }
     let mut outstanding = vec![0usize; qps];
     let mut posted = vec![0u64; qps];
     // `--tx-depth` bounds the WRs in flight over all QPs: with more QPs than that, each
@@ -415,7 +437,14 @@ fn run_bw(
     let mut progress = Progress::new(total, o.json);
     let samples = 32u64;
     let mut marks: Vec<(Instant, u64)> = Vec::with_capacity(samples as usize + 2);
-    let sent = || c.dev.counters().tx_packets + s.dev.counters().tx_packets;
+    let sent = || {
+        c.dev.counters().tx_packets
+            + match s {
+                Server::Here(h) => h.dev.counters().tx_packets,
+                Server::Child(_) => 0,
+            }
+    };
+    let smr = s.mr();
     let packets_before = sent();
     let start = Instant::now();
     marks.push((start, 0));
@@ -443,16 +472,16 @@ fn run_bw(
                         let op = match o.test {
                             Test::SendBw => WrOperation::Send,
                             Test::WriteBw => WrOperation::RdmaWrite {
-                                remote_addr: s.mr.addr + roff,
-                                rkey: s.mr.rkey,
+                                remote_addr: smr.addr + roff,
+                                rkey: smr.rkey,
                             },
                             Test::ReadBw => WrOperation::RdmaRead {
-                                remote_addr: s.mr.addr + roff,
-                                rkey: s.mr.rkey,
+                                remote_addr: smr.addr + roff,
+                                rkey: smr.rkey,
                             },
                             _ => WrOperation::AtomicFetchAndAdd {
-                                remote_addr: s.mr.addr,
-                                rkey: s.mr.rkey,
+                                remote_addr: smr.addr,
+                                rkey: smr.rkey,
                                 add: 1,
                             },
                         };
@@ -478,10 +507,10 @@ fn run_bw(
                 marks.push((Instant::now(), done));
                 progress.set(done);
             }
-            if st.fabric.is_some() {
+            if let (Some(_), Server::Here(h)) = (&st.fabric, s) {
                 // One buffer for the whole run (a fresh one per call showed in
                 // profiles: a 6 KiB allocation each time).
-                serve(s, o.test, st.region, size, &never, true, &mut server_wcs)?;
+                serve(h, o.test, st.region, size, &never, true, &mut server_wcs)?;
             } else if n == 0 && !o.busy_poll {
                 std::thread::yield_now();
             }
@@ -492,6 +521,9 @@ fn run_bw(
     stop.store(true, Ordering::Relaxed);
     if let Some(h) = server {
         h.join().map_err(|_| "server thread panicked")??;
+    }
+    if let Server::Child(c) = s {
+        child_tx = c.stop()?.tx_packets - child_tx;
     }
     progress.finish();
     result?;
@@ -508,6 +540,6 @@ fn run_bw(
         msgs: total,
         secs,
         peak_mbps,
-        packets: sent() - packets_before,
+        packets: sent() - packets_before + child_tx,
     })
 }

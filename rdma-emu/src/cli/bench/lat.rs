@@ -192,7 +192,7 @@ fn lat_baselines(o: &BenchOpts, size: u64, iters: u64) -> Result<LatBaselines, S
 /// One latency run: samples in microseconds (half round trips, or whole ones for
 /// read_lat).
 fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>, String> {
-    let (c, s) = (&st.client, &st.server);
+    let (c, s) = (&st.client, st.server.here()?);
     let mut out = Vec::with_capacity(iters as usize);
     let mut progress = Progress::new(iters, o.json);
     let fabric = st.fabric.is_some();

@@ -20,12 +20,13 @@ use emu_core::nic::{EmuConfig, EmuDevice, SameHost};
 use emu_sims::{Fabric, TraceMode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use verbs_api::{
-    connect_qp, AccessFlags, ChannelId, CqId, Device, Endpoint, MemBuf, MrInfo, Mtu, PdId, QpCap,
-    QpInitAttr, QpParams, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WorkCompletion,
+    connect_qp, AccessFlags, ChannelId, CqId, Device, Endpoint, Gid, MemBuf, MrInfo, Mtu, PdId,
+    QpCap, QpInitAttr, QpParams, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WorkCompletion,
     WrOperation,
 };
 
 mod bw;
+mod child;
 mod lat;
 
 pub(super) use bw::measure_bw;
@@ -175,6 +176,14 @@ pub(crate) struct BenchOpts {
     /// UDP port of both devices (UDP only). Default: one picked from the process id.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) port: Option<u16>,
+    /// Bandwidth tests on UDP, shm or auto: the server's device runs in a process of
+    /// its own (this program, started again), as perftest's two programs do, not in
+    /// this one beside the client's.
+    #[arg(long, conflicts_with = "fabric")]
+    pub(crate) two_processes: bool,
+    /// The server's side of `--two-processes`, driven by its parent on stdin.
+    #[arg(long, hide = true)]
+    pub(crate) serve_stdio: bool,
     /// Skip the baselines (no ratios).
     #[arg(long)]
     pub(crate) no_baseline: bool,
@@ -204,10 +213,55 @@ struct Host {
     mr: MrInfo,
 }
 
+/// The server's side: in this process, or in a child process (`--two-processes`).
+enum Server {
+    Here(Host),
+    Child(child::Child),
+}
+
+impl Server {
+    fn qpns(&self) -> &[u32] {
+        match self {
+            Server::Here(h) => &h.qpns,
+            Server::Child(c) => &c.qpns,
+        }
+    }
+
+    fn mr(&self) -> MrInfo {
+        match self {
+            Server::Here(h) => h.mr,
+            Server::Child(c) => c.mr,
+        }
+    }
+
+    fn gid(&self) -> Gid {
+        match self {
+            Server::Here(h) => h.dev.gid(),
+            Server::Child(c) => c.gid,
+        }
+    }
+
+    /// Where QP `qp`'s `region`-byte region of the buffer starts.
+    fn offset(&self, qp: usize, region: u64) -> u64 {
+        match self {
+            Server::Here(h) => h.offset(qp, region),
+            Server::Child(c) => region_offset(c.buf_len, qp, region),
+        }
+    }
+
+    /// The host in this process; latency tests and `--verify` need it.
+    fn here(&self) -> Result<&Host, String> {
+        match self {
+            Server::Here(h) => Ok(h),
+            Server::Child(_) => Err("the server runs in another process".into()),
+        }
+    }
+}
+
 /// Two connected hosts and what keeps their network alive.
 struct Setup {
     client: Host,
-    server: Host,
+    server: Server,
     fabric: Option<Fabric>,
     /// Bytes of memory region per QP.
     region: u64,
@@ -313,7 +367,6 @@ fn buffer(size: u64, qps: u32) -> Result<(u64, u64), String> {
 }
 
 fn setup(o: &BenchOpts, size: u64, qps: u32, send_wr: u32, recv_wr: u32) -> Result<Setup, String> {
-    let mtu = mtu_of(o.mtu)?;
     let (buf_len, region) = buffer(size, qps)?;
     let buf_len = usize::try_from(buf_len).map_err(|_| "the message does not fit memory")?;
     // One buffer on each side.
@@ -330,55 +383,43 @@ fn setup(o: &BenchOpts, size: u64, qps: u32, send_wr: u32, recv_wr: u32) -> Resu
         let b = f
             .add_device("emu1", Ipv4Addr::new(10, 0, 0, 2))
             .map_err(os("fabric"))?;
-        (a, b, Some(f))
+        (a, Some(b), Some(f))
     } else {
-        let port = o
-            .port
-            .unwrap_or(20000 + (std::process::id() % 20000) as u16);
-        let open = |name: &str, last: u8| {
-            EmuDevice::open(EmuConfig {
-                name: name.into(),
-                ip: Ipv4Addr::new(127, 0, 0, last).into(),
-                port,
-                busy_poll: o.busy_poll,
-                same_host: match o.link {
-                    LinkKind::Udp => SameHost::Udp,
-                    LinkKind::Shm => SameHost::Shm,
-                    LinkKind::Auto => SameHost::Auto,
-                },
-                ..EmuConfig::default()
-            })
-            .map(Arc::new)
-            .map_err(os("open the device"))
+        let b = if o.two_processes {
+            None
+        } else {
+            Some(open_device(o, "emu1", 2)?)
         };
-        (open("emu0", 1)?, open("emu1", 2)?, None)
+        (open_device(o, "emu0", 1)?, b, None)
     };
     let client = open_host(a, qps, send_wr, recv_wr, buf_len, o.events)?;
-    let server = open_host(b, qps, send_wr, recv_wr, buf_len, o.events)?;
-    let params = QpParams {
-        path_mtu: mtu,
-        access: client.mr_access(),
-        timeout: ack_timeout(o.depth()),
-        max_rd_atomic: 16,
-        max_dest_rd_atomic: 16,
-        ..QpParams::default()
+    let server = match b {
+        Some(b) => Server::Here(open_host(b, qps, send_wr, recv_wr, buf_len, o.events)?),
+        None => Server::Child(child::Child::start(o, size, qps, send_wr, recv_wr)?),
     };
-    for (i, (&cq, &sq)) in client.qpns.iter().zip(&server.qpns).enumerate() {
-        let psn = (i as u32 * 7919) & 0xFF_FFFF;
-        let ce = Endpoint {
-            qpn: cq,
-            psn,
-            gid: client.dev.gid(),
-            ..Endpoint::default()
-        };
+    let params = qp_params(o)?;
+    for (i, (&cq, &sq)) in client.qpns.iter().zip(server.qpns()).enumerate() {
+        let (client_psn, server_psn) = psns(i);
         let se = Endpoint {
             qpn: sq,
-            psn: psn ^ 0x5555,
-            gid: server.dev.gid(),
+            psn: server_psn,
+            gid: server.gid(),
             ..Endpoint::default()
         };
-        connect_qp(&*client.dev, cq, QpType::Rc, &params, ce.psn, &se).map_err(os("connect"))?;
-        connect_qp(&*server.dev, sq, QpType::Rc, &params, se.psn, &ce).map_err(os("connect"))?;
+        connect_qp(&*client.dev, cq, QpType::Rc, &params, client_psn, &se)
+            .map_err(os("connect"))?;
+        if let Server::Here(s) = &server {
+            let ce = Endpoint {
+                qpn: cq,
+                psn: client_psn,
+                gid: client.dev.gid(),
+                ..Endpoint::default()
+            };
+            connect_qp(&*s.dev, sq, QpType::Rc, &params, server_psn, &ce).map_err(os("connect"))?;
+        }
+    }
+    if let Server::Child(c) = &server {
+        c.connect(client.dev.gid(), &client.qpns)?;
     }
     Ok(Setup {
         client,
@@ -388,12 +429,69 @@ fn setup(o: &BenchOpts, size: u64, qps: u32, send_wr: u32, recv_wr: u32) -> Resu
     })
 }
 
-impl Host {
-    fn mr_access(&self) -> AccessFlags {
-        AccessFlags::LOCAL_WRITE
+/// The UDP port of both devices: `--port`, or one picked from the process id.
+fn port_of(o: &BenchOpts) -> u16 {
+    o.port
+        .unwrap_or(20000 + (std::process::id() % 20000) as u16)
+}
+
+/// Opens the device `name` at 127.0.0.`last` with `o`'s port, link and polling.
+fn open_device(o: &BenchOpts, name: &str, last: u8) -> Result<Arc<EmuDevice>, String> {
+    EmuDevice::open(EmuConfig {
+        name: name.into(),
+        ip: Ipv4Addr::new(127, 0, 0, last).into(),
+        port: port_of(o),
+        busy_poll: o.busy_poll,
+        same_host: match o.link {
+            LinkKind::Udp => SameHost::Udp,
+            LinkKind::Shm => SameHost::Shm,
+            LinkKind::Auto => SameHost::Auto,
+        },
+        ..EmuConfig::default()
+    })
+    .map(Arc::new)
+    .map_err(os("open the device"))
+}
+
+/// What both sides' QPs are moved to RTS with.
+fn qp_params(o: &BenchOpts) -> Result<QpParams, String> {
+    Ok(QpParams {
+        path_mtu: mtu_of(o.mtu)?,
+        access: AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC
+            | AccessFlags::REMOTE_ATOMIC,
+        timeout: ack_timeout(o.depth()),
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 16,
+        ..QpParams::default()
+    })
+}
+
+/// The first PSNs of the client's and the server's QP number `i`.
+fn psns(i: usize) -> (u32, u32) {
+    let psn = (i as u32).wrapping_mul(7919) & 0xFF_FFFF;
+    (psn, psn ^ 0x5555)
+}
+
+/// Where QP `qp`'s `region`-byte region of a `buf_len`-byte buffer starts.
+fn region_offset(buf_len: u64, qp: usize, region: u64) -> u64 {
+    (qp as u64 * region) % buf_len.saturating_sub(region).saturating_add(1).max(1)
+}
+
+impl Host {
+    /// Another handle on the same device, QPs and memory, for a thread that serves
+    /// them.
+    fn share(&self) -> Host {
+        Host {
+            dev: self.dev.clone(),
+            pd: self.pd,
+            channel: self.channel,
+            cqs: self.cqs.clone(),
+            qpns: self.qpns.clone(),
+            buf: self.buf.clone(),
+            mr: self.mr,
+        }
     }
 
     fn sge(&self, offset: u64, len: u64) -> Sge {
@@ -405,7 +503,7 @@ impl Host {
     }
 
     fn offset(&self, qp: usize, region: u64) -> u64 {
-        (qp as u64 * region) % (self.buf.len() as u64 - region + 1).max(1)
+        region_offset(self.buf.len() as u64, qp, region)
     }
 
     fn post_recvs(&self, qp: usize, n: u32, region: u64, len: u64) -> Result<(), String> {
@@ -505,9 +603,9 @@ impl Progress {
 }
 
 /// Fills the source with a pattern before the run, checks the target after it.
-fn verify_fill(o: &BenchOpts, st: &Setup) {
+fn verify_fill(o: &BenchOpts, st: &Setup) -> Result<(), String> {
     let src = match o.test {
-        Test::ReadBw | Test::ReadLat => &st.server.buf,
+        Test::ReadBw | Test::ReadLat => &st.server.here()?.buf,
         _ => &st.client.buf,
     };
     src.with_mut(|b| {
@@ -515,12 +613,14 @@ fn verify_fill(o: &BenchOpts, st: &Setup) {
             *x = (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3];
         }
     });
+    Ok(())
 }
 
 fn verify_check(o: &BenchOpts, st: &Setup, size: u64, msgs: u64) -> Result<(), String> {
+    let server = st.server.here()?;
     let (src, dst) = match o.test {
-        Test::ReadBw | Test::ReadLat => (&st.server.buf, &st.client.buf),
-        _ => (&st.client.buf, &st.server.buf),
+        Test::ReadBw | Test::ReadLat => (&server.buf, &st.client.buf),
+        _ => (&st.client.buf, &server.buf),
     };
     if o.test == Test::AtomicBw {
         let v = dst.read_u64(0).map_err(os("read"))?;
@@ -595,14 +695,25 @@ impl BenchOpts {
 /// that may not show it yet. Also how many packets each device received through the
 /// shared-memory rings, if any (`--link shm` or `auto`: which path auto chose).
 fn report_losses(st: &Setup) {
-    for (side, h) in [("client", &st.client), ("server", &st.server)] {
+    let counts = |h: &Host| {
         let l = h.dev.link_counters();
-        let shm = l.shm_packets.load(Ordering::Relaxed);
+        Some([&l.shm_packets, &l.rx_overflow, &l.icrc_errors].map(|c| c.load(Ordering::Relaxed)))
+    };
+    let server = match &st.server {
+        Server::Here(h) => counts(h),
+        Server::Child(c) => c
+            .counters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|c| [c.shm_packets, c.rx_overflow, c.icrc_errors]),
+    };
+    for (side, counts) in [("client", counts(&st.client)), ("server", server)] {
+        let Some([shm, overflow, icrc]) = counts else {
+            continue;
+        };
         if shm > 0 {
             println!(" {side}: {shm} packets received through the shared-memory rings");
         }
-        let overflow = l.rx_overflow.load(Ordering::Relaxed);
-        let icrc = l.icrc_errors.load(Ordering::Relaxed);
         if overflow > 0 || icrc > 0 {
             println!(
                 " {side}: {overflow} datagrams dropped by the kernel (socket buffer full: overload), {icrc} with a wrong ICRC"
@@ -653,7 +764,7 @@ fn round_setup(
     }
     let st = setup(o, size, o.qps, send_wr, recv_wr)?;
     if o.verify {
-        verify_fill(o, &st);
+        verify_fill(o, &st)?;
     }
     Ok(st)
 }
@@ -750,6 +861,15 @@ pub(crate) fn check(o: &BenchOpts) -> Result<(), String> {
     if lat && o.fabric {
         return Err("latency tests run on UDP only (the fabric's time is virtual)".into());
     }
+    if o.two_processes && lat {
+        return Err("--two-processes is for bandwidth tests".into());
+    }
+    if o.two_processes && o.verify {
+        return Err(
+            "--verify compares both buffers in this process; --two-processes puts the server's in another"
+                .into(),
+        );
+    }
     check_queues(o)?;
     let (buf_len, _) = buffer(size, o.qps)?;
     check_memory(
@@ -782,6 +902,9 @@ pub(super) fn check_queues(o: &BenchOpts) -> Result<(), String> {
 
 /// Runs `rdma-emu bench`.
 pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
+    if o.serve_stdio {
+        return child::serve_stdio(&o);
+    }
     check(&o)?;
     if o.test == Test::Flood {
         return super::flood::run(&o);
@@ -794,14 +917,19 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         ((4u64 << 30) / size / u64::from(o.qps)).clamp(1, 20_000)
     });
     o.size = Some(size);
-    let transport = if o.fabric {
-        "in-memory fabric (emu_sims::Fabric)"
-    } else if o.link == LinkKind::Shm {
-        "shared-memory rings (127.0.0.1 <-> 127.0.0.2, one process)"
-    } else if o.link == LinkKind::Auto {
-        "automatic: shared-memory rings to a peer that offers them, else UDP (127.0.0.1 <-> 127.0.0.2, one process)"
+    let procs = if o.two_processes {
+        "two processes"
     } else {
-        "UDP loopback (127.0.0.1 <-> 127.0.0.2)"
+        "one process"
+    };
+    let transport = if o.fabric {
+        "in-memory fabric (emu_sims::Fabric)".to_string()
+    } else if o.link == LinkKind::Shm {
+        format!("shared-memory rings (127.0.0.1 <-> 127.0.0.2, {procs})")
+    } else if o.link == LinkKind::Auto {
+        format!("automatic: shared-memory rings to a peer that offers them, else UDP (127.0.0.1 <-> 127.0.0.2, {procs})")
+    } else {
+        format!("UDP loopback (127.0.0.1 <-> 127.0.0.2, {procs})")
     };
     println!("{}", line());
     println!("                    {}", o.test.title());
@@ -836,10 +964,10 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
     let st = setup(&o, size, o.qps, send_wr, recv_wr)?;
     let rss_setup = rss_kib();
     if o.verify {
-        verify_fill(&o, &st);
+        verify_fill(&o, &st)?;
     }
     let mut json = format!(
-        "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{},\"events\":{},\"wait_send\":{},\"debug_build\":{}",
+        "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{},\"events\":{},\"wait_send\":{},\"processes\":{},\"debug_build\":{}",
         o.test.name(),
         if o.fabric {
             "fabric"
@@ -857,6 +985,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         o.busy_poll,
         o.events,
         o.wait_send,
+        if o.two_processes { 2 } else { 1 },
         cfg!(debug_assertions)
     );
     if lat {
