@@ -75,7 +75,10 @@ impl TxBatch {
         {
             return false;
         }
-        self.buf[self.fill..self.fill + other.fill].copy_from_slice(&other.buf[..other.fill]);
+        verbs_api::copy_bytes(
+            &mut self.buf[self.fill..self.fill + other.fill],
+            &other.buf[..other.fill],
+        );
         self.fill += other.fill;
         self.count += other.count;
         other.clear();
@@ -105,7 +108,7 @@ impl TxBatch {
             self.tos = tos;
             self.segment = packet.len();
         }
-        self.buf[self.fill..self.fill + packet.len()].copy_from_slice(packet);
+        verbs_api::copy_bytes(&mut self.buf[self.fill..self.fill + packet.len()], packet);
         self.fill += packet.len();
         self.count += 1;
     }
