@@ -114,20 +114,30 @@ pub trait ExternalMemory: Send + Sync + 'static {
 /// # Panics
 ///
 /// If the lengths differ, as `copy_from_slice`.
+#[inline]
 pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     /// The page whose offsets the aliasing compares.
     const PAGE: usize = 4096;
     /// How far past the source a destination is slow.
     const WINDOW: usize = 64;
-    /// A piece glibc copies without `rep movsb`.
-    const PIECE: usize = 2048;
-    let gap = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize) % PAGE;
-    if dst.len() <= PIECE || gap == 0 || gap >= WINDOW {
+    if dst.len() > COPY_PIECE
+        && (1..WINDOW)
+            .contains(&((dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize) % PAGE))
+    {
+        copy_in_pieces(dst, src);
+    } else {
         dst.copy_from_slice(src);
-        return;
     }
+}
+
+/// A piece glibc copies without `rep movsb`.
+const COPY_PIECE: usize = 2048;
+
+/// `copy_bytes`'s slow placement: the copy in `COPY_PIECE`-byte pieces.
+#[cold]
+fn copy_in_pieces(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_bytes: the lengths differ");
-    for (d, s) in dst.chunks_mut(PIECE).zip(src.chunks(PIECE)) {
+    for (d, s) in dst.chunks_mut(COPY_PIECE).zip(src.chunks(COPY_PIECE)) {
         d.copy_from_slice(s);
     }
 }
