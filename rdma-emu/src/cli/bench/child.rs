@@ -9,7 +9,7 @@
 //! stdout (`ok ...` or `err MESSAGE`):
 //!
 //! ```text
-//! setup SIZE QPS SEND_WR RECV_WR   ->  ok GID ADDR RKEY BUF_LEN QPN...
+//! setup SIZE QPS SEND_WR RECV_WR   ->  ok GID ADDR RKEY BUF_LEN QPN...  (GID as IPv6)
 //! connect GID QPN...               ->  ok
 //! run REGION SIZE RECVS            ->  ok TX_PACKETS
 //! stop                             ->  ok TX_PACKETS SHM_PACKETS RX_OVERFLOW ICRC_ERRORS
@@ -22,6 +22,7 @@
 //! child ends when its stdin does, so it cannot outlive a parent that dies.
 
 use std::io::{BufRead, BufReader, Write};
+use std::net::Ipv6Addr;
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
 
@@ -64,7 +65,7 @@ impl Child {
         let exe = std::env::current_exe().map_err(|e| format!("where is rdma-emu: {e}"))?;
         let mut cmd = Command::new(exe);
         cmd.args(["bench", o.test.name(), "--serve-stdio"])
-            .args(["--link", link_name(o.link)])
+            .args(["--link", o.link.name()])
             .args(["--port", &port_of(o).to_string()])
             .args(["--mtu", &o.mtu.to_string()])
             .args(["--tx-depth", &o.depth().to_string()]);
@@ -99,7 +100,7 @@ impl Child {
         if w.len() < 4 {
             return Err(bad());
         }
-        child.gid = parse_gid(&w[0]).ok_or_else(bad)?;
+        child.gid = w[0].parse::<Ipv6Addr>().map_err(|_| bad())?.into();
         let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
         child.mr = MrInfo {
             addr: num(&w[1])?,
@@ -122,7 +123,7 @@ impl Child {
     /// Connects the child's QPs to the parent's `qpns` on the device with `gid`.
     pub(super) fn connect(&self, gid: Gid, qpns: &[u32]) -> Result<(), String> {
         let list: Vec<String> = qpns.iter().map(u32::to_string).collect();
-        self.request(&format!("connect {} {}", gid_hex(gid), list.join(" ")))
+        self.request(&format!("connect {} {}", gid.to_ipv6(), list.join(" ")))
             .map(drop)
     }
 
@@ -209,32 +210,6 @@ impl Drop for Child {
     }
 }
 
-/// The link's name as the `--link` option takes it.
-fn link_name(link: LinkKind) -> &'static str {
-    match link {
-        LinkKind::Udp => "udp",
-        LinkKind::Shm => "shm",
-        LinkKind::Auto => "auto",
-    }
-}
-
-/// A GID as 32 hex digits.
-fn gid_hex(gid: Gid) -> String {
-    gid.0.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A GID from 32 hex digits.
-fn parse_gid(s: &str) -> Option<Gid> {
-    if s.len() != 32 || !s.is_ascii() {
-        return None;
-    }
-    let mut g = [0u8; 16];
-    for (i, b) in g.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(Gid(g))
-}
-
 /// A run being served: its stop flag and thread.
 type Serving = (Arc<AtomicBool>, std::thread::JoinHandle<Result<(), String>>);
 
@@ -303,7 +278,7 @@ fn answer(o: &BenchOpts, line: &str, served: &mut Served) -> Result<String, Stri
             let qpns: Vec<String> = h.qpns.iter().map(u32::to_string).collect();
             let words = format!(
                 "{} {} {} {} {}",
-                gid_hex(h.dev.gid()),
+                h.dev.gid().to_ipv6(),
                 h.mr.addr,
                 h.mr.rkey,
                 h.buf.len(),
@@ -314,10 +289,11 @@ fn answer(o: &BenchOpts, line: &str, served: &mut Served) -> Result<String, Stri
         }
         "connect" => {
             let h = served.host()?;
-            let gid = args
+            let gid: Gid = args
                 .first()
-                .and_then(|g| parse_gid(g))
-                .ok_or("connect: no GID")?;
+                .and_then(|g| g.parse::<Ipv6Addr>().ok())
+                .ok_or("connect: no GID")?
+                .into();
             let peers = (1..args.len()).map(small).collect::<Result<Vec<_>, _>>()?;
             if peers.len() != h.qpns.len() {
                 return Err(format!(
@@ -373,18 +349,5 @@ fn answer(o: &BenchOpts, line: &str, served: &mut Served) -> Result<String, Stri
             Ok(String::new())
         }
         _ => Err(format!("unknown request {request:?}")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_gid_goes_through_its_hex_form() {
-        let g = Gid([0xfe, 0x80, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0xff]);
-        assert_eq!(parse_gid(&gid_hex(g)), Some(g));
-        assert_eq!(parse_gid("fe80"), None);
-        assert_eq!(parse_gid(&"zz".repeat(16)), None);
     }
 }

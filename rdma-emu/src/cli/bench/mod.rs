@@ -48,6 +48,17 @@ pub(crate) enum LinkKind {
     Auto,
 }
 
+impl LinkKind {
+    /// The name `--link` takes, and the JSON line's `transport`.
+    fn name(self) -> &'static str {
+        match self {
+            LinkKind::Udp => "udp",
+            LinkKind::Shm => "shm",
+            LinkKind::Auto => "auto",
+        }
+    }
+}
+
 /// The test to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 #[allow(clippy::enum_variant_names)]
@@ -324,12 +335,8 @@ fn open_host(
         .collect::<Result<Vec<_>, _>>()?;
     check_mr(&*dev, "the bench's buffer", buf_len as u64)?;
     let buf = MemBuf::new(buf_len);
-    let access = AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC;
     let mr = dev
-        .reg_mr(pd, &buf, 0, buf.len(), access)
+        .reg_mr(pd, &buf, 0, buf.len(), ACCESS)
         .map_err(os("reg_mr"))?;
     Ok(Host {
         dev,
@@ -453,14 +460,18 @@ fn open_device(o: &BenchOpts, name: &str, last: u8) -> Result<Arc<EmuDevice>, St
     .map_err(os("open the device"))
 }
 
+/// What both sides' buffers are registered with and their QPs allow: every test's
+/// remote access.
+const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC);
+
 /// What both sides' QPs are moved to RTS with.
 fn qp_params(o: &BenchOpts) -> Result<QpParams, String> {
     Ok(QpParams {
         path_mtu: mtu_of(o.mtu)?,
-        access: AccessFlags::LOCAL_WRITE
-            | AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC,
+        access: ACCESS,
         timeout: ack_timeout(o.depth()),
         max_rd_atomic: 16,
         max_dest_rd_atomic: 16,
@@ -969,15 +980,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
     let mut json = format!(
         "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{},\"events\":{},\"wait_send\":{},\"processes\":{},\"debug_build\":{}",
         o.test.name(),
-        if o.fabric {
-            "fabric"
-        } else if o.link == LinkKind::Shm {
-            "shm"
-        } else if o.link == LinkKind::Auto {
-            "auto"
-        } else {
-            "udp"
-        },
+        if o.fabric { "fabric" } else { o.link.name() },
         size,
         iters,
         o.qps,
