@@ -165,7 +165,9 @@ impl Dest {
         let qpn = u32::from_str_radix(p.next()?, 16).ok()?;
         let psn = u32::from_str_radix(p.next()?, 16).ok()?;
         let g = p.next()?;
-        if g.len() != 32 {
+        // ASCII first: the digits are sliced by bytes, and a peer's text may hold
+        // anything (it arrives through `from_utf8_lossy`).
+        if g.len() != 32 || !g.is_ascii() {
             return None;
         }
         let mut gid = [0u8; 16];
@@ -626,4 +628,27 @@ pub(crate) fn main_with_args(mode: Mode, args: Vec<String>) {
     };
     print_dests("remote", &rems);
     run(&c, client, o.iters, o.timeout);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dest;
+    use verbs_api::Gid;
+
+    /// A peer's address goes through its wire form; one whose GID is 32 bytes but
+    /// not 32 ASCII digits is refused, not a panic.
+    #[test]
+    fn a_peer_address_is_parsed_or_refused() {
+        let d = Dest {
+            lid: 0,
+            qpn: 0x123,
+            psn: 0xabcdef,
+            gid: Gid::from(std::net::Ipv4Addr::new(127, 0, 0, 2)),
+        };
+        assert_eq!(Dest::from_wire(&d.to_wire()), Some(d));
+        let replaced = format!("0000:000123:abcdef:ab{}", "\u{fffd}".repeat(10));
+        assert_eq!(replaced.split(':').nth(3).map(str::len), Some(32));
+        assert_eq!(Dest::from_wire(&replaced), None);
+        assert_eq!(Dest::from_wire("0000:000123:abcdef:00ff"), None);
+    }
 }
