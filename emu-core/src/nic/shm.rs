@@ -8,9 +8,10 @@
 //! sleepers, and a generation counter) and offers it in the host's shared folder: the
 //! file `shm/IP-PORT` holds its process id, the bell's `/proc/PID/fd/N` path and the
 //! name of its wake-up socket (see **Receiving**). An address whose offer belongs to a
-//! live process is taken; a dead process's offer is replaced. The first packet for a peer address opens that peer's offer and bell,
-//! makes a ring, lists it as `shm/IP-PORT.rings/SRC` (the sender's process id and the
-//! ring's path) and announces it on the bell. Each record is the sender's address and
+//! live process is taken; a dead process's offer is replaced. The first packet for a
+//! peer address opens that peer's offer and bell, makes a ring, lists it as
+//! `shm/IP-PORT.rings/SRC` (the sender's process id and the ring's path) and
+//! announces it on the bell. Each record is the sender's address and
 //! TOS ([`PREFIX`] bytes) and then the packet, its ICRC sealed as on a UDP link with IP
 //! ID 0 and the RoCEv2 port both ways (what [`DeviceDriver`] checks).
 //!

@@ -407,11 +407,7 @@ fn run_bw(
     let mut child_tx = 0;
     match s {
         Server::Here(h) => {
-            if o.test == Test::SendBw {
-                for q in 0..qps {
-                    h.post_recvs(q, recvs, st.region, size)?;
-                }
-            }
+            h.prepare_run(o.test, recvs, st.region, size)?;
             if st.fabric.is_none() {
                 server = Some(spawn_serve(
                     h.share(),

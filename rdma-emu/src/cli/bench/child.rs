@@ -320,11 +320,7 @@ fn answer(o: &BenchOpts, line: &str, served: &mut Served) -> Result<String, Stri
             served.stop()?;
             let (region, size, recvs) = (num(0)?, num(1)?, small(2)?);
             let h = served.host()?;
-            if o.test == Test::SendBw {
-                for q in 0..h.qpns.len() {
-                    h.post_recvs(q, recvs, region, size)?;
-                }
-            }
+            h.prepare_run(o.test, recvs, region, size)?;
             let tx = h.dev.counters().tx_packets;
             let stop = Arc::new(AtomicBool::new(false));
             let thread = bw::spawn_serve(h.share(), o.test, region, size, stop.clone());

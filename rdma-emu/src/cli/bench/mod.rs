@@ -517,6 +517,17 @@ impl Host {
         region_offset(self.buf.len() as u64, qp, region)
     }
 
+    /// The server's preparation for a bandwidth run of `test`: send_bw's `n` receives
+    /// of `len` bytes on every QP, each QP's at its `region`-byte region.
+    fn prepare_run(&self, test: Test, n: u32, region: u64, len: u64) -> Result<(), String> {
+        if test == Test::SendBw {
+            for q in 0..self.qpns.len() {
+                self.post_recvs(q, n, region, len)?;
+            }
+        }
+        Ok(())
+    }
+
     fn post_recvs(&self, qp: usize, n: u32, region: u64, len: u64) -> Result<(), String> {
         let wr = RecvWr {
             wr_id: qp as u64,
