@@ -158,6 +158,29 @@ fn rounds_measure_the_baseline_each() {
     assert!((bw / base - values[1]).abs() < 0.01, "{json}");
 }
 
+/// A UDP bandwidth test's rounds are ordered by the ratio its target names, against
+/// raw UDP with GSO and GRO: the reported `ratio_gso_gro` is the median round's, and
+/// the plain-UDP ratio is that same round's.
+#[test]
+fn udp_bandwidth_rounds_are_ordered_by_the_gso_gro_ratio() {
+    let json = bench_json_with(
+        &["write_bw", "--size", "4096", "-n", "20", "--rounds", "3"],
+        &["--json"],
+    );
+    let mut values = array(&json, "round_values");
+    assert_eq!(values.len(), 3, "{json}");
+    values.sort_by(f64::total_cmp);
+    assert_eq!(field(&json, "ratio_gso_gro"), values[1], "{json}");
+    let bw = field(&json, "bw_avg_mbps");
+    let (gso, plain) = (
+        field(&json, "baseline_gso_gro_mbps"),
+        field(&json, "baseline_mbps"),
+    );
+    // The JSON rounds each number to three decimals.
+    assert!((bw / gso - values[1]).abs() < 0.001, "{json}");
+    assert!((bw / plain - field(&json, "ratio")).abs() < 0.001, "{json}");
+}
+
 /// A latency test's rounds (UDP loopback): each round is measured against its own raw
 /// ping-pong, and the reported ratio is the median round's.
 #[test]

@@ -200,8 +200,8 @@ pub(crate) struct BenchOpts {
     pub(crate) no_baseline: bool,
     /// Run the test this many times (each with fresh devices and QPs; in a bandwidth
     /// test with `--qps` over 1, each round also runs one QP right after; the
-    /// baselines after each round) and report the median round by its ratio, listing
-    /// every round. A shared machine's load moves between runs a second apart; the
+    /// baselines after each round) and report the median round by its ratio (a UDP
+    /// bandwidth test's against raw UDP with GSO and GRO), listing every round. A shared machine's load moves between runs a second apart; the
     /// median of rounds whose parts ran back to back is the steadier ratio.
     #[arg(long, default_value_t = 1)]
     pub(crate) rounds: u32,
