@@ -76,6 +76,14 @@ fn qp_depth_lets_qps_take_turns_with_several_in_flight() {
     assert!((1.0..1.9).contains(&p), "{json}");
 }
 
+/// With one QP, `--qp-depth` bounds its WRs in flight below `--tx-depth` (the send
+/// queue is made that deep): one at a time, each message is ACKed on its own.
+#[test]
+fn one_qp_keeps_to_its_qp_depth() {
+    let json = bench_json(&["write_bw", "--qp-depth", "1", "--size", "64", "-n", "40"]);
+    assert_eq!(field(&json, "packets_per_msg"), 2.0, "{json}");
+}
+
 /// `--qp-depth` over `--tx-depth`, or zero, is refused before anything runs.
 #[test]
 fn a_qp_depth_over_the_tx_depth_is_an_error() {

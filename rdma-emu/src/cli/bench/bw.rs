@@ -70,6 +70,7 @@ fn one_qp_run(
         let mut o1 = o.clone();
         o1.qps = 1;
         o1.tx_depth = Some(depth);
+        o1.qp_depth = None;
         Some(run_bw(&o1, &st1, size, msgs, post_list)?)
     } else {
         None
@@ -403,11 +404,7 @@ fn run_bw(
 ) -> Result<BwResult, String> {
     let (c, s) = (&st.client, &st.server);
     let qps = c.qpns.len();
-    let per_qp = if qps == 1 {
-        o.depth() as usize
-    } else {
-        o.per_qp() as usize
-    };
+    let per_qp = o.per_qp() as usize;
     let total = iters * qps as u64;
     let recvs = (per_qp * 2) as u32;
     let stop = Arc::new(AtomicBool::new(false));
