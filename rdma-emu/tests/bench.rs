@@ -390,3 +390,18 @@ fn two_processes_are_for_bandwidth_tests_without_verify() {
         assert!(out.stdout.is_empty(), "{args:?} printed a banner");
     }
 }
+
+/// A latency test on the fabric is refused with the links it runs on: the fabric's
+/// clock is virtual, so a wall-clock latency there would mean nothing.
+#[test]
+fn latency_tests_name_the_links_they_run_on() {
+    for test in ["send_lat", "write_lat", "read_lat"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+            .args(["bench", test, "--fabric"])
+            .output()
+            .expect("run rdma-emu");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(!out.status.success(), "{test} ran");
+        assert!(err.contains("udp, shm or auto"), "{test}: {err}");
+    }
+}

@@ -195,7 +195,6 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
     let (c, s) = (&st.client, st.server.here()?);
     let mut out = Vec::with_capacity(iters as usize);
     let mut progress = Progress::new(iters, o.json);
-    let fabric = st.fabric.is_some();
     match o.test {
         Test::ReadLat => {
             let mut wcs = Vec::with_capacity(4);
@@ -214,7 +213,7 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                     .post_send(c.qpns[0], &[wr])
                     .map_err(|e| format!("post_send: {e}"))?;
                 while c.poll(&mut wcs)? == 0 {
-                    if !o.busy_poll && !fabric {
+                    if !o.busy_poll {
                         std::thread::yield_now();
                     }
                 }
@@ -303,9 +302,6 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                     }
                 }
             };
-            if fabric {
-                return Err("latency tests run on UDP only (the fabric's time is virtual)".into());
-            }
             let result = std::thread::scope(|scope| -> Result<(), String> {
                 let server = scope.spawn(|| -> Result<(), String> {
                     // The echoing side: answers each message in kind, the answer

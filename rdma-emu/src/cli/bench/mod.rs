@@ -881,7 +881,10 @@ pub(crate) fn check(o: &BenchOpts) -> Result<(), String> {
         return Err("--events is for send_lat (the answer is a receive completion)".into());
     }
     if lat && o.fabric {
-        return Err("latency tests run on UDP only (the fabric's time is virtual)".into());
+        return Err(
+            "latency tests run on a link (udp, shm or auto), not on the fabric: its time is virtual"
+                .into(),
+        );
     }
     if o.two_processes && lat {
         return Err("--two-processes is for bandwidth tests".into());
