@@ -53,6 +53,7 @@ mod receive;
 mod share;
 mod shm;
 mod slice;
+mod spin;
 mod thread;
 mod transmit;
 mod udp;

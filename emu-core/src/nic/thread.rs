@@ -9,6 +9,7 @@ use parking_lot::MutexGuard;
 
 use super::link::Receiver;
 use super::slice::Slice;
+use super::spin::Between;
 use super::{Core, Inbound, Inner};
 
 /// The longest the device thread sleeps before looking at the engine's timers again.
@@ -88,6 +89,7 @@ impl Inner {
         let mut flooded = false;
         let mut skipped = false;
         let mut hold_until: Option<Instant> = None;
+        let mut between = Between::default();
         while !self.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             self.watch(now);
@@ -179,8 +181,9 @@ impl Inner {
                 } else if spinning {
                     // Traffic within SPIN: look again instead of sleeping, so the
                     // sender does not pay this thread's wake-up (yielding to any
-                    // thread that waits for this core).
-                    std::thread::yield_now();
+                    // thread that waits for this core while yields are cheap,
+                    // `nic/spin.rs`).
+                    between.wait();
                 } else if !link.pending() {
                     let _ = link.wait_readable(None, Some(sleep));
                 }
