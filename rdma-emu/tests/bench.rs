@@ -405,3 +405,15 @@ fn latency_tests_name_the_links_they_run_on() {
         assert!(err.contains("udp, shm or auto"), "{test}: {err}");
     }
 }
+
+/// `--port` names the links' ports; on the fabric, which has none, it is refused.
+#[test]
+fn a_port_on_the_fabric_is_refused() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+        .args(["bench", "write_bw", "--fabric", "--port", "20001"])
+        .output()
+        .expect("run rdma-emu");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success());
+    assert!(err.contains("udp, shm, auto"), "{err}");
+}

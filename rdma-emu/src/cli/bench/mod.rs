@@ -184,7 +184,9 @@ pub(crate) struct BenchOpts {
     /// peer that offers them (baselines as `shm`).
     #[arg(long, value_enum, default_value_t = LinkKind::Udp, conflicts_with = "fabric")]
     pub(crate) link: LinkKind,
-    /// UDP port of both devices (UDP only). Default: one picked from the process id.
+    /// The port of both devices: their UDP port, and on the rings part of the address
+    /// each offers (`IP-PORT`); not for the fabric. Default: one picked from the
+    /// process id.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) port: Option<u16>,
     /// Bandwidth tests on UDP, shm or auto: the server's device runs in a process of
@@ -866,7 +868,7 @@ pub(crate) fn check(o: &BenchOpts) -> Result<(), String> {
         );
     }
     if o.fabric && o.port.is_some() {
-        return Err("--port is for UDP (the fabric has no ports)".into());
+        return Err("--port is for the links (udp, shm, auto): the fabric has no ports".into());
     }
     if lat && o.qps != 1 {
         return Err("latency tests use one QP".into());
