@@ -53,7 +53,6 @@ mod receive;
 mod share;
 mod shm;
 mod slice;
-mod spin;
 mod thread;
 mod transmit;
 mod udp;

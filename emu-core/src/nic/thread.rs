@@ -9,7 +9,6 @@ use parking_lot::MutexGuard;
 
 use super::link::Receiver;
 use super::slice::Slice;
-use super::spin::Between;
 use super::{Core, Inbound, Inner};
 
 /// The longest the device thread sleeps before looking at the engine's timers again.
@@ -89,7 +88,6 @@ impl Inner {
         let mut flooded = false;
         let mut skipped = false;
         let mut hold_until: Option<Instant> = None;
-        let mut between = Between::default();
         while !self.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             self.watch(now);
@@ -181,9 +179,8 @@ impl Inner {
                 } else if spinning {
                     // Traffic within SPIN: look again instead of sleeping, so the
                     // sender does not pay this thread's wake-up (yielding to any
-                    // thread that waits for this core while yields are cheap,
-                    // `nic/spin.rs`).
-                    between.wait();
+                    // thread that waits for this core).
+                    std::thread::yield_now();
                 } else if !link.pending() {
                     let _ = link.wait_readable(None, Some(sleep));
                 }
