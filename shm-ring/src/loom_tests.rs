@@ -29,20 +29,20 @@ fn consume(mut rx: crate::Consumer) -> Vec<u8> {
     }
 }
 
-/// The model with at most three preemptions a run (as tokio's CI bounds it: the
-/// producer's retries on a full ring make the unbounded space too large to walk), or
-/// `LOOM_MAX_PREEMPTIONS` if set.
-fn model(f: impl Fn() + Sync + Send + 'static) {
+/// The model with at most `bound` preemptions a run (three, as tokio's CI bounds it:
+/// the producer's retries on a full ring make the unbounded space too large to walk),
+/// or `LOOM_MAX_PREEMPTIONS` if set.
+fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
+        b.preemption_bound = Some(bound);
     }
     b.check(f);
 }
 
 #[test]
 fn loom_no_lost_packet_or_wake_up() {
-    model(|| {
+    model(3, || {
         // Room for two 8-byte packets (two words each) out of four words: the third
         // push may find the ring full and must wait for the consumer.
         let (mut tx, rx) = pair(32, 8).unwrap();
@@ -64,7 +64,7 @@ fn loom_no_lost_packet_or_wake_up() {
 #[test]
 fn loom_wake_up_without_close() {
     // The consumer must be woken by a push alone (the producer stays).
-    model(|| {
+    model(3, || {
         let (mut tx, mut rx) = pair(32, 8).unwrap();
         let c = thread::spawn(move || {
             let mut buf = [0u8; 8];
@@ -86,9 +86,11 @@ fn loom_two_producers_one_bell() {
     // Two producers, each on its own ring, wake one consumer through its bell: the
     // first ring is there from the start, the second is made and announced by its
     // producer meanwhile.
+    // Two preemptions: with three this model walks for eight minutes, a sixth of
+    // CI's run; after a change to the bell, run it with `LOOM_MAX_PREEMPTIONS=3`.
     use crate::{Bell, Consumer, Producer, Region};
     use loom::sync::{Arc, Mutex};
-    model(|| {
+    model(2, || {
         let bell = Bell::heap().unwrap();
         let r1 = std::sync::Arc::new(Region::heap(32, 8).unwrap());
         let mut tx1 = Producer::attach_with_bell(r1.clone(), &bell).unwrap();
@@ -151,7 +153,7 @@ fn loom_two_sleepers_one_bell() {
     // sleeps: the producer's packet must still wake that one. A flag that the first
     // to leave cleared lost this wake-up.
     use crate::{Bell, Consumer, Producer, Region};
-    model(|| {
+    model(3, || {
         let bell = Bell::heap().unwrap();
         let r = std::sync::Arc::new(Region::heap(32, 8).unwrap());
         let mut tx = Producer::attach_with_bell(r.clone(), &bell).unwrap();
