@@ -20,6 +20,19 @@ fn bench_json_with(args: &[&str], more: &[&str]) -> String {
 }
 
 /// The number after `"key":` in a flat JSON object.
+/// Runs `rdma-emu bench ARGS`, which must be refused before anything runs (non-zero
+/// exit, nothing on stdout); its stderr.
+fn refused(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("run rdma-emu");
+    assert!(!out.status.success(), "{args:?} ran");
+    assert!(out.stdout.is_empty(), "{args:?} printed on stdout");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn field(json: &str, key: &str) -> f64 {
     let at = json
         .find(&format!("\"{key}\":"))
@@ -94,13 +107,7 @@ fn a_qp_depth_over_the_tx_depth_is_an_error() {
         ),
         (&["--qp-depth", "0"][..], "--qp-depth must be at least 1"),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
-            .args(["bench", "write_bw", "--fabric"])
-            .args(args)
-            .output()
-            .expect("run rdma-emu");
-        assert!(!out.status.success(), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = refused(&[&["write_bw", "--fabric"][..], args].concat());
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
@@ -221,12 +228,7 @@ fn latency_tests_can_wait_for_each_sends_completion() {
 /// `--rounds 0` is refused, as `--qps 0` is.
 #[test]
 fn zero_rounds_is_an_error() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
-        .args(["bench", "send_lat", "-n", "10", "--rounds", "0"])
-        .output()
-        .expect("run rdma-emu");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["send_lat", "-n", "10", "--rounds", "0"]);
     assert!(err.contains("--rounds must be at least 1"), "{err}");
 }
 
@@ -379,15 +381,8 @@ fn two_processes_are_for_bandwidth_tests_without_verify() {
         &["write_bw", "--two-processes", "--fabric"],
         &["flood", "--two-processes"],
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
-            .arg("bench")
-            .args(args)
-            .output()
-            .expect("run rdma-emu");
-        let err = String::from_utf8(out.stderr).unwrap();
-        assert!(!out.status.success(), "{args:?} ran");
+        let err = refused(args);
         assert!(err.contains("--two-processes"), "{args:?}: {err}");
-        assert!(out.stdout.is_empty(), "{args:?} printed a banner");
     }
 }
 
@@ -396,12 +391,7 @@ fn two_processes_are_for_bandwidth_tests_without_verify() {
 #[test]
 fn latency_tests_name_the_links_they_run_on() {
     for test in ["send_lat", "write_lat", "read_lat"] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
-            .args(["bench", test, "--fabric"])
-            .output()
-            .expect("run rdma-emu");
-        let err = String::from_utf8(out.stderr).unwrap();
-        assert!(!out.status.success(), "{test} ran");
+        let err = refused(&[test, "--fabric"]);
         assert!(err.contains("udp, shm or auto"), "{test}: {err}");
     }
 }
@@ -409,11 +399,6 @@ fn latency_tests_name_the_links_they_run_on() {
 /// `--port` names the links' ports; on the fabric, which has none, it is refused.
 #[test]
 fn a_port_on_the_fabric_is_refused() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
-        .args(["bench", "write_bw", "--fabric", "--port", "20001"])
-        .output()
-        .expect("run rdma-emu");
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert!(!out.status.success());
+    let err = refused(&["write_bw", "--fabric", "--port", "20001"]);
     assert!(err.contains("udp, shm, auto"), "{err}");
 }
