@@ -402,3 +402,70 @@ fn a_port_on_the_fabric_is_refused() {
     let err = refused(&["write_bw", "--fabric", "--port", "20001"]);
     assert!(err.contains("udp, shm, auto"), "{err}");
 }
+
+/// `--one-thread` runs both sides of send_lat and write_lat in one thread, in turn, on
+/// the rings: every message and answer arrives (the run ends), each side's device
+/// received its packets through the rings, and no baseline is measured. No timing is
+/// checked.
+#[test]
+fn one_thread_runs_both_sides_of_a_ping_pong_in_turn() {
+    let port = (20000 + std::process::id() % 20000 + 19).to_string();
+    for test in ["send_lat", "write_lat"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
+            .args([
+                "bench",
+                test,
+                "--link",
+                "shm",
+                "--busy-poll",
+                "--one-thread",
+            ])
+            .args(["-n", "500", "--port", &port, "--json"])
+            .output()
+            .expect("run rdma-emu");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(out.status.success(), "{test}: {text}");
+        let json = text.lines().last().expect("a JSON line");
+        assert!(json.contains("\"one_thread\":true"), "{json}");
+        assert!(field(json, "lat_typical_us") > 0.0, "{json}");
+        assert!(!json.contains("baseline_us"), "{json}");
+        assert!(text.contains("one thread in turn"), "{text}");
+        // Each side's messages, and the ACKs of the other's.
+        for side in ["client", "server"] {
+            let line = text
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{side}:")))
+                .unwrap_or_else(|| panic!("no {side} line in {text}"));
+            let n: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            assert!(n >= 500, "{line}");
+        }
+    }
+    let plain = bench_json_with(&["send_lat", "-n", "100"], &["--no-baseline", "--json"]);
+    assert!(plain.contains("\"one_thread\":false"), "{plain}");
+}
+
+/// `--one-thread` needs `--busy-poll` (a yield or a wait for an event would wait for a
+/// message nobody else sends) and a ping-pong that neither side awaits its own sends
+/// in (the ACK it waits for comes only when the other side is polled).
+#[test]
+fn one_thread_is_for_busy_polled_ping_pongs() {
+    for (args, says) in [
+        (&["send_lat", "--one-thread"][..], "--busy-poll"),
+        (
+            &["send_lat", "--one-thread", "--busy-poll", "--wait-send"],
+            "--wait-send",
+        ),
+        (&["send_lat", "--one-thread", "--events"], "--events"),
+        (
+            &["read_lat", "--one-thread", "--busy-poll"],
+            "send_lat and write_lat",
+        ),
+        (
+            &["write_bw", "--one-thread", "--busy-poll"],
+            "send_lat and write_lat",
+        ),
+    ] {
+        let err = refused(args);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

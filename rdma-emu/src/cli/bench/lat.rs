@@ -27,7 +27,7 @@ pub(super) fn rounds(
         drop(st);
         // The raw ping-pongs right after the run, as a bandwidth round measures
         // its baselines right after its run.
-        let base = if o.no_baseline {
+        let base = if o.no_baseline || o.one_thread {
             None
         } else {
             Some(lat_baselines(o, size, iters)?)
@@ -302,6 +302,35 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                     }
                 }
             };
+            let post = |h: &Host, wr: &SendWr| {
+                h.dev
+                    .post_send(h.qpns[0], std::slice::from_ref(wr))
+                    .map_err(|e| format!("post_send: {e}"))
+            };
+            if o.one_thread {
+                // Both sides in turn: each poll finds what the other side's post
+                // pushed, so the run is the devices' own work.
+                let mut wcs = Vec::with_capacity(64);
+                let (recv_c, mut wr) = wrs_of(c, s);
+                let (recv_s, mut answer) = wrs_of(s, c);
+                let (mut early_c, mut early_s) = (0, 0);
+                for i in 0..iters {
+                    let mark = (i % 127 + 1) as u8;
+                    c.buf.with_mut(|b| b[size as usize - 1] = mark);
+                    wr.wr_id = i;
+                    answer.wr_id = i;
+                    let t = Instant::now();
+                    post(c, &wr)?;
+                    await_message(s, mark, &mut wcs, &recv_s, &mut early_s)?;
+                    s.buf.with_mut(|b| b[size as usize - 1] = mark | 0x80);
+                    post(s, &answer)?;
+                    await_message(c, mark | 0x80, &mut wcs, &recv_c, &mut early_c)?;
+                    out.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+                    progress.set(i + 1);
+                }
+                progress.finish();
+                return Ok(out);
+            }
             let result = std::thread::scope(|scope| -> Result<(), String> {
                 let server = scope.spawn(|| -> Result<(), String> {
                     // The echoing side: answers each message in kind, the answer
@@ -314,9 +343,7 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                         await_message(s, mark, &mut wcs, &recv, &mut early)?;
                         s.buf.with_mut(|b| b[size as usize - 1] = mark | 0x80);
                         answer.wr_id = i;
-                        s.dev
-                            .post_send(s.qpns[0], std::slice::from_ref(&answer))
-                            .map_err(|e| format!("post_send: {e}"))?;
+                        post(s, &answer)?;
                         if o.wait_send {
                             await_send(s, &mut wcs, &recv, &mut early)?;
                         }
@@ -337,9 +364,7 @@ fn run_lat(o: &BenchOpts, st: &Setup, size: u64, iters: u64) -> Result<Vec<f64>,
                     c.buf.with_mut(|b| b[size as usize - 1] = mark);
                     wr.wr_id = i;
                     let t = Instant::now();
-                    c.dev
-                        .post_send(c.qpns[0], std::slice::from_ref(&wr))
-                        .map_err(|e| format!("post_send: {e}"))?;
+                    post(c, &wr)?;
                     if o.wait_send {
                         await_send(c, &mut wcs, &recv_wrs, &mut early)?;
                     }

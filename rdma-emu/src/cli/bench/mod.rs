@@ -178,6 +178,14 @@ pub(crate) struct BenchOpts {
     /// side waits for the answer only and reaps send completions on the way.
     #[arg(long)]
     pub(crate) wait_send: bool,
+    /// send_lat and write_lat with `--busy-poll`: both sides' loops in one thread, in
+    /// turn (the client posts, the server polls until the message is there and
+    /// answers, the client polls until the answer is there). The run then measures
+    /// the CPU the two devices spend on a round trip, without the wait for the other
+    /// core (a cache line's trip between two cores, on the rings) or the scheduler:
+    /// what the devices' code costs, steady while the host's speed moves. No baseline.
+    #[arg(long, requires = "busy_poll", conflicts_with_all = ["wait_send", "events"])]
+    pub(crate) one_thread: bool,
     /// The link between the two devices: UDP loopback, the same-host shared-memory
     /// link (rings in memory; bandwidth baseline: memcpy, latency baseline: the raw
     /// UDP ping-pong, as on UDP), or `auto`: UDP devices that choose the rings to a
@@ -878,6 +886,9 @@ pub(crate) fn check(o: &BenchOpts) -> Result<(), String> {
             "--wait-send is for send_lat and write_lat (a READ's completion is its answer)".into(),
         );
     }
+    if o.one_thread && !matches!(o.test, Test::SendLat | Test::WriteLat) {
+        return Err("--one-thread is for send_lat and write_lat (ping-pongs)".into());
+    }
     if o.events && o.test != Test::SendLat {
         // An RDMA WRITE or READ completes nothing at the side that waits for it.
         return Err("--events is for send_lat (the answer is a receive completion)".into());
@@ -970,11 +981,12 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
     if lat {
         println!(
             " Completions     : {}",
-            match (o.events, o.wait_send) {
-                (true, false) => "events (req_notify_cq, get_cq_event)",
-                (true, true) => "events (req_notify_cq, get_cq_event), each send's awaited",
-                (false, false) => "polled",
-                (false, true) => "polled, each send's awaited before the answer",
+            match (o.events, o.wait_send, o.one_thread) {
+                (_, _, true) => "polled, both sides in one thread in turn (no baseline)",
+                (true, false, _) => "events (req_notify_cq, get_cq_event)",
+                (true, true, _) => "events (req_notify_cq, get_cq_event), each send's awaited",
+                (false, false, _) => "polled",
+                (false, true, _) => "polled, each send's awaited before the answer",
             }
         );
     } else {
@@ -994,7 +1006,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         verify_fill(&o, &st)?;
     }
     let mut json = format!(
-        "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{},\"events\":{},\"wait_send\":{},\"processes\":{},\"debug_build\":{}",
+        "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"busy_poll\":{},\"events\":{},\"wait_send\":{},\"one_thread\":{},\"processes\":{},\"debug_build\":{}",
         o.test.name(),
         if o.fabric { "fabric" } else { o.link.name() },
         size,
@@ -1004,6 +1016,7 @@ pub(crate) fn run(mut o: BenchOpts) -> Result<(), String> {
         o.busy_poll,
         o.events,
         o.wait_send,
+        o.one_thread,
         if o.two_processes { 2 } else { 1 },
         cfg!(debug_assertions)
     );
