@@ -8,18 +8,36 @@ fn bench_json(args: &[&str]) -> String {
 
 /// Runs `rdma-emu bench ARGS MORE` and returns the JSON line (`MORE` has `--json`).
 fn bench_json_with(args: &[&str], more: &[&str]) -> String {
+    json_line(&bench_text(&[args, more].concat()))
+}
+
+/// Runs `rdma-emu bench ARGS`, which must succeed, and returns all it printed.
+fn bench_text(args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
         .arg("bench")
         .args(args)
-        .args(more)
         .output()
         .expect("run rdma-emu");
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(out.status.success(), "{text}");
+    assert!(out.status.success(), "{args:?}: {text}");
+    text
+}
+
+/// The last line of a bench's output with `--json`.
+fn json_line(text: &str) -> String {
     text.lines().last().expect("a JSON line").to_owned()
 }
 
-/// The number after `"key":` in a flat JSON object.
+/// How many packets `side` ("client" or "server") received through the rings, from
+/// the line the bench prints for it.
+fn received_through_rings(text: &str, side: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{side}:")) && l.contains("rings"))
+        .unwrap_or_else(|| panic!("no {side} line in {text}"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
 /// Runs `rdma-emu bench ARGS`, which must be refused before anything runs (non-zero
 /// exit, nothing on stdout); its stderr.
 fn refused(args: &[&str]) -> String {
@@ -33,6 +51,7 @@ fn refused(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The number after `"key":` in a flat JSON object.
 fn field(json: &str, key: &str) -> f64 {
     let at = json
         .find(&format!("\"{key}\":"))
@@ -238,16 +257,19 @@ fn zero_rounds_is_an_error() {
 /// the binary's.
 #[test]
 fn a_debug_build_says_so_before_its_results() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
-        .args(["bench", "write_bw", "--fabric", "--no-baseline", "--json"])
-        .args(["--size", "64", "-n", "10"])
-        .output()
-        .expect("run rdma-emu");
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(out.status.success(), "{text}");
+    let text = bench_text(&[
+        "write_bw",
+        "--fabric",
+        "--no-baseline",
+        "--json",
+        "--size",
+        "64",
+        "-n",
+        "10",
+    ]);
     let note = text.find(" Build           : DEBUG");
     let results = text.find("#bytes").expect("a results table");
-    let json = text.lines().last().expect("a JSON line");
+    let json = json_line(&text);
     if cfg!(debug_assertions) {
         assert!(note.is_some_and(|n| n < results), "{text}");
         assert!(json.contains("\"debug_build\":true"), "{json}");
@@ -311,21 +333,21 @@ fn latency_on_the_rings_reports_the_hosts_line_trip() {
 #[test]
 fn the_automatic_link_chooses_the_rings() {
     let port = (20000 + std::process::id() % 20000 + 11).to_string();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
-        .args(["bench", "send_lat", "--link", "auto", "-n", "200"])
-        .args(["--port", &port, "--no-baseline", "--json"])
-        .output()
-        .expect("run rdma-emu");
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(out.status.success(), "{text}");
+    let text = bench_text(&[
+        "send_lat",
+        "--link",
+        "auto",
+        "-n",
+        "200",
+        "--port",
+        &port,
+        "--no-baseline",
+        "--json",
+    ]);
     assert!(text.contains("\"transport\":\"auto\""), "{text}");
     for side in ["client", "server"] {
-        let line = text
-            .lines()
-            .find(|l| l.trim_start().starts_with(&format!("{side}:")) && l.contains("rings"))
-            .unwrap_or_else(|| panic!("no {side} line in {text}"));
-        let n: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        assert!(n >= 200, "{line}");
+        let n = received_through_rings(&text, side);
+        assert!(n >= 200, "{side}: {n} packets through the rings");
     }
 }
 
@@ -337,37 +359,32 @@ fn the_automatic_link_chooses_the_rings() {
 fn a_server_in_its_own_process_serves_the_bandwidth_tests() {
     let port = (20000 + std::process::id() % 20000 + 17).to_string();
     for (test, link) in [("write_bw", "shm"), ("send_bw", "udp"), ("read_bw", "auto")] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
-            .args([
-                "bench",
-                test,
-                "--link",
-                link,
-                "--two-processes",
-                "-n",
-                "200",
-            ])
-            .args(["--qps", "2", "--port", &port, "--no-baseline", "--json"])
-            .output()
-            .expect("run rdma-emu");
-        let text = String::from_utf8(out.stdout).unwrap();
-        assert!(out.status.success(), "{test} on {link}: {text}");
-        let json = text.lines().last().expect("a JSON line");
+        let text = bench_text(&[
+            test,
+            "--link",
+            link,
+            "--two-processes",
+            "-n",
+            "200",
+            "--qps",
+            "2",
+            "--port",
+            &port,
+            "--no-baseline",
+            "--json",
+        ]);
+        let json = json_line(&text);
         assert!(json.contains("\"processes\":2"), "{json}");
         // 16 packets a 64 KiB message at MTU 4096, the requests or READ responses,
         // and the other side's ACKs or requests on top.
-        let per_msg = field(json, "packets_per_msg");
+        let per_msg = field(&json, "packets_per_msg");
         assert!(
             per_msg > 16.0,
             "{test} on {link}: {per_msg} packets per message"
         );
         if link != "udp" {
-            let server = text
-                .lines()
-                .find(|l| l.trim_start().starts_with("server:") && l.contains("rings"))
-                .unwrap_or_else(|| panic!("no server line in {text}"));
-            let n: u64 = server.split_whitespace().nth(1).unwrap().parse().unwrap();
-            assert!(n >= 400, "{server}");
+            let n = received_through_rings(&text, "server");
+            assert!(n >= 400, "{test} on {link}: {n} packets through the rings");
         }
     }
 }
@@ -411,33 +428,27 @@ fn a_port_on_the_fabric_is_refused() {
 fn one_thread_runs_both_sides_of_a_ping_pong_in_turn() {
     let port = (20000 + std::process::id() % 20000 + 19).to_string();
     for test in ["send_lat", "write_lat"] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-emu"))
-            .args([
-                "bench",
-                test,
-                "--link",
-                "shm",
-                "--busy-poll",
-                "--one-thread",
-            ])
-            .args(["-n", "500", "--port", &port, "--json"])
-            .output()
-            .expect("run rdma-emu");
-        let text = String::from_utf8(out.stdout).unwrap();
-        assert!(out.status.success(), "{test}: {text}");
-        let json = text.lines().last().expect("a JSON line");
+        let text = bench_text(&[
+            test,
+            "--link",
+            "shm",
+            "--busy-poll",
+            "--one-thread",
+            "-n",
+            "500",
+            "--port",
+            &port,
+            "--json",
+        ]);
+        let json = json_line(&text);
         assert!(json.contains("\"one_thread\":true"), "{json}");
-        assert!(field(json, "lat_typical_us") > 0.0, "{json}");
+        assert!(field(&json, "lat_typical_us") > 0.0, "{json}");
         assert!(!json.contains("baseline_us"), "{json}");
         assert!(text.contains("one thread in turn"), "{text}");
         // Each side's messages, and the ACKs of the other's.
         for side in ["client", "server"] {
-            let line = text
-                .lines()
-                .find(|l| l.trim_start().starts_with(&format!("{side}:")))
-                .unwrap_or_else(|| panic!("no {side} line in {text}"));
-            let n: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-            assert!(n >= 500, "{line}");
+            let n = received_through_rings(&text, side);
+            assert!(n >= 500, "{test}: {side} {n} packets through the rings");
         }
     }
     let plain = bench_json_with(&["send_lat", "-n", "100"], &["--no-baseline", "--json"]);
